@@ -1,1 +1,92 @@
-fn main() {}
+//! The `zonegate` command line: parses arguments and calls the library.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use zonegate::config::Config;
+use zonegate::telemetry::{self, LogFormat};
+
+#[derive(Parser)]
+#[command(name = "zonegate", version, about = "Multi-zone, active-active AI inference gateway")]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one gateway node.
+    Serve {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Validate a config file and exit.
+    CheckConfig { file: PathBuf },
+    /// A local cluster with mock backends on loopback; Ctrl-C stops it.
+    Demo {
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: String,
+        #[arg(long, default_value = "127.0.0.1:9090")]
+        admin_listen: String,
+    },
+    /// An OpenAI-compatible fake inference server with injectable faults.
+    MockBackend {
+        #[arg(long)]
+        listen: SocketAddr,
+        /// Name reported in stats and responses (default: the address).
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        zone: Option<String>,
+        /// A model it serves (repeatable); none means any name.
+        #[arg(long = "model")]
+        models: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    telemetry::init_tracing(cli.log_format);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("zonegate: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Serve { config } => zonegate::serve::run(Config::load(&config)?).await,
+            Command::CheckConfig { file } => {
+                let cfg = Config::load(&file)?;
+                println!(
+                    "{}: ok ({} backends, {} models, {} tenants)",
+                    file.display(),
+                    cfg.backends.len(),
+                    cfg.models.len(),
+                    cfg.tenants.len()
+                );
+                Ok(())
+            }
+            Command::Demo { listen, admin_listen } => {
+                zonegate::demo::run(zonegate::demo::DemoOptions { listen, admin_listen }).await
+            }
+            Command::MockBackend { listen, name, zone, models } => {
+                let name = name.unwrap_or_else(|| listen.to_string());
+                zonegate::mock::run(zonegate::mock::MockOptions { listen, name, zone, models }).await
+            }
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("zonegate: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! The admin listener: Prometheus `/metrics` (open, for scrapers) and the
+//! `/admin/v1/*` API behind bearer tokens with viewer/operator roles.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use http::{header, Method, Uri};
+use serde_json::json;
+
+use crate::auth;
+use crate::backend::now_ms;
+use crate::error::ApiError;
+use crate::gateway::Gateway;
+
+pub fn router(gw: Arc<Gateway>) -> Router {
+    let api = Router::new()
+        .route("/admin/v1/cluster", get(cluster))
+        .route("/admin/v1/backends", get(backends))
+        .route("/admin/v1/events", get(events))
+        .route_layer(middleware::from_fn_with_state(Arc::clone(&gw), require_token));
+    Router::new()
+        .route("/metrics", get(metrics))
+        .merge(api)
+        .method_not_allowed_fallback(|m: Method| async move { ApiError::MethodNotAllowed(m.to_string()) })
+        .fallback(|uri: Uri| async move { ApiError::UnknownPath(uri.path().to_owned()) })
+        .with_state(gw)
+}
+
+async fn require_token(State(gw): State<Arc<Gateway>>, req: Request, next: Next) -> Response {
+    let token = auth::bearer(req.headers()).ok_or(ApiError::MissingKey);
+    let role = token.and_then(|t| auth::admin_token(t, &gw.cfg.admin.tokens).ok_or(ApiError::WrongKey));
+    match role {
+        Ok(t) if auth::allows(t.role, req.method()) => next.run(req).await,
+        Ok(t) => {
+            let msg = format!("token `{}` is a viewer and may not change anything", t.name);
+            (http::StatusCode::FORBIDDEN, Json(crate::error::error_body(&msg, "permission_error", "forbidden")))
+                .into_response()
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
+    gw.metrics
+        .decision_version
+        .set(i64::try_from(gw.view.borrow().decision_version).unwrap_or(i64::MAX));
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        gw.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn cluster(State(gw): State<Arc<Gateway>>) -> Json<serde_json::Value> {
+    let view = gw.view.borrow().clone();
+    let zones: serde_json::Map<String, serde_json::Value> = view
+        .zones
+        .iter()
+        .map(|(z, s)| (z.to_string(), serde_json::to_value(s).unwrap_or_default()))
+        .collect();
+    Json(json!({
+        "node_id": gw.cfg.node.id,
+        "zone": gw.cfg.node.zone,
+        "control_plane": "standalone",
+        "leader": null,
+        "decision_version": view.decision_version,
+        "zones": zones,
+    }))
+}
+
+async fn backends(State(gw): State<Arc<Gateway>>) -> Json<serde_json::Value> {
+    let now = now_ms();
+    let routes = gw.routes.load();
+    let list: Vec<_> = routes
+        .backends
+        .iter()
+        .map(|b| {
+            json!({
+                "name": b.name,
+                "zone": b.zone,
+                "url": format!("{}://{}", b.scheme, b.authority),
+                "state": if b.is_up() { "up" } else { "down" },
+                "weight": b.weight,
+                "in_flight": b.in_flight(),
+                "latency_ewma_ms": (b.latency_ewma_ms() * 10.0).round() / 10.0,
+                "cooling_down_ms": b.cooldown_until_ms().saturating_sub(now),
+            })
+        })
+        .collect();
+    Json(json!({ "backends": list }))
+}
+
+async fn events(State(gw): State<Arc<Gateway>>) -> Json<serde_json::Value> {
+    Json(json!({ "events": gw.events.recent(200) }))
+}

@@ -1,0 +1,90 @@
+//! API keys → tenants, and admin tokens → roles. Keys are stored as SHA-256
+//! digests and compared in constant time, so neither the config nor the
+//! timing of a failed lookup reveals a key.
+
+use http::{header, HeaderMap};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::config::{AdminToken, Role, Tenant};
+
+/// The bearer token of a request, if it sent one.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// Index of the entry whose digest list holds SHA-256(`secret`). Every
+/// digest is compared, whatever matches, so timing says nothing.
+fn find<'a, T>(secret: &str, entries: &'a [T], digests: impl Fn(&'a T) -> &'a [[u8; 32]]) -> Option<&'a T> {
+    let presented: [u8; 32] = Sha256::digest(secret.as_bytes()).into();
+    let mut found = None;
+    for entry in entries {
+        for d in digests(entry) {
+            if bool::from(d.ct_eq(&presented)) {
+                found = Some(entry);
+            }
+        }
+    }
+    found
+}
+
+pub fn tenant<'a>(key: &str, tenants: &'a [Tenant]) -> Option<&'a Tenant> {
+    find(key, tenants, |t| t.key_hashes.as_slice())
+}
+
+pub fn admin_token<'a>(token: &str, tokens: &'a [AdminToken]) -> Option<&'a AdminToken> {
+    find(token, tokens, |t| std::slice::from_ref(&t.hash))
+}
+
+/// Whether `role` may use `method` on the admin API: viewers read,
+/// operators read and write.
+pub fn allows(role: Role, method: &http::Method) -> bool {
+    role == Role::Operator || method == http::Method::GET || method == http::Method::HEAD
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Priority;
+
+    fn digest(s: &str) -> [u8; 32] {
+        Sha256::digest(s.as_bytes()).into()
+    }
+
+    #[test]
+    fn bearer_parsing() {
+        let mut h = HeaderMap::new();
+        assert_eq!(bearer(&h), None);
+        h.insert(header::AUTHORIZATION, "Bearer abc".parse().unwrap());
+        assert_eq!(bearer(&h), Some("abc"));
+        h.insert(header::AUTHORIZATION, "bearer  abc ".parse().unwrap());
+        assert_eq!(bearer(&h), Some("abc"));
+        h.insert(header::AUTHORIZATION, "Basic abc".parse().unwrap());
+        assert_eq!(bearer(&h), None);
+        h.insert(header::AUTHORIZATION, "Bearer ".parse().unwrap());
+        assert_eq!(bearer(&h), None);
+    }
+
+    #[test]
+    fn keys_map_to_tenants() {
+        let tenants = vec![
+            Tenant { name: "a".into(), key_hashes: vec![digest("ka1"), digest("ka2")], priority: Priority::P0 },
+            Tenant { name: "b".into(), key_hashes: vec![digest("kb")], priority: Priority::P2 },
+        ];
+        assert_eq!(tenant("ka2", &tenants).map(|t| t.name.as_str()), Some("a"));
+        assert_eq!(tenant("kb", &tenants).map(|t| t.name.as_str()), Some("b"));
+        assert!(tenant("nope", &tenants).is_none());
+    }
+
+    #[test]
+    fn viewers_read_operators_write() {
+        assert!(allows(Role::Viewer, &http::Method::GET));
+        assert!(!allows(Role::Viewer, &http::Method::POST));
+        assert!(allows(Role::Operator, &http::Method::POST));
+    }
+}

@@ -1,0 +1,461 @@
+//! Backend selection within one zone: power of two choices, smooth weighted
+//! round robin, weighted random and a consistent-hash ring with bounded load.
+//!
+//! Pure: the pickers read candidates through [`Candidates`] and a caller-owned
+//! random source; they hold no locks and do no I/O, so the request path can
+//! call them without awaiting anything.
+
+/// The pickers' view of a pool of backends. Index `i` is stable for the
+/// lifetime of the pool.
+pub trait Candidates {
+    fn len(&self) -> usize;
+    /// Effective weight of candidate `i`; `0.0` (or less) means it may not be
+    /// picked (down, cooling down, or already tried for this request).
+    fn weight(&self, i: usize) -> f64;
+    /// Upper bound of `weight` over the pool, for rejection sampling.
+    fn max_weight(&self) -> f64;
+    /// Cost of sending one more request to `i`; lower is better.
+    fn cost(&self, i: usize) -> f64;
+    /// Requests in flight on `i`, for bounded-load hashing.
+    fn in_flight(&self, i: usize) -> u64;
+}
+
+/// Rejection-sampling rounds before the pickers fall back to a linear scan.
+/// With most of a pool eligible, a draw succeeds in one or two rounds.
+const SAMPLE_ROUNDS: usize = 16;
+
+/// Draws one eligible index with probability proportional to its weight.
+///
+/// Rejection sampling keeps this O(1) when most of the pool is eligible; when
+/// the pool is mostly ineligible it falls back to an O(n) weighted scan, so it
+/// never fails while an eligible candidate exists.
+pub fn weighted_draw<C: Candidates + ?Sized>(c: &C, rng: &mut fastrand::Rng) -> Option<usize> {
+    let n = c.len();
+    let max = c.max_weight();
+    if n == 0 || max <= 0.0 {
+        return None;
+    }
+    for _ in 0..SAMPLE_ROUNDS {
+        let i = rng.usize(..n);
+        let w = c.weight(i);
+        if w > 0.0 && rng.f64() * max < w {
+            return Some(i);
+        }
+    }
+    weighted_scan(c, rng)
+}
+
+/// Weighted random over the whole pool in two linear passes.
+pub fn weighted_scan<C: Candidates + ?Sized>(c: &C, rng: &mut fastrand::Rng) -> Option<usize> {
+    let total: f64 = (0..c.len()).map(|i| c.weight(i).max(0.0)).sum();
+    if total <= 0.0 {
+        return None;
+    }
+    let mut r = rng.f64() * total;
+    let mut last = None;
+    for i in 0..c.len() {
+        let w = c.weight(i);
+        if w <= 0.0 {
+            continue;
+        }
+        last = Some(i);
+        if r < w {
+            return Some(i);
+        }
+        r -= w;
+    }
+    last
+}
+
+/// Power of two choices: draw two candidates by weight, keep the cheaper.
+pub fn p2c<C: Candidates + ?Sized>(c: &C, rng: &mut fastrand::Rng) -> Option<usize> {
+    let a = weighted_draw(c, rng)?;
+    // A second distinct draw; in a pool of one eligible backend this finds none.
+    let b = (0..4).find_map(|_| weighted_draw(c, rng).filter(|&b| b != a));
+    match b {
+        Some(b) if c.cost(b) < c.cost(a) => Some(b),
+        _ => Some(a),
+    }
+}
+
+/// Smooth weighted round robin (the nginx algorithm): over any window of
+/// Σw picks each backend is chosen w times, interleaved rather than in runs.
+#[derive(Debug, Default)]
+pub struct SmoothWrr {
+    current: Vec<f64>,
+}
+
+impl SmoothWrr {
+    pub fn new(len: usize) -> Self {
+        Self {
+            current: vec![0.0; len],
+        }
+    }
+
+    pub fn pick<C: Candidates + ?Sized>(&mut self, c: &C) -> Option<usize> {
+        if self.current.len() != c.len() {
+            self.current = vec![0.0; c.len()];
+        }
+        let mut total = 0.0;
+        let mut best: Option<usize> = None;
+        for i in 0..c.len() {
+            let w = c.weight(i);
+            if w <= 0.0 {
+                continue;
+            }
+            self.current[i] += w;
+            total += w;
+            if best.is_none_or(|b| self.current[i] > self.current[b]) {
+                best = Some(i);
+            }
+        }
+        let b = best?;
+        self.current[b] -= total;
+        Some(b)
+    }
+}
+
+/// A consistent-hash ring with virtual nodes and bounded load
+/// (Mirrokni, Thorup, Zadimoghaddam: "Consistent Hashing with Bounded Loads").
+///
+/// Each backend owns `vnodes × weight` points. A key maps to the first point
+/// clockwise whose backend is eligible and below `load_factor` × the mean
+/// load; so adding a backend moves only the keys that land on its points, and
+/// a hot key range spills to the next backend instead of melting one.
+#[derive(Debug, Clone)]
+pub struct Ring {
+    points: Vec<(u64, u32)>,
+    members: usize,
+    load_factor: f64,
+}
+
+impl Ring {
+    /// `members` are (stable identity, weight); the identity (the backend
+    /// name) decides the points, so a backend keeps them across rebuilds.
+    pub fn new<'a>(members: impl IntoIterator<Item = (&'a str, u32)>, vnodes: u32, load_factor: f64) -> Self {
+        let mut points = Vec::new();
+        let mut count = 0usize;
+        for (idx, (name, weight)) in members.into_iter().enumerate() {
+            count += 1;
+            let idx = u32::try_from(idx).unwrap_or(u32::MAX);
+            for v in 0..vnodes.saturating_mul(weight.max(1)) {
+                points.push((hash_parts(name.as_bytes(), v), idx));
+            }
+        }
+        points.sort_unstable();
+        Self {
+            points,
+            members: count,
+            load_factor,
+        }
+    }
+
+    /// Picks the backend for `key`. `total_in_flight` is the pool's current
+    /// load; a backend is skipped while its load is at the bound
+    /// ⌈c × (total + 1) / n⌉. When every eligible backend is at the bound the
+    /// key's own backend (first eligible clockwise) is returned.
+    pub fn pick<C: Candidates + ?Sized>(&self, c: &C, key: u64, total_in_flight: u64) -> Option<usize> {
+        if self.points.is_empty() || self.members == 0 {
+            return None;
+        }
+        let bound = (self.load_factor * (total_in_flight + 1) as f64 / self.members as f64).ceil() as u64;
+        let start = self.points.partition_point(|&(p, _)| p < key);
+        let mut first_eligible = None;
+        for k in 0..self.points.len() {
+            let (_, idx) = self.points[(start + k) % self.points.len()];
+            let i = idx as usize;
+            if i >= c.len() || c.weight(i) <= 0.0 {
+                continue;
+            }
+            if c.in_flight(i) < bound.max(1) {
+                return Some(i);
+            }
+            first_eligible.get_or_insert(i);
+        }
+        first_eligible
+    }
+}
+
+/// 64-bit FNV-1a of a key, for ring lookups. Stable across processes and
+/// releases, which a session's placement depends on (std's hasher is not).
+pub fn hash_key(key: &[u8]) -> u64 {
+    hash_parts(key, u32::MAX)
+}
+
+fn hash_parts(bytes: &[u8], salt: u32) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h = OFFSET;
+    for b in bytes.iter().chain(salt.to_le_bytes().iter()) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(PRIME);
+    }
+    // FNV alone clusters similar keys on the ring; a finalizer (splitmix64)
+    // spreads them.
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A plain in-memory pool for the pickers' tests and benchmarks.
+    #[derive(Clone, Debug)]
+    pub struct Pool {
+        pub weights: Vec<f64>,
+        pub costs: Vec<f64>,
+        pub loads: Vec<u64>,
+    }
+
+    impl Pool {
+        pub fn uniform(n: usize) -> Self {
+            Self {
+                weights: vec![1.0; n],
+                costs: vec![1.0; n],
+                loads: vec![0; n],
+            }
+        }
+    }
+
+    impl Candidates for Pool {
+        fn len(&self) -> usize {
+            self.weights.len()
+        }
+        fn weight(&self, i: usize) -> f64 {
+            self.weights[i]
+        }
+        fn max_weight(&self) -> f64 {
+            self.weights.iter().cloned().fold(0.0, f64::max)
+        }
+        fn cost(&self, i: usize) -> f64 {
+            self.costs[i]
+        }
+        fn in_flight(&self, i: usize) -> u64 {
+            self.loads[i]
+        }
+    }
+
+    fn shares(counts: &[usize]) -> Vec<f64> {
+        let total: usize = counts.iter().sum();
+        counts.iter().map(|&c| c as f64 / total as f64).collect()
+    }
+
+    fn assert_shares(got: &[f64], want: &[f64], tolerance: f64) {
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert!((g - w).abs() <= tolerance, "backend {i}: share {g:.3}, want {w:.3} ± {tolerance}");
+        }
+    }
+
+    #[test]
+    fn weighted_random_matches_weights() {
+        let pool = Pool {
+            weights: vec![1.0, 2.0, 7.0],
+            ..Pool::uniform(3)
+        };
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut counts = [0usize; 3];
+        for _ in 0..100_000 {
+            counts[weighted_draw(&pool, &mut rng).unwrap()] += 1;
+        }
+        assert_shares(&shares(&counts), &[0.1, 0.2, 0.7], 0.01);
+    }
+
+    #[test]
+    fn weighted_scan_matches_weights_and_skips_ineligible() {
+        let pool = Pool {
+            weights: vec![0.0, 1.0, 3.0, 0.0],
+            ..Pool::uniform(4)
+        };
+        let mut rng = fastrand::Rng::with_seed(1);
+        let mut counts = [0usize; 4];
+        for _ in 0..100_000 {
+            counts[weighted_scan(&pool, &mut rng).unwrap()] += 1;
+        }
+        assert_shares(&shares(&counts), &[0.0, 0.25, 0.75, 0.0], 0.01);
+    }
+
+    #[test]
+    fn draw_finds_the_only_eligible_backend_in_a_large_pool() {
+        let mut pool = Pool::uniform(10_000);
+        pool.weights.iter_mut().for_each(|w| *w = 0.0);
+        pool.weights[9_876] = 0.5;
+        pool.weights[0] = 0.0;
+        let mut rng = fastrand::Rng::with_seed(3);
+        assert_eq!(weighted_draw(&pool, &mut rng), Some(9_876));
+        assert_eq!(p2c(&pool, &mut rng), Some(9_876));
+    }
+
+    #[test]
+    fn nothing_eligible_picks_nothing() {
+        let pool = Pool {
+            weights: vec![0.0; 5],
+            ..Pool::uniform(5)
+        };
+        let mut rng = fastrand::Rng::with_seed(3);
+        assert_eq!(p2c(&pool, &mut rng), None);
+        assert_eq!(weighted_scan(&pool, &mut rng), None);
+        assert_eq!(SmoothWrr::new(5).pick(&pool), None);
+        assert_eq!(Ring::new([("a", 1)], 10, 1.25).pick(&pool, 1, 0), None);
+        assert_eq!(p2c(&Pool::uniform(0), &mut rng), None);
+    }
+
+    #[test]
+    fn p2c_prefers_the_cheaper_backend() {
+        // Backend 0 is ten times as expensive; with two choices it only wins
+        // when drawn twice... which p2c forbids, so it loses every comparison.
+        let pool = Pool {
+            costs: vec![10.0, 1.0, 1.0],
+            ..Pool::uniform(3)
+        };
+        let mut rng = fastrand::Rng::with_seed(11);
+        let mut counts = [0usize; 3];
+        for _ in 0..30_000 {
+            counts[p2c(&pool, &mut rng).unwrap()] += 1;
+        }
+        assert_eq!(counts[0], 0, "the expensive backend is never the cheaper of two");
+        assert_shares(&shares(&counts), &[0.0, 0.5, 0.5], 0.02);
+    }
+
+    #[test]
+    fn p2c_with_equal_costs_follows_weights() {
+        let pool = Pool {
+            weights: vec![1.0, 1.0, 2.0],
+            ..Pool::uniform(3)
+        };
+        let mut rng = fastrand::Rng::with_seed(5);
+        let mut counts = [0usize; 3];
+        for _ in 0..60_000 {
+            counts[p2c(&pool, &mut rng).unwrap()] += 1;
+        }
+        // Ties keep the first draw, so shares follow the weights.
+        assert_shares(&shares(&counts), &[0.25, 0.25, 0.5], 0.02);
+    }
+
+    #[test]
+    fn smooth_wrr_is_exact_and_interleaved() {
+        let pool = Pool {
+            weights: vec![5.0, 1.0, 1.0],
+            ..Pool::uniform(3)
+        };
+        let mut wrr = SmoothWrr::new(3);
+        let seq: Vec<usize> = (0..7).map(|_| wrr.pick(&pool).unwrap()).collect();
+        // nginx's documented sequence for weights {5, 1, 1}.
+        assert_eq!(seq, vec![0, 0, 1, 0, 2, 0, 0]);
+        let mut counts = [0usize; 3];
+        for _ in 0..7_000 {
+            counts[wrr.pick(&pool).unwrap()] += 1;
+        }
+        assert_eq!(counts, [5_000, 1_000, 1_000]);
+    }
+
+    #[test]
+    fn smooth_wrr_skips_ineligible() {
+        let pool = Pool {
+            weights: vec![1.0, 0.0, 1.0],
+            ..Pool::uniform(3)
+        };
+        let mut wrr = SmoothWrr::new(3);
+        let picks: Vec<usize> = (0..4).map(|_| wrr.pick(&pool).unwrap()).collect();
+        assert!(picks.iter().all(|&i| i != 1));
+    }
+
+    fn names(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("backend-{i}")).collect()
+    }
+
+    fn ring_of(names: &[String]) -> Ring {
+        Ring::new(names.iter().map(|n| (n.as_str(), 1)), 160, 1.25)
+    }
+
+    #[test]
+    fn ring_is_stable_for_a_key() {
+        let n = names(5);
+        let ring = ring_of(&n);
+        let pool = Pool::uniform(5);
+        let key = hash_key(b"session-42");
+        let first = ring.pick(&pool, key, 0).unwrap();
+        for _ in 0..10 {
+            assert_eq!(ring.pick(&pool, key, 0), Some(first));
+        }
+    }
+
+    #[test]
+    fn ring_adding_an_eleventh_backend_remaps_few_keys() {
+        let ten = names(10);
+        let eleven = names(11);
+        let (r10, r11) = (ring_of(&ten), ring_of(&eleven));
+        let (p10, p11) = (Pool::uniform(10), Pool::uniform(11));
+        let keys = 20_000;
+        let moved = (0..keys)
+            .map(|k| hash_key(format!("user-{k}").as_bytes()))
+            .filter(|&h| r10.pick(&p10, h, 0) != r11.pick(&p11, h, 0))
+            .count();
+        let share = moved as f64 / keys as f64;
+        // Ideal is 1/11 ≈ 9.1%; virtual nodes keep it close.
+        assert!(share <= 0.15, "{:.1}% of keys moved", share * 100.0);
+        assert!(share >= 0.05, "{:.1}% of keys moved: the new backend took too little", share * 100.0);
+    }
+
+    #[test]
+    fn ring_spreads_keys_evenly() {
+        let n = names(4);
+        let ring = ring_of(&n);
+        let pool = Pool::uniform(4);
+        let mut counts = [0usize; 4];
+        for k in 0..40_000 {
+            counts[ring.pick(&pool, hash_key(format!("k{k}").as_bytes()), 0).unwrap()] += 1;
+        }
+        assert_shares(&shares(&counts), &[0.25; 4], 0.05);
+    }
+
+    #[test]
+    fn ring_skips_ineligible_backends_and_keeps_others_in_place() {
+        let n = names(5);
+        let ring = ring_of(&n);
+        let all = Pool::uniform(5);
+        let mut one_down = all.clone();
+        one_down.weights[2] = 0.0;
+        for k in 0..2_000 {
+            let h = hash_key(format!("k{k}").as_bytes());
+            let before = ring.pick(&all, h, 0).unwrap();
+            let after = ring.pick(&one_down, h, 0).unwrap();
+            assert_ne!(after, 2);
+            if before != 2 {
+                assert_eq!(before, after, "keys of healthy backends never move");
+            }
+        }
+    }
+
+    #[test]
+    fn ring_bounded_load_caps_a_hot_backend() {
+        // Every request has the same key; as its backend fills up, the bound
+        // ⌈1.25 × (total + 1) / n⌉ pushes the overflow to the next backends.
+        let n = names(4);
+        let ring = ring_of(&n);
+        let mut pool = Pool::uniform(4);
+        let key = hash_key(b"one-hot-session");
+        for _ in 0..400 {
+            let total: u64 = pool.loads.iter().sum();
+            let i = ring.pick(&pool, key, total).unwrap();
+            pool.loads[i] += 1;
+        }
+        let max = *pool.loads.iter().max().unwrap();
+        assert!(max <= 126, "hot backend took {max} of 400 (bound is 1.25 × mean)");
+        assert_eq!(pool.loads.iter().sum::<u64>(), 400);
+    }
+
+    #[test]
+    fn ring_weight_gives_more_points() {
+        let ring = Ring::new([("a", 1), ("b", 3)], 100, 1.25);
+        let pool = Pool::uniform(2);
+        let mut counts = [0usize; 2];
+        for k in 0..40_000 {
+            counts[ring.pick(&pool, hash_key(format!("k{k}").as_bytes()), 0).unwrap()] += 1;
+        }
+        assert_shares(&shares(&counts), &[0.25, 0.75], 0.05);
+    }
+}

@@ -1,0 +1,803 @@
+//! Node configuration: raw TOML shapes (`deny_unknown_fields`) and their
+//! validation into typed values. Every error names the file, the key and the
+//! reason, and nothing starts until the whole file is valid.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use http::uri::{Authority, Scheme};
+use serde::Deserialize;
+use zonegate_cluster::ZoneId;
+
+/// A configuration error: which file, which key, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {key}: {reason}")]
+pub struct ConfigError {
+    pub file: String,
+    pub key: String,
+    pub reason: String,
+}
+
+/// Tenant priority: P0 is never starved, P2 yields first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+pub enum Priority {
+    P0,
+    P1,
+    P2,
+}
+
+impl fmt::Display for Priority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self:?}")
+    }
+}
+
+/// How a model's backends are chosen within a zone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Balance {
+    /// Power of two choices on in-flight × latency EWMA.
+    #[default]
+    P2c,
+    /// Smooth weighted round robin (nginx's algorithm).
+    RoundRobin,
+    /// Weighted random, for canary splits.
+    Random,
+    /// Consistent hashing with bounded load, keyed by session.
+    Ring,
+}
+
+impl Balance {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Balance::P2c => "p2c",
+            Balance::RoundRobin => "round_robin",
+            Balance::Random => "random",
+            Balance::Ring => "ring",
+        }
+    }
+}
+
+/// Which requests may leave their zone when it has no usable backend.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CrossZone {
+    None,
+    #[default]
+    Short,
+    All,
+}
+
+// ---------------------------------------------------------------------------
+// Raw shapes, exactly as written in TOML.
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    node: RawNode,
+    #[serde(default)]
+    tenants: Vec<RawTenant>,
+    #[serde(default)]
+    backends: Vec<RawBackend>,
+    #[serde(default)]
+    models: Vec<RawModel>,
+    #[serde(default)]
+    retry: RawRetry,
+    #[serde(default)]
+    health: RawHealth,
+    #[serde(default)]
+    affinity: RawAffinity,
+    #[serde(default)]
+    balance: RawBalance,
+    #[serde(default)]
+    admin: RawAdmin,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNode {
+    id: u64,
+    zone: String,
+    listen: String,
+    admin_listen: String,
+    data_dir: PathBuf,
+    raft_listen: Option<String>,
+    #[serde(default = "default_max_body_bytes")]
+    max_body_bytes: u64,
+}
+
+fn default_max_body_bytes() -> u64 {
+    32 * 1024 * 1024
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTenant {
+    name: String,
+    key_sha256: OneOrMany,
+    #[serde(default = "default_priority")]
+    priority: Priority,
+}
+
+fn default_priority() -> Priority {
+    Priority::P1
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBackend {
+    name: String,
+    zone: String,
+    url: String,
+    models: Vec<String>,
+    #[serde(default = "one")]
+    weight: u32,
+    #[serde(default = "default_health_path")]
+    health_path: String,
+    metrics_path: Option<String>,
+    #[serde(default)]
+    model_names: BTreeMap<String, String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn default_health_path() -> String {
+    "/health".to_owned()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawModel {
+    name: String,
+    #[serde(default)]
+    balance: Balance,
+    #[serde(default)]
+    fallback: Vec<String>,
+    first_byte_timeout: Option<String>,
+    total_timeout: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawRetry {
+    max_attempts: Option<u32>,
+    budget_ratio: Option<f64>,
+    budget_window: Option<String>,
+    min_retries_per_window: Option<u32>,
+    default_cooldown: Option<String>,
+    connect_timeout: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawHealth {
+    interval: Option<String>,
+    timeout: Option<String>,
+    unhealthy_threshold: Option<u32>,
+    healthy_threshold: Option<u32>,
+    passive_failures: Option<u32>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawAffinity {
+    cross_zone_fallback: Option<CrossZone>,
+    short_max_tokens: Option<u64>,
+    short_max_prompt_bytes: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawBalance {
+    vnodes: Option<u32>,
+    load_factor: Option<f64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawAdmin {
+    #[serde(default)]
+    tokens: Vec<RawAdminToken>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAdminToken {
+    name: String,
+    sha256: String,
+    role: Role,
+}
+
+// ---------------------------------------------------------------------------
+// Validated, typed configuration.
+
+/// A fully validated node configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub node: NodeConfig,
+    pub tenants: Vec<Tenant>,
+    pub backends: Vec<BackendConfig>,
+    /// Every logical model served by some backend, with defaults filled in.
+    pub models: Vec<ModelConfig>,
+    pub retry: RetryConfig,
+    pub health: HealthConfig,
+    pub affinity: AffinityConfig,
+    pub balance: BalanceConfig,
+    pub admin: AdminConfig,
+}
+
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    pub id: u64,
+    pub zone: ZoneId,
+    pub listen: SocketAddr,
+    pub admin_listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub raft_listen: Option<SocketAddr>,
+    pub max_body_bytes: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct Tenant {
+    pub name: String,
+    /// SHA-256 digests of the tenant's API keys.
+    pub key_hashes: Vec<[u8; 32]>,
+    pub priority: Priority,
+}
+
+#[derive(Clone, Debug)]
+pub struct BackendConfig {
+    pub name: String,
+    pub zone: ZoneId,
+    pub scheme: Scheme,
+    pub authority: Authority,
+    pub models: Vec<String>,
+    pub weight: u32,
+    pub health_path: String,
+    pub metrics_path: Option<String>,
+    /// Logical model name → the backend's own name, where they differ.
+    pub model_names: HashMap<String, String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ModelConfig {
+    pub name: String,
+    pub balance: Balance,
+    pub fallback: Vec<String>,
+    pub first_byte_timeout: Duration,
+    pub total_timeout: Duration,
+}
+
+#[derive(Clone, Debug)]
+pub struct RetryConfig {
+    /// Attempts per model, the first included.
+    pub max_attempts: u32,
+    /// Retries allowed as a share of requests over `budget_window`.
+    pub budget_ratio: f64,
+    pub budget_window: Duration,
+    /// Retries always allowed per window, so a quiet node can still retry.
+    pub min_retries_per_window: u32,
+    /// Cooldown after a 429 without `Retry-After`.
+    pub default_cooldown: Duration,
+    pub connect_timeout: Duration,
+}
+
+#[derive(Clone, Debug)]
+pub struct HealthConfig {
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// Consecutive failed probes that take a backend out.
+    pub unhealthy_threshold: u32,
+    /// Consecutive passing probes that bring it back.
+    pub healthy_threshold: u32,
+    /// Consecutive failed requests that take a backend out.
+    pub passive_failures: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct AffinityConfig {
+    pub cross_zone_fallback: CrossZone,
+    pub short_max_tokens: u64,
+    pub short_max_prompt_bytes: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct BalanceConfig {
+    /// Virtual nodes per unit of weight on the hash ring.
+    pub vnodes: u32,
+    /// Bounded-load factor c: no backend takes more than c × the mean load.
+    pub load_factor: f64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// May read (GET).
+    Viewer,
+    /// May read and write (GET and POST).
+    Operator,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct AdminConfig {
+    pub tokens: Vec<AdminToken>,
+}
+
+#[derive(Clone, Debug)]
+pub struct AdminToken {
+    pub name: String,
+    pub hash: [u8; 32],
+    pub role: Role,
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: file.clone(),
+            key: "-".into(),
+            reason: format!("cannot read: {e}"),
+        })?;
+        Self::parse(&file, &text)
+    }
+
+    /// Validates config text; `file` names it in errors.
+    pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {
+        let raw: RawConfig = serde_path_to_error::deserialize(toml::Deserializer::new(text))
+            .map_err(|e| {
+                let key = e.path().to_string();
+                let inner = e.into_inner();
+                ConfigError {
+                    file: file.to_owned(),
+                    key: if key == "." { "-".into() } else { key },
+                    reason: inner.message().trim().to_owned(),
+                }
+            })?;
+        Validator { file }.validate(raw)
+    }
+}
+
+struct Validator<'a> {
+    file: &'a str,
+}
+
+impl Validator<'_> {
+    fn err(&self, key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+        ConfigError {
+            file: self.file.to_owned(),
+            key: key.into(),
+            reason: reason.into(),
+        }
+    }
+
+    fn addr(&self, key: &str, s: &str) -> Result<SocketAddr, ConfigError> {
+        s.parse()
+            .map_err(|_| self.err(key, format!("`{s}` is not an IP:port address")))
+    }
+
+    fn duration(&self, key: &str, s: Option<&str>, default: Duration) -> Result<Duration, ConfigError> {
+        let Some(s) = s else { return Ok(default) };
+        let d = humantime::parse_duration(s)
+            .map_err(|e| self.err(key, format!("`{s}` is not a duration like \"30s\": {e}")))?;
+        if d.is_zero() {
+            return Err(self.err(key, "must be greater than zero"));
+        }
+        Ok(d)
+    }
+
+    fn sha256(&self, key: &str, s: &str) -> Result<[u8; 32], ConfigError> {
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(s.trim(), &mut out)
+            .map_err(|_| self.err(key, "must be 64 hex characters (a SHA-256 digest)"))?;
+        Ok(out)
+    }
+
+    fn positive(&self, key: &str, v: Option<u32>, default: u32) -> Result<u32, ConfigError> {
+        match v {
+            Some(0) => Err(self.err(key, "must be at least 1")),
+            Some(v) => Ok(v),
+            None => Ok(default),
+        }
+    }
+
+    fn validate(&self, raw: RawConfig) -> Result<Config, ConfigError> {
+        let node = self.node(raw.node)?;
+        let tenants = self.tenants(raw.tenants)?;
+        let backends = self.backends(raw.backends)?;
+        let models = self.models(raw.models, &backends)?;
+        let retry = self.retry(raw.retry)?;
+        let health = self.health(raw.health)?;
+        let affinity = AffinityConfig {
+            cross_zone_fallback: raw.affinity.cross_zone_fallback.unwrap_or_default(),
+            short_max_tokens: raw.affinity.short_max_tokens.unwrap_or(512),
+            short_max_prompt_bytes: raw.affinity.short_max_prompt_bytes.unwrap_or(16 * 1024),
+        };
+        let load_factor = raw.balance.load_factor.unwrap_or(1.25);
+        if !(load_factor >= 1.0 && load_factor.is_finite()) {
+            return Err(self.err("balance.load_factor", "must be a number ≥ 1.0"));
+        }
+        let balance = BalanceConfig {
+            vnodes: self.positive("balance.vnodes", raw.balance.vnodes, 160)?,
+            load_factor,
+        };
+        let admin = self.admin(raw.admin)?;
+        Ok(Config {
+            node,
+            tenants,
+            backends,
+            models,
+            retry,
+            health,
+            affinity,
+            balance,
+            admin,
+        })
+    }
+
+    fn node(&self, raw: RawNode) -> Result<NodeConfig, ConfigError> {
+        if raw.zone.trim().is_empty() {
+            return Err(self.err("node.zone", "must not be empty"));
+        }
+        if raw.max_body_bytes == 0 {
+            return Err(self.err("node.max_body_bytes", "must be at least 1"));
+        }
+        let raft_listen = match raw.raft_listen.as_deref() {
+            Some(s) => Some(self.addr("node.raft_listen", s)?),
+            None => None,
+        };
+        Ok(NodeConfig {
+            id: raw.id,
+            zone: ZoneId::new(raw.zone.trim()),
+            listen: self.addr("node.listen", &raw.listen)?,
+            admin_listen: self.addr("node.admin_listen", &raw.admin_listen)?,
+            data_dir: raw.data_dir,
+            raft_listen,
+            max_body_bytes: usize::try_from(raw.max_body_bytes)
+                .map_err(|_| self.err("node.max_body_bytes", "too large for this machine"))?,
+        })
+    }
+
+    fn tenants(&self, raw: Vec<RawTenant>) -> Result<Vec<Tenant>, ConfigError> {
+        let mut names = HashSet::new();
+        let mut hashes = HashSet::new();
+        raw.into_iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let key = format!("tenants[{i}]");
+                if t.name.is_empty() {
+                    return Err(self.err(format!("{key}.name"), "must not be empty"));
+                }
+                if !names.insert(t.name.clone()) {
+                    return Err(self.err(format!("{key}.name"), format!("duplicate tenant `{}`", t.name)));
+                }
+                let keys = match t.key_sha256 {
+                    OneOrMany::One(s) => vec![s],
+                    OneOrMany::Many(v) => v,
+                };
+                if keys.is_empty() {
+                    return Err(self.err(format!("{key}.key_sha256"), "needs at least one key digest"));
+                }
+                let key_hashes = keys
+                    .iter()
+                    .map(|k| {
+                        let h = self.sha256(&format!("{key}.key_sha256"), k)?;
+                        if !hashes.insert(h) {
+                            return Err(self.err(
+                                format!("{key}.key_sha256"),
+                                "this key digest is already used by another tenant",
+                            ));
+                        }
+                        Ok(h)
+                    })
+                    .collect::<Result<_, _>>()?;
+                Ok(Tenant {
+                    name: t.name,
+                    key_hashes,
+                    priority: t.priority,
+                })
+            })
+            .collect()
+    }
+
+    fn backends(&self, raw: Vec<RawBackend>) -> Result<Vec<BackendConfig>, ConfigError> {
+        if raw.is_empty() {
+            return Err(self.err("backends", "at least one [[backends]] entry is required"));
+        }
+        let mut names = HashSet::new();
+        raw.into_iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let key = format!("backends[{i}]");
+                if b.name.is_empty() || !names.insert(b.name.clone()) {
+                    return Err(self.err(
+                        format!("{key}.name"),
+                        format!("backend names must be unique and non-empty (`{}`)", b.name),
+                    ));
+                }
+                if b.zone.trim().is_empty() {
+                    return Err(self.err(format!("{key}.zone"), "must not be empty"));
+                }
+                let uri: http::Uri = b
+                    .url
+                    .parse()
+                    .map_err(|e| self.err(format!("{key}.url"), format!("`{}` is not a URL: {e}", b.url)))?;
+                let scheme = uri.scheme().cloned();
+                if scheme != Some(Scheme::HTTP) {
+                    return Err(self.err(
+                        format!("{key}.url"),
+                        "only http:// backends are supported (terminate TLS in front of the backend)",
+                    ));
+                }
+                let authority = uri
+                    .authority()
+                    .cloned()
+                    .ok_or_else(|| self.err(format!("{key}.url"), "needs a host and port"))?;
+                if !matches!(uri.path(), "" | "/") {
+                    return Err(self.err(
+                        format!("{key}.url"),
+                        "must be the server root (http://host:port); paths are not supported",
+                    ));
+                }
+                if b.models.is_empty() {
+                    return Err(self.err(format!("{key}.models"), "must list at least one model"));
+                }
+                if b.weight == 0 {
+                    return Err(self.err(format!("{key}.weight"), "must be at least 1"));
+                }
+                for (path_key, path) in [("health_path", Some(&b.health_path)), ("metrics_path", b.metrics_path.as_ref())] {
+                    if let Some(p) = path {
+                        if !p.starts_with('/') {
+                            return Err(self.err(format!("{key}.{path_key}"), "must start with `/`"));
+                        }
+                    }
+                }
+                for m in b.model_names.keys() {
+                    if !b.models.contains(m) {
+                        return Err(self.err(
+                            format!("{key}.model_names.{m}"),
+                            "names a model this backend does not list in `models`",
+                        ));
+                    }
+                }
+                Ok(BackendConfig {
+                    name: b.name,
+                    zone: ZoneId::new(b.zone.trim()),
+                    scheme: Scheme::HTTP,
+                    authority,
+                    models: b.models,
+                    weight: b.weight,
+                    health_path: b.health_path,
+                    metrics_path: b.metrics_path,
+                    model_names: b.model_names.into_iter().collect(),
+                })
+            })
+            .collect()
+    }
+
+    fn models(&self, raw: Vec<RawModel>, backends: &[BackendConfig]) -> Result<Vec<ModelConfig>, ConfigError> {
+        let served: Vec<&str> = {
+            let mut seen = HashSet::new();
+            backends
+                .iter()
+                .flat_map(|b| b.models.iter().map(String::as_str))
+                .filter(|m| seen.insert(*m))
+                .collect()
+        };
+        let mut out: Vec<ModelConfig> = Vec::new();
+        for (i, m) in raw.into_iter().enumerate() {
+            let key = format!("models[{i}]");
+            if !served.contains(&m.name.as_str()) {
+                return Err(self.err(
+                    format!("{key}.name"),
+                    format!("no backend serves model `{}`", m.name),
+                ));
+            }
+            if out.iter().any(|o| o.name == m.name) {
+                return Err(self.err(format!("{key}.name"), format!("duplicate model `{}`", m.name)));
+            }
+            for (j, f) in m.fallback.iter().enumerate() {
+                if !served.contains(&f.as_str()) || *f == m.name {
+                    return Err(self.err(
+                        format!("{key}.fallback[{j}]"),
+                        format!("`{f}` is not another model served by some backend"),
+                    ));
+                }
+            }
+            out.push(ModelConfig {
+                first_byte_timeout: self.duration(
+                    &format!("{key}.first_byte_timeout"),
+                    m.first_byte_timeout.as_deref(),
+                    Duration::from_secs(30),
+                )?,
+                total_timeout: self.duration(
+                    &format!("{key}.total_timeout"),
+                    m.total_timeout.as_deref(),
+                    Duration::from_secs(600),
+                )?,
+                name: m.name,
+                balance: m.balance,
+                fallback: m.fallback,
+            });
+        }
+        for name in served {
+            if !out.iter().any(|m| m.name == name) {
+                out.push(ModelConfig {
+                    name: name.to_owned(),
+                    balance: Balance::default(),
+                    fallback: Vec::new(),
+                    first_byte_timeout: Duration::from_secs(30),
+                    total_timeout: Duration::from_secs(600),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    fn retry(&self, raw: RawRetry) -> Result<RetryConfig, ConfigError> {
+        let budget_ratio = raw.budget_ratio.unwrap_or(0.2);
+        if !(0.0..=1.0).contains(&budget_ratio) {
+            return Err(self.err("retry.budget_ratio", "must be between 0.0 and 1.0"));
+        }
+        Ok(RetryConfig {
+            max_attempts: self.positive("retry.max_attempts", raw.max_attempts, 3)?,
+            budget_ratio,
+            budget_window: self.duration("retry.budget_window", raw.budget_window.as_deref(), Duration::from_secs(10))?,
+            min_retries_per_window: raw.min_retries_per_window.unwrap_or(20),
+            default_cooldown: self.duration(
+                "retry.default_cooldown",
+                raw.default_cooldown.as_deref(),
+                Duration::from_secs(1),
+            )?,
+            connect_timeout: self.duration(
+                "retry.connect_timeout",
+                raw.connect_timeout.as_deref(),
+                Duration::from_secs(2),
+            )?,
+        })
+    }
+
+    fn health(&self, raw: RawHealth) -> Result<HealthConfig, ConfigError> {
+        Ok(HealthConfig {
+            interval: self.duration("health.interval", raw.interval.as_deref(), Duration::from_secs(2))?,
+            timeout: self.duration("health.timeout", raw.timeout.as_deref(), Duration::from_secs(1))?,
+            unhealthy_threshold: self.positive("health.unhealthy_threshold", raw.unhealthy_threshold, 3)?,
+            healthy_threshold: self.positive("health.healthy_threshold", raw.healthy_threshold, 2)?,
+            passive_failures: self.positive("health.passive_failures", raw.passive_failures, 5)?,
+        })
+    }
+
+    fn admin(&self, raw: RawAdmin) -> Result<AdminConfig, ConfigError> {
+        let tokens = raw
+            .tokens
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| {
+                Ok(AdminToken {
+                    hash: self.sha256(&format!("admin.tokens[{i}].sha256"), &t.sha256)?,
+                    name: t.name,
+                    role: t.role,
+                })
+            })
+            .collect::<Result<_, ConfigError>>()?;
+        Ok(AdminConfig { tokens })
+    }
+}
+
+/// Hex SHA-256 of a secret, as written in `key_sha256` and `sha256`.
+pub fn sha256_hex(secret: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(secret.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+        [node]
+        id = 1
+        zone = "az-a"
+        listen = "127.0.0.1:0"
+        admin_listen = "127.0.0.1:0"
+        data_dir = "data/node-1"
+
+        [[tenants]]
+        name = "deptA"
+        key_sha256 = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"
+        priority = "P0"
+
+        [[backends]]
+        name = "qwen-a1"
+        zone = "az-a"
+        url = "http://127.0.0.1:8000"
+        models = ["qwen25-7b-instruct"]
+    "#;
+
+    fn error_of(text: &str) -> ConfigError {
+        Config::parse("test.toml", text).expect_err("config should be rejected")
+    }
+
+    #[test]
+    fn minimal_config_gets_defaults() {
+        let c = Config::parse("test.toml", MINIMAL).unwrap();
+        assert_eq!(c.models.len(), 1);
+        assert_eq!(c.models[0].balance, Balance::P2c);
+        assert_eq!(c.models[0].first_byte_timeout, Duration::from_secs(30));
+        assert_eq!(c.models[0].total_timeout, Duration::from_secs(600));
+        assert_eq!(c.node.max_body_bytes, 32 * 1024 * 1024);
+        assert_eq!(c.retry.max_attempts, 3);
+        assert_eq!(c.tenants[0].priority, Priority::P0);
+    }
+
+    #[test]
+    fn errors_name_file_key_and_reason() {
+        let cases: &[(&str, &str, &str)] = &[
+            (r#"weight = 1"#, "weight", "unknown field"),
+            (
+                &MINIMAL.replace("listen = \"127.0.0.1:0\"\n        admin", "listen = \"nope\"\n        admin"),
+                "node.listen",
+                "not an IP:port",
+            ),
+            (
+                &MINIMAL.replace("models = [\"qwen25-7b-instruct\"]", "models = [\"m\"]\n        colour = 1"),
+                "backends[0].colour",
+                "unknown field",
+            ),
+            (&MINIMAL.replace("2c26b4", "zz26b4"), "tenants[0].key_sha256", "64 hex"),
+            (&MINIMAL.replace("http://127", "https://127"), "backends[0].url", "only http://"),
+            (
+                &format!("{MINIMAL}\n[[models]]\nname = \"other\""),
+                "models[0].name",
+                "no backend serves",
+            ),
+            (
+                &format!("{MINIMAL}\n[[models]]\nname = \"qwen25-7b-instruct\"\nfirst_byte_timeout = \"soon\""),
+                "models[0].first_byte_timeout",
+                "not a duration",
+            ),
+            (
+                &format!("{MINIMAL}\n[[models]]\nname = \"qwen25-7b-instruct\"\nbalance = \"fastest\""),
+                "models[0].balance",
+                "unknown variant",
+            ),
+            (&format!("{MINIMAL}\n[retry]\nbudget_ratio = 2.0"), "retry.budget_ratio", "between"),
+        ];
+        for (text, key, reason) in cases {
+            let e = error_of(text);
+            assert_eq!(e.file, "test.toml");
+            assert!(e.key.contains(key), "key `{}` should name `{key}` ({e})", e.key);
+            assert!(e.reason.contains(reason), "reason `{}` should say `{reason}`", e.reason);
+        }
+    }
+
+    #[test]
+    fn key_sha256_accepts_a_list() {
+        let text = MINIMAL.replace(
+            "key_sha256 = \"2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae\"",
+            &format!("key_sha256 = [\"{}\", \"{}\"]", sha256_hex("a"), sha256_hex("b")),
+        );
+        let c = Config::parse("t", &text).unwrap();
+        assert_eq!(c.tenants[0].key_hashes.len(), 2);
+    }
+
+    #[test]
+    fn sha256_hex_matches_known_digest() {
+        assert_eq!(
+            sha256_hex("foo"),
+            "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"
+        );
+    }
+}

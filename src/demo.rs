@@ -1,0 +1,181 @@
+//! `zonegate demo`: mock backends in two zones and one gateway node, all on
+//! loopback, each a child process of this binary; Ctrl-C stops them all.
+//! Also holds the child-process helpers the black-box tests use.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::config::sha256_hex;
+
+/// The demo's API key and admin token: fixed, so the README's tour can be
+/// pasted as is. The demo listens on loopback only.
+pub const DEMO_API_KEY: &str = "sk-zonegate-demo";
+pub const DEMO_ADMIN_TOKEN: &str = "zonegate-demo-admin";
+pub const DEMO_MODEL: &str = "qwen25-7b-instruct";
+pub const DEMO_SMALL_MODEL: &str = "qwen25-3b-instruct";
+
+/// A child process of ours that is killed when dropped, and the addresses
+/// it announced on stdout.
+pub struct Spawned {
+    pub child: Child,
+    pub urls: Vec<String>,
+}
+
+/// Starts `cmd` and waits (up to `timeout`) until it has printed `count`
+/// lines containing `listening on http://`; returns those URLs. The rest of
+/// its stdout is drained in the background so it never blocks on a pipe.
+pub async fn spawn_listening(mut cmd: Command, count: usize, timeout: Duration) -> anyhow::Result<Spawned> {
+    cmd.stdout(Stdio::piped()).kill_on_drop(true);
+    let mut child = cmd.spawn().context("cannot start child process")?;
+    let stdout = child.stdout.take().ok_or_else(|| anyhow!("child has no stdout"))?;
+    let mut lines = BufReader::new(stdout).lines();
+    let mut urls = Vec::new();
+    let read = async {
+        while urls.len() < count {
+            match lines.next_line().await? {
+                Some(line) => {
+                    if let Some((_, url)) = line.split_once("listening on ") {
+                        urls.push(url.trim().to_owned());
+                    }
+                }
+                None => bail!("child exited before announcing its address"),
+            }
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            let status = child.wait().await.ok();
+            bail!("{e} (exit status {status:?})");
+        }
+        Err(_) => bail!("child did not announce its address within {timeout:?}"),
+    }
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok(Spawned { child, urls })
+}
+
+fn child_command(exe: &Path) -> Command {
+    let mut cmd = Command::new(exe);
+    if std::env::var_os("RUST_LOG").is_none() {
+        cmd.env("RUST_LOG", "warn");
+    }
+    cmd
+}
+
+pub struct DemoOptions {
+    pub listen: String,
+    pub admin_listen: String,
+}
+
+/// Writes the demo's gateway config for the given mock backend URLs
+/// (name, zone, url).
+pub fn demo_config(opts: &DemoOptions, data_dir: &Path, backends: &[(String, String, String)]) -> String {
+    let mut c = format!(
+        r#"# Written by `zonegate demo`.
+[node]
+id = 1
+zone = "az-a"
+listen = "{listen}"
+admin_listen = "{admin}"
+data_dir = "{data}"
+
+[[tenants]]
+name = "demo"
+key_sha256 = "{key}"
+priority = "P0"
+
+[[admin.tokens]]
+name = "demo-operator"
+sha256 = "{token}"
+role = "operator"
+
+[[models]]
+name = "{model}"
+balance = "p2c"
+fallback = ["{small}"]
+
+[health]
+interval = "1s"
+"#,
+        listen = opts.listen,
+        admin = opts.admin_listen,
+        data = data_dir.display(),
+        key = sha256_hex(DEMO_API_KEY),
+        token = sha256_hex(DEMO_ADMIN_TOKEN),
+        model = DEMO_MODEL,
+        small = DEMO_SMALL_MODEL,
+    );
+    for (name, zone, url) in backends {
+        c.push_str(&format!(
+            "\n[[backends]]\nname = \"{name}\"\nzone = \"{zone}\"\nurl = \"{url}\"\nmodels = [\"{DEMO_MODEL}\", \"{DEMO_SMALL_MODEL}\"]\nmetrics_path = \"/metrics\"\n"
+        ));
+    }
+    c
+}
+
+/// Runs the demo until Ctrl-C.
+pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("cannot find this binary")?;
+    let dir: PathBuf = std::env::temp_dir().join(format!("zonegate-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let result = run_in(&exe, &dir, &opts).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+async fn run_in(exe: &Path, dir: &Path, opts: &DemoOptions) -> anyhow::Result<()> {
+    let mut children = Vec::new();
+    let mut backends = Vec::new();
+    for (name, zone) in [("qwen-a1", "az-a"), ("qwen-a2", "az-a"), ("qwen-b1", "az-b"), ("qwen-b2", "az-b")] {
+        let mut cmd = child_command(exe);
+        cmd.args(["mock-backend", "--listen", "127.0.0.1:0", "--name", name, "--zone", zone]);
+        cmd.args(["--model", DEMO_MODEL, "--model", DEMO_SMALL_MODEL]);
+        let s = spawn_listening(cmd, 1, Duration::from_secs(20)).await?;
+        backends.push((name.to_owned(), zone.to_owned(), s.urls[0].clone()));
+        children.push(s.child);
+    }
+    let config_path = dir.join("gateway.toml");
+    std::fs::write(&config_path, demo_config(opts, &dir.join("data"), &backends))?;
+    let mut cmd = child_command(exe);
+    cmd.arg("serve").arg("--config").arg(&config_path);
+    let gw = spawn_listening(cmd, 2, Duration::from_secs(20)).await?;
+    let (data, admin) = (gw.urls[0].clone(), gw.urls[1].clone());
+    children.push(gw.child);
+
+    println!("zonegate demo: 4 mock backends in zones az-a and az-b, 1 gateway node in az-a");
+    for (name, zone, url) in &backends {
+        println!("  backend {name} ({zone}): {url}  (faults: POST {url}/mock/faults)");
+    }
+    println!("data plane: {data}");
+    println!("admin: {admin}");
+    println!("api key: {DEMO_API_KEY}");
+    println!("admin token: {DEMO_ADMIN_TOKEN}");
+    println!();
+    println!("try:");
+    println!(
+        "  curl -s {data}/v1/chat/completions -H 'Authorization: Bearer {DEMO_API_KEY}' \\\n    \
+         -H 'Content-Type: application/json' \\\n    \
+         -d '{{\"model\":\"{DEMO_MODEL}\",\"max_tokens\":16,\"messages\":[{{\"role\":\"user\",\"content\":\"hello\"}}]}}' -i"
+    );
+    println!("  curl -s {admin}/admin/v1/backends -H 'Authorization: Bearer {DEMO_ADMIN_TOKEN}'");
+    println!("Ctrl-C stops everything.");
+
+    // Stop on Ctrl-C, or as soon as any child dies on its own.
+    let died = futures_util::future::select_all(children.iter_mut().map(|c| Box::pin(c.wait())));
+    let outcome = tokio::select! {
+        () = crate::serve::shutdown_signal() => Ok(()),
+        (status, idx, _) = died => Err(anyhow!("demo process #{idx} exited unexpectedly: {status:?}")),
+    };
+    for mut c in children {
+        let _ = c.start_kill();
+        let _ = c.wait().await;
+    }
+    println!("zonegate demo: stopped");
+    outcome
+}

@@ -1,0 +1,147 @@
+//! The one place errors become HTTP: OpenAI's error JSON
+//! (`{"error":{"message","type","param","code"}}`) with the right status.
+
+use axum::response::{IntoResponse, Response};
+use http::{header, HeaderValue, StatusCode};
+use serde_json::json;
+
+/// Everything the data plane can answer with instead of a backend response.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("missing API key: send `Authorization: Bearer <key>`")]
+    MissingKey,
+    #[error("incorrect API key provided")]
+    WrongKey,
+    #[error("the model `{0}` does not exist")]
+    ModelNotFound(String),
+    #[error("unknown path {0}")]
+    UnknownPath(String),
+    #[error("method {0} is not allowed here")]
+    MethodNotAllowed(String),
+    #[error("request body exceeds the limit of {0} bytes")]
+    PayloadTooLarge(usize),
+    #[error("{0}")]
+    ZoneUnavailable(String),
+    #[error("{message}")]
+    NoBackend { message: String },
+    #[error("{message}")]
+    AllBusy { message: String, retry_after_s: u64 },
+    #[error("{message}")]
+    UpstreamFailed { message: String },
+    #[error("{message}")]
+    UpstreamTimeout { message: String },
+    #[error("{0}")]
+    NotReady(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::MissingKey | ApiError::WrongKey => StatusCode::UNAUTHORIZED,
+            ApiError::ModelNotFound(_) | ApiError::UnknownPath(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::ZoneUnavailable(_) | ApiError::NoBackend { .. } | ApiError::NotReady(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ApiError::AllBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::UpstreamFailed { .. } => StatusCode::BAD_GATEWAY,
+            ApiError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// OpenAI's `type` field.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest(_)
+            | ApiError::ModelNotFound(_)
+            | ApiError::UnknownPath(_)
+            | ApiError::MethodNotAllowed(_)
+            | ApiError::PayloadTooLarge(_) => "invalid_request_error",
+            ApiError::MissingKey | ApiError::WrongKey => "authentication_error",
+            ApiError::AllBusy { .. } => "rate_limit_error",
+            _ => "server_error",
+        }
+    }
+
+    /// OpenAI's `code` field; also the `outcome` label of request metrics.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest(_) => "invalid_request",
+            ApiError::MissingKey => "missing_api_key",
+            ApiError::WrongKey => "invalid_api_key",
+            ApiError::ModelNotFound(_) => "model_not_found",
+            ApiError::UnknownPath(_) => "unknown_url",
+            ApiError::MethodNotAllowed(_) => "method_not_allowed",
+            ApiError::PayloadTooLarge(_) => "payload_too_large",
+            ApiError::ZoneUnavailable(_) => "zone_unavailable",
+            ApiError::NoBackend { .. } => "no_backend_available",
+            ApiError::AllBusy { .. } => "backends_busy",
+            ApiError::UpstreamFailed { .. } => "upstream_error",
+            ApiError::UpstreamTimeout { .. } => "upstream_timeout",
+            ApiError::NotReady(_) => "not_ready",
+            ApiError::Internal(_) => "internal_error",
+        }
+    }
+
+    fn retry_after(&self) -> Option<u64> {
+        match self {
+            ApiError::AllBusy { retry_after_s, .. } => Some((*retry_after_s).max(1)),
+            ApiError::ZoneUnavailable(_) | ApiError::NoBackend { .. } => Some(5),
+            _ => None,
+        }
+    }
+}
+
+/// The OpenAI error object, for bodies and for SSE error events.
+pub fn error_body(message: &str, kind: &str, code: &str) -> serde_json::Value {
+    json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = error_body(&self.to_string(), self.kind(), self.code());
+        let mut resp = (self.status(), axum::Json(body)).into_response();
+        if let Some(s) = self.retry_after() {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    #[tokio::test]
+    async fn renders_openai_error_shape() {
+        let resp = ApiError::ModelNotFound("gpt-9".into()).into_response();
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["error"]["code"], "model_not_found");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert!(v["error"]["message"].as_str().unwrap().contains("gpt-9"));
+    }
+
+    #[test]
+    fn busy_and_unavailable_carry_retry_after() {
+        let resp = ApiError::AllBusy {
+            message: "busy".into(),
+            retry_after_s: 3,
+        }
+        .into_response();
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "3");
+        let resp = ApiError::ZoneUnavailable("z".into()).into_response();
+        assert!(resp.headers().contains_key(header::RETRY_AFTER));
+    }
+}

@@ -1,0 +1,55 @@
+//! The state one node's data plane shares across requests: validated
+//! config, the swappable route table, the latest cluster view, the upstream
+//! pool, the retry budget, metrics and events.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use zonegate_cluster::ClusterView;
+
+use crate::config::Config;
+use crate::events::EventLog;
+use crate::forward::{self, Upstream};
+use crate::retry::RetryBudget;
+use crate::routing::Routes;
+use crate::telemetry::Metrics;
+
+pub struct Gateway {
+    pub cfg: Arc<Config>,
+    /// Swapped whole when routing config changes; read per request.
+    pub routes: ArcSwap<Routes>,
+    /// The control plane's latest view; the data plane never waits on it.
+    pub view: watch::Receiver<Arc<ClusterView>>,
+    pub client: Upstream,
+    pub budget: Mutex<RetryBudget>,
+    pub metrics: Metrics,
+    pub events: Arc<EventLog>,
+}
+
+impl Gateway {
+    pub fn new(cfg: Arc<Config>, view: watch::Receiver<Arc<ClusterView>>, metrics: Metrics) -> Self {
+        let routes = Routes::build(&cfg, None);
+        for b in &routes.backends {
+            metrics
+                .backend_up
+                .with_label_values(&[&b.name, b.zone.as_str()])
+                .set(1);
+        }
+        let budget = RetryBudget::new(
+            cfg.retry.budget_ratio,
+            cfg.retry.budget_window.as_secs().max(1),
+            u64::from(cfg.retry.min_retries_per_window),
+        );
+        Self {
+            client: forward::client(cfg.retry.connect_timeout, 256),
+            routes: ArcSwap::from_pointee(routes),
+            view,
+            budget: Mutex::new(budget),
+            metrics,
+            events: Arc::new(EventLog::default()),
+            cfg,
+        }
+    }
+}

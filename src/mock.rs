@@ -1,0 +1,516 @@
+//! `zonegate mock-backend`: an OpenAI-compatible fake inference server for
+//! demos, tests and benchmarks. Its latency, errors, queue depth, KV-cache
+//! use and hang/reset/stream-cut faults are set at run time through
+//! `POST /mock/faults`. Written on bare hyper so it is never the bottleneck
+//! of a load benchmark.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use futures_util::stream;
+use http::{header, Method, Request, Response, StatusCode};
+use http_body::Frame;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use parking_lot::Mutex;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::json;
+use tokio::net::TcpListener;
+
+type MockBody = BoxBody<Bytes, std::io::Error>;
+
+/// Faults in force; every field is set at run time by `POST /mock/faults`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Faults {
+    /// Delay before the response head, on inference and health endpoints.
+    pub latency_ms: u64,
+    /// Share of inference requests answered with `error_status`.
+    pub error_rate: f64,
+    pub error_status: u16,
+    /// Reported as `vllm:num_requests_waiting`.
+    pub queue_depth: u64,
+    /// Reported as `vllm:gpu_cache_usage_perc` / `vllm:kv_cache_usage_perc` (0–1).
+    pub kv_cache_usage: f64,
+    /// Accept requests and never answer.
+    pub hang: bool,
+    /// Close the connection without answering.
+    pub reset: bool,
+    /// Cut the response body after this many chunks (abort the connection).
+    pub stream_cut_after: Option<u64>,
+    /// `Retry-After` seconds on error responses (for 429s).
+    pub retry_after: Option<u64>,
+    /// Pause between streamed chunks.
+    pub stream_interval_ms: u64,
+    /// `/health` answers 503.
+    pub unhealthy: bool,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Self {
+            latency_ms: 0,
+            error_rate: 0.0,
+            error_status: 500,
+            queue_depth: 0,
+            kv_cache_usage: 0.1,
+            hang: false,
+            reset: false,
+            stream_cut_after: None,
+            retry_after: None,
+            stream_interval_ms: 0,
+            unhealthy: false,
+        }
+    }
+}
+
+/// A partial update: omitted keys keep their value; `null` clears the
+/// optional ones.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct FaultsPatch {
+    latency_ms: Option<u64>,
+    error_rate: Option<f64>,
+    error_status: Option<u16>,
+    queue_depth: Option<u64>,
+    kv_cache_usage: Option<f64>,
+    hang: Option<bool>,
+    reset: Option<bool>,
+    #[serde(default, deserialize_with = "present")]
+    stream_cut_after: Option<Option<u64>>,
+    #[serde(default, deserialize_with = "present")]
+    retry_after: Option<Option<u64>>,
+    stream_interval_ms: Option<u64>,
+    unhealthy: Option<bool>,
+}
+
+/// Tells "key absent" (outer `None`) from "key: null" (`Some(None)`).
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+impl Faults {
+    fn apply(&mut self, p: FaultsPatch) -> Result<(), String> {
+        if let Some(r) = p.error_rate {
+            if !(0.0..=1.0).contains(&r) {
+                return Err("error_rate must be between 0 and 1".into());
+            }
+            self.error_rate = r;
+        }
+        if let Some(k) = p.kv_cache_usage {
+            if !(0.0..=1.0).contains(&k) {
+                return Err("kv_cache_usage must be between 0 and 1".into());
+            }
+            self.kv_cache_usage = k;
+        }
+        if let Some(s) = p.error_status {
+            if StatusCode::from_u16(s).is_err() {
+                return Err("error_status must be an HTTP status code".into());
+            }
+            self.error_status = s;
+        }
+        macro_rules! copy {
+            ($($f:ident),*) => { $( if let Some(v) = p.$f { self.$f = v; } )* };
+        }
+        copy!(latency_ms, queue_depth, hang, reset, stream_cut_after, retry_after, stream_interval_ms, unhealthy);
+        Ok(())
+    }
+}
+
+/// Options of one mock backend.
+#[derive(Debug, Clone)]
+pub struct MockOptions {
+    pub listen: SocketAddr,
+    pub name: String,
+    pub zone: Option<String>,
+    /// Models it serves; empty means it answers for any model name.
+    pub models: Vec<String>,
+}
+
+struct Mock {
+    opts: MockOptions,
+    faults: Mutex<Faults>,
+    requests: AtomicU64,
+    health_checks: AtomicU64,
+    in_flight: AtomicU64,
+    seq: AtomicU64,
+}
+
+/// A running mock backend.
+pub struct MockHandle {
+    pub addr: SocketAddr,
+    mock: Arc<Mock>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl MockHandle {
+    /// Replaces the faults in force (in-process tests and benches).
+    pub fn set_faults(&self, faults: Faults) {
+        *self.mock.faults.lock() = faults;
+    }
+
+    /// Inference requests received so far.
+    pub fn requests(&self) -> u64 {
+        self.mock.requests.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for MockHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Binds and serves in the background.
+pub async fn start(opts: MockOptions) -> std::io::Result<MockHandle> {
+    let listener = TcpListener::bind(opts.listen).await?;
+    let addr = listener.local_addr()?;
+    let mock = Arc::new(Mock {
+        opts,
+        faults: Mutex::new(Faults::default()),
+        requests: AtomicU64::new(0),
+        health_checks: AtomicU64::new(0),
+        in_flight: AtomicU64::new(0),
+        seq: AtomicU64::new(0),
+    });
+    let task = tokio::spawn(accept_loop(listener, Arc::clone(&mock)));
+    Ok(MockHandle { addr, mock, task })
+}
+
+/// Runs a mock backend until Ctrl-C or SIGTERM, printing its address.
+pub async fn run(opts: MockOptions) -> anyhow::Result<()> {
+    let listen = opts.listen;
+    let handle = start(opts)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
+    println!("mock-backend listening on http://{}", handle.addr);
+    crate::serve::shutdown_signal().await;
+    Ok(())
+}
+
+async fn accept_loop(listener: TcpListener, mock: Arc<Mock>) {
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("mock accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let mock = Arc::clone(&mock);
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| {
+                let mock = Arc::clone(&mock);
+                async move { mock.handle(req).await }
+            });
+            // Errors here are the faults we inject (reset, cut) or clients
+            // going away; neither is news.
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<MockBody> {
+    let mut resp = Response::new(Full::new(body.into()).map_err(|e: Infallible| match e {}).boxed());
+    *resp.status_mut() = status;
+    if let Ok(v) = header::HeaderValue::from_str(content_type) {
+        resp.headers_mut().insert(header::CONTENT_TYPE, v);
+    }
+    resp
+}
+
+fn json_resp(status: StatusCode, v: &serde_json::Value) -> Response<MockBody> {
+    full(status, "application/json", v.to_string())
+}
+
+fn openai_error(status: StatusCode, message: &str, code: &str) -> Response<MockBody> {
+    json_resp(status, &crate::error::error_body(message, "invalid_request_error", code))
+}
+
+#[derive(Deserialize)]
+struct InferenceHead {
+    model: Option<String>,
+    stream: Option<bool>,
+    max_tokens: Option<u64>,
+    max_completion_tokens: Option<u64>,
+    input: Option<serde_json::Value>,
+}
+
+/// Counts a request in flight for `vllm:num_requests_running`.
+struct Running<'a>(&'a AtomicU64);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Mock {
+    async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<MockBody>, std::io::Error> {
+        let path = req.uri().path().to_owned();
+        let method = req.method().clone();
+        match (&method, path.as_str()) {
+            (&Method::GET, "/mock/faults") => return Ok(json_resp(StatusCode::OK, &json!(*self.faults.lock()))),
+            (&Method::POST, "/mock/faults") => return Ok(self.patch_faults(req).await),
+            (&Method::GET, "/mock/stats") => return Ok(self.stats()),
+            (&Method::GET, "/metrics") => return Ok(self.metrics()),
+            _ => {}
+        }
+        let faults = self.faults.lock().clone();
+        let inference = method == Method::POST && path.starts_with("/v1/");
+        if inference {
+            self.requests.fetch_add(1, Ordering::Relaxed);
+        }
+        if faults.reset && (inference || path == "/health") {
+            return Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "mock reset fault"));
+        }
+        if faults.hang && (inference || path == "/health") {
+            std::future::pending::<()>().await;
+        }
+        if faults.latency_ms > 0 && (inference || path == "/health") {
+            tokio::time::sleep(Duration::from_millis(faults.latency_ms)).await;
+        }
+        match (&method, path.as_str()) {
+            (&Method::GET, "/health") => {
+                self.health_checks.fetch_add(1, Ordering::Relaxed);
+                Ok(if faults.unhealthy {
+                    full(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "unhealthy\n")
+                } else {
+                    full(StatusCode::OK, "text/plain", "ok\n")
+                })
+            }
+            (&Method::GET, "/v1/models") => Ok(self.models()),
+            (&Method::POST, "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings") => {
+                self.in_flight.fetch_add(1, Ordering::Relaxed);
+                let _running = Running(&self.in_flight);
+                Ok(self.infer(req, &path, &faults).await)
+            }
+            _ => Ok(openai_error(StatusCode::NOT_FOUND, &format!("unknown path {path}"), "unknown_url")),
+        }
+    }
+
+    async fn patch_faults(&self, req: Request<Incoming>) -> Response<MockBody> {
+        let body = match req.into_body().collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(e) => return openai_error(StatusCode::BAD_REQUEST, &e.to_string(), "invalid_request"),
+        };
+        let patch: FaultsPatch = match serde_json::from_slice(&body) {
+            Ok(p) => p,
+            Err(e) => return openai_error(StatusCode::BAD_REQUEST, &format!("invalid faults: {e}"), "invalid_request"),
+        };
+        let mut faults = self.faults.lock();
+        match faults.apply(patch) {
+            Ok(()) => json_resp(StatusCode::OK, &json!(*faults)),
+            Err(e) => openai_error(StatusCode::BAD_REQUEST, &e, "invalid_request"),
+        }
+    }
+
+    fn stats(&self) -> Response<MockBody> {
+        json_resp(
+            StatusCode::OK,
+            &json!({
+                "name": self.opts.name,
+                "zone": self.opts.zone,
+                "requests": self.requests.load(Ordering::Relaxed),
+                "health_checks": self.health_checks.load(Ordering::Relaxed),
+                "in_flight": self.in_flight.load(Ordering::Relaxed),
+            }),
+        )
+    }
+
+    fn models(&self) -> Response<MockBody> {
+        let data: Vec<_> = self
+            .opts
+            .models
+            .iter()
+            .map(|m| json!({"id": m, "object": "model", "created": 0, "owned_by": "mock"}))
+            .collect();
+        json_resp(StatusCode::OK, &json!({"object": "list", "data": data}))
+    }
+
+    fn metrics(&self) -> Response<MockBody> {
+        let f = self.faults.lock().clone();
+        let running = self.in_flight.load(Ordering::Relaxed);
+        let model = self.opts.models.first().map_or("mock", String::as_str);
+        let mut text = String::new();
+        for (name, value) in [
+            ("vllm:num_requests_running", running as f64),
+            ("vllm:num_requests_waiting", f.queue_depth as f64),
+            ("vllm:gpu_cache_usage_perc", f.kv_cache_usage),
+            ("vllm:kv_cache_usage_perc", f.kv_cache_usage),
+        ] {
+            text.push_str(&format!("# TYPE {name} gauge\n{name}{{model_name=\"{model}\"}} {value}\n"));
+        }
+        full(StatusCode::OK, "text/plain; version=0.0.4", text)
+    }
+
+    async fn infer(&self, req: Request<Incoming>, path: &str, faults: &Faults) -> Response<MockBody> {
+        let body = match req.into_body().collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(e) => return openai_error(StatusCode::BAD_REQUEST, &e.to_string(), "invalid_request"),
+        };
+        let head: InferenceHead = match serde_json::from_slice(&body) {
+            Ok(h) => h,
+            Err(e) => return openai_error(StatusCode::BAD_REQUEST, &format!("invalid JSON: {e}"), "invalid_request"),
+        };
+        let model = head.model.clone().unwrap_or_default();
+        if !self.opts.models.is_empty() && !self.opts.models.contains(&model) {
+            return openai_error(
+                StatusCode::NOT_FOUND,
+                &format!("The model `{model}` does not exist."),
+                "model_not_found",
+            );
+        }
+        if faults.error_rate > 0.0 && fastrand::f64() < faults.error_rate {
+            let status = StatusCode::from_u16(faults.error_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut resp = openai_error(status, "mock fault: injected error", "mock_error");
+            if let Some(s) = faults.retry_after {
+                resp.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(s));
+            }
+            return resp;
+        }
+        let n = self.seq.fetch_add(1, Ordering::Relaxed);
+        let created = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if path == "/v1/embeddings" {
+            return self.embeddings(&head, &model);
+        }
+        let chat = path == "/v1/chat/completions";
+        let tokens = head.max_completion_tokens.or(head.max_tokens).unwrap_or(8).clamp(1, 64);
+        if head.stream.unwrap_or(false) {
+            return self.stream(chat, &model, n, created, tokens, faults);
+        }
+        let text: String = (0..tokens).map(|i| format!("tok{i} ")).collect();
+        let choice = if chat {
+            json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"})
+        } else {
+            json!({"index": 0, "text": text, "finish_reason": "stop"})
+        };
+        let body = json!({
+            "id": format!("{}-mock-{n}", if chat { "chatcmpl" } else { "cmpl" }),
+            "object": if chat { "chat.completion" } else { "text_completion" },
+            "created": created,
+            "model": model,
+            "system_fingerprint": self.opts.name,
+            "choices": [choice],
+            "usage": {"prompt_tokens": 8, "completion_tokens": tokens, "total_tokens": 8 + tokens},
+        })
+        .to_string();
+        match faults.stream_cut_after {
+            // A body cut half-way: the connection aborts before it is complete.
+            Some(_) => {
+                let bytes = Bytes::from(body);
+                let half = bytes.slice(..bytes.len() / 2);
+                let frames = stream::iter(vec![
+                    Ok(Frame::data(half)),
+                    Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "mock cut")),
+                ]);
+                let mut resp = Response::new(BodyExt::boxed(StreamBody::new(frames)));
+                resp.headers_mut()
+                    .insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+                resp
+            }
+            None => full(StatusCode::OK, "application/json", body),
+        }
+    }
+
+    fn embeddings(&self, head: &InferenceHead, model: &str) -> Response<MockBody> {
+        let inputs: Vec<String> = match &head.input {
+            Some(serde_json::Value::String(s)) => vec![s.clone()],
+            Some(serde_json::Value::Array(a)) => a.iter().map(|v| v.to_string()).collect(),
+            _ => return openai_error(StatusCode::BAD_REQUEST, "`input` must be a string or an array", "invalid_request"),
+        };
+        let data: Vec<_> = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let h = crate::balance::hash_key(s.as_bytes());
+                let v: Vec<f64> = (0..8).map(|k| ((h >> (k * 8)) & 0xff) as f64 / 255.0).collect();
+                json!({"object": "embedding", "index": i, "embedding": v})
+            })
+            .collect();
+        json_resp(
+            StatusCode::OK,
+            &json!({"object": "list", "data": data, "model": model, "usage": {"prompt_tokens": 8, "total_tokens": 8}}),
+        )
+    }
+
+    fn stream(&self, chat: bool, model: &str, n: u64, created: u64, tokens: u64, faults: &Faults) -> Response<MockBody> {
+        let id = format!("{}-mock-{n}", if chat { "chatcmpl" } else { "cmpl" });
+        let object = if chat { "chat.completion.chunk" } else { "text_completion" };
+        let mut events: Vec<String> = (0..tokens)
+            .map(|i| {
+                let last = i + 1 == tokens;
+                let finish = if last { json!("stop") } else { json!(null) };
+                let choice = if chat {
+                    json!({"index": 0, "delta": {"content": format!("tok{i} ")}, "finish_reason": finish})
+                } else {
+                    json!({"index": 0, "text": format!("tok{i} "), "finish_reason": finish})
+                };
+                let chunk = json!({"id": id, "object": object, "created": created, "model": model, "choices": [choice]});
+                format!("data: {chunk}\n\n")
+            })
+            .collect();
+        events.push("data: [DONE]\n\n".to_owned());
+        let interval = Duration::from_millis(faults.stream_interval_ms);
+        let cut = faults.stream_cut_after;
+        let frames = stream::unfold((events.into_iter(), 0u64), move |(mut it, sent)| async move {
+            if cut.is_some_and(|c| sent >= c) {
+                let err = std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "mock stream cut");
+                // One error ends the body; hyper aborts the connection.
+                return Some((Err(err), (Vec::new().into_iter(), u64::MAX)));
+            }
+            if sent == u64::MAX {
+                return None;
+            }
+            let event = it.next()?;
+            if sent > 0 && !interval.is_zero() {
+                tokio::time::sleep(interval).await;
+            }
+            Some((Ok(Frame::data(Bytes::from(event))), (it, sent + 1)))
+        });
+        let mut resp = Response::new(BodyExt::boxed(StreamBody::new(frames)));
+        let h = resp.headers_mut();
+        h.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/event-stream"));
+        h.insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-cache"));
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_patch_keeps_omitted_keys_and_clears_on_null() {
+        let mut f = Faults::default();
+        let p: FaultsPatch = serde_json::from_str(r#"{"latency_ms": 5, "stream_cut_after": 3}"#).unwrap();
+        f.apply(p).unwrap();
+        assert_eq!((f.latency_ms, f.stream_cut_after), (5, Some(3)));
+        let p: FaultsPatch = serde_json::from_str(r#"{"error_rate": 0.5}"#).unwrap();
+        f.apply(p).unwrap();
+        assert_eq!((f.latency_ms, f.error_rate, f.stream_cut_after), (5, 0.5, Some(3)));
+        let p: FaultsPatch = serde_json::from_str(r#"{"stream_cut_after": null}"#).unwrap();
+        f.apply(p).unwrap();
+        assert_eq!(f.stream_cut_after, None);
+    }
+
+    #[test]
+    fn fault_patch_rejects_nonsense() {
+        assert!(serde_json::from_str::<FaultsPatch>(r#"{"latency": 5}"#).is_err());
+        let mut f = Faults::default();
+        let p: FaultsPatch = serde_json::from_str(r#"{"error_rate": 2}"#).unwrap();
+        assert!(f.apply(p).is_err());
+    }
+}

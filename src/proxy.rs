@@ -1,0 +1,399 @@
+//! The data plane's request path, stage by stage:
+//! authenticate → read body → resolve model → plan zones → pick backend →
+//! forward (retry on another) → respond with routing headers.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use bytes::Bytes;
+use http::{HeaderMap, Method, Uri};
+use http_body_util::{BodyExt, Limited};
+use serde_json::json;
+use zonegate_cluster::ZoneId;
+
+use crate::auth;
+use crate::backend::{now_ms, Backend};
+use crate::config::Tenant;
+use crate::error::ApiError;
+use crate::forward::{self, AttemptError, ProxyBody, StreamEnd};
+use crate::gateway::Gateway;
+use crate::request::{classify, RequestClass, RequestMeta};
+use crate::routing::plan_zones;
+
+/// The data-plane router: OpenAI endpoints, liveness and readiness; any
+/// other path is an OpenAI-shaped 404.
+pub fn router(gw: Arc<Gateway>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(handle))
+        .route("/v1/completions", post(handle))
+        .route("/v1/embeddings", post(handle))
+        .route("/v1/models", get(models))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .method_not_allowed_fallback(|m: Method| async move { ApiError::MethodNotAllowed(m.to_string()) })
+        .fallback(|uri: Uri| async move { ApiError::UnknownPath(uri.path().to_owned()) })
+        .with_state(gw)
+}
+
+async fn models(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    if let Err(e) = authenticate(&gw, &headers) {
+        return e.into_response();
+    }
+    let routes = gw.routes.load();
+    let data: Vec<_> = routes
+        .model_names()
+        .into_iter()
+        .map(|m| json!({"id": m, "object": "model", "created": 0, "owned_by": "zonegate"}))
+        .collect();
+    Json(json!({"object": "list", "data": data})).into_response()
+}
+
+/// Ready when at least one backend can take a request.
+async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
+    let now = now_ms();
+    if gw.routes.load().backends.iter().any(|b| b.is_usable(now)) {
+        "ready\n".into_response()
+    } else {
+        ApiError::NotReady("no backend is available".into()).into_response()
+    }
+}
+
+fn authenticate<'a>(gw: &'a Gateway, headers: &HeaderMap) -> Result<&'a Tenant, ApiError> {
+    let key = auth::bearer(headers).ok_or(ApiError::MissingKey)?;
+    auth::tenant(key, &gw.cfg.tenants).ok_or(ApiError::WrongKey)
+}
+
+async fn handle(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
+    let started = Instant::now();
+    let tenant_name = authenticate(&gw, req.headers()).map(|t| t.name.clone()).ok();
+    match serve(&gw, req, started).await {
+        Ok(resp) => resp,
+        Err((model, e)) => {
+            let tenant = tenant_name.as_deref().unwrap_or("-");
+            gw.metrics
+                .requests
+                .with_label_values(&[tenant, model.as_deref().unwrap_or("-"), e.code()])
+                .inc();
+            tracing::info!(
+                target: "zonegate::access",
+                tenant,
+                model = model.as_deref().unwrap_or("-"),
+                status = e.status().as_u16(),
+                outcome = e.code(),
+                ms = started.elapsed().as_millis() as u64,
+                "{e}"
+            );
+            e.into_response()
+        }
+    }
+}
+
+type Failed = (Option<String>, ApiError);
+
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(ApiError::PayloadTooLarge(limit)),
+        Err(e) => Err(ApiError::BadRequest(format!("could not read the request body: {e}"))),
+    }
+}
+
+/// What one request's attempts have seen so far.
+#[derive(Default)]
+struct Attempts {
+    /// Identities (addresses) of the backends already tried.
+    tried: Vec<usize>,
+    count: u32,
+    failures: Vec<(String, AttemptError)>,
+    budget_exhausted: bool,
+}
+
+async fn serve(gw: &Gateway, req: Request, started: Instant) -> Result<Response, Failed> {
+    let (parts, body) = req.into_parts();
+    let tenant = authenticate(gw, &parts.headers).map_err(|e| (None, e))?;
+    let body = read_body(body, gw.cfg.node.max_body_bytes)
+        .await
+        .map_err(|e| (None, e))?;
+    let meta = RequestMeta::parse(&body).map_err(|e| (None, e))?;
+    let routes = gw.routes.load();
+    let primary = routes
+        .model(&meta.model)
+        .ok_or_else(|| (Some(meta.model.clone()), ApiError::ModelNotFound(meta.model.clone())))?;
+    let view = gw.view.borrow().clone();
+    let embeddings = parts.uri.path() == "/v1/embeddings";
+    let class = classify(&meta, body.len(), embeddings, &gw.cfg.affinity);
+    let session = session_key(&parts.headers, &meta).map(|s| crate::balance::hash_key(s.as_bytes()));
+    let request_id = parts
+        .headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    gw.budget.lock().record_request(now_ms() / 1000);
+
+    let chain = std::iter::once(primary).chain(
+        primary
+            .cfg
+            .fallback
+            .iter()
+            .filter_map(|name| routes.model(name)),
+    );
+    let mut attempts = Attempts::default();
+    let mut withheld_zones = false;
+    let mut rng = fastrand::Rng::new();
+    for (chain_pos, model) in chain.enumerate() {
+        let zones: Vec<ZoneId> = model.pools.iter().map(|p| p.zone.clone()).collect();
+        let plan = plan_zones(&gw.cfg.node.zone, &view, &zones, class, gw.cfg.affinity.cross_zone_fallback);
+        let mut model_attempts = 0;
+        let zone_order = std::iter::once(&plan.effective).chain(&plan.fallbacks);
+        for (zone_pos, zone) in zone_order.enumerate() {
+            let Some(pool) = model.pool(zone) else { continue };
+            while model_attempts < gw.cfg.retry.max_attempts {
+                let now = now_ms();
+                let Some((backend, reason)) = pool.pick(model.cfg.balance, session, now, &attempts.tried, &mut rng)
+                else {
+                    break;
+                };
+                if attempts.count > 0 {
+                    if !gw.budget.lock().try_retry(now / 1000) {
+                        gw.metrics.retry_budget_exhausted.with_label_values(&[&model.cfg.name]).inc();
+                        attempts.budget_exhausted = true;
+                        return Err((Some(meta.model.clone()), final_error(&meta.model, &attempts, false)));
+                    }
+                    gw.metrics.retries.with_label_values(&[&model.cfg.name]).inc();
+                }
+                attempts.tried.push(Arc::as_ptr(&backend) as usize);
+                attempts.count += 1;
+                model_attempts += 1;
+                let guards = (backend.start_request(&gw.metrics), pool.enter());
+                let uri = upstream_uri(&backend, &parts.uri);
+                let mut headers = forward::upstream_headers(&parts.headers);
+                forward::set_header(&mut headers, "x-request-id", &request_id);
+                let payload = rewrite_model(&body, &backend, &model.cfg.name);
+                let result =
+                    forward::attempt(&gw.client, uri, headers, payload, model.cfg.first_byte_timeout).await;
+                match result {
+                    Ok(committed) => {
+                        backend.record_success(committed.first_byte);
+                        gw.metrics
+                            .first_byte
+                            .with_label_values(&[&model.cfg.name, &backend.name])
+                            .observe(committed.first_byte.as_secs_f64());
+                        gw.metrics
+                            .forward_attempts
+                            .with_label_values(&[&model.cfg.name, &backend.name, backend.zone.as_str(), "ok"])
+                            .inc();
+                        let mut route = vec![reason.as_str().to_owned()];
+                        if zone_pos > 0 {
+                            route.push("fallback:cross-zone".into());
+                            gw.metrics.fallbacks.with_label_values(&["cross_zone", class.as_str()]).inc();
+                        }
+                        if chain_pos > 0 {
+                            route.push("fallback-model".into());
+                            gw.metrics.fallbacks.with_label_values(&["model", class.as_str()]).inc();
+                        }
+                        if attempts.count > 1 {
+                            route.push(format!("retry:{}", attempts.count - 1));
+                        }
+                        let ctx = Served {
+                            tenant: tenant.name.clone(),
+                            model: model.cfg.name.clone(),
+                            backend: Arc::clone(&backend),
+                            route: route.join(", "),
+                            decision_version: view.decision_version,
+                            request_id: request_id.clone(),
+                            total_timeout: model.cfg.total_timeout,
+                            class,
+                        };
+                        return Ok(respond(gw, committed, ctx, started, guards));
+                    }
+                    Err(e) => {
+                        gw.metrics
+                            .forward_attempts
+                            .with_label_values(&[&model.cfg.name, &backend.name, backend.zone.as_str(), e.outcome()])
+                            .inc();
+                        note_failure(gw, &backend, &e, now);
+                        tracing::debug!(backend = %backend.name, error = %e, "attempt failed");
+                        attempts.failures.push((backend.name.clone(), e));
+                    }
+                }
+            }
+        }
+        withheld_zones |= plan
+            .withheld
+            .iter()
+            .any(|z| model.pool(z).is_some_and(|p| p.has_usable(now_ms())));
+    }
+    let zone_blocked = withheld_zones && class == RequestClass::Long;
+    Err((Some(meta.model.clone()), final_error(&meta.model, &attempts, zone_blocked)))
+}
+
+/// Passive signals from a failed attempt: a 429 cools the backend down;
+/// anything else counts toward ejecting it.
+fn note_failure(gw: &Gateway, backend: &Backend, e: &AttemptError, now: u64) {
+    match e {
+        AttemptError::Busy(wait) => backend.cool_down(now, wait.unwrap_or(gw.cfg.retry.default_cooldown)),
+        e if e.counts_against_health() => {
+            if let Some(t) = backend.record_failure(&gw.cfg.health) {
+                gw.events.backend(&gw.metrics, backend, t, &e.to_string());
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The error for a request that no backend answered.
+fn final_error(model: &str, a: &Attempts, zone_blocked: bool) -> ApiError {
+    let tried = a.count;
+    if tried == 0 {
+        if zone_blocked {
+            return ApiError::ZoneUnavailable(format!(
+                "no backend for `{model}` is available in this zone, and long requests do not cross zones; \
+                 retry later or cap max_tokens to make the request short"
+            ));
+        }
+        return ApiError::NoBackend {
+            message: format!("no healthy backend for model `{model}` (0 tried)"),
+        };
+    }
+    let budget = if a.budget_exhausted { "; retry budget exhausted" } else { "" };
+    let last = a
+        .failures
+        .last()
+        .map(|(b, e)| format!("; last: {b}: {e}"))
+        .unwrap_or_default();
+    let message = format!("all {tried} tried backend(s) failed for model `{model}`{budget}{last}");
+    if a.failures.iter().all(|(_, e)| matches!(e, AttemptError::Busy(_))) {
+        let wait = a
+            .failures
+            .iter()
+            .filter_map(|(_, e)| match e {
+                AttemptError::Busy(w) => *w,
+                _ => None,
+            })
+            .min()
+            .unwrap_or(Duration::from_secs(1));
+        return ApiError::AllBusy {
+            message,
+            retry_after_s: wait.as_secs().max(1),
+        };
+    }
+    if a.failures.iter().all(|(_, e)| matches!(e, AttemptError::FirstByteTimeout(_))) {
+        return ApiError::UpstreamTimeout { message };
+    }
+    ApiError::UpstreamFailed { message }
+}
+
+/// Session key: the `x-session-id` header, else the body's `user`.
+fn session_key<'a>(headers: &'a HeaderMap, meta: &'a RequestMeta) -> Option<&'a str> {
+    headers
+        .get("x-session-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|s| !s.is_empty())
+        .or(meta.user.as_deref().filter(|s| !s.is_empty()))
+}
+
+fn upstream_uri(backend: &Backend, client_uri: &Uri) -> Uri {
+    let mut parts = http::uri::Parts::default();
+    parts.scheme = Some(backend.scheme.clone());
+    parts.authority = Some(backend.authority.clone());
+    parts.path_and_query = client_uri.path_and_query().cloned();
+    // Scheme, authority and path each came from a valid URI.
+    Uri::from_parts(parts).unwrap_or_else(|_| client_uri.clone())
+}
+
+/// The body for this backend: untouched, unless its own name for the model
+/// differs from the logical one.
+fn rewrite_model(body: &Bytes, backend: &Backend, logical: &str) -> Bytes {
+    let Some(physical) = backend.physical_model(logical) else {
+        return body.clone();
+    };
+    match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(body) {
+        Ok(mut obj) => {
+            obj.insert("model".into(), physical.into());
+            serde_json::to_vec(&obj).map(Bytes::from).unwrap_or_else(|_| body.clone())
+        }
+        Err(_) => body.clone(),
+    }
+}
+
+/// Who served a request and how; becomes headers, metrics and the access line.
+struct Served {
+    tenant: String,
+    model: String,
+    backend: Arc<Backend>,
+    route: String,
+    decision_version: u64,
+    request_id: String,
+    total_timeout: Duration,
+    class: RequestClass,
+}
+
+fn respond(
+    gw: &Gateway,
+    committed: forward::Committed,
+    ctx: Served,
+    started: Instant,
+    guards: (crate::backend::InFlight, crate::routing::PoolGuard),
+) -> Response {
+    let status = committed.status;
+    let mut committed = committed;
+    let sse = forward::is_sse(&committed.headers);
+    let mut headers = forward::downstream_headers(std::mem::take(&mut committed.headers));
+    forward::set_header(&mut headers, "x-zonegate-backend", &ctx.backend.name);
+    forward::set_header(&mut headers, "x-zonegate-zone", ctx.backend.zone.as_str());
+    forward::set_header(&mut headers, "x-zonegate-decision-version", &ctx.decision_version.to_string());
+    forward::set_header(&mut headers, "x-zonegate-route", &ctx.route);
+    forward::set_header(&mut headers, "x-zonegate-model", &ctx.model);
+    forward::set_header(&mut headers, "x-request-id", &ctx.request_id);
+    let deadline = tokio::time::Instant::from_std(started + ctx.total_timeout);
+    let metrics = gw.metrics.clone();
+    let health = gw.cfg.health.clone();
+    let events = Arc::clone(&gw.events);
+    let outcome_ok = if status.is_success() { "ok" } else { "client_error" };
+    let body = ProxyBody::new(committed, sse, deadline, move |end| {
+        let _guards = guards;
+        let outcome = match &end {
+            StreamEnd::Complete => outcome_ok,
+            StreamEnd::ClientGone => "client_gone",
+            StreamEnd::Aborted(reason) => {
+                metrics
+                    .stream_aborts
+                    .with_label_values(&[ctx.model.as_str(), ctx.backend.name.as_str(), reason])
+                    .inc();
+                if let Some(t) = ctx.backend.record_failure(&health) {
+                    events.backend(&metrics, &ctx.backend, t, reason);
+                }
+                "stream_aborted"
+            }
+        };
+        metrics.requests.with_label_values(&[&ctx.tenant, &ctx.model, outcome]).inc();
+        metrics
+            .request_duration
+            .with_label_values(&[&ctx.model])
+            .observe(started.elapsed().as_secs_f64());
+        tracing::info!(
+            target: "zonegate::access",
+            request_id = %ctx.request_id,
+            tenant = %ctx.tenant,
+            model = %ctx.model,
+            backend = %ctx.backend.name,
+            zone = %ctx.backend.zone,
+            route = %ctx.route,
+            class = ctx.class.as_str(),
+            status = status.as_u16(),
+            outcome,
+            ms = started.elapsed().as_millis() as u64,
+            "request"
+        );
+    });
+    let mut resp = Response::new(Body::new(body));
+    *resp.status_mut() = status;
+    *resp.headers_mut() = headers;
+    resp
+}

@@ -1,0 +1,152 @@
+//! What routing needs from a request, read without touching the rest of the
+//! body: model, stream flag, output-token cap, user, and the request class.
+
+use serde::Deserialize;
+
+use crate::config::AffinityConfig;
+use crate::error::ApiError;
+
+/// The routing-relevant fields of an OpenAI request body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestMeta {
+    pub model: String,
+    pub stream: bool,
+    /// `max_completion_tokens`, else `max_tokens`.
+    pub max_tokens: Option<u64>,
+    pub user: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Head {
+    model: Option<String>,
+    stream: Option<bool>,
+    max_tokens: Option<u64>,
+    max_completion_tokens: Option<u64>,
+    user: Option<String>,
+    // Unknown fields are skipped by serde (still validated as JSON).
+}
+
+impl RequestMeta {
+    /// Parses the fields routing needs; a body that is not a JSON object, or
+    /// whose known fields have the wrong type, is a 400.
+    pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
+        let first = body.iter().find(|b| !b.is_ascii_whitespace());
+        if first != Some(&b'{') {
+            return Err(ApiError::BadRequest(
+                "the request body must be a JSON object".into(),
+            ));
+        }
+        let head: Head = serde_json::from_slice(body)
+            .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))?;
+        let model = head
+            .model
+            .filter(|m| !m.is_empty())
+            .ok_or_else(|| ApiError::BadRequest("you must provide a `model` parameter".into()))?;
+        Ok(Self {
+            model,
+            stream: head.stream.unwrap_or(false),
+            max_tokens: head.max_completion_tokens.or(head.max_tokens),
+            user: head.user,
+        })
+    }
+}
+
+/// Whether a request may cross zones when its own cannot serve it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestClass {
+    Short,
+    Long,
+}
+
+impl RequestClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestClass::Short => "short",
+            RequestClass::Long => "long",
+        }
+    }
+}
+
+/// A request is short when it caps its output at `short_max_tokens` and its
+/// prompt (approximated by the body size) is under `short_max_prompt_bytes`.
+/// No cap means long: an uncapped generation may run for minutes.
+/// Embeddings generate nothing, so only their input size counts.
+pub fn classify(meta: &RequestMeta, body_len: usize, embeddings: bool, cfg: &AffinityConfig) -> RequestClass {
+    let small_prompt = (body_len as u64) < cfg.short_max_prompt_bytes;
+    let small_output = embeddings || meta.max_tokens.is_some_and(|t| t <= cfg.short_max_tokens);
+    if small_prompt && small_output {
+        RequestClass::Short
+    } else {
+        RequestClass::Long
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::CrossZone;
+
+    fn meta(body: &str) -> Result<RequestMeta, ApiError> {
+        RequestMeta::parse(body.as_bytes())
+    }
+
+    #[test]
+    fn parses_routing_fields_and_ignores_the_rest() {
+        let m = meta(r#"{"model":"m","stream":true,"max_tokens":5,"user":"u","messages":[{"role":"user","content":"hi"}],"temperature":0.2}"#).unwrap();
+        assert_eq!(
+            m,
+            RequestMeta {
+                model: "m".into(),
+                stream: true,
+                max_tokens: Some(5),
+                user: Some("u".into())
+            }
+        );
+        let m = meta(r#"{"model":"m","max_tokens":5,"max_completion_tokens":9}"#).unwrap();
+        assert_eq!(m.max_tokens, Some(9), "max_completion_tokens wins");
+    }
+
+    #[test]
+    fn rejects_bad_bodies_with_400() {
+        for body in [
+            "",
+            "not json",
+            "[\"m\"]",
+            "{\"model\":",
+            "{\"messages\":[]}",
+            "{\"model\":\"\"}",
+            "{\"model\":7}",
+            "{\"model\":\"m\",\"stream\":\"yes\"}",
+            "{\"model\":\"m\",\"max_tokens\":-1}",
+        ] {
+            let e = meta(body).expect_err(body);
+            assert!(matches!(e, ApiError::BadRequest(_)), "{body}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn classifies_short_and_long() {
+        let cfg = AffinityConfig {
+            cross_zone_fallback: CrossZone::Short,
+            short_max_tokens: 512,
+            short_max_prompt_bytes: 16 * 1024,
+        };
+        let m = |t: Option<u64>| RequestMeta {
+            model: "m".into(),
+            stream: false,
+            max_tokens: t,
+            user: None,
+        };
+        let cases = [
+            (Some(512), 100, false, RequestClass::Short),
+            (Some(513), 100, false, RequestClass::Long),
+            (None, 100, false, RequestClass::Long),
+            (Some(10), 16 * 1024, false, RequestClass::Long),
+            (None, 100, true, RequestClass::Short),
+            (None, 20_000, true, RequestClass::Long),
+        ];
+        for (tokens, len, emb, want) in cases {
+            assert_eq!(classify(&m(tokens), len, emb, &cfg), want, "{tokens:?} {len} {emb}");
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! `zonegate serve`: binds the data-plane and admin listeners, starts the
+//! health probes, and runs until Ctrl-C or SIGTERM.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use axum::serve::ListenerExt;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use zonegate_cluster::ClusterView;
+
+use crate::config::Config;
+use crate::gateway::Gateway;
+use crate::telemetry::Metrics;
+use crate::{admin, health, proxy};
+
+/// A node that is serving; dropping it or calling [`RunningNode::shutdown`]
+/// stops its listeners and probes.
+pub struct RunningNode {
+    pub data_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub gateway: Arc<Gateway>,
+    stop: watch::Sender<bool>,
+    tasks: JoinSet<()>,
+}
+
+impl RunningNode {
+    /// Stops accepting, lets in-flight requests finish, and returns.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} ({what})"))
+}
+
+/// Binds and starts everything a node runs; returns once it is serving.
+pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
+    let cfg = Arc::new(cfg);
+    if cfg.node.raft_listen.is_some() {
+        tracing::warn!("node.raft_listen is set, but this build has no control plane yet: running standalone");
+    }
+    let data = bind(cfg.node.listen, "node.listen").await?;
+    let admin_l = bind(cfg.node.admin_listen, "node.admin_listen").await?;
+    let (data_addr, admin_addr) = (data.local_addr()?, admin_l.local_addr()?);
+
+    let zones = cfg.backends.iter().map(|b| &b.zone).chain([&cfg.node.zone]);
+    let (_view_tx, view_rx) = watch::channel(Arc::new(ClusterView::initial(zones)));
+    let gateway = Arc::new(Gateway::new(Arc::clone(&cfg), view_rx, Metrics::new()));
+
+    let (stop, _) = watch::channel(false);
+    let mut tasks = JoinSet::new();
+    let data_app = proxy::router(Arc::clone(&gateway));
+    let admin_app = admin::router(Arc::clone(&gateway));
+    for (listener, app) in [(data, data_app), (admin_l, admin_app)] {
+        let mut stopped = stop.subscribe();
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        tasks.spawn(async move {
+            let shutdown = async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            };
+            if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
+                tracing::error!("listener failed: {e}");
+            }
+        });
+    }
+    let mut probes = health::spawn_probes(&gateway);
+    let mut stopped = stop.subscribe();
+    tasks.spawn(async move {
+        let _ = stopped.wait_for(|s| *s).await;
+        probes.shutdown().await;
+    });
+    Ok(RunningNode {
+        data_addr,
+        admin_addr,
+        gateway,
+        stop,
+        tasks,
+    })
+}
+
+/// Runs a node until Ctrl-C or SIGTERM. Prints the bound addresses on
+/// stdout (tests and the demo read them).
+pub async fn run(cfg: Config) -> anyhow::Result<()> {
+    let (id, zone) = (cfg.node.id, cfg.node.zone.clone());
+    let node = start(cfg).await?;
+    println!("zonegate: data plane listening on http://{}", node.data_addr);
+    println!("zonegate: admin listening on http://{}", node.admin_addr);
+    tracing::info!(node = id, zone = %zone, data = %node.data_addr, admin = %node.admin_addr, "node serving");
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    node.shutdown().await;
+    Ok(())
+}
+
+/// Resolves on Ctrl-C or (on Unix) SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}
