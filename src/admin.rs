@@ -21,23 +21,36 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/admin/v1/cluster", get(cluster))
         .route("/admin/v1/backends", get(backends))
         .route("/admin/v1/events", get(events))
-        .route_layer(middleware::from_fn_with_state(Arc::clone(&gw), require_token));
+        .route_layer(middleware::from_fn_with_state(
+            Arc::clone(&gw),
+            require_token,
+        ));
     Router::new()
         .route("/metrics", get(metrics))
         .merge(api)
-        .method_not_allowed_fallback(|m: Method| async move { ApiError::MethodNotAllowed(m.to_string()) })
+        .method_not_allowed_fallback(|m: Method| async move {
+            ApiError::MethodNotAllowed(m.to_string())
+        })
         .fallback(|uri: Uri| async move { ApiError::UnknownPath(uri.path().to_owned()) })
         .with_state(gw)
 }
 
 async fn require_token(State(gw): State<Arc<Gateway>>, req: Request, next: Next) -> Response {
     let token = auth::bearer(req.headers()).ok_or(ApiError::MissingKey);
-    let role = token.and_then(|t| auth::admin_token(t, &gw.cfg.admin.tokens).ok_or(ApiError::WrongKey));
+    let role =
+        token.and_then(|t| auth::admin_token(t, &gw.cfg.admin.tokens).ok_or(ApiError::WrongKey));
     match role {
         Ok(t) if auth::allows(t.role, req.method()) => next.run(req).await,
         Ok(t) => {
             let msg = format!("token `{}` is a viewer and may not change anything", t.name);
-            (http::StatusCode::FORBIDDEN, Json(crate::error::error_body(&msg, "permission_error", "forbidden")))
+            (
+                http::StatusCode::FORBIDDEN,
+                Json(crate::error::error_body(
+                    &msg,
+                    "permission_error",
+                    "forbidden",
+                )),
+            )
                 .into_response()
         }
         Err(e) => e.into_response(),
@@ -86,7 +99,7 @@ async fn backends(State(gw): State<Arc<Gateway>>) -> Json<serde_json::Value> {
                 "state": if b.is_up() { "up" } else { "down" },
                 "weight": b.weight,
                 "in_flight": b.in_flight(),
-                "latency_ewma_ms": (b.latency_ewma_ms() * 10.0).round() / 10.0,
+                "latency_ewma_ms": (b.latency_ewma_ms(now) * 10.0).round() / 10.0,
                 "cooling_down_ms": b.cooldown_until_ms().saturating_sub(now),
             })
         })

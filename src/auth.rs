@@ -20,7 +20,11 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
 
 /// Index of the entry whose digest list holds SHA-256(`secret`). Every
 /// digest is compared, whatever matches, so timing says nothing.
-fn find<'a, T>(secret: &str, entries: &'a [T], digests: impl Fn(&'a T) -> &'a [[u8; 32]]) -> Option<&'a T> {
+fn find<'a, T>(
+    secret: &str,
+    entries: &'a [T],
+    digests: impl Fn(&'a T) -> &'a [[u8; 32]],
+) -> Option<&'a T> {
     let presented: [u8; 32] = Sha256::digest(secret.as_bytes()).into();
     let mut found = None;
     for entry in entries {
@@ -73,8 +77,16 @@ mod tests {
     #[test]
     fn keys_map_to_tenants() {
         let tenants = vec![
-            Tenant { name: "a".into(), key_hashes: vec![digest("ka1"), digest("ka2")], priority: Priority::P0 },
-            Tenant { name: "b".into(), key_hashes: vec![digest("kb")], priority: Priority::P2 },
+            Tenant {
+                name: "a".into(),
+                key_hashes: vec![digest("ka1"), digest("ka2")],
+                priority: Priority::P0,
+            },
+            Tenant {
+                name: "b".into(),
+                key_hashes: vec![digest("kb")],
+                priority: Priority::P2,
+            },
         ];
         assert_eq!(tenant("ka2", &tenants).map(|t| t.name.as_str()), Some("a"));
         assert_eq!(tenant("kb", &tenants).map(|t| t.name.as_str()), Some("b"));

@@ -26,6 +26,10 @@ const LATENCY_ALPHA: f64 = 0.2;
 /// What a backend without samples is assumed to take, so new backends are
 /// neither starved nor flooded by p2c.
 const INITIAL_LATENCY_MS: f64 = 50.0;
+/// Without fresh samples the EWMA drifts back to the prior with this time
+/// constant, so a backend that was slow once is tried again eventually
+/// instead of being shunned forever on stale evidence.
+const LATENCY_DECAY_MS: f64 = 10_000.0;
 
 #[derive(Debug)]
 pub struct Backend {
@@ -39,6 +43,7 @@ pub struct Backend {
     model_names: HashMap<String, String>,
     in_flight: AtomicU64,
     latency_ewma_ms: AtomicU64,
+    latency_sampled_at_ms: AtomicU64,
     cooldown_until_ms: AtomicU64,
     up: AtomicBool,
     passive_failures: AtomicU32,
@@ -80,6 +85,7 @@ impl Backend {
             model_names: cfg.model_names.clone(),
             in_flight: AtomicU64::new(0),
             latency_ewma_ms: AtomicU64::new(INITIAL_LATENCY_MS.to_bits()),
+            latency_sampled_at_ms: AtomicU64::new(0),
             cooldown_until_ms: AtomicU64::new(0),
             up: AtomicBool::new(true),
             passive_failures: AtomicU32::new(0),
@@ -106,8 +112,12 @@ impl Backend {
         self.in_flight.load(Ordering::Relaxed)
     }
 
-    pub fn latency_ewma_ms(&self) -> f64 {
-        f64::from_bits(self.latency_ewma_ms.load(Ordering::Relaxed))
+    /// The latency EWMA as of `now_ms`, decayed toward the prior for the
+    /// time since its last sample.
+    pub fn latency_ewma_ms(&self, now_ms: u64) -> f64 {
+        let stored = f64::from_bits(self.latency_ewma_ms.load(Ordering::Relaxed));
+        let age = now_ms.saturating_sub(self.latency_sampled_at_ms.load(Ordering::Relaxed)) as f64;
+        INITIAL_LATENCY_MS + (stored - INITIAL_LATENCY_MS) * (-age / LATENCY_DECAY_MS).exp()
     }
 
     pub fn cooldown_until_ms(&self) -> u64 {
@@ -115,28 +125,32 @@ impl Backend {
     }
 
     /// p2c's load figure: requests in flight (this one included) × latency.
-    pub fn cost(&self) -> f64 {
-        (self.in_flight() + 1) as f64 * self.latency_ewma_ms()
+    pub fn cost(&self, now_ms: u64) -> f64 {
+        (self.in_flight() + 1) as f64 * self.latency_ewma_ms(now_ms)
     }
 
     /// Counts a request in flight until the guard drops.
     pub fn start_request(self: &Arc<Self>, metrics: &Metrics) -> InFlight {
         let n = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
-        metrics.backend_in_flight.with_label_values(&[&self.name]).set(n as i64);
+        metrics
+            .backend_in_flight
+            .with_label_values(&[&self.name])
+            .set(n as i64);
         InFlight {
             backend: Arc::clone(self),
             metrics: metrics.clone(),
         }
     }
 
-    /// A request got its first byte after `latency`.
-    pub fn record_success(&self, latency: Duration) {
+    /// A request got its first byte after `latency`, at `now_ms`.
+    pub fn record_success(&self, latency: Duration, now_ms: u64) {
         self.passive_failures.store(0, Ordering::Relaxed);
         let sample = latency.as_secs_f64() * 1000.0;
         // A lost update between two racing requests only drops one sample.
-        let old = self.latency_ewma_ms();
+        let old = self.latency_ewma_ms(now_ms);
         let new = old + LATENCY_ALPHA * (sample - old);
         self.latency_ewma_ms.store(new.to_bits(), Ordering::Relaxed);
+        self.latency_sampled_at_ms.store(now_ms, Ordering::Relaxed);
     }
 
     /// A request failed (connect error, reset, 5xx, timeout). Returns the
@@ -187,7 +201,11 @@ pub struct InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        let n = self.backend.in_flight.fetch_sub(1, Ordering::Relaxed).saturating_sub(1);
+        let n = self
+            .backend
+            .in_flight
+            .fetch_sub(1, Ordering::Relaxed)
+            .saturating_sub(1);
         self.metrics
             .backend_in_flight
             .with_label_values(&[&self.backend.name])
@@ -231,7 +249,7 @@ mod tests {
         for _ in 0..4 {
             assert_eq!(b.record_failure(&h), None);
         }
-        b.record_success(Duration::from_millis(5));
+        b.record_success(Duration::from_millis(5), 0);
         for _ in 0..4 {
             assert_eq!(b.record_failure(&h), None);
         }
@@ -247,7 +265,11 @@ mod tests {
         assert_eq!(b.record_probe(false, &h), None);
         assert_eq!(b.record_probe(false, &h), None);
         assert_eq!(b.record_probe(false, &h), Some(Transition::EjectedProbe));
-        assert_eq!(b.record_probe(true, &h), None, "one good probe is not enough");
+        assert_eq!(
+            b.record_probe(true, &h),
+            None,
+            "one good probe is not enough"
+        );
         assert_eq!(b.record_probe(false, &h), None);
         assert_eq!(b.record_probe(true, &h), None);
         assert_eq!(b.record_probe(true, &h), Some(Transition::Rejoined));
@@ -264,11 +286,16 @@ mod tests {
     }
 
     #[test]
-    fn latency_ewma_moves_toward_samples() {
+    fn latency_ewma_moves_toward_samples_and_decays_without_them() {
         let b = backend();
         for _ in 0..50 {
-            b.record_success(Duration::from_millis(200));
+            b.record_success(Duration::from_millis(200), 1_000);
         }
-        assert!((b.latency_ewma_ms() - 200.0).abs() < 1.0);
+        assert!((b.latency_ewma_ms(1_000) - 200.0).abs() < 1.0);
+        let later = b.latency_ewma_ms(1_000 + 10 * LATENCY_DECAY_MS as u64);
+        assert!(
+            (later - INITIAL_LATENCY_MS).abs() < 1.0,
+            "stale evidence fades: {later}"
+        );
     }
 }

@@ -9,6 +9,9 @@
 /// lifetime of the pool.
 pub trait Candidates {
     fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Effective weight of candidate `i`; `0.0` (or less) means it may not be
     /// picked (down, cooling down, or already tried for this request).
     fn weight(&self, i: usize) -> f64;
@@ -132,7 +135,11 @@ pub struct Ring {
 impl Ring {
     /// `members` are (stable identity, weight); the identity (the backend
     /// name) decides the points, so a backend keeps them across rebuilds.
-    pub fn new<'a>(members: impl IntoIterator<Item = (&'a str, u32)>, vnodes: u32, load_factor: f64) -> Self {
+    pub fn new<'a>(
+        members: impl IntoIterator<Item = (&'a str, u32)>,
+        vnodes: u32,
+        load_factor: f64,
+    ) -> Self {
         let mut points = Vec::new();
         let mut count = 0usize;
         for (idx, (name, weight)) in members.into_iter().enumerate() {
@@ -154,11 +161,17 @@ impl Ring {
     /// load; a backend is skipped while its load is at the bound
     /// ⌈c × (total + 1) / n⌉. When every eligible backend is at the bound the
     /// key's own backend (first eligible clockwise) is returned.
-    pub fn pick<C: Candidates + ?Sized>(&self, c: &C, key: u64, total_in_flight: u64) -> Option<usize> {
+    pub fn pick<C: Candidates + ?Sized>(
+        &self,
+        c: &C,
+        key: u64,
+        total_in_flight: u64,
+    ) -> Option<usize> {
         if self.points.is_empty() || self.members == 0 {
             return None;
         }
-        let bound = (self.load_factor * (total_in_flight + 1) as f64 / self.members as f64).ceil() as u64;
+        let bound =
+            (self.load_factor * (total_in_flight + 1) as f64 / self.members as f64).ceil() as u64;
         let start = self.points.partition_point(|&(p, _)| p < key);
         let mut first_eligible = None;
         for k in 0..self.points.len() {
@@ -246,7 +259,10 @@ pub(crate) mod tests {
 
     fn assert_shares(got: &[f64], want: &[f64], tolerance: f64) {
         for (i, (g, w)) in got.iter().zip(want).enumerate() {
-            assert!((g - w).abs() <= tolerance, "backend {i}: share {g:.3}, want {w:.3} ± {tolerance}");
+            assert!(
+                (g - w).abs() <= tolerance,
+                "backend {i}: share {g:.3}, want {w:.3} ± {tolerance}"
+            );
         }
     }
 
@@ -316,7 +332,10 @@ pub(crate) mod tests {
         for _ in 0..30_000 {
             counts[p2c(&pool, &mut rng).unwrap()] += 1;
         }
-        assert_eq!(counts[0], 0, "the expensive backend is never the cheaper of two");
+        assert_eq!(
+            counts[0], 0,
+            "the expensive backend is never the cheaper of two"
+        );
         assert_shares(&shares(&counts), &[0.0, 0.5, 0.5], 0.02);
     }
 
@@ -397,7 +416,11 @@ pub(crate) mod tests {
         let share = moved as f64 / keys as f64;
         // Ideal is 1/11 ≈ 9.1%; virtual nodes keep it close.
         assert!(share <= 0.15, "{:.1}% of keys moved", share * 100.0);
-        assert!(share >= 0.05, "{:.1}% of keys moved: the new backend took too little", share * 100.0);
+        assert!(
+            share >= 0.05,
+            "{:.1}% of keys moved: the new backend took too little",
+            share * 100.0
+        );
     }
 
     #[test]
@@ -407,7 +430,9 @@ pub(crate) mod tests {
         let pool = Pool::uniform(4);
         let mut counts = [0usize; 4];
         for k in 0..40_000 {
-            counts[ring.pick(&pool, hash_key(format!("k{k}").as_bytes()), 0).unwrap()] += 1;
+            counts[ring
+                .pick(&pool, hash_key(format!("k{k}").as_bytes()), 0)
+                .unwrap()] += 1;
         }
         assert_shares(&shares(&counts), &[0.25; 4], 0.05);
     }
@@ -444,7 +469,10 @@ pub(crate) mod tests {
             pool.loads[i] += 1;
         }
         let max = *pool.loads.iter().max().unwrap();
-        assert!(max <= 126, "hot backend took {max} of 400 (bound is 1.25 × mean)");
+        assert!(
+            max <= 126,
+            "hot backend took {max} of 400 (bound is 1.25 × mean)"
+        );
         assert_eq!(pool.loads.iter().sum::<u64>(), 400);
     }
 
@@ -454,7 +482,9 @@ pub(crate) mod tests {
         let pool = Pool::uniform(2);
         let mut counts = [0usize; 2];
         for k in 0..40_000 {
-            counts[ring.pick(&pool, hash_key(format!("k{k}").as_bytes()), 0).unwrap()] += 1;
+            counts[ring
+                .pick(&pool, hash_key(format!("k{k}").as_bytes()), 0)
+                .unwrap()] += 1;
         }
         assert_shares(&shares(&counts), &[0.25, 0.75], 0.05);
     }

@@ -388,7 +388,12 @@ impl Validator<'_> {
             .map_err(|_| self.err(key, format!("`{s}` is not an IP:port address")))
     }
 
-    fn duration(&self, key: &str, s: Option<&str>, default: Duration) -> Result<Duration, ConfigError> {
+    fn duration(
+        &self,
+        key: &str,
+        s: Option<&str>,
+        default: Duration,
+    ) -> Result<Duration, ConfigError> {
         let Some(s) = s else { return Ok(default) };
         let d = humantime::parse_duration(s)
             .map_err(|e| self.err(key, format!("`{s}` is not a duration like \"30s\": {e}")))?;
@@ -481,14 +486,19 @@ impl Validator<'_> {
                     return Err(self.err(format!("{key}.name"), "must not be empty"));
                 }
                 if !names.insert(t.name.clone()) {
-                    return Err(self.err(format!("{key}.name"), format!("duplicate tenant `{}`", t.name)));
+                    return Err(self.err(
+                        format!("{key}.name"),
+                        format!("duplicate tenant `{}`", t.name),
+                    ));
                 }
                 let keys = match t.key_sha256 {
                     OneOrMany::One(s) => vec![s],
                     OneOrMany::Many(v) => v,
                 };
                 if keys.is_empty() {
-                    return Err(self.err(format!("{key}.key_sha256"), "needs at least one key digest"));
+                    return Err(
+                        self.err(format!("{key}.key_sha256"), "needs at least one key digest")
+                    );
                 }
                 let key_hashes = keys
                     .iter()
@@ -587,7 +597,11 @@ impl Validator<'_> {
             .collect()
     }
 
-    fn models(&self, raw: Vec<RawModel>, backends: &[BackendConfig]) -> Result<Vec<ModelConfig>, ConfigError> {
+    fn models(
+        &self,
+        raw: Vec<RawModel>,
+        backends: &[BackendConfig],
+    ) -> Result<Vec<ModelConfig>, ConfigError> {
         let served: Vec<&str> = {
             let mut seen = HashSet::new();
             backends
@@ -606,7 +620,10 @@ impl Validator<'_> {
                 ));
             }
             if out.iter().any(|o| o.name == m.name) {
-                return Err(self.err(format!("{key}.name"), format!("duplicate model `{}`", m.name)));
+                return Err(self.err(
+                    format!("{key}.name"),
+                    format!("duplicate model `{}`", m.name),
+                ));
             }
             for (j, f) in m.fallback.iter().enumerate() {
                 if !served.contains(&f.as_str()) || *f == m.name {
@@ -654,7 +671,11 @@ impl Validator<'_> {
         Ok(RetryConfig {
             max_attempts: self.positive("retry.max_attempts", raw.max_attempts, 3)?,
             budget_ratio,
-            budget_window: self.duration("retry.budget_window", raw.budget_window.as_deref(), Duration::from_secs(10))?,
+            budget_window: self.duration(
+                "retry.budget_window",
+                raw.budget_window.as_deref(),
+                Duration::from_secs(10),
+            )?,
             min_retries_per_window: raw.min_retries_per_window.unwrap_or(20),
             default_cooldown: self.duration(
                 "retry.default_cooldown",
@@ -671,10 +692,26 @@ impl Validator<'_> {
 
     fn health(&self, raw: RawHealth) -> Result<HealthConfig, ConfigError> {
         Ok(HealthConfig {
-            interval: self.duration("health.interval", raw.interval.as_deref(), Duration::from_secs(2))?,
-            timeout: self.duration("health.timeout", raw.timeout.as_deref(), Duration::from_secs(1))?,
-            unhealthy_threshold: self.positive("health.unhealthy_threshold", raw.unhealthy_threshold, 3)?,
-            healthy_threshold: self.positive("health.healthy_threshold", raw.healthy_threshold, 2)?,
+            interval: self.duration(
+                "health.interval",
+                raw.interval.as_deref(),
+                Duration::from_secs(2),
+            )?,
+            timeout: self.duration(
+                "health.timeout",
+                raw.timeout.as_deref(),
+                Duration::from_secs(1),
+            )?,
+            unhealthy_threshold: self.positive(
+                "health.unhealthy_threshold",
+                raw.unhealthy_threshold,
+                3,
+            )?,
+            healthy_threshold: self.positive(
+                "health.healthy_threshold",
+                raw.healthy_threshold,
+                2,
+            )?,
             passive_failures: self.positive("health.passive_failures", raw.passive_failures, 5)?,
         })
     }
@@ -778,8 +815,16 @@ mod tests {
         for (text, key, reason) in cases {
             let e = error_of(text);
             assert_eq!(e.file, "test.toml");
-            assert!(e.key.contains(key), "key `{}` should name `{key}` ({e})", e.key);
-            assert!(e.reason.contains(reason), "reason `{}` should say `{reason}`", e.reason);
+            assert!(
+                e.key.contains(key),
+                "key `{}` should name `{key}` ({e})",
+                e.key
+            );
+            assert!(
+                e.reason.contains(reason),
+                "reason `{}` should say `{reason}`",
+                e.reason
+            );
         }
     }
 
@@ -787,7 +832,11 @@ mod tests {
     fn key_sha256_accepts_a_list() {
         let text = MINIMAL.replace(
             "key_sha256 = \"2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae\"",
-            &format!("key_sha256 = [\"{}\", \"{}\"]", sha256_hex("a"), sha256_hex("b")),
+            &format!(
+                "key_sha256 = [\"{}\", \"{}\"]",
+                sha256_hex("a"),
+                sha256_hex("b")
+            ),
         );
         let c = Config::parse("t", &text).unwrap();
         assert_eq!(c.tenants[0].key_hashes.len(), 2);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::{Child, ChildStdin, Command};
 
 use crate::config::sha256_hex;
 
@@ -24,15 +24,42 @@ pub const DEMO_SMALL_MODEL: &str = "qwen25-3b-instruct";
 pub struct Spawned {
     pub child: Child,
     pub urls: Vec<String>,
+    /// The child's stdin; when we die this closes and a child started with
+    /// `--exit-with-parent` exits too.
+    pub stdin: Option<ChildStdin>,
 }
 
-/// Starts `cmd` and waits (up to `timeout`) until it has printed `count`
+/// Exits the process when stdin reaches end of file (see `--exit-with-parent`).
+pub fn exit_when_stdin_closes() {
+    std::thread::spawn(|| {
+        let mut buf = [0u8; 64];
+        loop {
+            match std::io::Read::read(&mut std::io::stdin(), &mut buf) {
+                Ok(0) | Err(_) => std::process::exit(0),
+                Ok(_) => {}
+            }
+        }
+    });
+}
+
+/// Starts `cmd` (with `--exit-with-parent`, so it never outlives us) and waits (up to `timeout`) until it has printed `count`
 /// lines containing `listening on http://`; returns those URLs. The rest of
 /// its stdout is drained in the background so it never blocks on a pipe.
-pub async fn spawn_listening(mut cmd: Command, count: usize, timeout: Duration) -> anyhow::Result<Spawned> {
-    cmd.stdout(Stdio::piped()).kill_on_drop(true);
+pub async fn spawn_listening(
+    mut cmd: Command,
+    count: usize,
+    timeout: Duration,
+) -> anyhow::Result<Spawned> {
+    cmd.arg("--exit-with-parent")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true);
     let mut child = cmd.spawn().context("cannot start child process")?;
-    let stdout = child.stdout.take().ok_or_else(|| anyhow!("child has no stdout"))?;
+    let stdin = child.stdin.take();
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow!("child has no stdout"))?;
     let mut lines = BufReader::new(stdout).lines();
     let mut urls = Vec::new();
     let read = async {
@@ -57,7 +84,7 @@ pub async fn spawn_listening(mut cmd: Command, count: usize, timeout: Duration) 
         Err(_) => bail!("child did not announce its address within {timeout:?}"),
     }
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Ok(Spawned { child, urls })
+    Ok(Spawned { child, urls, stdin })
 }
 
 fn child_command(exe: &Path) -> Command {
@@ -75,7 +102,11 @@ pub struct DemoOptions {
 
 /// Writes the demo's gateway config for the given mock backend URLs
 /// (name, zone, url).
-pub fn demo_config(opts: &DemoOptions, data_dir: &Path, backends: &[(String, String, String)]) -> String {
+pub fn demo_config(
+    opts: &DemoOptions,
+    data_dir: &Path,
+    backends: &[(String, String, String)],
+) -> String {
     let mut c = format!(
         r#"# Written by `zonegate demo`.
 [node]
@@ -131,21 +162,40 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
 
 async fn run_in(exe: &Path, dir: &Path, opts: &DemoOptions) -> anyhow::Result<()> {
     let mut children = Vec::new();
+    let mut pipes = Vec::new();
     let mut backends = Vec::new();
-    for (name, zone) in [("qwen-a1", "az-a"), ("qwen-a2", "az-a"), ("qwen-b1", "az-b"), ("qwen-b2", "az-b")] {
+    for (name, zone) in [
+        ("qwen-a1", "az-a"),
+        ("qwen-a2", "az-a"),
+        ("qwen-b1", "az-b"),
+        ("qwen-b2", "az-b"),
+    ] {
         let mut cmd = child_command(exe);
-        cmd.args(["mock-backend", "--listen", "127.0.0.1:0", "--name", name, "--zone", zone]);
+        cmd.args([
+            "mock-backend",
+            "--listen",
+            "127.0.0.1:0",
+            "--name",
+            name,
+            "--zone",
+            zone,
+        ]);
         cmd.args(["--model", DEMO_MODEL, "--model", DEMO_SMALL_MODEL]);
         let s = spawn_listening(cmd, 1, Duration::from_secs(20)).await?;
         backends.push((name.to_owned(), zone.to_owned(), s.urls[0].clone()));
+        pipes.push(s.stdin);
         children.push(s.child);
     }
     let config_path = dir.join("gateway.toml");
-    std::fs::write(&config_path, demo_config(opts, &dir.join("data"), &backends))?;
+    std::fs::write(
+        &config_path,
+        demo_config(opts, &dir.join("data"), &backends),
+    )?;
     let mut cmd = child_command(exe);
     cmd.arg("serve").arg("--config").arg(&config_path);
     let gw = spawn_listening(cmd, 2, Duration::from_secs(20)).await?;
     let (data, admin) = (gw.urls[0].clone(), gw.urls[1].clone());
+    pipes.push(gw.stdin);
     children.push(gw.child);
 
     println!("zonegate demo: 4 mock backends in zones az-a and az-b, 1 gateway node in az-a");
@@ -172,6 +222,7 @@ async fn run_in(exe: &Path, dir: &Path, opts: &DemoOptions) -> anyhow::Result<()
         () = crate::serve::shutdown_signal() => Ok(()),
         (status, idx, _) = died => Err(anyhow!("demo process #{idx} exited unexpectedly: {status:?}")),
     };
+    drop(pipes);
     for mut c in children {
         let _ = c.start_kill();
         let _ = c.wait().await;

@@ -59,6 +59,12 @@ impl EventLog {
 
     /// The most recent events, newest first.
     pub fn recent(&self, limit: usize) -> Vec<Event> {
-        self.events.lock().iter().rev().take(limit).cloned().collect()
+        self.events
+            .lock()
+            .iter()
+            .rev()
+            .take(limit)
+            .cloned()
+            .collect()
     }
 }

@@ -248,8 +248,10 @@ pub struct ProxyBody {
 #[derive(PartialEq, Eq)]
 enum BodyState {
     Streaming,
-    /// The SSE error event went out; next poll aborts the connection.
+    /// The SSE error event was handed to hyper; yield once so it is flushed.
     ErrorSent(&'static str),
+    /// Flushed; the next poll aborts the connection.
+    ErrorFlushed(&'static str),
     Done,
 }
 
@@ -283,11 +285,15 @@ impl ProxyBody {
         if self.sse {
             self.state = BodyState::ErrorSent(reason);
             let event = error_body(
-                &format!("the upstream stream was interrupted ({reason}); the response is incomplete"),
+                &format!(
+                    "the upstream stream was interrupted ({reason}); the response is incomplete"
+                ),
                 "server_error",
                 "stream_interrupted",
             );
-            Poll::Ready(Some(Ok(Frame::data(Bytes::from(format!("data: {event}\n\n"))))))
+            Poll::Ready(Some(Ok(Frame::data(Bytes::from(format!(
+                "data: {event}\n\n"
+            ))))))
         } else {
             self.state = BodyState::Done;
             Poll::Ready(Some(Err(reason.into())))
@@ -307,6 +313,13 @@ impl Body for ProxyBody {
         match this.state {
             BodyState::Done => return Poll::Ready(None),
             BodyState::ErrorSent(reason) => {
+                // hyper flushes its write buffer when the body is pending;
+                // without this the event would die with the connection.
+                this.state = BodyState::ErrorFlushed(reason);
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            BodyState::ErrorFlushed(reason) => {
                 this.state = BodyState::Done;
                 // Aborting the connection (no terminating chunk) tells HTTP
                 // clients too that the body is incomplete.

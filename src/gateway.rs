@@ -29,7 +29,11 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    pub fn new(cfg: Arc<Config>, view: watch::Receiver<Arc<ClusterView>>, metrics: Metrics) -> Self {
+    pub fn new(
+        cfg: Arc<Config>,
+        view: watch::Receiver<Arc<ClusterView>>,
+        metrics: Metrics,
+    ) -> Self {
         let routes = Routes::build(&cfg, None);
         for b in &routes.backends {
             metrics

@@ -48,7 +48,11 @@ async fn probe_loop(gw: Arc<Gateway>, backend: Arc<Backend>, client: ProbeClient
     loop {
         let ok = probe(&gw, &backend, &client).await;
         if let Some(t) = backend.record_probe(ok, &gw.cfg.health) {
-            let reason = if ok { "health probes passing" } else { "health probes failing" };
+            let reason = if ok {
+                "health probes passing"
+            } else {
+                "health probes failing"
+            };
             gw.events.backend(&gw.metrics, &backend, t, reason);
         }
         // ±10% jitter on every period keeps the spread.

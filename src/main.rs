@@ -9,11 +9,19 @@ use zonegate::config::Config;
 use zonegate::telemetry::{self, LogFormat};
 
 #[derive(Parser)]
-#[command(name = "zonegate", version, about = "Multi-zone, active-active AI inference gateway")]
+#[command(
+    name = "zonegate",
+    version,
+    about = "Multi-zone, active-active AI inference gateway"
+)]
 struct Cli {
     /// Log format on stderr.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Exit when standard input closes: a parent (the demo, a test) that
+    /// dies, even by SIGKILL, takes this process with it.
+    #[arg(long, global = true, hide = true)]
+    exit_with_parent: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -52,6 +60,9 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     telemetry::init_tracing(cli.log_format);
+    if cli.exit_with_parent {
+        zonegate::demo::exit_when_stdin_closes();
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -73,12 +84,30 @@ fn main() -> ExitCode {
                 );
                 Ok(())
             }
-            Command::Demo { listen, admin_listen } => {
-                zonegate::demo::run(zonegate::demo::DemoOptions { listen, admin_listen }).await
+            Command::Demo {
+                listen,
+                admin_listen,
+            } => {
+                zonegate::demo::run(zonegate::demo::DemoOptions {
+                    listen,
+                    admin_listen,
+                })
+                .await
             }
-            Command::MockBackend { listen, name, zone, models } => {
+            Command::MockBackend {
+                listen,
+                name,
+                zone,
+                models,
+            } => {
                 let name = name.unwrap_or_else(|| listen.to_string());
-                zonegate::mock::run(zonegate::mock::MockOptions { listen, name, zone, models }).await
+                zonegate::mock::run(zonegate::mock::MockOptions {
+                    listen,
+                    name,
+                    zone,
+                    models,
+                })
+                .await
             }
         }
     });

@@ -91,7 +91,9 @@ pub struct FaultsPatch {
 }
 
 /// Tells "key absent" (outer `None`) from "key: null" (`Some(None)`).
-fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
     Option::<T>::deserialize(d).map(Some)
 }
 
@@ -118,7 +120,16 @@ impl Faults {
         macro_rules! copy {
             ($($f:ident),*) => { $( if let Some(v) = p.$f { self.$f = v; } )* };
         }
-        copy!(latency_ms, queue_depth, hang, reset, stream_cut_after, retry_after, stream_interval_ms, unhealthy);
+        copy!(
+            latency_ms,
+            queue_depth,
+            hang,
+            reset,
+            stream_cut_after,
+            retry_after,
+            stream_interval_ms,
+            unhealthy
+        );
         Ok(())
     }
 }
@@ -138,7 +149,7 @@ struct Mock {
     faults: Mutex<Faults>,
     requests: AtomicU64,
     health_checks: AtomicU64,
-    in_flight: AtomicU64,
+    in_flight: Arc<AtomicU64>,
     seq: AtomicU64,
 }
 
@@ -176,7 +187,7 @@ pub async fn start(opts: MockOptions) -> std::io::Result<MockHandle> {
         faults: Mutex::new(Faults::default()),
         requests: AtomicU64::new(0),
         health_checks: AtomicU64::new(0),
-        in_flight: AtomicU64::new(0),
+        in_flight: Arc::new(AtomicU64::new(0)),
         seq: AtomicU64::new(0),
     });
     let task = tokio::spawn(accept_loop(listener, Arc::clone(&mock)));
@@ -221,7 +232,11 @@ async fn accept_loop(listener: TcpListener, mock: Arc<Mock>) {
 }
 
 fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<MockBody> {
-    let mut resp = Response::new(Full::new(body.into()).map_err(|e: Infallible| match e {}).boxed());
+    let mut resp = Response::new(
+        Full::new(body.into())
+            .map_err(|e: Infallible| match e {})
+            .boxed(),
+    );
     *resp.status_mut() = status;
     if let Ok(v) = header::HeaderValue::from_str(content_type) {
         resp.headers_mut().insert(header::CONTENT_TYPE, v);
@@ -234,7 +249,10 @@ fn json_resp(status: StatusCode, v: &serde_json::Value) -> Response<MockBody> {
 }
 
 fn openai_error(status: StatusCode, message: &str, code: &str) -> Response<MockBody> {
-    json_resp(status, &crate::error::error_body(message, "invalid_request_error", code))
+    json_resp(
+        status,
+        &crate::error::error_body(message, "invalid_request_error", code),
+    )
 }
 
 #[derive(Deserialize)]
@@ -246,21 +264,34 @@ struct InferenceHead {
     input: Option<serde_json::Value>,
 }
 
-/// Counts a request in flight for `vllm:num_requests_running`.
-struct Running<'a>(&'a AtomicU64);
+/// Counts a request in flight for `vllm:num_requests_running`, until its
+/// response body has been sent.
+struct Running(Arc<AtomicU64>);
 
-impl Drop for Running<'_> {
+impl Running {
+    fn start(counter: &Arc<AtomicU64>) -> Self {
+        counter.fetch_add(1, Ordering::Relaxed);
+        Self(Arc::clone(counter))
+    }
+}
+
+impl Drop for Running {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
 impl Mock {
-    async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<MockBody>, std::io::Error> {
+    async fn handle(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+    ) -> Result<Response<MockBody>, std::io::Error> {
         let path = req.uri().path().to_owned();
         let method = req.method().clone();
         match (&method, path.as_str()) {
-            (&Method::GET, "/mock/faults") => return Ok(json_resp(StatusCode::OK, &json!(*self.faults.lock()))),
+            (&Method::GET, "/mock/faults") => {
+                return Ok(json_resp(StatusCode::OK, &json!(*self.faults.lock())))
+            }
             (&Method::POST, "/mock/faults") => return Ok(self.patch_faults(req).await),
             (&Method::GET, "/mock/stats") => return Ok(self.stats()),
             (&Method::GET, "/metrics") => return Ok(self.metrics()),
@@ -272,7 +303,10 @@ impl Mock {
             self.requests.fetch_add(1, Ordering::Relaxed);
         }
         if faults.reset && (inference || path == "/health") {
-            return Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "mock reset fault"));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "mock reset fault",
+            ));
         }
         if faults.hang && (inference || path == "/health") {
             std::future::pending::<()>().await;
@@ -291,22 +325,33 @@ impl Mock {
             }
             (&Method::GET, "/v1/models") => Ok(self.models()),
             (&Method::POST, "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings") => {
-                self.in_flight.fetch_add(1, Ordering::Relaxed);
-                let _running = Running(&self.in_flight);
-                Ok(self.infer(req, &path, &faults).await)
+                let running = Running::start(&self.in_flight);
+                Ok(self.infer(req, &path, &faults, running).await)
             }
-            _ => Ok(openai_error(StatusCode::NOT_FOUND, &format!("unknown path {path}"), "unknown_url")),
+            _ => Ok(openai_error(
+                StatusCode::NOT_FOUND,
+                &format!("unknown path {path}"),
+                "unknown_url",
+            )),
         }
     }
 
     async fn patch_faults(&self, req: Request<Incoming>) -> Response<MockBody> {
         let body = match req.into_body().collect().await {
             Ok(b) => b.to_bytes(),
-            Err(e) => return openai_error(StatusCode::BAD_REQUEST, &e.to_string(), "invalid_request"),
+            Err(e) => {
+                return openai_error(StatusCode::BAD_REQUEST, &e.to_string(), "invalid_request")
+            }
         };
         let patch: FaultsPatch = match serde_json::from_slice(&body) {
             Ok(p) => p,
-            Err(e) => return openai_error(StatusCode::BAD_REQUEST, &format!("invalid faults: {e}"), "invalid_request"),
+            Err(e) => {
+                return openai_error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("invalid faults: {e}"),
+                    "invalid_request",
+                )
+            }
         };
         let mut faults = self.faults.lock();
         match faults.apply(patch) {
@@ -349,19 +394,35 @@ impl Mock {
             ("vllm:gpu_cache_usage_perc", f.kv_cache_usage),
             ("vllm:kv_cache_usage_perc", f.kv_cache_usage),
         ] {
-            text.push_str(&format!("# TYPE {name} gauge\n{name}{{model_name=\"{model}\"}} {value}\n"));
+            text.push_str(&format!(
+                "# TYPE {name} gauge\n{name}{{model_name=\"{model}\"}} {value}\n"
+            ));
         }
         full(StatusCode::OK, "text/plain; version=0.0.4", text)
     }
 
-    async fn infer(&self, req: Request<Incoming>, path: &str, faults: &Faults) -> Response<MockBody> {
+    async fn infer(
+        &self,
+        req: Request<Incoming>,
+        path: &str,
+        faults: &Faults,
+        running: Running,
+    ) -> Response<MockBody> {
         let body = match req.into_body().collect().await {
             Ok(b) => b.to_bytes(),
-            Err(e) => return openai_error(StatusCode::BAD_REQUEST, &e.to_string(), "invalid_request"),
+            Err(e) => {
+                return openai_error(StatusCode::BAD_REQUEST, &e.to_string(), "invalid_request")
+            }
         };
         let head: InferenceHead = match serde_json::from_slice(&body) {
             Ok(h) => h,
-            Err(e) => return openai_error(StatusCode::BAD_REQUEST, &format!("invalid JSON: {e}"), "invalid_request"),
+            Err(e) => {
+                return openai_error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("invalid JSON: {e}"),
+                    "invalid_request",
+                )
+            }
         };
         let model = head.model.clone().unwrap_or_default();
         if !self.opts.models.is_empty() && !self.opts.models.contains(&model) {
@@ -372,10 +433,12 @@ impl Mock {
             );
         }
         if faults.error_rate > 0.0 && fastrand::f64() < faults.error_rate {
-            let status = StatusCode::from_u16(faults.error_status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let status = StatusCode::from_u16(faults.error_status)
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let mut resp = openai_error(status, "mock fault: injected error", "mock_error");
             if let Some(s) = faults.retry_after {
-                resp.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(s));
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, header::HeaderValue::from(s));
             }
             return resp;
         }
@@ -387,9 +450,13 @@ impl Mock {
             return self.embeddings(&head, &model);
         }
         let chat = path == "/v1/chat/completions";
-        let tokens = head.max_completion_tokens.or(head.max_tokens).unwrap_or(8).clamp(1, 64);
+        let tokens = head
+            .max_completion_tokens
+            .or(head.max_tokens)
+            .unwrap_or(8)
+            .clamp(1, 64);
         if head.stream.unwrap_or(false) {
-            return self.stream(chat, &model, n, created, tokens, faults);
+            return self.stream(chat, &model, n, created, tokens, faults, running);
         }
         let text: String = (0..tokens).map(|i| format!("tok{i} ")).collect();
         let choice = if chat {
@@ -414,11 +481,16 @@ impl Mock {
                 let half = bytes.slice(..bytes.len() / 2);
                 let frames = stream::iter(vec![
                     Ok(Frame::data(half)),
-                    Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "mock cut")),
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionAborted,
+                        "mock cut",
+                    )),
                 ]);
                 let mut resp = Response::new(BodyExt::boxed(StreamBody::new(frames)));
-                resp.headers_mut()
-                    .insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+                resp.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    header::HeaderValue::from_static("application/json"),
+                );
                 resp
             }
             None => full(StatusCode::OK, "application/json", body),
@@ -429,14 +501,22 @@ impl Mock {
         let inputs: Vec<String> = match &head.input {
             Some(serde_json::Value::String(s)) => vec![s.clone()],
             Some(serde_json::Value::Array(a)) => a.iter().map(|v| v.to_string()).collect(),
-            _ => return openai_error(StatusCode::BAD_REQUEST, "`input` must be a string or an array", "invalid_request"),
+            _ => {
+                return openai_error(
+                    StatusCode::BAD_REQUEST,
+                    "`input` must be a string or an array",
+                    "invalid_request",
+                )
+            }
         };
         let data: Vec<_> = inputs
             .iter()
             .enumerate()
             .map(|(i, s)| {
                 let h = crate::balance::hash_key(s.as_bytes());
-                let v: Vec<f64> = (0..8).map(|k| ((h >> (k * 8)) & 0xff) as f64 / 255.0).collect();
+                let v: Vec<f64> = (0..8)
+                    .map(|k| ((h >> (k * 8)) & 0xff) as f64 / 255.0)
+                    .collect();
                 json!({"object": "embedding", "index": i, "embedding": v})
             })
             .collect();
@@ -446,9 +526,23 @@ impl Mock {
         )
     }
 
-    fn stream(&self, chat: bool, model: &str, n: u64, created: u64, tokens: u64, faults: &Faults) -> Response<MockBody> {
+    #[allow(clippy::too_many_arguments)]
+    fn stream(
+        &self,
+        chat: bool,
+        model: &str,
+        n: u64,
+        created: u64,
+        tokens: u64,
+        faults: &Faults,
+        running: Running,
+    ) -> Response<MockBody> {
         let id = format!("{}-mock-{n}", if chat { "chatcmpl" } else { "cmpl" });
-        let object = if chat { "chat.completion.chunk" } else { "text_completion" };
+        let object = if chat {
+            "chat.completion.chunk"
+        } else {
+            "text_completion"
+        };
         let mut events: Vec<String> = (0..tokens)
             .map(|i| {
                 let last = i + 1 == tokens;
@@ -465,25 +559,37 @@ impl Mock {
         events.push("data: [DONE]\n\n".to_owned());
         let interval = Duration::from_millis(faults.stream_interval_ms);
         let cut = faults.stream_cut_after;
-        let frames = stream::unfold((events.into_iter(), 0u64), move |(mut it, sent)| async move {
-            if cut.is_some_and(|c| sent >= c) {
-                let err = std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "mock stream cut");
-                // One error ends the body; hyper aborts the connection.
-                return Some((Err(err), (Vec::new().into_iter(), u64::MAX)));
-            }
+        // The stream owns `running`, so the request counts until its last chunk.
+        let state = (events.into_iter(), 0u64, running);
+        let frames = stream::unfold(state, move |(mut it, sent, running)| async move {
             if sent == u64::MAX {
                 return None;
+            }
+            if cut.is_some_and(|c| sent >= c) {
+                // Let the chunks already sent reach the wire first, as they
+                // would from a backend that crashes mid-generation.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let err =
+                    std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "mock stream cut");
+                // One error ends the body; hyper aborts the connection.
+                return Some((Err(err), (it, u64::MAX, running)));
             }
             let event = it.next()?;
             if sent > 0 && !interval.is_zero() {
                 tokio::time::sleep(interval).await;
             }
-            Some((Ok(Frame::data(Bytes::from(event))), (it, sent + 1)))
+            Some((Ok(Frame::data(Bytes::from(event))), (it, sent + 1, running)))
         });
         let mut resp = Response::new(BodyExt::boxed(StreamBody::new(frames)));
         let h = resp.headers_mut();
-        h.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/event-stream"));
-        h.insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-cache"));
+        h.insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("text/event-stream"),
+        );
+        h.insert(
+            header::CACHE_CONTROL,
+            header::HeaderValue::from_static("no-cache"),
+        );
         resp
     }
 }
@@ -495,12 +601,16 @@ mod tests {
     #[test]
     fn fault_patch_keeps_omitted_keys_and_clears_on_null() {
         let mut f = Faults::default();
-        let p: FaultsPatch = serde_json::from_str(r#"{"latency_ms": 5, "stream_cut_after": 3}"#).unwrap();
+        let p: FaultsPatch =
+            serde_json::from_str(r#"{"latency_ms": 5, "stream_cut_after": 3}"#).unwrap();
         f.apply(p).unwrap();
         assert_eq!((f.latency_ms, f.stream_cut_after), (5, Some(3)));
         let p: FaultsPatch = serde_json::from_str(r#"{"error_rate": 0.5}"#).unwrap();
         f.apply(p).unwrap();
-        assert_eq!((f.latency_ms, f.error_rate, f.stream_cut_after), (5, 0.5, Some(3)));
+        assert_eq!(
+            (f.latency_ms, f.error_rate, f.stream_cut_after),
+            (5, 0.5, Some(3))
+        );
         let p: FaultsPatch = serde_json::from_str(r#"{"stream_cut_after": null}"#).unwrap();
         f.apply(p).unwrap();
         assert_eq!(f.stream_cut_after, None);

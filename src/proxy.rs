@@ -35,7 +35,9 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/v1/models", get(models))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .method_not_allowed_fallback(|m: Method| async move { ApiError::MethodNotAllowed(m.to_string()) })
+        .method_not_allowed_fallback(|m: Method| async move {
+            ApiError::MethodNotAllowed(m.to_string())
+        })
         .fallback(|uri: Uri| async move { ApiError::UnknownPath(uri.path().to_owned()) })
         .with_state(gw)
 }
@@ -70,7 +72,9 @@ fn authenticate<'a>(gw: &'a Gateway, headers: &HeaderMap) -> Result<&'a Tenant, 
 
 async fn handle(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
     let started = Instant::now();
-    let tenant_name = authenticate(&gw, req.headers()).map(|t| t.name.clone()).ok();
+    let tenant_name = authenticate(&gw, req.headers())
+        .map(|t| t.name.clone())
+        .ok();
     match serve(&gw, req, started).await {
         Ok(resp) => resp,
         Err((model, e)) => {
@@ -98,8 +102,12 @@ type Failed = (Option<String>, ApiError);
 async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
     match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(ApiError::PayloadTooLarge(limit)),
-        Err(e) => Err(ApiError::BadRequest(format!("could not read the request body: {e}"))),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(ApiError::PayloadTooLarge(limit))
+        }
+        Err(e) => Err(ApiError::BadRequest(format!(
+            "could not read the request body: {e}"
+        ))),
     }
 }
 
@@ -121,13 +129,17 @@ async fn serve(gw: &Gateway, req: Request, started: Instant) -> Result<Response,
         .map_err(|e| (None, e))?;
     let meta = RequestMeta::parse(&body).map_err(|e| (None, e))?;
     let routes = gw.routes.load();
-    let primary = routes
-        .model(&meta.model)
-        .ok_or_else(|| (Some(meta.model.clone()), ApiError::ModelNotFound(meta.model.clone())))?;
+    let primary = routes.model(&meta.model).ok_or_else(|| {
+        (
+            Some(meta.model.clone()),
+            ApiError::ModelNotFound(meta.model.clone()),
+        )
+    })?;
     let view = gw.view.borrow().clone();
     let embeddings = parts.uri.path() == "/v1/embeddings";
     let class = classify(&meta, body.len(), embeddings, &gw.cfg.affinity);
-    let session = session_key(&parts.headers, &meta).map(|s| crate::balance::hash_key(s.as_bytes()));
+    let session =
+        session_key(&parts.headers, &meta).map(|s| crate::balance::hash_key(s.as_bytes()));
     let request_id = parts
         .headers
         .get("x-request-id")
@@ -148,24 +160,42 @@ async fn serve(gw: &Gateway, req: Request, started: Instant) -> Result<Response,
     let mut rng = fastrand::Rng::new();
     for (chain_pos, model) in chain.enumerate() {
         let zones: Vec<ZoneId> = model.pools.iter().map(|p| p.zone.clone()).collect();
-        let plan = plan_zones(&gw.cfg.node.zone, &view, &zones, class, gw.cfg.affinity.cross_zone_fallback);
+        let plan = plan_zones(
+            &gw.cfg.node.zone,
+            &view,
+            &zones,
+            class,
+            gw.cfg.affinity.cross_zone_fallback,
+        );
         let mut model_attempts = 0;
         let zone_order = std::iter::once(&plan.effective).chain(&plan.fallbacks);
         for (zone_pos, zone) in zone_order.enumerate() {
-            let Some(pool) = model.pool(zone) else { continue };
+            let Some(pool) = model.pool(zone) else {
+                continue;
+            };
             while model_attempts < gw.cfg.retry.max_attempts {
                 let now = now_ms();
-                let Some((backend, reason)) = pool.pick(model.cfg.balance, session, now, &attempts.tried, &mut rng)
+                let Some((backend, reason)) =
+                    pool.pick(model.cfg.balance, session, now, &attempts.tried, &mut rng)
                 else {
                     break;
                 };
                 if attempts.count > 0 {
                     if !gw.budget.lock().try_retry(now / 1000) {
-                        gw.metrics.retry_budget_exhausted.with_label_values(&[&model.cfg.name]).inc();
+                        gw.metrics
+                            .retry_budget_exhausted
+                            .with_label_values(&[&model.cfg.name])
+                            .inc();
                         attempts.budget_exhausted = true;
-                        return Err((Some(meta.model.clone()), final_error(&meta.model, &attempts, false)));
+                        return Err((
+                            Some(meta.model.clone()),
+                            final_error(&meta.model, &attempts, false),
+                        ));
                     }
-                    gw.metrics.retries.with_label_values(&[&model.cfg.name]).inc();
+                    gw.metrics
+                        .retries
+                        .with_label_values(&[&model.cfg.name])
+                        .inc();
                 }
                 attempts.tried.push(Arc::as_ptr(&backend) as usize);
                 attempts.count += 1;
@@ -174,28 +204,45 @@ async fn serve(gw: &Gateway, req: Request, started: Instant) -> Result<Response,
                 let uri = upstream_uri(&backend, &parts.uri);
                 let mut headers = forward::upstream_headers(&parts.headers);
                 forward::set_header(&mut headers, "x-request-id", &request_id);
-                let payload = rewrite_model(&body, &backend, &model.cfg.name);
-                let result =
-                    forward::attempt(&gw.client, uri, headers, payload, model.cfg.first_byte_timeout).await;
+                let payload = rewrite_model(&body, &meta.model, &backend, &model.cfg.name);
+                let result = forward::attempt(
+                    &gw.client,
+                    uri,
+                    headers,
+                    payload,
+                    model.cfg.first_byte_timeout,
+                )
+                .await;
                 match result {
                     Ok(committed) => {
-                        backend.record_success(committed.first_byte);
+                        backend.record_success(committed.first_byte, now_ms());
                         gw.metrics
                             .first_byte
                             .with_label_values(&[&model.cfg.name, &backend.name])
                             .observe(committed.first_byte.as_secs_f64());
                         gw.metrics
                             .forward_attempts
-                            .with_label_values(&[&model.cfg.name, &backend.name, backend.zone.as_str(), "ok"])
+                            .with_label_values(&[
+                                &model.cfg.name,
+                                &backend.name,
+                                backend.zone.as_str(),
+                                "ok",
+                            ])
                             .inc();
                         let mut route = vec![reason.as_str().to_owned()];
                         if zone_pos > 0 {
                             route.push("fallback:cross-zone".into());
-                            gw.metrics.fallbacks.with_label_values(&["cross_zone", class.as_str()]).inc();
+                            gw.metrics
+                                .fallbacks
+                                .with_label_values(&["cross_zone", class.as_str()])
+                                .inc();
                         }
                         if chain_pos > 0 {
                             route.push("fallback-model".into());
-                            gw.metrics.fallbacks.with_label_values(&["model", class.as_str()]).inc();
+                            gw.metrics
+                                .fallbacks
+                                .with_label_values(&["model", class.as_str()])
+                                .inc();
                         }
                         if attempts.count > 1 {
                             route.push(format!("retry:{}", attempts.count - 1));
@@ -215,7 +262,12 @@ async fn serve(gw: &Gateway, req: Request, started: Instant) -> Result<Response,
                     Err(e) => {
                         gw.metrics
                             .forward_attempts
-                            .with_label_values(&[&model.cfg.name, &backend.name, backend.zone.as_str(), e.outcome()])
+                            .with_label_values(&[
+                                &model.cfg.name,
+                                &backend.name,
+                                backend.zone.as_str(),
+                                e.outcome(),
+                            ])
                             .inc();
                         note_failure(gw, &backend, &e, now);
                         tracing::debug!(backend = %backend.name, error = %e, "attempt failed");
@@ -230,14 +282,19 @@ async fn serve(gw: &Gateway, req: Request, started: Instant) -> Result<Response,
             .any(|z| model.pool(z).is_some_and(|p| p.has_usable(now_ms())));
     }
     let zone_blocked = withheld_zones && class == RequestClass::Long;
-    Err((Some(meta.model.clone()), final_error(&meta.model, &attempts, zone_blocked)))
+    Err((
+        Some(meta.model.clone()),
+        final_error(&meta.model, &attempts, zone_blocked),
+    ))
 }
 
 /// Passive signals from a failed attempt: a 429 cools the backend down;
 /// anything else counts toward ejecting it.
 fn note_failure(gw: &Gateway, backend: &Backend, e: &AttemptError, now: u64) {
     match e {
-        AttemptError::Busy(wait) => backend.cool_down(now, wait.unwrap_or(gw.cfg.retry.default_cooldown)),
+        AttemptError::Busy(wait) => {
+            backend.cool_down(now, wait.unwrap_or(gw.cfg.retry.default_cooldown))
+        }
         e if e.counts_against_health() => {
             if let Some(t) = backend.record_failure(&gw.cfg.health) {
                 gw.events.backend(&gw.metrics, backend, t, &e.to_string());
@@ -261,14 +318,21 @@ fn final_error(model: &str, a: &Attempts, zone_blocked: bool) -> ApiError {
             message: format!("no healthy backend for model `{model}` (0 tried)"),
         };
     }
-    let budget = if a.budget_exhausted { "; retry budget exhausted" } else { "" };
+    let budget = if a.budget_exhausted {
+        "; retry budget exhausted"
+    } else {
+        ""
+    };
     let last = a
         .failures
         .last()
         .map(|(b, e)| format!("; last: {b}: {e}"))
         .unwrap_or_default();
     let message = format!("all {tried} tried backend(s) failed for model `{model}`{budget}{last}");
-    if a.failures.iter().all(|(_, e)| matches!(e, AttemptError::Busy(_))) {
+    if a.failures
+        .iter()
+        .all(|(_, e)| matches!(e, AttemptError::Busy(_)))
+    {
         let wait = a
             .failures
             .iter()
@@ -283,7 +347,10 @@ fn final_error(model: &str, a: &Attempts, zone_blocked: bool) -> ApiError {
             retry_after_s: wait.as_secs().max(1),
         };
     }
-    if a.failures.iter().all(|(_, e)| matches!(e, AttemptError::FirstByteTimeout(_))) {
+    if a.failures
+        .iter()
+        .all(|(_, e)| matches!(e, AttemptError::FirstByteTimeout(_)))
+    {
         return ApiError::UpstreamTimeout { message };
     }
     ApiError::UpstreamFailed { message }
@@ -307,16 +374,20 @@ fn upstream_uri(backend: &Backend, client_uri: &Uri) -> Uri {
     Uri::from_parts(parts).unwrap_or_else(|_| client_uri.clone())
 }
 
-/// The body for this backend: untouched, unless its own name for the model
-/// differs from the logical one.
-fn rewrite_model(body: &Bytes, backend: &Backend, logical: &str) -> Bytes {
-    let Some(physical) = backend.physical_model(logical) else {
+/// The body for this backend: untouched, unless the model it must name
+/// differs from the one the client asked for (the backend's own name for
+/// it, or a fallback model).
+fn rewrite_model(body: &Bytes, requested: &str, backend: &Backend, logical: &str) -> Bytes {
+    let target = backend.physical_model(logical).unwrap_or(logical);
+    if target == requested {
         return body.clone();
-    };
+    }
     match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(body) {
         Ok(mut obj) => {
-            obj.insert("model".into(), physical.into());
-            serde_json::to_vec(&obj).map(Bytes::from).unwrap_or_else(|_| body.clone())
+            obj.insert("model".into(), target.into());
+            serde_json::to_vec(&obj)
+                .map(Bytes::from)
+                .unwrap_or_else(|_| body.clone())
         }
         Err(_) => body.clone(),
     }
@@ -347,7 +418,11 @@ fn respond(
     let mut headers = forward::downstream_headers(std::mem::take(&mut committed.headers));
     forward::set_header(&mut headers, "x-zonegate-backend", &ctx.backend.name);
     forward::set_header(&mut headers, "x-zonegate-zone", ctx.backend.zone.as_str());
-    forward::set_header(&mut headers, "x-zonegate-decision-version", &ctx.decision_version.to_string());
+    forward::set_header(
+        &mut headers,
+        "x-zonegate-decision-version",
+        &ctx.decision_version.to_string(),
+    );
     forward::set_header(&mut headers, "x-zonegate-route", &ctx.route);
     forward::set_header(&mut headers, "x-zonegate-model", &ctx.model);
     forward::set_header(&mut headers, "x-request-id", &ctx.request_id);
@@ -355,7 +430,11 @@ fn respond(
     let metrics = gw.metrics.clone();
     let health = gw.cfg.health.clone();
     let events = Arc::clone(&gw.events);
-    let outcome_ok = if status.is_success() { "ok" } else { "client_error" };
+    let outcome_ok = if status.is_success() {
+        "ok"
+    } else {
+        "client_error"
+    };
     let body = ProxyBody::new(committed, sse, deadline, move |end| {
         let _guards = guards;
         let outcome = match &end {
@@ -372,7 +451,10 @@ fn respond(
                 "stream_aborted"
             }
         };
-        metrics.requests.with_label_values(&[&ctx.tenant, &ctx.model, outcome]).inc();
+        metrics
+            .requests
+            .with_label_values(&[&ctx.tenant, &ctx.model, outcome])
+            .inc();
         metrics
             .request_duration
             .with_label_values(&[&ctx.model])

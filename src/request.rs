@@ -71,7 +71,12 @@ impl RequestClass {
 /// prompt (approximated by the body size) is under `short_max_prompt_bytes`.
 /// No cap means long: an uncapped generation may run for minutes.
 /// Embeddings generate nothing, so only their input size counts.
-pub fn classify(meta: &RequestMeta, body_len: usize, embeddings: bool, cfg: &AffinityConfig) -> RequestClass {
+pub fn classify(
+    meta: &RequestMeta,
+    body_len: usize,
+    embeddings: bool,
+    cfg: &AffinityConfig,
+) -> RequestClass {
     let small_prompt = (body_len as u64) < cfg.short_max_prompt_bytes;
     let small_output = embeddings || meta.max_tokens.is_some_and(|t| t <= cfg.short_max_tokens);
     if small_prompt && small_output {
@@ -146,7 +151,11 @@ mod tests {
             (None, 20_000, true, RequestClass::Long),
         ];
         for (tokens, len, emb, want) in cases {
-            assert_eq!(classify(&m(tokens), len, emb, &cfg), want, "{tokens:?} {len} {emb}");
+            assert_eq!(
+                classify(&m(tokens), len, emb, &cfg),
+                want,
+                "{tokens:?} {len} {emb}"
+            );
         }
     }
 }

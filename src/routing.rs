@@ -86,7 +86,7 @@ impl Candidates for PickView<'_> {
     }
 
     fn cost(&self, i: usize) -> f64 {
-        self.pool.backends[i].cost()
+        self.pool.backends[i].cost(self.now_ms)
     }
 
     fn in_flight(&self, i: usize) -> u64 {
@@ -115,7 +115,10 @@ impl ZonePool {
         });
         Self {
             zone,
-            max_weight: backends.iter().map(|b| f64::from(b.weight)).fold(0.0, f64::max),
+            max_weight: backends
+                .iter()
+                .map(|b| f64::from(b.weight))
+                .fold(0.0, f64::max),
             wrr: Mutex::new(SmoothWrr::new(backends.len())),
             backends,
             ring,
@@ -290,17 +293,26 @@ mod tests {
             },
         );
         let initial = ClusterView::initial(&z);
-        use CrossZone::*;
-        use RequestClass::*;
-        let cases: &[(&ClusterView, RequestClass, CrossZone, &str, &[&str], &[&str])] = &[
-            (&initial, Short, Short, "az-a", &["az-b", "az-c"], &[]),
-            (&initial, Long, Short, "az-a", &[], &["az-b", "az-c"]),
-            (&initial, Long, All, "az-a", &["az-b", "az-c"], &[]),
-            (&initial, Short, None, "az-a", &[], &["az-b", "az-c"]),
+        use RequestClass::{Long, Short};
+        let (none, short, all) = (CrossZone::None, CrossZone::Short, CrossZone::All);
+        // (view, class, policy, effective zone, fallbacks, withheld)
+        type Case<'a> = (
+            &'a ClusterView,
+            RequestClass,
+            CrossZone,
+            &'a str,
+            &'a [&'a str],
+            &'a [&'a str],
+        );
+        let cases: &[Case] = &[
+            (&initial, Short, short, "az-a", &["az-b", "az-c"], &[]),
+            (&initial, Long, short, "az-a", &[], &["az-b", "az-c"]),
+            (&initial, Long, all, "az-a", &["az-b", "az-c"], &[]),
+            (&initial, Short, none, "az-a", &[], &["az-b", "az-c"]),
             // A failover moves every request, long ones included, and the
             // failed-over zone is never a fallback target.
-            (&failed, Long, Short, "az-b", &[], &["az-c"]),
-            (&failed, Short, Short, "az-b", &["az-c"], &[]),
+            (&failed, Long, short, "az-b", &[], &["az-c"]),
+            (&failed, Short, short, "az-b", &["az-c"], &[]),
         ];
         for (view, class, policy, eff, fb, wh) in cases {
             let plan = plan_zones(&z[0], view, &z, *class, *policy);

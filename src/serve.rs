@@ -44,7 +44,9 @@ async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
 pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
     let cfg = Arc::new(cfg);
     if cfg.node.raft_listen.is_some() {
-        tracing::warn!("node.raft_listen is set, but this build has no control plane yet: running standalone");
+        tracing::warn!(
+            "node.raft_listen is set, but this build has no control plane yet: running standalone"
+        );
     }
     let data = bind(cfg.node.listen, "node.listen").await?;
     let admin_l = bind(cfg.node.admin_listen, "node.admin_listen").await?;
@@ -67,7 +69,10 @@ pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
             let shutdown = async move {
                 let _ = stopped.wait_for(|s| *s).await;
             };
-            if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
+            if let Err(e) = axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
                 tracing::error!("listener failed: {e}");
             }
         });
@@ -92,7 +97,10 @@ pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
 pub async fn run(cfg: Config) -> anyhow::Result<()> {
     let (id, zone) = (cfg.node.id, cfg.node.zone.clone());
     let node = start(cfg).await?;
-    println!("zonegate: data plane listening on http://{}", node.data_addr);
+    println!(
+        "zonegate: data plane listening on http://{}",
+        node.data_addr
+    );
     println!("zonegate: admin listening on http://{}", node.admin_addr);
     tracing::info!(node = id, zone = %zone, data = %node.data_addr, admin = %node.admin_addr, "node serving");
     shutdown_signal().await;

@@ -64,7 +64,8 @@ impl Default for Metrics {
 }
 
 fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    let c = IntCounterVec::new(Opts::new(name, help), labels).unwrap_or_else(|e| panic!("metric {name}: {e}"));
+    let c = IntCounterVec::new(Opts::new(name, help), labels)
+        .unwrap_or_else(|e| panic!("metric {name}: {e}"));
     registry
         .register(Box::new(c.clone()))
         .unwrap_or_else(|e| panic!("metric {name}: {e}"));
@@ -72,7 +73,8 @@ fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntC
 }
 
 fn gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
-    let g = IntGaugeVec::new(Opts::new(name, help), labels).unwrap_or_else(|e| panic!("metric {name}: {e}"));
+    let g = IntGaugeVec::new(Opts::new(name, help), labels)
+        .unwrap_or_else(|e| panic!("metric {name}: {e}"));
     registry
         .register(Box::new(g.clone()))
         .unwrap_or_else(|e| panic!("metric {name}: {e}"));
@@ -80,8 +82,11 @@ fn gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGau
 }
 
 fn histogram(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
-    let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()), labels)
-        .unwrap_or_else(|e| panic!("metric {name}: {e}"));
+    let h = HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec()),
+        labels,
+    )
+    .unwrap_or_else(|e| panic!("metric {name}: {e}"));
     registry
         .register(Box::new(h.clone()))
         .unwrap_or_else(|e| panic!("metric {name}: {e}"));
@@ -102,18 +107,78 @@ impl Metrics {
         r.register(Box::new(decision_version.clone()))
             .unwrap_or_else(|e| panic!("metric: {e}"));
         Self {
-            requests: counter(&r, "zonegate_requests_total", "Client requests by final outcome", &["tenant", "model", "outcome"]),
-            request_duration: histogram(&r, "zonegate_request_duration_seconds", "Whole-request latency seen by the client", &["model"]),
-            forward_attempts: counter(&r, "zonegate_forward_attempts_total", "Attempts on backends by outcome", &["model", "backend", "zone", "outcome"]),
-            first_byte: histogram(&r, "zonegate_forward_first_byte_seconds", "Time to a backend's first body byte", &["model", "backend"]),
-            retries: counter(&r, "zonegate_forward_retries_total", "Attempts after the first, per model", &["model"]),
-            retry_budget_exhausted: counter(&r, "zonegate_retry_budget_exhausted_total", "Retries refused by the retry budget", &["model"]),
-            fallbacks: counter(&r, "zonegate_fallbacks_total", "Requests served by a fallback (model or cross-zone)", &["kind", "class"]),
-            stream_aborts: counter(&r, "zonegate_stream_aborts_total", "Responses cut after the first byte (never retried)", &["model", "backend", "reason"]),
-            backend_in_flight: gauge(&r, "zonegate_backend_in_flight", "Requests in flight per backend", &["backend"]),
-            backend_up: gauge(&r, "zonegate_backend_up", "1 while a backend takes traffic, 0 while ejected", &["backend", "zone"]),
-            backend_transitions: counter(&r, "zonegate_backend_ejections_total", "Backend ejections and rejoins", &["backend", "zone", "event"]),
-            probe_duration: histogram(&r, "zonegate_probe_duration_seconds", "Active health probe latency", &["backend"]),
+            requests: counter(
+                &r,
+                "zonegate_requests_total",
+                "Client requests by final outcome",
+                &["tenant", "model", "outcome"],
+            ),
+            request_duration: histogram(
+                &r,
+                "zonegate_request_duration_seconds",
+                "Whole-request latency seen by the client",
+                &["model"],
+            ),
+            forward_attempts: counter(
+                &r,
+                "zonegate_forward_attempts_total",
+                "Attempts on backends by outcome",
+                &["model", "backend", "zone", "outcome"],
+            ),
+            first_byte: histogram(
+                &r,
+                "zonegate_forward_first_byte_seconds",
+                "Time to a backend's first body byte",
+                &["model", "backend"],
+            ),
+            retries: counter(
+                &r,
+                "zonegate_forward_retries_total",
+                "Attempts after the first, per model",
+                &["model"],
+            ),
+            retry_budget_exhausted: counter(
+                &r,
+                "zonegate_retry_budget_exhausted_total",
+                "Retries refused by the retry budget",
+                &["model"],
+            ),
+            fallbacks: counter(
+                &r,
+                "zonegate_fallbacks_total",
+                "Requests served by a fallback (model or cross-zone)",
+                &["kind", "class"],
+            ),
+            stream_aborts: counter(
+                &r,
+                "zonegate_stream_aborts_total",
+                "Responses cut after the first byte (never retried)",
+                &["model", "backend", "reason"],
+            ),
+            backend_in_flight: gauge(
+                &r,
+                "zonegate_backend_in_flight",
+                "Requests in flight per backend",
+                &["backend"],
+            ),
+            backend_up: gauge(
+                &r,
+                "zonegate_backend_up",
+                "1 while a backend takes traffic, 0 while ejected",
+                &["backend", "zone"],
+            ),
+            backend_transitions: counter(
+                &r,
+                "zonegate_backend_ejections_total",
+                "Backend ejections and rejoins",
+                &["backend", "zone", "event"],
+            ),
+            probe_duration: histogram(
+                &r,
+                "zonegate_probe_duration_seconds",
+                "Active health probe latency",
+                &["backend"],
+            ),
             decision_version,
             registry: r,
         }
@@ -138,7 +203,10 @@ mod tests {
         m.requests.with_label_values(&["t", "m", "ok"]).inc();
         m.backend_up.with_label_values(&["b", "az-a"]).set(1);
         let text = m.render();
-        for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
             assert!(line.starts_with("zonegate_"), "{line}");
         }
         assert!(text.contains("zonegate_requests_total{model=\"m\",outcome=\"ok\",tenant=\"t\"} 1"));

@@ -1,0 +1,507 @@
+//! Black-box tests of one gateway node in front of mock backends: the OpenAI
+//! endpoints, streaming, bad input, request-level retry, 429 cooldown,
+//! stream cuts and the model fallback chain.
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::*;
+
+const SMALL: &str = "qwen25-3b-instruct";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_chat_completions_embeddings_and_models_through_the_mock() {
+    let mock = Mock::start("m1", "az-a", &[MODEL]).await;
+    let gw = Gateway::start("az-a", &mock.backend_toml(&[MODEL])).await;
+
+    let resp = gw.chat().json(&chat_body(4, false)).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let h = resp.headers().clone();
+    assert_eq!(h["x-zonegate-backend"], "m1");
+    assert_eq!(h["x-zonegate-zone"], "az-a");
+    assert_eq!(h["x-zonegate-decision-version"], "0");
+    assert_eq!(h["x-zonegate-route"], "p2c");
+    assert_eq!(h["x-zonegate-model"], MODEL);
+    assert!(h.contains_key("x-request-id"));
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        "tok0 tok1 tok2 tok3 "
+    );
+
+    let resp = gw.chat().json(&chat_body(3, true)).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let text = resp.text().await.unwrap();
+    assert_eq!(text.matches("chat.completion.chunk").count(), 3);
+    assert!(text.trim_end().ends_with("data: [DONE]"));
+
+    let resp = client()
+        .post(format!("{}/v1/completions", gw.data))
+        .bearer_auth(API_KEY)
+        .header("x-request-id", "req-123")
+        .json(&json!({"model": MODEL, "prompt": "hi", "max_tokens": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        resp.headers()["x-request-id"],
+        "req-123",
+        "a client's request id is kept"
+    );
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["object"], "text_completion");
+
+    let resp = client()
+        .post(format!("{}/v1/embeddings", gw.data))
+        .bearer_auth(API_KEY)
+        .json(&json!({"model": MODEL, "input": ["a", "b"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["data"].as_array().unwrap().len(), 2);
+
+    let resp = client()
+        .get(format!("{}/v1/models", gw.data))
+        .bearer_auth(API_KEY)
+        .send()
+        .await
+        .unwrap();
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["object"], "list");
+    assert_eq!(v["data"][0]["id"], MODEL);
+
+    let health = client()
+        .get(format!("{}/healthz", gw.data))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    let ready = client()
+        .get(format!("{}/readyz", gw.data))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_streamed_chunk_reaches_the_client_before_the_backend_finishes() {
+    let mock = Mock::start("m1", "az-a", &[MODEL]).await;
+    // 8 chunks, 400 ms apart: the backend needs about 3 s to finish.
+    mock.faults(json!({"stream_interval_ms": 400})).await;
+    let gw = Gateway::start("az-a", &mock.backend_toml(&[MODEL])).await;
+
+    let mut resp = gw.chat().json(&chat_body(8, true)).send().await.unwrap();
+    let first = resp.chunk().await.unwrap().expect("a first chunk");
+    assert!(String::from_utf8_lossy(&first).contains("tok0"));
+    // The backend is still generating: it counts the request as running.
+    let stats = mock.stats().await;
+    assert_eq!(
+        stats["in_flight"], 1,
+        "backend finished before the first chunk arrived: {stats}"
+    );
+    let mut rest = Vec::new();
+    while let Some(c) = resp.chunk().await.unwrap() {
+        rest.extend_from_slice(&c);
+    }
+    assert!(String::from_utf8_lossy(&rest).contains("[DONE]"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_openai_errors_and_the_node_keeps_serving() {
+    let mock = Mock::start("m1", "az-a", &[MODEL]).await;
+    // A small body limit to test 413 cheaply.
+    let gw = Gateway::start_with(
+        "az-a",
+        "max_body_bytes = 4096",
+        &mock.backend_toml(&[MODEL]),
+    )
+    .await;
+    let url = format!("{}/v1/chat/completions", gw.data);
+    let c = client();
+    let big =
+        json!({"model": MODEL, "messages": [{"role": "user", "content": "x".repeat(8 * 1024)}]});
+    let cases: Vec<(&str, reqwest::RequestBuilder, u16, &str)> = vec![
+        (
+            "no key",
+            c.post(&url).json(&chat_body(4, false)),
+            401,
+            "missing_api_key",
+        ),
+        (
+            "wrong key",
+            c.post(&url).bearer_auth("nope").json(&chat_body(4, false)),
+            401,
+            "invalid_api_key",
+        ),
+        (
+            "malformed JSON",
+            c.post(&url).bearer_auth(API_KEY).body("{\"model\":"),
+            400,
+            "invalid_request",
+        ),
+        (
+            "not an object",
+            c.post(&url).bearer_auth(API_KEY).body("[1,2]"),
+            400,
+            "invalid_request",
+        ),
+        (
+            "wrong type",
+            c.post(&url)
+                .bearer_auth(API_KEY)
+                .json(&json!({"model": MODEL, "stream": "yes"})),
+            400,
+            "invalid_request",
+        ),
+        (
+            "no model",
+            c.post(&url)
+                .bearer_auth(API_KEY)
+                .json(&json!({"messages": []})),
+            400,
+            "invalid_request",
+        ),
+        (
+            "unknown model",
+            c.post(&url)
+                .bearer_auth(API_KEY)
+                .json(&json!({"model": "gpt-9"})),
+            404,
+            "model_not_found",
+        ),
+        (
+            "unknown path",
+            c.post(format!("{}/v1/nothing", gw.data))
+                .bearer_auth(API_KEY),
+            404,
+            "unknown_url",
+        ),
+        (
+            "wrong method",
+            c.get(&url).bearer_auth(API_KEY),
+            405,
+            "method_not_allowed",
+        ),
+        (
+            "oversized body",
+            c.post(&url).bearer_auth(API_KEY).json(&big),
+            413,
+            "payload_too_large",
+        ),
+    ];
+    for (what, req, status, code) in cases {
+        let resp = req.send().await.unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(resp.status().as_u16(), status, "{what}");
+        let v: Value = resp
+            .json()
+            .await
+            .unwrap_or_else(|e| panic!("{what}: body is not JSON: {e}"));
+        assert_eq!(v["error"]["code"], code, "{what}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{what}"
+        );
+        assert!(v["error"]["type"].is_string(), "{what}");
+    }
+    let resp = gw.chat().json(&chat_body(4, false)).send().await.unwrap();
+    assert_eq!(resp.status(), 200, "the node still serves after bad input");
+    assert_eq!(
+        mock.stats().await["requests"],
+        1,
+        "bad requests never reached the backend"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_backend_and_a_failing_one_never_fail_a_request() {
+    let mut doomed = Mock::start("doomed", "az-a", &[MODEL]).await;
+    let broken = Mock::start("broken", "az-a", &[MODEL]).await;
+    let good = Mock::start("good", "az-a", &[MODEL]).await;
+    broken
+        .faults(json!({"error_rate": 1.0, "error_status": 500}))
+        .await;
+    let rest: String = [&doomed, &broken, &good]
+        .iter()
+        .map(|m| m.backend_toml(&[MODEL]))
+        .collect();
+    let gw = Arc::new(Gateway::start("az-a", &rest).await);
+
+    let killed = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for _ in 0..8 {
+        let (gw, killed) = (Arc::clone(&gw), Arc::clone(&killed));
+        workers.push(tokio::spawn(async move {
+            let mut served = Vec::new();
+            for _ in 0..40 {
+                let was_killed = killed.load(Ordering::SeqCst);
+                let resp = gw
+                    .chat()
+                    .json(&chat_body(4, false))
+                    .send()
+                    .await
+                    .expect("gateway answers");
+                let status = resp.status();
+                let backend = resp.headers()["x-zonegate-backend"]
+                    .to_str()
+                    .unwrap_or("?")
+                    .to_owned();
+                let body = resp.text().await.unwrap_or_default();
+                assert_eq!(status, 200, "a request failed: {body}");
+                served.push((backend, was_killed));
+            }
+            served
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    doomed.kill().await;
+    killed.store(true, Ordering::SeqCst);
+    let mut total = 0;
+    for w in workers {
+        for (backend, after_kill) in w.await.expect("worker finished") {
+            total += 1;
+            assert_ne!(
+                backend, "broken",
+                "a 500-answering backend was reported as the server"
+            );
+            if after_kill {
+                assert_ne!(
+                    backend, "doomed",
+                    "a dead backend was reported as the server"
+                );
+            }
+        }
+    }
+    assert_eq!(total, 320);
+    let metrics = gw.metrics().await;
+    assert!(metric_sum(&metrics, "zonegate_forward_retries_total", &[]) >= 1.0);
+    let backends = gw.admin_get("/admin/v1/backends").await;
+    let state = |name: &str| {
+        backends["backends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["name"] == name)
+            .map(|b| b["state"].clone())
+    };
+    assert_eq!(
+        state("broken"),
+        Some(json!("down")),
+        "consecutive 500s eject: {backends}"
+    );
+    assert_eq!(state("good"), Some(json!("up")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_cools_the_backend_down_without_counting_as_a_failure() {
+    let busy = Mock::start("busy", "az-a", &[MODEL]).await;
+    let calm = Mock::start("calm", "az-a", &[MODEL]).await;
+    busy.faults(json!({"error_rate": 1.0, "error_status": 429, "retry_after": 30}))
+        .await;
+    let rest = format!(
+        "{}{}",
+        busy.backend_toml(&[MODEL]),
+        calm.backend_toml(&[MODEL])
+    );
+    let gw = Gateway::start("az-a", &rest).await;
+
+    for _ in 0..30 {
+        let resp = gw.chat().json(&chat_body(4, false)).send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.headers()["x-zonegate-backend"], "calm");
+    }
+    // The busy backend was asked at most once: after its 429 it cools down
+    // for the 30 s it asked for.
+    assert!(busy.stats().await["requests"].as_u64().unwrap() <= 1);
+    let backends = gw.admin_get("/admin/v1/backends").await;
+    let b = backends["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == "busy")
+        .unwrap()
+        .clone();
+    assert_eq!(b["state"], "up", "a 429 never ejects: {b}");
+    let events = gw.admin_get("/admin/v1/events").await;
+    assert_eq!(events["events"].as_array().unwrap().len(), 0, "{events}");
+
+    // With every backend busy the client gets a 429 with Retry-After.
+    calm.faults(json!({"error_rate": 1.0, "error_status": 429, "retry_after": 7}))
+        .await;
+    let resp = gw.chat().json(&chat_body(4, false)).send().await.unwrap();
+    assert_eq!(resp.status(), 429);
+    assert_eq!(resp.headers()["retry-after"], "7");
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "backends_busy");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_cut_midway_ends_with_an_error_event_and_no_done() {
+    let mock = Mock::start("m1", "az-a", &[MODEL]).await;
+    mock.faults(json!({"stream_cut_after": 2})).await;
+    let gw = Gateway::start("az-a", &mock.backend_toml(&[MODEL])).await;
+
+    let mut resp = gw.chat().json(&chat_body(8, true)).send().await.unwrap();
+    assert_eq!(
+        resp.status(),
+        200,
+        "the stream had started, so the status was already sent"
+    );
+    let mut text = String::new();
+    let mut transport_error = false;
+    loop {
+        match resp.chunk().await {
+            Ok(Some(c)) => text.push_str(&String::from_utf8_lossy(&c)),
+            Ok(None) => break,
+            Err(_) => {
+                transport_error = true;
+                break;
+            }
+        }
+    }
+    assert!(
+        text.contains("tok1"),
+        "chunks before the cut arrive: {text}"
+    );
+    assert!(
+        text.contains("\"code\":\"stream_interrupted\""),
+        "an SSE error event ends it: {text}"
+    );
+    assert!(
+        !text.contains("[DONE]"),
+        "a truncated stream must never look complete"
+    );
+    assert!(
+        transport_error,
+        "the HTTP body is aborted too, not ended cleanly"
+    );
+    let metrics = gw.metrics().await;
+    assert_eq!(
+        metric_sum(
+            &metrics,
+            "zonegate_stream_aborts_total",
+            &["backend=\"m1\""]
+        ),
+        1.0
+    );
+    assert_eq!(
+        mock.stats().await["requests"],
+        1,
+        "a started stream is never retried"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_fallback_chain_answers_when_the_primary_has_no_backend() {
+    let mut primary = Mock::start("big", "az-a", &[MODEL]).await;
+    let small = Mock::start("small", "az-a", &[SMALL]).await;
+    let rest = format!(
+        "{}{}[[models]]\nname = \"{MODEL}\"\nfallback = [\"{SMALL}\"]\n",
+        primary.backend_toml(&[MODEL]),
+        small.backend_toml(&[SMALL]),
+    );
+    let gw = Gateway::start("az-a", &rest).await;
+    primary.kill().await;
+
+    for _ in 0..10 {
+        let resp = gw.chat().json(&chat_body(4, false)).send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.headers()["x-zonegate-model"], SMALL);
+        assert_eq!(resp.headers()["x-zonegate-backend"], "small");
+        assert!(resp.headers()["x-zonegate-route"]
+            .to_str()
+            .unwrap()
+            .contains("fallback-model"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_backend_left_is_a_502_that_says_how_many_were_tried() {
+    let a = Mock::start("a", "az-a", &[MODEL]).await;
+    let b = Mock::start("b", "az-a", &[MODEL]).await;
+    for m in [&a, &b] {
+        m.faults(json!({"error_rate": 1.0, "error_status": 503}))
+            .await;
+    }
+    let rest = format!("{}{}", a.backend_toml(&[MODEL]), b.backend_toml(&[MODEL]));
+    let gw = Gateway::start("az-a", &rest).await;
+    let resp = gw.chat().json(&chat_body(4, false)).send().await.unwrap();
+    assert_eq!(resp.status(), 502);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "upstream_error");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("all 2 tried"),
+        "{v}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_model_name_is_rewritten_only_where_it_differs() {
+    let mock = Mock::start("m1", "az-a", &["Qwen/Qwen2.5-7B-Instruct"]).await;
+    let rest = mock.backend_toml(&[MODEL]).replace(
+        "metrics_path",
+        &format!("model_names = {{ \"{MODEL}\" = \"Qwen/Qwen2.5-7B-Instruct\" }}\nmetrics_path"),
+    );
+    let gw = Gateway::start("az-a", &rest).await;
+    let resp = gw.chat().json(&chat_body(2, false)).send().await.unwrap();
+    assert_eq!(resp.status(), 200, "the mock only knows the physical name");
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["model"], "Qwen/Qwen2.5-7B-Instruct");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ring_balance_keeps_a_session_on_one_backend() {
+    let a = Mock::start("a", "az-a", &[MODEL]).await;
+    let b = Mock::start("b", "az-a", &[MODEL]).await;
+    let rest = format!(
+        "{}{}[[models]]\nname = \"{MODEL}\"\nbalance = \"ring\"\n",
+        a.backend_toml(&[MODEL]),
+        b.backend_toml(&[MODEL])
+    );
+    let gw = Gateway::start("az-a", &rest).await;
+    let mut seen = std::collections::HashSet::new();
+    for session in 0..20 {
+        let mut first = None;
+        for _ in 0..5 {
+            let resp = gw
+                .chat()
+                .header("x-session-id", format!("session-{session}"))
+                .json(&chat_body(2, false))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.headers()["x-zonegate-route"], "ring");
+            let backend = resp.headers()["x-zonegate-backend"]
+                .to_str()
+                .unwrap()
+                .to_owned();
+            assert_eq!(
+                first.get_or_insert(backend.clone()),
+                &backend,
+                "session {session} moved"
+            );
+            seen.insert(backend);
+        }
+    }
+    assert_eq!(seen.len(), 2, "20 sessions spread over both backends");
+}

@@ -1,0 +1,255 @@
+//! Helpers for black-box tests: the real `zonegate` binary on 127.0.0.1
+//! port 0, mock backends as child processes, and polling with deadlines.
+//! Every child is killed when its handle drops (and, started with
+//! `--exit-with-parent`, exits if the test process dies first).
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::process::Command;
+use zonegate::config::sha256_hex;
+use zonegate::demo::{spawn_listening, Spawned};
+
+pub const API_KEY: &str = "test-key-deptA";
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+pub const MODEL: &str = "qwen25-7b-instruct";
+
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_zonegate"))
+}
+
+fn command() -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.env(
+        "RUST_LOG",
+        std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+    );
+    cmd
+}
+
+/// A mock backend child process.
+pub struct Mock {
+    pub name: String,
+    pub zone: String,
+    pub url: String,
+    proc: Option<Spawned>,
+}
+
+impl Mock {
+    pub async fn start(name: &str, zone: &str, models: &[&str]) -> Mock {
+        let mut cmd = command();
+        cmd.args([
+            "mock-backend",
+            "--listen",
+            "127.0.0.1:0",
+            "--name",
+            name,
+            "--zone",
+            zone,
+        ]);
+        for m in models {
+            cmd.args(["--model", m]);
+        }
+        let proc = spawn_listening(cmd, 1, Duration::from_secs(30))
+            .await
+            .expect("mock backend starts");
+        Mock {
+            name: name.into(),
+            zone: zone.into(),
+            url: proc.urls[0].clone(),
+            proc: Some(proc),
+        }
+    }
+
+    /// Applies a fault patch (`POST /mock/faults`).
+    pub async fn faults(&self, patch: Value) {
+        let resp = client()
+            .post(format!("{}/mock/faults", self.url))
+            .json(&patch)
+            .send()
+            .await
+            .expect("mock reachable");
+        assert!(
+            resp.status().is_success(),
+            "fault patch rejected: {}",
+            resp.text().await.unwrap_or_default()
+        );
+    }
+
+    pub async fn stats(&self) -> Value {
+        get_json(&format!("{}/mock/stats", self.url), None).await
+    }
+
+    /// Kills the process (SIGKILL) and waits for it.
+    pub async fn kill(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            let _ = p.child.kill().await;
+        }
+    }
+
+    /// The `[[backends]]` entry for this mock.
+    pub fn backend_toml(&self, models: &[&str]) -> String {
+        let models: Vec<String> = models.iter().map(|m| format!("\"{m}\"")).collect();
+        format!(
+            "[[backends]]\nname = \"{}\"\nzone = \"{}\"\nurl = \"{}\"\nmodels = [{}]\nmetrics_path = \"/metrics\"\n\n",
+            self.name,
+            self.zone,
+            self.url,
+            models.join(", ")
+        )
+    }
+}
+
+/// A gateway node child process with its config in a temp dir.
+pub struct Gateway {
+    pub data: String,
+    pub admin: String,
+    pub dir: tempfile::TempDir,
+    proc: Spawned,
+}
+
+/// The `[node]`, tenant and admin-token part of a test config.
+pub fn base_toml(zone: &str, data_dir: &std::path::Path, node_extra: &str) -> String {
+    format!(
+        r#"[node]
+id = 1
+zone = "{zone}"
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+data_dir = "{data}"
+{node_extra}
+
+[[tenants]]
+name = "deptA"
+key_sha256 = "{key}"
+priority = "P0"
+
+[[admin.tokens]]
+name = "ops"
+sha256 = "{token}"
+role = "operator"
+
+"#,
+        data = data_dir.display(),
+        key = sha256_hex(API_KEY),
+        token = sha256_hex(ADMIN_TOKEN),
+    )
+}
+
+impl Gateway {
+    /// Starts `zonegate serve` with the base config plus `rest` (backends,
+    /// models, sections).
+    pub async fn start(zone: &str, rest: &str) -> Gateway {
+        Self::start_with(zone, "", rest).await
+    }
+
+    /// Like [`Gateway::start`], with extra keys for the `[node]` table.
+    pub async fn start_with(zone: &str, node_extra: &str, rest: &str) -> Gateway {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = format!(
+            "{}{rest}",
+            base_toml(zone, &dir.path().join("data"), node_extra)
+        );
+        let path = dir.path().join("gateway.toml");
+        std::fs::write(&path, config).expect("write config");
+        let mut cmd = command();
+        cmd.arg("serve").arg("--config").arg(&path);
+        let proc = spawn_listening(cmd, 2, Duration::from_secs(30))
+            .await
+            .expect("gateway starts");
+        Gateway {
+            data: proc.urls[0].clone(),
+            admin: proc.urls[1].clone(),
+            dir,
+            proc,
+        }
+    }
+
+    pub fn chat(&self) -> reqwest::RequestBuilder {
+        client()
+            .post(format!("{}/v1/chat/completions", self.data))
+            .bearer_auth(API_KEY)
+    }
+
+    pub async fn metrics(&self) -> String {
+        client()
+            .get(format!("{}/metrics", self.admin))
+            .send()
+            .await
+            .expect("admin reachable")
+            .text()
+            .await
+            .expect("metrics text")
+    }
+
+    pub async fn admin_get(&self, path: &str) -> Value {
+        get_json(&format!("{}{path}", self.admin), Some(ADMIN_TOKEN)).await
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.child.id()
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("http client")
+}
+
+pub async fn get_json(url: &str, token: Option<&str>) -> Value {
+    let mut req = client().get(url);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    req.send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+        .json()
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: not JSON: {e}"))
+}
+
+pub fn chat_body(max_tokens: u64, stream: bool) -> Value {
+    serde_json::json!({
+        "model": MODEL,
+        "max_tokens": max_tokens,
+        "stream": stream,
+        "messages": [{"role": "user", "content": "hello"}],
+    })
+}
+
+/// Polls `check` every 100 ms until it returns true or `deadline` passes;
+/// panics with `what` on timeout. Generous deadlines keep a busy 2-core
+/// machine from failing a correct build.
+pub async fn eventually<F, Fut>(deadline: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let end = tokio::time::Instant::now() + deadline;
+    loop {
+        if check().await {
+            return;
+        }
+        if tokio::time::Instant::now() >= end {
+            panic!("timed out after {deadline:?} waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Sum of a Prometheus counter's samples whose label set contains all of
+/// `labels` (e.g. `outcome="ok"`).
+pub fn metric_sum(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter(|l| labels.iter().all(|want| l.contains(want)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
