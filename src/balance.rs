@@ -70,14 +70,48 @@ pub fn weighted_scan<C: Candidates + ?Sized>(c: &C, rng: &mut fastrand::Rng) -> 
     last
 }
 
-/// Power of two choices: draw two candidates by weight, keep the cheaper.
+/// Power of two choices: draw two distinct candidates by weight, keep the
+/// cheaper one.
 pub fn p2c<C: Candidates + ?Sized>(c: &C, rng: &mut fastrand::Rng) -> Option<usize> {
     let a = weighted_draw(c, rng)?;
-    // A second distinct draw; in a pool of one eligible backend this finds none.
-    let b = (0..4).find_map(|_| weighted_draw(c, rng).filter(|&b| b != a));
+    let b = weighted_draw(
+        &Excluding {
+            inner: c,
+            excluded: a,
+        },
+        rng,
+    );
     match b {
         Some(b) if c.cost(b) < c.cost(a) => Some(b),
         _ => Some(a),
+    }
+}
+
+/// A pool with one candidate made ineligible.
+struct Excluding<'a, C: ?Sized> {
+    inner: &'a C,
+    excluded: usize,
+}
+
+impl<C: Candidates + ?Sized> Candidates for Excluding<'_, C> {
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+    fn weight(&self, i: usize) -> f64 {
+        if i == self.excluded {
+            0.0
+        } else {
+            self.inner.weight(i)
+        }
+    }
+    fn max_weight(&self) -> f64 {
+        self.inner.max_weight()
+    }
+    fn cost(&self, i: usize) -> f64 {
+        self.inner.cost(i)
+    }
+    fn in_flight(&self, i: usize) -> u64 {
+        self.inner.in_flight(i)
     }
 }
 

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Loopback load benchmark: the same mock backend called directly, through
+# nginx (least_conn, keep-alive) and through zonegate, with wrk.
+# Prints requests/s and p50/p99 latency for each, and zonegate's idle RSS.
+#
+#   benches/load.sh                    # 32 connections, 15 s per target
+#   CONNECTIONS=64 DURATION=30 benches/load.sh
+#
+# Needs nginx and wrk (`apt-get install nginx wrk`); this is a benchmark,
+# never part of the tests. Everything listens on 127.0.0.1 and stops when
+# the script exits.
+set -euo pipefail
+
+CONNECTIONS=${CONNECTIONS:-32}
+DURATION=${DURATION:-15}
+THREADS=${THREADS:-2}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  [ -f "$WORK/nginx.pid" ] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+for tool in nginx wrk; do
+  command -v "$tool" >/dev/null || { echo "needs $tool: apt-get install nginx wrk" >&2; exit 1; }
+done
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+echo "building release binary..." >&2
+(cd "$ROOT" && cargo build --release --quiet)
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/zonegate
+
+BACKEND_PORT=$(free_port)
+RUST_LOG=warn "$BIN" mock-backend --listen "127.0.0.1:$BACKEND_PORT" --name static --model bench >"$WORK/mock.log" 2>&1 &
+PIDS+=($!)
+
+NGINX_PORT=$(free_port)
+mkdir -p "$WORK/nginx"
+cat >"$WORK/nginx.conf" <<CONF
+worker_processes auto;
+pid $WORK/nginx.pid;
+error_log $WORK/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $WORK/nginx;
+  proxy_temp_path $WORK/nginx;
+  upstream backend { least_conn; server 127.0.0.1:$BACKEND_PORT; keepalive 128; }
+  server {
+    listen 127.0.0.1:$NGINX_PORT;
+    location / {
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+}
+CONF
+nginx -c "$WORK/nginx.conf" -p "$WORK/nginx"
+
+ZG_PORT=$(free_port)
+ADMIN_PORT=$(free_port)
+KEY=bench-key
+cat >"$WORK/zonegate.toml" <<CONF
+[node]
+id = 1
+zone = "az-a"
+listen = "127.0.0.1:$ZG_PORT"
+admin_listen = "127.0.0.1:$ADMIN_PORT"
+data_dir = "$WORK/data"
+[[tenants]]
+name = "bench"
+key_sha256 = "$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)"
+[[backends]]
+name = "static"
+zone = "az-a"
+url = "http://127.0.0.1:$BACKEND_PORT"
+models = ["bench"]
+CONF
+# Access lines off for the throughput run, as nginx's access_log is off.
+RUST_LOG=warn "$BIN" serve --config "$WORK/zonegate.toml" >"$WORK/zonegate.log" 2>&1 &
+ZG_PID=$!
+PIDS+=($ZG_PID)
+
+for port in $BACKEND_PORT $NGINX_PORT $ZG_PORT; do
+  for _ in $(seq 100); do
+    curl -s -o /dev/null "http://127.0.0.1:$port/" && break
+    sleep 0.1
+  done
+done
+sleep 1
+IDLE_RSS_KB=$(ps -o rss= -p "$ZG_PID" | tr -d ' ')
+
+cat >"$WORK/post.lua" <<LUA
+wrk.method = "POST"
+wrk.body = '{"model":"bench","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer $KEY"
+done = function(summary, latency, requests)
+  io.write(string.format("RESULT %.0f %.3f %.3f %d %d\n",
+    summary.requests / (summary.duration / 1e6),
+    latency:percentile(50) / 1000, latency:percentile(99) / 1000,
+    summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
+    summary.requests))
+end
+LUA
+
+run() {
+  local name=$1 url=$2
+  wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION"s -s "$WORK/post.lua" "$url" | grep '^RESULT' | sed "s/^RESULT/$name/"
+}
+
+echo "warming up..." >&2
+wrk -t1 -c4 -d2s -s "$WORK/post.lua" "http://127.0.0.1:$ZG_PORT/v1/chat/completions" >/dev/null
+wrk -t1 -c4 -d2s -s "$WORK/post.lua" "http://127.0.0.1:$NGINX_PORT/v1/chat/completions" >/dev/null
+
+RESULTS=$(
+  run direct   "http://127.0.0.1:$BACKEND_PORT/v1/chat/completions"
+  run nginx    "http://127.0.0.1:$NGINX_PORT/v1/chat/completions"
+  run zonegate "http://127.0.0.1:$ZG_PORT/v1/chat/completions"
+)
+LOADED_RSS_KB=$(ps -o rss= -p "$ZG_PID" | tr -d ' ')
+
+echo
+echo "loopback load: $CONNECTIONS connections, $DURATION s each, $(nproc) cores, wrk -t$THREADS"
+printf '%-9s %10s %9s %9s %8s\n' target "req/s" "p50 ms" "p99 ms" errors
+echo "$RESULTS" | while read -r name rps p50 p99 errors _; do
+  printf '%-9s %10s %9s %9s %8s\n' "$name" "$rps" "$p50" "$p99" "$errors"
+done
+DIRECT_P99=$(echo "$RESULTS" | awk '$1=="direct"{print $4}')
+NGINX_RPS=$(echo "$RESULTS" | awk '$1=="nginx"{print $2}')
+ZG_RPS=$(echo "$RESULTS" | awk '$1=="zonegate"{print $2}')
+ZG_P99=$(echo "$RESULTS" | awk '$1=="zonegate"{print $4}')
+echo
+awk -v z="$ZG_RPS" -v n="$NGINX_RPS" 'BEGIN{printf "zonegate / nginx throughput: %.2fx\n", z/n}'
+awk -v z="$ZG_P99" -v d="$DIRECT_P99" 'BEGIN{printf "zonegate added p99 over direct: %.3f ms\n", z-d}'
+echo "zonegate RSS: idle $((IDLE_RSS_KB / 1024)) MiB, after load $((LOADED_RSS_KB / 1024)) MiB"
