@@ -58,6 +58,18 @@ async fn require_token(State(gw): State<Arc<Gateway>>, req: Request, next: Next)
 }
 
 async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
+    // Gauges of live state are read at scrape time, not kept per request.
+    for b in gw.routes.load().backends.iter() {
+        let in_flight = i64::try_from(b.in_flight()).unwrap_or(i64::MAX);
+        gw.metrics
+            .backend_in_flight
+            .with_label_values(&[&b.name])
+            .set(in_flight);
+        gw.metrics
+            .backend_up
+            .with_label_values(&[&b.name, b.zone.as_str()])
+            .set(i64::from(b.is_up()));
+    }
     gw.metrics
         .decision_version
         .set(i64::try_from(gw.view.borrow().decision_version).unwrap_or(i64::MAX));

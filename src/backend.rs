@@ -11,7 +11,6 @@ use http::uri::{Authority, Scheme};
 use zonegate_cluster::ZoneId;
 
 use crate::config::{BackendConfig, HealthConfig};
-use crate::telemetry::Metrics;
 
 /// Milliseconds on a process-wide monotonic clock (never goes backwards,
 /// unaffected by wall-clock jumps).
@@ -130,16 +129,9 @@ impl Backend {
     }
 
     /// Counts a request in flight until the guard drops.
-    pub fn start_request(self: &Arc<Self>, metrics: &Metrics) -> InFlight {
-        let n = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
-        metrics
-            .backend_in_flight
-            .with_label_values(&[&self.name])
-            .set(n as i64);
-        InFlight {
-            backend: Arc::clone(self),
-            metrics: metrics.clone(),
-        }
+    pub fn start_request(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(Arc::clone(self))
     }
 
     /// A request got its first byte after `latency`, at `now_ms`.
@@ -194,22 +186,11 @@ impl Backend {
 
 /// Holds one request's place in a backend's in-flight count.
 #[derive(Debug)]
-pub struct InFlight {
-    backend: Arc<Backend>,
-    metrics: Metrics,
-}
+pub struct InFlight(Arc<Backend>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        let n = self
-            .backend
-            .in_flight
-            .fetch_sub(1, Ordering::Relaxed)
-            .saturating_sub(1);
-        self.metrics
-            .backend_in_flight
-            .with_label_values(&[&self.backend.name])
-            .set(n as i64);
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

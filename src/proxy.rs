@@ -72,13 +72,16 @@ fn authenticate<'a>(gw: &'a Gateway, headers: &HeaderMap) -> Result<&'a Tenant, 
 
 async fn handle(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
     let started = Instant::now();
-    let tenant_name = authenticate(&gw, req.headers())
-        .map(|t| t.name.clone())
-        .ok();
-    match serve(&gw, req, started).await {
+    let result = match authenticate(&gw, req.headers()) {
+        Ok(tenant) => serve(&gw, tenant, req, started)
+            .await
+            .map_err(|f| (Some(tenant), f)),
+        Err(e) => Err((None, (None, e))),
+    };
+    match result {
         Ok(resp) => resp,
-        Err((model, e)) => {
-            let tenant = tenant_name.as_deref().unwrap_or("-");
+        Err((tenant, (model, e))) => {
+            let tenant = tenant.map_or("-", |t| t.name.as_str());
             gw.metrics
                 .requests
                 .with_label_values(&[tenant, model.as_deref().unwrap_or("-"), e.code()])
@@ -121,9 +124,13 @@ struct Attempts {
     budget_exhausted: bool,
 }
 
-async fn serve(gw: &Gateway, req: Request, started: Instant) -> Result<Response, Failed> {
+async fn serve(
+    gw: &Arc<Gateway>,
+    tenant: &Tenant,
+    req: Request,
+    started: Instant,
+) -> Result<Response, Failed> {
     let (parts, body) = req.into_parts();
-    let tenant = authenticate(gw, &parts.headers).map_err(|e| (None, e))?;
     let body = read_body(body, gw.cfg.node.max_body_bytes)
         .await
         .map_err(|e| (None, e))?;
@@ -145,7 +152,7 @@ async fn serve(gw: &Gateway, req: Request, started: Instant) -> Result<Response,
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned)
-        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        .unwrap_or_else(|| format!("{:032x}", fastrand::u128(..)));
     gw.budget.lock().record_request(now_ms() / 1000);
 
     let chain = std::iter::once(primary).chain(
@@ -200,7 +207,7 @@ async fn serve(gw: &Gateway, req: Request, started: Instant) -> Result<Response,
                 attempts.tried.push(Arc::as_ptr(&backend) as usize);
                 attempts.count += 1;
                 model_attempts += 1;
-                let guards = (backend.start_request(&gw.metrics), pool.enter());
+                let guards = (backend.start_request(), pool.enter());
                 let uri = upstream_uri(&backend, &parts.uri);
                 let mut headers = forward::upstream_headers(&parts.headers);
                 forward::set_header(&mut headers, "x-request-id", &request_id);
@@ -406,7 +413,7 @@ struct Served {
 }
 
 fn respond(
-    gw: &Gateway,
+    gw: &Arc<Gateway>,
     committed: forward::Committed,
     ctx: Served,
     started: Instant,
@@ -427,9 +434,7 @@ fn respond(
     forward::set_header(&mut headers, "x-zonegate-model", &ctx.model);
     forward::set_header(&mut headers, "x-request-id", &ctx.request_id);
     let deadline = tokio::time::Instant::from_std(started + ctx.total_timeout);
-    let metrics = gw.metrics.clone();
-    let health = gw.cfg.health.clone();
-    let events = Arc::clone(&gw.events);
+    let gw = Arc::clone(gw);
     let outcome_ok = if status.is_success() {
         "ok"
     } else {
@@ -441,21 +446,21 @@ fn respond(
             StreamEnd::Complete => outcome_ok,
             StreamEnd::ClientGone => "client_gone",
             StreamEnd::Aborted(reason) => {
-                metrics
+                gw.metrics
                     .stream_aborts
                     .with_label_values(&[ctx.model.as_str(), ctx.backend.name.as_str(), reason])
                     .inc();
-                if let Some(t) = ctx.backend.record_failure(&health) {
-                    events.backend(&metrics, &ctx.backend, t, reason);
+                if let Some(t) = ctx.backend.record_failure(&gw.cfg.health) {
+                    gw.events.backend(&gw.metrics, &ctx.backend, t, reason);
                 }
                 "stream_aborted"
             }
         };
-        metrics
+        gw.metrics
             .requests
             .with_label_values(&[&ctx.tenant, &ctx.model, outcome])
             .inc();
-        metrics
+        gw.metrics
             .request_duration
             .with_label_values(&[&ctx.model])
             .observe(started.elapsed().as_secs_f64());

@@ -294,7 +294,10 @@ async fn a_killed_backend_and_a_failing_one_never_fail_a_request() {
     let broken_answers = broken.stats().await["requests"].as_f64().unwrap();
     let metrics = gw.metrics().await;
     let retries = metric_sum(&metrics, "zonegate_forward_retries_total", &[]);
-    assert!(retries >= broken_answers, "{retries} retries for {broken_answers} failures");
+    assert!(
+        retries >= broken_answers,
+        "{retries} retries for {broken_answers} failures"
+    );
     let backends = gw.admin_get("/admin/v1/backends").await;
     let good_state = backends["backends"]
         .as_array()
