@@ -1,10 +1,15 @@
-//! zonegate's control plane: the identities of zones and nodes, and the
-//! immutable [`ClusterView`] the data plane reads on every request.
+//! zonegate's control plane: the Raft group whose leader issues versioned
+//! zone decisions, the replicated [`ClusterState`] every node applies in
+//! order, and the immutable [`ClusterView`] the data plane reads.
 //!
-//! The Raft group that issues versioned decisions lands here with the
-//! control-plane issue; until then every node publishes the initial view
-//! (decision version 0, every zone active) and nothing changes it.
+//! Entry point: [`ClusterNode::start`]. Pure cores: [`state`] (decisions and
+//! safety rules) and [`command`] (what a log entry carries).
 
+pub mod codec;
+pub mod command;
+pub mod state;
 pub mod view;
 
-pub use view::{ClusterView, NodeId, ZoneId, ZoneStatus};
+pub use command::{Command, Decision, Outcome, RejectRule, Rejection, Response};
+pub use state::{ClusterState, DecisionRecord, Preview, ZoneChange, HISTORY_LIMIT};
+pub use view::{Automation, ClusterView, NodeId, ZoneId, ZoneStatus};
