@@ -8,8 +8,11 @@
 pub mod codec;
 pub mod command;
 pub mod state;
+pub mod store;
+pub mod types;
 pub mod view;
 
 pub use command::{Command, Decision, Outcome, RejectRule, Rejection, Response};
 pub use state::{ClusterState, DecisionRecord, Preview, ZoneChange, HISTORY_LIMIT};
+pub use types::{Member, Role, TypeConfig};
 pub use view::{Automation, ClusterView, NodeId, ZoneId, ZoneStatus};
