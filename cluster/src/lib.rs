@@ -7,6 +7,7 @@
 
 pub mod codec;
 pub mod command;
+pub mod network;
 pub mod state;
 pub mod store;
 pub mod types;
