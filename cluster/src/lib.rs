@@ -8,12 +8,18 @@
 pub mod codec;
 pub mod command;
 pub mod network;
+pub mod node;
 pub mod state;
 pub mod store;
 pub mod types;
 pub mod view;
 
 pub use command::{Command, Decision, Outcome, RejectRule, Rejection, Response};
+pub use network::FaultTable;
+pub use node::{
+    Applied, ClusterConfig, ClusterError, ClusterNode, ClusterStatus, MemberStatus, ProposeError,
+    RaftListen, Timing,
+};
 pub use state::{ClusterState, DecisionRecord, Preview, ZoneChange, HISTORY_LIMIT};
 pub use types::{Member, Role, TypeConfig};
 pub use view::{Automation, ClusterView, NodeId, ZoneId, ZoneStatus};

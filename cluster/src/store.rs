@@ -20,7 +20,7 @@ use std::fmt::Debug;
 use std::io::Cursor;
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
 use openraft::{
@@ -64,9 +64,23 @@ pub enum StoreError {
     },
 }
 
+/// Tells whether any handle of an opened store is still alive. sled locks
+/// its directory until the last handle drops, so a node restarted in the
+/// same process waits for this before reopening.
+#[derive(Clone, Debug)]
+pub struct StoreLiveness(Weak<()>);
+
+impl StoreLiveness {
+    /// Whether some part of the store (log, reader, state machine,
+    /// snapshot builder) still holds the database open.
+    pub fn is_open(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+}
+
 /// Open (or create) the store under `dir`. Returns the log store and the
-/// state machine, which openraft then owns.
-pub fn open(dir: &Path) -> Result<(LogStore, StateMachineStore), StoreError> {
+/// state machine, which openraft then owns, and a liveness probe.
+pub fn open(dir: &Path) -> Result<(LogStore, StateMachineStore, StoreLiveness), StoreError> {
     let path = dir.join("raft.sled");
     let open_err = |source| StoreError::Open {
         path: path.clone(),
@@ -91,10 +105,13 @@ pub fn open(dir: &Path) -> Result<(LogStore, StateMachineStore), StoreError> {
     };
     let (view_tx, _) = watch::channel(Arc::new(data.state.view()));
     let (state_tx, _) = watch::channel(Arc::new(data.state.clone()));
+    let open_token = Arc::new(());
+    let liveness = StoreLiveness(Arc::downgrade(&open_token));
     let log_store = LogStore {
         db: db.clone(),
         log,
         meta,
+        _open: open_token.clone(),
     };
     let sm_store = StateMachineStore {
         db,
@@ -102,8 +119,9 @@ pub fn open(dir: &Path) -> Result<(LogStore, StateMachineStore), StoreError> {
         data,
         view_tx,
         state_tx,
+        _open: open_token,
     };
-    Ok((log_store, sm_store))
+    Ok((log_store, sm_store, liveness))
 }
 
 fn read_err(e: impl std::error::Error + 'static) -> StorageError {
@@ -139,6 +157,7 @@ pub struct LogStore {
     db: sled::Db,
     log: sled::Tree,
     meta: sled::Tree,
+    _open: Arc<()>,
 }
 
 impl LogStore {
@@ -296,6 +315,7 @@ pub struct StateMachineStore {
     data: Applied,
     view_tx: watch::Sender<Arc<ClusterView>>,
     state_tx: watch::Sender<Arc<ClusterState>>,
+    _open: Arc<()>,
 }
 
 impl StateMachineStore {
@@ -332,6 +352,7 @@ pub struct SnapshotBuilder {
     db: sled::Db,
     tree: sled::Tree,
     data: Applied,
+    _open: Arc<()>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -429,6 +450,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             db: self.db.clone(),
             tree: self.tree.clone(),
             data: self.data.clone(),
+            _open: self._open.clone(),
         }
     }
 
@@ -481,7 +503,7 @@ mod tests {
             &self,
         ) -> Result<(tempfile::TempDir, LogStore, StateMachineStore), StorageError> {
             let dir = tempfile::tempdir().map_err(write_err)?;
-            let (log, sm) = open(dir.path()).map_err(write_err)?;
+            let (log, sm, _) = open(dir.path()).map_err(write_err)?;
             Ok((dir, log, sm))
         }
     }
@@ -514,7 +536,7 @@ mod tests {
             role: Role::Voter,
         };
         {
-            let (mut log, mut sm) = open(dir.path()).unwrap();
+            let (mut log, mut sm, _) = open(dir.path()).unwrap();
             let mut view_rx = sm.subscribe_view();
             log.save_vote(&openraft::Vote::new(3, 2)).await.unwrap();
             let membership = openraft::Membership::new(
@@ -562,7 +584,8 @@ mod tests {
                 }
             );
         }
-        let (mut log, mut sm) = open(dir.path()).unwrap();
+        let (mut log, mut sm, liveness) = open(dir.path()).unwrap();
+        assert!(liveness.is_open());
         assert_eq!(
             log.read_vote().await.unwrap(),
             Some(openraft::Vote::new(3, 2))
@@ -572,5 +595,8 @@ mod tests {
         assert_eq!(membership.voter_ids().collect::<Vec<_>>(), vec![1, 2]);
         assert_eq!(sm.subscribe_view().borrow().decision_version, 1);
         assert_eq!(sm.subscribe_state().borrow().decisions(10).len(), 1);
+        drop((log, sm));
+        assert!(!liveness.is_open());
+        drop(open(dir.path()).unwrap());
     }
 }
