@@ -31,7 +31,7 @@ use crate::types::alias::Raft;
 use crate::types::{Member, Role};
 use crate::view::{Automation, ClusterView, NodeId, ZoneId};
 
-/// Raft timers. The defaults elect a new leader within about 1.4 s of the
+/// Raft timers and the log-compaction cadence. The defaults elect a new leader within about 1.4 s of the
 /// old one dying on loopback, inside the 2 s budget:
 ///
 /// - openraft 0.9 lets a follower campaign only after the leader lease
@@ -50,6 +50,10 @@ pub struct Timing {
     /// How long `propose` waits for its entry to apply before answering
     /// [`ProposeError::OutcomeUnknown`].
     pub propose_timeout: Duration,
+    /// Log compaction: a snapshot every this many applied entries; half as
+    /// many entries stay in the log behind it, so a briefly lagging
+    /// follower catches up from the log rather than a snapshot.
+    pub snapshot_every_logs: u64,
 }
 
 impl Default for Timing {
@@ -59,6 +63,7 @@ impl Default for Timing {
             election_timeout_min: Duration::from_millis(300),
             election_timeout_max: Duration::from_millis(600),
             propose_timeout: Duration::from_secs(5),
+            snapshot_every_logs: 5000,
         }
     }
 }
@@ -234,6 +239,9 @@ fn validate(config: &ClusterConfig) -> Result<BTreeMap<NodeId, Member>, ClusterE
         return invalid("the cluster secret is empty".into());
     }
     let t = &config.timing;
+    if t.snapshot_every_logs == 0 {
+        return invalid("timing.snapshot_every_logs must be at least 1".into());
+    }
     if !(t.heartbeat < t.election_timeout_min && t.election_timeout_min < t.election_timeout_max) {
         return invalid(format!(
             "timing needs heartbeat < election_timeout_min < election_timeout_max, got {:?} / {:?} / {:?}",
@@ -315,6 +323,8 @@ impl ClusterNode {
             election_timeout_max: millis(timing.election_timeout_max),
             // Keep snapshot chunks well under the RPC body limit.
             snapshot_max_chunk_size: 1024 * 1024,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(timing.snapshot_every_logs),
+            max_in_snapshot_log_to_keep: timing.snapshot_every_logs / 2,
             ..Default::default()
         }
         .validate()
