@@ -3,7 +3,8 @@
 //! order, and the immutable [`ClusterView`] the data plane reads.
 //!
 //! Entry point: [`ClusterNode::start`]. Pure cores: [`state`] (decisions and
-//! safety rules) and [`command`] (what a log entry carries).
+//! safety rules) and [`command`] (what a log entry carries). The map and
+//! invariants are in `cluster/ARCHITECTURE.md`.
 
 pub mod codec;
 pub mod command;

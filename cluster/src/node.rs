@@ -186,10 +186,14 @@ pub struct ClusterStatus {
     pub millis_since_quorum_ack: Option<u64>,
     pub decision_version: u64,
     pub automation: Automation,
+    /// Voter ids of the applied Raft membership (voters and witnesses).
+    pub voters: Vec<NodeId>,
+    /// Every configured member, with its place in the applied membership.
     pub members: Vec<MemberStatus>,
 }
 
-/// A running member of the Raft group.
+/// A running member of the Raft group. `Send + Sync`: share it behind an
+/// `Arc` with the admin API.
 pub struct ClusterNode {
     id: NodeId,
     zone: ZoneId,
@@ -550,6 +554,7 @@ impl ClusterNode {
             },
             decision_version: state.decision_version(),
             automation: state.automation(),
+            voters: membership.voter_ids().collect(),
             members,
         }
     }
@@ -638,5 +643,29 @@ async fn keep_learners(
             _ = stop.wait_for(|s| *s) => return,
             changed = metrics.changed() => if changed.is_err() { return },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn node_and_errors_can_be_shared_across_tasks() {
+        assert_send_sync::<ClusterNode>();
+        assert_send_sync::<ProposeError>();
+        assert_send_sync::<ClusterError>();
+    }
+
+    #[test]
+    fn default_timing_fits_the_two_second_failover_budget() {
+        let t = Timing::default();
+        // Lease (= max) + the slowest random timeout + one tick of 1.5 x
+        // heartbeat: the latest a follower starts campaigning.
+        let worst = t.election_timeout_max * 2 + t.heartbeat * 3 / 2;
+        assert!(worst < Duration::from_secs(2), "{worst:?}");
+        assert!(t.heartbeat * 5 <= t.election_timeout_min + t.election_timeout_max);
     }
 }
