@@ -79,8 +79,7 @@ pub enum RaftListen {
 }
 
 /// Everything one node needs to join the cluster. `members` is the same on
-/// every node.
-#[derive(Debug)]
+/// every node. `Debug` never prints the secret.
 pub struct ClusterConfig {
     pub node_id: NodeId,
     /// This node's zone; must match its entry in `members`.
@@ -94,6 +93,21 @@ pub struct ClusterConfig {
     pub timing: Timing,
     /// Test hook: when set, RPCs on links it blocks are dropped.
     pub faults: Option<Arc<FaultTable>>,
+}
+
+impl std::fmt::Debug for ClusterConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterConfig")
+            .field("node_id", &self.node_id)
+            .field("zone", &self.zone)
+            .field("members", &self.members)
+            .field("data_dir", &self.data_dir)
+            .field("secret", &"<redacted>")
+            .field("raft_listen", &self.raft_listen)
+            .field("timing", &self.timing)
+            .field("faults", &self.faults.is_some())
+            .finish()
+    }
 }
 
 /// Starting or stopping a node failed.
@@ -657,6 +671,23 @@ mod tests {
         assert_send_sync::<ClusterNode>();
         assert_send_sync::<ProposeError>();
         assert_send_sync::<ClusterError>();
+    }
+
+    #[test]
+    fn config_debug_does_not_print_the_secret() {
+        let config = ClusterConfig {
+            node_id: 1,
+            zone: ZoneId::new("az-a"),
+            members: Vec::new(),
+            data_dir: PathBuf::from("/tmp/x"),
+            secret: "hunter2".into(),
+            raft_listen: RaftListen::Addr(SocketAddr::from(([127, 0, 0, 1], 0))),
+            timing: Timing::default(),
+            faults: None,
+        };
+        let printed = format!("{config:?}");
+        assert!(!printed.contains("hunter2"));
+        assert!(printed.contains("<redacted>"));
     }
 
     #[test]

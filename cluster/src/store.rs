@@ -339,10 +339,13 @@ impl StateMachineStore {
         Ok(())
     }
 
+    /// State first, view second: whoever sees a view has the state (and
+    /// history) at least as new, e.g. a test that waits on the view and
+    /// then reads `decisions()`.
     fn publish(&self) {
-        self.view_tx.send_replace(Arc::new(self.data.state.view()));
         self.state_tx
             .send_replace(Arc::new(self.data.state.clone()));
+        self.view_tx.send_replace(Arc::new(self.data.state.view()));
     }
 }
 

@@ -276,6 +276,26 @@ async fn three_nodes_elect_one_leader_and_replicate_decisions_in_order() {
         }
 
         cluster.wait_version(&ids, 5).await;
+        // A dry run on any node previews without writing anything.
+        let preview = cluster
+            .node(follower)
+            .dry_run(&failover("az-c", "az-a"))
+            .unwrap();
+        assert_eq!(preview.version, 6);
+        let moved: Vec<&str> = preview.changes.iter().map(|c| c.zone.as_str()).collect();
+        assert_eq!(
+            moved,
+            ["az-b", "az-c"],
+            "az-b pointed at az-c and follows it"
+        );
+        assert_eq!(
+            cluster
+                .node(follower)
+                .dry_run(&failback("az-c"))
+                .unwrap_err()
+                .rule,
+            RejectRule::NotFailedOver
+        );
         let reference = cluster.node(leader).decisions(100);
         let versions: Vec<u64> = reference.iter().map(|d| d.version).collect();
         assert_eq!(versions, [5, 4, 3, 2, 1]);
@@ -621,7 +641,13 @@ async fn a_hundred_decisions_apply_on_every_node_in_order() {
         let history = cluster.node(leader).decisions(1000);
         assert_eq!(history.len(), 100);
         for id in &ids {
-            assert_eq!(cluster.node(*id).decisions(1000), history, "node {id}");
+            let theirs = cluster.node(*id).decisions(1000);
+            assert!(
+                theirs == history,
+                "node {id} history differs: {} entries, newest version {:?}",
+                theirs.len(),
+                theirs.first().map(|d| d.version)
+            );
         }
         cluster.shutdown().await;
     })
