@@ -167,21 +167,46 @@ impl TestCluster {
         }
     }
 
-    /// Propose on whoever leads, retrying while there is no leader; panics
-    /// on refusal or unknown outcome.
-    async fn must_propose(&self, cmd: Command) -> u64 {
+    /// Propose on whoever leads, retrying while there is no leader (an
+    /// election under load); returns the first real answer.
+    async fn propose(&self, cmd: Command) -> Result<u64, ProposeError> {
+        let running: Vec<NodeId> = self.running().iter().map(|n| n.id()).collect();
+        self.propose_on(&running, cmd).await
+    }
+
+    /// [`Self::propose`] on whichever of `among` leads (e.g. the majority
+    /// side of a partition, whose old leader still believes it leads).
+    async fn propose_on(&self, among: &[NodeId], cmd: Command) -> Result<u64, ProposeError> {
         let start = Instant::now();
         loop {
-            let leader = self.running().into_iter().find(|n| n.status().is_leader);
+            let leader = among
+                .iter()
+                .map(|id| self.node(*id))
+                .find(|n| n.status().is_leader);
             if let Some(leader) = leader {
                 match leader.propose(cmd.clone()).await {
-                    Ok(applied) => return applied.version,
                     Err(ProposeError::NotLeader { .. } | ProposeError::NoLeader) => {}
-                    Err(e) => panic!("proposing {cmd:?}: {e}"),
+                    answer => return answer.map(|a| a.version),
                 }
             }
             assert!(start.elapsed() < DEADLINE, "no leader accepted {cmd:?}");
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// [`Self::propose`] that must apply.
+    async fn must_propose(&self, cmd: Command) -> u64 {
+        match self.propose(cmd.clone()).await {
+            Ok(version) => version,
+            Err(e) => panic!("proposing {cmd:?}: {e}"),
+        }
+    }
+
+    /// [`Self::propose`] that must be refused by `rule`.
+    async fn must_refuse(&self, cmd: Command, rule: RejectRule) {
+        match self.propose(cmd.clone()).await {
+            Err(e) => assert_eq!(e.rule(), Some(rule), "{cmd:?}: {e}"),
+            Ok(v) => panic!("{cmd:?} applied as version {v}, expected {rule}"),
         }
     }
 
@@ -262,18 +287,15 @@ async fn three_nodes_elect_one_leader_and_replicate_decisions_in_order() {
         eprintln!("commit latency on 3 nodes (ms): {commit_ms:.1?}");
 
         // A refusal comes back with its rule and changes nothing.
-        match cluster.node(leader).propose(failover("az-a", "az-a")).await {
-            Err(ProposeError::Rejected { rule, .. }) => assert_eq!(rule, RejectRule::SameZone),
-            other => panic!("expected a refusal, got {other:?}"),
-        }
-        match cluster
-            .node(leader)
-            .propose(failover("az-c", "az-b").if_version(2))
-            .await
-        {
-            Err(e) => assert_eq!(e.rule(), Some(RejectRule::StaleVersion)),
-            other => panic!("expected stale_version, got {other:?}"),
-        }
+        cluster
+            .must_refuse(failover("az-a", "az-a"), RejectRule::SameZone)
+            .await;
+        cluster
+            .must_refuse(
+                failover("az-c", "az-b").if_version(2),
+                RejectRule::StaleVersion,
+            )
+            .await;
 
         cluster.wait_version(&ids, 5).await;
         // A dry run on any node previews without writing anything.
@@ -345,11 +367,10 @@ async fn minority_partition_cannot_commit_keeps_its_view_and_catches_up_when_hea
         let new = cluster.wait_leader(&majority).await;
         assert_ne!(new, old);
         let version = cluster
-            .node(new)
-            .propose(failover("az-b", "az-c"))
+            .propose_on(&majority, failover("az-b", "az-c"))
             .await
             .unwrap();
-        assert_eq!(version.version, 2);
+        assert_eq!(version, 2);
         cluster.wait_version(&majority, 2).await;
 
         // The minority keeps executing the last decision it applied.
@@ -481,15 +502,12 @@ async fn learners_receive_decisions_and_a_witness_zone_serves_nothing() {
             vec![z("az-a"), z("az-b")],
             "the witness's zone is not a serving zone"
         );
-        let leader = cluster.node(cluster.wait_leader(&voters).await);
-        match leader.propose(failover("az-b", "az-w")).await {
-            Err(e) => assert_eq!(e.rule(), Some(RejectRule::UnknownZone)),
-            other => panic!("expected unknown_zone, got {other:?}"),
-        }
-        match leader.propose(failover("az-b", "az-a")).await {
-            Err(e) => assert_eq!(e.rule(), Some(RejectRule::LastServingZone)),
-            other => panic!("expected last_serving_zone, got {other:?}"),
-        }
+        cluster
+            .must_refuse(failover("az-b", "az-w"), RejectRule::UnknownZone)
+            .await;
+        cluster
+            .must_refuse(failover("az-b", "az-a"), RejectRule::LastServingZone)
+            .await;
         assert!(!learner.status().is_leader);
         cluster.shutdown().await;
     })
