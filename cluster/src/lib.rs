@@ -1,10 +1,26 @@
-//! zonegate's control plane: the identities of zones and nodes, and the
-//! immutable [`ClusterView`] the data plane reads on every request.
+//! zonegate's control plane: the Raft group whose leader issues versioned
+//! zone decisions, the replicated [`ClusterState`] every node applies in
+//! order, and the immutable [`ClusterView`] the data plane reads.
 //!
-//! The Raft group that issues versioned decisions lands here with the
-//! control-plane issue; until then every node publishes the initial view
-//! (decision version 0, every zone active) and nothing changes it.
+//! Entry point: [`ClusterNode::start`]. Pure cores: [`state`] (decisions and
+//! safety rules) and [`command`] (what a log entry carries). The map and
+//! invariants are in `cluster/ARCHITECTURE.md`.
 
+pub mod codec;
+pub mod command;
+pub mod network;
+pub mod node;
+pub mod state;
+pub mod store;
+pub mod types;
 pub mod view;
 
-pub use view::{ClusterView, NodeId, ZoneId, ZoneStatus};
+pub use command::{Command, Decision, Outcome, RejectRule, Rejection, Response};
+pub use network::FaultTable;
+pub use node::{
+    Applied, ClusterConfig, ClusterError, ClusterNode, ClusterStatus, MemberStatus, ProposeError,
+    RaftListen, Timing,
+};
+pub use state::{ClusterState, DecisionRecord, Preview, ZoneChange, HISTORY_LIMIT};
+pub use types::{Member, Role, TypeConfig};
+pub use view::{Automation, ClusterView, NodeId, ZoneId, ZoneStatus};

@@ -1,5 +1,6 @@
 //! The immutable view of the cluster that the control plane publishes and the
-//! data plane reads: zone status and the decision version it was built from.
+//! data plane reads: zone status, the automation switch and the decision
+//! version it was built from.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -44,8 +45,12 @@ impl From<&str> for ZoneId {
 }
 
 /// What a zone does with the traffic that is homed in it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "status", rename_all = "snake_case")]
+///
+/// Serialized with a `status` tag for people and JSON
+/// (`{"status":"failed_over","target":"az-b"}`), and as a plain enum for
+/// binary formats: bincode cannot read internally tagged enums, and the
+/// replicated state travels through bincode (see `serde` impls below).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ZoneStatus {
     /// Serves its own traffic.
     Active,
@@ -53,6 +58,96 @@ pub enum ZoneStatus {
     FailedOver { target: ZoneId },
     /// Takes no new sessions; existing ones finish.
     Draining,
+}
+
+impl ZoneStatus {
+    /// The stable snake_case name of the status, as in the JSON tag.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ZoneStatus::Active => "active",
+            ZoneStatus::FailedOver { .. } => "failed_over",
+            ZoneStatus::Draining => "draining",
+        }
+    }
+}
+
+/// The two wire shapes of [`ZoneStatus`]; private so the public type stays one.
+mod zone_status_serde {
+    use super::{ZoneId, ZoneStatus};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(tag = "status", rename_all = "snake_case")]
+    enum Tagged {
+        Active,
+        FailedOver { target: ZoneId },
+        Draining,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    enum Plain {
+        Active,
+        FailedOver { target: ZoneId },
+        Draining,
+    }
+
+    impl Serialize for ZoneStatus {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let human = s.is_human_readable();
+            match (self, human) {
+                (ZoneStatus::Active, true) => Tagged::Active.serialize(s),
+                (ZoneStatus::Draining, true) => Tagged::Draining.serialize(s),
+                (ZoneStatus::FailedOver { target }, true) => Tagged::FailedOver {
+                    target: target.clone(),
+                }
+                .serialize(s),
+                (ZoneStatus::Active, false) => Plain::Active.serialize(s),
+                (ZoneStatus::Draining, false) => Plain::Draining.serialize(s),
+                (ZoneStatus::FailedOver { target }, false) => Plain::FailedOver {
+                    target: target.clone(),
+                }
+                .serialize(s),
+            }
+        }
+    }
+
+    impl<'de> Deserialize<'de> for ZoneStatus {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            if d.is_human_readable() {
+                Ok(match Tagged::deserialize(d)? {
+                    Tagged::Active => ZoneStatus::Active,
+                    Tagged::FailedOver { target } => ZoneStatus::FailedOver { target },
+                    Tagged::Draining => ZoneStatus::Draining,
+                })
+            } else {
+                Ok(match Plain::deserialize(d)? {
+                    Plain::Active => ZoneStatus::Active,
+                    Plain::FailedOver { target } => ZoneStatus::FailedOver { target },
+                    Plain::Draining => ZoneStatus::Draining,
+                })
+            }
+        }
+    }
+}
+
+/// Whether the leader may issue automatic decisions. Operators can always
+/// decide; `Frozen` stops only the automation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Automation {
+    #[default]
+    Auto,
+    Frozen,
+}
+
+impl Automation {
+    /// The stable snake_case name, as serialized.
+    pub fn name(self) -> &'static str {
+        match self {
+            Automation::Auto => "auto",
+            Automation::Frozen => "frozen",
+        }
+    }
 }
 
 /// One immutable snapshot of the replicated decisions, as applied by this
@@ -63,6 +158,9 @@ pub struct ClusterView {
     /// Version of the last decision applied; 0 before any decision.
     pub decision_version: u64,
     pub zones: BTreeMap<ZoneId, ZoneStatus>,
+    /// The automation switch as of `decision_version`.
+    #[serde(default)]
+    pub automation: Automation,
 }
 
 impl ClusterView {
@@ -74,6 +172,7 @@ impl ClusterView {
                 .into_iter()
                 .map(|z| (z.clone(), ZoneStatus::Active))
                 .collect(),
+            automation: Automation::Auto,
         }
     }
 
@@ -122,5 +221,29 @@ mod tests {
         };
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(json, r#"{"status":"failed_over","target":"az-b"}"#);
+    }
+
+    #[test]
+    fn zone_status_round_trips_through_json_and_the_binary_codec() {
+        for s in [
+            ZoneStatus::Active,
+            ZoneStatus::Draining,
+            ZoneStatus::FailedOver {
+                target: ZoneId::new("az-c"),
+            },
+        ] {
+            let json = serde_json::to_string(&s).unwrap();
+            assert_eq!(serde_json::from_str::<ZoneStatus>(&json).unwrap(), s);
+            let bytes = crate::codec::encode(&s).unwrap();
+            assert_eq!(crate::codec::decode::<ZoneStatus>(&bytes).unwrap(), s);
+        }
+    }
+
+    #[test]
+    fn view_without_automation_field_reads_as_auto() {
+        let view: ClusterView =
+            serde_json::from_str(r#"{"decision_version":3,"zones":{"az-a":{"status":"active"}}}"#)
+                .unwrap();
+        assert_eq!(view.automation, Automation::Auto);
     }
 }

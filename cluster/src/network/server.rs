@@ -1,0 +1,187 @@
+//! The Raft RPC server: an axum router that authenticates each call, checks
+//! the sender's identity, and hands the request to the local Raft node.
+//!
+//! Architecture Invariant: a call without the right secret, or from a node
+//! that is not a member, or whose vote names another node than the sender,
+//! is answered before the Raft node sees it, so it changes nothing.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use subtle::ConstantTimeEq;
+
+use super::{NODE_HEADER, PATH_APPEND, PATH_SNAPSHOT, PATH_VOTE, SECRET_HEADER};
+use crate::codec;
+use crate::types::alias::{AppendEntriesRequest, InstallSnapshotRequest, Raft, Vote, VoteRequest};
+use crate::types::Member;
+use crate::view::NodeId;
+
+/// Snapshot chunks are the largest bodies; openraft's default chunk is
+/// 3 MiB, above axum's 2 MiB default limit.
+const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// What the RPC handlers share.
+pub struct RaftService {
+    raft: Raft,
+    secret: Arc<str>,
+    members: BTreeMap<NodeId, Member>,
+}
+
+impl RaftService {
+    pub fn new(raft: Raft, secret: Arc<str>, members: BTreeMap<NodeId, Member>) -> Self {
+        Self {
+            raft,
+            secret,
+            members,
+        }
+    }
+}
+
+/// The router serving the three Raft RPCs.
+pub fn router(service: Arc<RaftService>) -> Router {
+    Router::new()
+        .route(PATH_APPEND, post(append))
+        .route(PATH_VOTE, post(vote))
+        .route(PATH_SNAPSHOT, post(snapshot))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(service)
+}
+
+/// Why a call was turned away before reaching Raft.
+#[derive(Debug)]
+enum Refusal {
+    BadSecret,
+    UnknownSender,
+    SenderMismatch {
+        sender: NodeId,
+        vote: Option<NodeId>,
+    },
+    BadBody(codec::CodecError),
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        // Debug, not warn: a misconfigured peer retries every backoff
+        // interval and must not flood the log.
+        match self {
+            Refusal::BadSecret => {
+                tracing::debug!("raft rpc refused: bad cluster secret");
+                (StatusCode::UNAUTHORIZED, "bad cluster secret").into_response()
+            }
+            Refusal::UnknownSender => {
+                tracing::debug!("raft rpc refused: sender is not a member");
+                (StatusCode::FORBIDDEN, "sender is not a member").into_response()
+            }
+            Refusal::SenderMismatch { sender, vote } => {
+                tracing::debug!(
+                    sender,
+                    ?vote,
+                    "raft rpc refused: sender does not match vote"
+                );
+                (
+                    StatusCode::FORBIDDEN,
+                    "sender does not match the rpc's vote",
+                )
+                    .into_response()
+            }
+            Refusal::BadBody(e) => {
+                tracing::debug!(error = %e, "raft rpc refused: undecodable body");
+                (StatusCode::BAD_REQUEST, "undecodable body").into_response()
+            }
+        }
+    }
+}
+
+/// Check the secret (constant time) and that the sender is a member.
+fn authenticate(service: &RaftService, headers: &HeaderMap) -> Result<NodeId, Refusal> {
+    let given = headers
+        .get(SECRET_HEADER)
+        .map(|v| v.as_bytes())
+        .unwrap_or_default();
+    if !bool::from(given.ct_eq(service.secret.as_bytes())) {
+        return Err(Refusal::BadSecret);
+    }
+    let sender = headers
+        .get(NODE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|s| s.parse::<NodeId>().ok())
+        .ok_or(Refusal::UnknownSender)?;
+    if !service.members.contains_key(&sender) {
+        return Err(Refusal::UnknownSender);
+    }
+    Ok(sender)
+}
+
+/// A vote names the candidate or leader that sent it; anything else is a
+/// node speaking for another.
+fn check_vote(sender: NodeId, vote: &Vote) -> Result<(), Refusal> {
+    let named = vote.leader_id().voted_for();
+    if named == Some(sender) {
+        Ok(())
+    } else {
+        Err(Refusal::SenderMismatch {
+            sender,
+            vote: named,
+        })
+    }
+}
+
+fn decode<T: DeserializeOwned>(body: &Bytes) -> Result<T, Refusal> {
+    codec::decode(body).map_err(Refusal::BadBody)
+}
+
+fn reply<T: Serialize>(answer: &T) -> Response {
+    match codec::encode(answer) {
+        Ok(bytes) => (
+            StatusCode::OK,
+            [(axum::http::header::CONTENT_TYPE, "application/octet-stream")],
+            bytes,
+        )
+            .into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot encode raft rpc answer");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
+}
+
+async fn append(
+    State(service): State<Arc<RaftService>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, Refusal> {
+    let sender = authenticate(&service, &headers)?;
+    let req: AppendEntriesRequest = decode(&body)?;
+    check_vote(sender, &req.vote)?;
+    Ok(reply(&service.raft.append_entries(req).await))
+}
+
+async fn vote(
+    State(service): State<Arc<RaftService>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, Refusal> {
+    let sender = authenticate(&service, &headers)?;
+    let req: VoteRequest = decode(&body)?;
+    check_vote(sender, &req.vote)?;
+    Ok(reply(&service.raft.vote(req).await))
+}
+
+async fn snapshot(
+    State(service): State<Arc<RaftService>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, Refusal> {
+    let sender = authenticate(&service, &headers)?;
+    let req: InstallSnapshotRequest = decode(&body)?;
+    check_vote(sender, &req.vote)?;
+    Ok(reply(&service.raft.install_snapshot(req).await))
+}

@@ -1,0 +1,702 @@
+//! One member of the Raft group: starts the store, the Raft RPC server and
+//! openraft, forms the cluster, and offers propose / view / status.
+//!
+//! Cluster formation (openraft 0.9): `Raft::initialize` must run on exactly
+//! one pristine node, or on several with the identical voter set. Here only
+//! the lowest-id voting member initialises, and only while its store is
+//! empty, with every voting member (voters and witnesses) of the shared
+//! config; that entry is log index 0 and identical whoever writes it, so a
+//! restart never forms a second cluster. Learners are added afterwards, one
+//! membership change at a time, by whichever node is leader and sees one
+//! missing (openraft forbids concurrent membership changes).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::ServerState;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::command::{Command, Outcome, RejectRule, Rejection};
+use crate::network::server::{self, RaftService};
+use crate::network::{FaultTable, Network};
+use crate::state::{ClusterState, DecisionRecord, Preview};
+use crate::store::{self, StoreError, StoreLiveness};
+use crate::types::alias::Raft;
+use crate::types::{Member, Role};
+use crate::view::{Automation, ClusterView, NodeId, ZoneId};
+
+/// Raft timers and the log-compaction cadence. The defaults elect a new leader within about 1.4 s of the
+/// old one dying on loopback, inside the 2 s budget:
+///
+/// - openraft 0.9 lets a follower campaign only after the leader lease
+///   (= `election_timeout_max`, 600 ms) plus its own random election timeout
+///   (300–600 ms) have passed without a heartbeat, checked on a tick of
+///   1.5 × heartbeat (150 ms): 0.9–1.35 s. One loopback vote round adds a
+///   few ms.
+/// - Heartbeats every 100 ms give a healthy leader six chances per lease, so
+///   a busy 2-core host that stalls a task for a few hundred ms does not
+///   trigger a spurious election.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Timing {
+    pub heartbeat: Duration,
+    pub election_timeout_min: Duration,
+    pub election_timeout_max: Duration,
+    /// How long `propose` waits for its entry to apply before answering
+    /// [`ProposeError::OutcomeUnknown`].
+    pub propose_timeout: Duration,
+    /// Log compaction: a snapshot every this many applied entries; half as
+    /// many entries stay in the log behind it, so a briefly lagging
+    /// follower catches up from the log rather than a snapshot.
+    pub snapshot_every_logs: u64,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            heartbeat: Duration::from_millis(100),
+            election_timeout_min: Duration::from_millis(300),
+            election_timeout_max: Duration::from_millis(600),
+            propose_timeout: Duration::from_secs(5),
+            snapshot_every_logs: 5000,
+        }
+    }
+}
+
+/// Where the Raft RPC server listens.
+#[derive(Debug)]
+pub enum RaftListen {
+    /// An already bound listener (tests bind 127.0.0.1:0 first, so the
+    /// address is known before the cluster config is written).
+    Listener(std::net::TcpListener),
+    /// An address to bind.
+    Addr(SocketAddr),
+}
+
+/// Everything one node needs to join the cluster. `members` is the same on
+/// every node. `Debug` never prints the secret.
+pub struct ClusterConfig {
+    pub node_id: NodeId,
+    /// This node's zone; must match its entry in `members`.
+    pub zone: ZoneId,
+    pub members: Vec<Member>,
+    /// Holds the sled store (`raft.sled`); reused across restarts.
+    pub data_dir: PathBuf,
+    /// Shared secret every Raft RPC carries.
+    pub secret: String,
+    pub raft_listen: RaftListen,
+    pub timing: Timing,
+    /// Test hook: when set, RPCs on links it blocks are dropped.
+    pub faults: Option<Arc<FaultTable>>,
+}
+
+impl std::fmt::Debug for ClusterConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterConfig")
+            .field("node_id", &self.node_id)
+            .field("zone", &self.zone)
+            .field("members", &self.members)
+            .field("data_dir", &self.data_dir)
+            .field("secret", &"<redacted>")
+            .field("raft_listen", &self.raft_listen)
+            .field("timing", &self.timing)
+            .field("faults", &self.faults.is_some())
+            .finish()
+    }
+}
+
+/// Starting or stopping a node failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("invalid cluster config: {0}")]
+    InvalidConfig(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot listen for raft rpc on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("cannot build the raft rpc client: {0}")]
+    Client(#[from] reqwest::Error),
+    #[error("raft: {0}")]
+    Raft(String),
+    #[error("the store under {0} did not close within {1:?}")]
+    StoreStillOpen(PathBuf, Duration),
+}
+
+/// A committed, applied decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Applied {
+    pub version: u64,
+}
+
+/// Why a proposal did not (knowingly) apply.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProposeError {
+    /// Another node leads; forward to its admin address.
+    #[error("node {leader} is the leader; send the decision there")]
+    NotLeader {
+        leader: NodeId,
+        admin_addr: Option<String>,
+    },
+    /// No leader that can commit is known (election under way, or this
+    /// leader has lost its quorum). Nothing was written.
+    #[error("no leader with a quorum right now; retry shortly")]
+    NoLeader,
+    /// Committed and applied, and a safety rule refused it on every node.
+    #[error("refused by rule {rule}: {message}")]
+    Rejected { rule: RejectRule, message: String },
+    /// The entry was submitted but did not apply in time: it may still
+    /// commit. Never report this as a failure.
+    #[error("outcome unknown: the decision was submitted but not confirmed within {0:?}")]
+    OutcomeUnknown(Duration),
+    /// The Raft node stopped or its storage failed.
+    #[error("raft node failed: {0}")]
+    Fatal(String),
+}
+
+impl ProposeError {
+    /// The rule name when a safety rule refused the decision.
+    pub fn rule(&self) -> Option<RejectRule> {
+        match self {
+            ProposeError::Rejected { rule, .. } => Some(*rule),
+            _ => None,
+        }
+    }
+}
+
+/// One member as this node sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberStatus {
+    pub member: Member,
+    /// Whether the member is in the applied Raft membership yet (learners
+    /// join after the cluster forms).
+    pub in_membership: bool,
+    /// Last log index known replicated to it; only the leader knows.
+    pub matched_index: Option<u64>,
+}
+
+/// A point-in-time status of this node and the group as it sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    pub node_id: NodeId,
+    pub zone: ZoneId,
+    pub role: Role,
+    pub leader: Option<NodeId>,
+    pub leader_admin_addr: Option<String>,
+    pub is_leader: bool,
+    pub term: u64,
+    pub last_log_index: Option<u64>,
+    pub last_applied_index: Option<u64>,
+    /// On the leader: ms since a quorum last acknowledged it. `None` on
+    /// followers. Automatic decisions are proposed only while this is
+    /// below the election timeout (0.9 has no check-quorum).
+    pub millis_since_quorum_ack: Option<u64>,
+    pub decision_version: u64,
+    pub automation: Automation,
+    /// Voter ids of the applied Raft membership (voters and witnesses).
+    pub voters: Vec<NodeId>,
+    /// Every configured member, with its place in the applied membership.
+    pub members: Vec<MemberStatus>,
+}
+
+/// A running member of the Raft group. `Send + Sync`: share it behind an
+/// `Arc` with the admin API.
+pub struct ClusterNode {
+    id: NodeId,
+    zone: ZoneId,
+    role: Role,
+    raft: Raft,
+    members: BTreeMap<NodeId, Member>,
+    timing: Timing,
+    raft_addr: SocketAddr,
+    data_dir: PathBuf,
+    view_rx: watch::Receiver<Arc<ClusterView>>,
+    state_rx: watch::Receiver<Arc<ClusterState>>,
+    stop_tx: watch::Sender<bool>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    liveness: StoreLiveness,
+}
+
+/// How long `shutdown` waits for the store to close.
+const STORE_CLOSE_WAIT: Duration = Duration::from_secs(10);
+
+fn validate(config: &ClusterConfig) -> Result<BTreeMap<NodeId, Member>, ClusterError> {
+    let invalid = |m: String| Err(ClusterError::InvalidConfig(m));
+    let mut members = BTreeMap::new();
+    for m in &config.members {
+        if members.insert(m.id, m.clone()).is_some() {
+            return invalid(format!("member id {} appears twice", m.id));
+        }
+        if m.zone.as_str().is_empty() {
+            return invalid(format!("member {} has an empty zone", m.id));
+        }
+    }
+    let Some(me) = members.get(&config.node_id) else {
+        return invalid(format!(
+            "node id {} is not among the members",
+            config.node_id
+        ));
+    };
+    if me.zone != config.zone {
+        return invalid(format!(
+            "node {} is in zone {} but the members list says {}",
+            config.node_id, config.zone, me.zone
+        ));
+    }
+    if !members.values().any(|m| m.role.votes()) {
+        return invalid("no voter or witness among the members".into());
+    }
+    if config.secret.is_empty() {
+        return invalid("the cluster secret is empty".into());
+    }
+    let t = &config.timing;
+    if t.snapshot_every_logs == 0 {
+        return invalid("timing.snapshot_every_logs must be at least 1".into());
+    }
+    if !(t.heartbeat < t.election_timeout_min && t.election_timeout_min < t.election_timeout_max) {
+        return invalid(format!(
+            "timing needs heartbeat < election_timeout_min < election_timeout_max, got {:?} / {:?} / {:?}",
+            t.heartbeat, t.election_timeout_min, t.election_timeout_max
+        ));
+    }
+    Ok(members)
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(millis)
+        .unwrap_or(0)
+}
+
+async fn bind(listen: RaftListen) -> Result<tokio::net::TcpListener, ClusterError> {
+    match listen {
+        RaftListen::Listener(l) => {
+            let addr = l
+                .local_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_else(|_| "pre-bound listener".into());
+            let err = |source| ClusterError::Listen {
+                addr: addr.clone(),
+                source,
+            };
+            l.set_nonblocking(true).map_err(err)?;
+            tokio::net::TcpListener::from_std(l).map_err(err)
+        }
+        RaftListen::Addr(addr) => {
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ClusterError::Listen {
+                    addr: addr.to_string(),
+                    source,
+                })
+        }
+    }
+}
+
+impl ClusterNode {
+    /// Start this member: open the store under `data_dir`, serve Raft RPC,
+    /// and join the group. Starting every member forms the cluster; a node
+    /// restarted with its `data_dir` resumes where it stopped.
+    pub async fn start(config: ClusterConfig) -> Result<ClusterNode, ClusterError> {
+        let members = validate(&config)?;
+        let ClusterConfig {
+            node_id,
+            zone,
+            data_dir,
+            secret,
+            raft_listen,
+            timing,
+            faults,
+            ..
+        } = config;
+        let role = members[&node_id].role;
+        let listener = bind(raft_listen).await?;
+        let raft_addr = listener
+            .local_addr()
+            .map_err(|source| ClusterError::Listen {
+                addr: "raft listener".into(),
+                source,
+            })?;
+
+        let (log_store, sm_store, liveness) = store::open(&data_dir)?;
+        let view_rx = sm_store.subscribe_view();
+        let state_rx = sm_store.subscribe_state();
+
+        let raft_config = openraft::Config {
+            cluster_name: "zonegate".into(),
+            heartbeat_interval: millis(timing.heartbeat),
+            election_timeout_min: millis(timing.election_timeout_min),
+            election_timeout_max: millis(timing.election_timeout_max),
+            // Keep snapshot chunks well under the RPC body limit.
+            snapshot_max_chunk_size: 1024 * 1024,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(timing.snapshot_every_logs),
+            max_in_snapshot_log_to_keep: timing.snapshot_every_logs / 2,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| ClusterError::InvalidConfig(e.to_string()))?;
+
+        let secret: Arc<str> = Arc::from(secret);
+        let network = Network::new(node_id, secret.clone(), timing.election_timeout_min, faults)?;
+        let raft = Raft::new(node_id, Arc::new(raft_config), network, log_store, sm_store)
+            .await
+            .map_err(|e| ClusterError::Raft(e.to_string()))?;
+
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let service = Arc::new(RaftService::new(raft.clone(), secret, members.clone()));
+        let app = server::router(service);
+        let mut server_stop = stop_rx.clone();
+        let server_task = tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = server_stop.wait_for(|stop| *stop).await;
+            };
+            if let Err(e) = axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
+                tracing::error!(error = %e, "raft rpc server stopped");
+            }
+        });
+
+        let node = ClusterNode {
+            id: node_id,
+            zone,
+            role,
+            raft,
+            members,
+            timing,
+            raft_addr,
+            data_dir,
+            view_rx,
+            state_rx,
+            stop_tx,
+            tasks: Mutex::new(vec![server_task]),
+            liveness,
+        };
+        node.initialize_if_first().await?;
+        let keeper = tokio::spawn(keep_learners(
+            node.raft.clone(),
+            node_id,
+            node.members
+                .values()
+                .filter(|m| m.role == Role::Learner)
+                .cloned()
+                .collect(),
+            stop_rx,
+        ));
+        node.tasks_lock().push(keeper);
+        tracing::info!(node_id, zone = %node.zone, role = role.name(), %raft_addr, "cluster node started");
+        Ok(node)
+    }
+
+    /// The lowest-id voting member forms the cluster, once: only while its
+    /// store is pristine, and always with the same voter set.
+    async fn initialize_if_first(&self) -> Result<(), ClusterError> {
+        let voters: BTreeMap<NodeId, Member> = self
+            .members
+            .iter()
+            .filter(|(_, m)| m.role.votes())
+            .map(|(id, m)| (*id, m.clone()))
+            .collect();
+        if voters.keys().next() != Some(&self.id) {
+            return Ok(());
+        }
+        let initialized = self
+            .raft
+            .is_initialized()
+            .await
+            .map_err(|e| ClusterError::Raft(e.to_string()))?;
+        if initialized {
+            return Ok(());
+        }
+        match self.raft.initialize(voters).await {
+            Ok(()) => {
+                tracing::info!(node_id = self.id, "formed the cluster");
+                Ok(())
+            }
+            // Someone already wrote a log here: the cluster exists.
+            Err(RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => Ok(()),
+            Err(e) => Err(ClusterError::Raft(e.to_string())),
+        }
+    }
+
+    fn tasks_lock(&self) -> std::sync::MutexGuard<'_, Vec<JoinHandle<()>>> {
+        self.tasks.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    pub fn zone(&self) -> &ZoneId {
+        &self.zone
+    }
+
+    /// The address the Raft RPC server is bound to.
+    pub fn raft_addr(&self) -> SocketAddr {
+        self.raft_addr
+    }
+
+    /// The latest applied view; a new `Arc` is sent after every applied
+    /// entry. The data plane reads `borrow().clone()` per request.
+    pub fn view(&self) -> watch::Receiver<Arc<ClusterView>> {
+        self.view_rx.clone()
+    }
+
+    /// The full applied state (history included), as last applied here.
+    pub fn state_snapshot(&self) -> Arc<ClusterState> {
+        self.state_rx.borrow().clone()
+    }
+
+    /// The most recent `limit` applied decisions, newest first.
+    pub fn decisions(&self, limit: usize) -> Vec<DecisionRecord> {
+        self.state_rx.borrow().decisions(limit)
+    }
+
+    /// What `cmd` would do against this node's applied state (`--dry-run`).
+    /// Advisory: the leader's apply is the authority.
+    pub fn dry_run(&self, cmd: &Command) -> Result<Preview, Rejection> {
+        self.state_rx.borrow().check(cmd)
+    }
+
+    /// Propose a decision. Only the leader can; others answer `NotLeader`
+    /// with the leader to forward to. The leader stamps `at_ms` with its
+    /// wall clock. `Ok` means committed and applied as that version.
+    pub async fn propose(&self, cmd: Command) -> Result<Applied, ProposeError> {
+        {
+            // openraft 0.9 has no check-quorum: a leader cut off from its
+            // quorum still believes it leads. Refuse before writing an entry
+            // that could not commit.
+            let m = self.raft.metrics().borrow().clone();
+            if m.state == ServerState::Leader {
+                if let Some(ms) = m.millis_since_quorum_ack {
+                    if ms > millis(self.timing.election_timeout_max) {
+                        return Err(ProposeError::NoLeader);
+                    }
+                }
+            }
+        }
+        let cmd = cmd.stamped(now_ms());
+        let kind = cmd.kind();
+        let write = self.raft.client_write(cmd);
+        let result = match tokio::time::timeout(self.timing.propose_timeout, write).await {
+            Err(_) => Err(ProposeError::OutcomeUnknown(self.timing.propose_timeout)),
+            Ok(Ok(resp)) => match resp.data.outcome {
+                Some(Outcome::Applied { version }) => Ok(Applied { version }),
+                Some(Outcome::Rejected { rule, message }) => {
+                    Err(ProposeError::Rejected { rule, message })
+                }
+                None => Err(ProposeError::Fatal(
+                    "a command entry applied without an outcome".into(),
+                )),
+            },
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                Err(match f.leader_id {
+                    Some(leader) => ProposeError::NotLeader {
+                        leader,
+                        admin_addr: self
+                            .members
+                            .get(&leader)
+                            .map(|m| m.admin_addr.clone())
+                            .or_else(|| f.leader_node.map(|n| n.admin_addr)),
+                    },
+                    None => ProposeError::NoLeader,
+                })
+            }
+            Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
+                Err(ProposeError::Fatal(e.to_string()))
+            }
+            Ok(Err(RaftError::Fatal(e))) => Err(ProposeError::Fatal(e.to_string())),
+        };
+        match &result {
+            Ok(a) => tracing::info!(kind, version = a.version, "decision committed"),
+            Err(e) => tracing::info!(kind, error = %e, "decision not committed"),
+        }
+        result
+    }
+
+    /// Status of this node and of the group as it sees it.
+    pub fn status(&self) -> ClusterStatus {
+        let m = self.raft.metrics().borrow().clone();
+        let state = self.state_snapshot();
+        let membership = m.membership_config.membership();
+        let in_membership: BTreeSet<NodeId> = membership.nodes().map(|(id, _)| *id).collect();
+        let matched: BTreeMap<NodeId, Option<u64>> = m
+            .replication
+            .as_ref()
+            .map(|r| r.iter().map(|(id, l)| (*id, l.map(|l| l.index))).collect())
+            .unwrap_or_default();
+        let members = self
+            .members
+            .values()
+            .map(|member| MemberStatus {
+                member: member.clone(),
+                in_membership: in_membership.contains(&member.id),
+                matched_index: matched.get(&member.id).copied().flatten(),
+            })
+            .collect();
+        let is_leader = m.state == ServerState::Leader;
+        ClusterStatus {
+            node_id: self.id,
+            zone: self.zone.clone(),
+            role: self.role,
+            leader: m.current_leader,
+            leader_admin_addr: m
+                .current_leader
+                .and_then(|l| self.members.get(&l))
+                .map(|l| l.admin_addr.clone()),
+            is_leader,
+            term: m.current_term,
+            last_log_index: m.last_log_index,
+            last_applied_index: m.last_applied.map(|l| l.index),
+            millis_since_quorum_ack: if is_leader {
+                m.millis_since_quorum_ack
+            } else {
+                None
+            },
+            decision_version: state.decision_version(),
+            automation: state.automation(),
+            voters: membership.voter_ids().collect(),
+            members,
+        }
+    }
+
+    /// openraft's metrics, for gauges (term, leader, quorum ack).
+    pub fn raft_metrics(&self) -> watch::Receiver<crate::types::alias::RaftMetrics> {
+        self.raft.metrics()
+    }
+
+    /// Stop Raft, the RPC server and background tasks, and wait until the
+    /// store is closed (so the same `data_dir` can be reopened).
+    pub async fn shutdown(&self) -> Result<(), ClusterError> {
+        self.stop_tx.send_replace(true);
+        let raft_result = self.raft.shutdown().await;
+        let tasks: Vec<JoinHandle<()>> = self.tasks_lock().drain(..).collect();
+        for task in tasks {
+            // The server drains in-flight RPCs (answered quickly now that
+            // Raft is stopped); past the wait it is cut off.
+            let abort = task.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(2), task)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
+        let deadline = tokio::time::Instant::now() + STORE_CLOSE_WAIT;
+        while self.liveness.is_open() {
+            if tokio::time::Instant::now() > deadline {
+                return Err(ClusterError::StoreStillOpen(
+                    self.data_dir.clone(),
+                    STORE_CLOSE_WAIT,
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        raft_result.map_err(|e| ClusterError::Raft(e.to_string()))?;
+        tracing::info!(node_id = self.id, "cluster node stopped");
+        Ok(())
+    }
+}
+
+/// On the leader, add configured learners missing from the membership, one
+/// change at a time; retried while any is missing.
+async fn keep_learners(
+    raft: Raft,
+    me: NodeId,
+    learners: Vec<Member>,
+    mut stop: watch::Receiver<bool>,
+) {
+    if learners.is_empty() {
+        return;
+    }
+    let mut metrics = raft.metrics();
+    loop {
+        let missing = {
+            let m = metrics.borrow_and_update();
+            let leading = m.state == ServerState::Leader && m.current_leader == Some(me);
+            leading
+                .then(|| {
+                    learners
+                        .iter()
+                        .find(|l| m.membership_config.membership().get_node(&l.id).is_none())
+                        .cloned()
+                })
+                .flatten()
+        };
+        if let Some(learner) = missing {
+            match raft.add_learner(learner.id, learner.clone(), false).await {
+                Ok(_) => {
+                    tracing::info!(learner = learner.id, zone = %learner.zone, "learner added");
+                    continue;
+                }
+                Err(e) => {
+                    // E.g. another membership change in progress: retry
+                    // after a pause rather than spin.
+                    tracing::debug!(learner = learner.id, error = %e, "adding learner failed");
+                    tokio::select! {
+                        _ = stop.wait_for(|s| *s) => return,
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            changed = metrics.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn node_and_errors_can_be_shared_across_tasks() {
+        assert_send_sync::<ClusterNode>();
+        assert_send_sync::<ProposeError>();
+        assert_send_sync::<ClusterError>();
+    }
+
+    #[test]
+    fn config_debug_does_not_print_the_secret() {
+        let config = ClusterConfig {
+            node_id: 1,
+            zone: ZoneId::new("az-a"),
+            members: Vec::new(),
+            data_dir: PathBuf::from("/tmp/x"),
+            secret: "hunter2".into(),
+            raft_listen: RaftListen::Addr(SocketAddr::from(([127, 0, 0, 1], 0))),
+            timing: Timing::default(),
+            faults: None,
+        };
+        let printed = format!("{config:?}");
+        assert!(!printed.contains("hunter2"));
+        assert!(printed.contains("<redacted>"));
+    }
+
+    #[test]
+    fn default_timing_fits_the_two_second_failover_budget() {
+        let t = Timing::default();
+        // Lease (= max) + the slowest random timeout + one tick of 1.5 x
+        // heartbeat: the latest a follower starts campaigning.
+        let worst = t.election_timeout_max * 2 + t.heartbeat * 3 / 2;
+        assert!(worst < Duration::from_secs(2), "{worst:?}");
+        assert!(t.heartbeat * 5 <= t.election_timeout_min + t.election_timeout_max);
+    }
+}

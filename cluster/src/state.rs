@@ -1,0 +1,615 @@
+//! The replicated cluster state and the pure rules that change it.
+//!
+//! Architecture Invariant: [`ClusterState::apply`] reads no clock and does no
+//! I/O. Every node applies the same committed commands in the same order and
+//! so reaches the same state, the same versions and the same refusals.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::{Command, Decision, Outcome, RejectRule, Rejection};
+use crate::view::{Automation, ClusterView, ZoneId, ZoneStatus};
+
+/// How many applied decisions the history keeps (oldest dropped first).
+pub const HISTORY_LIMIT: usize = 1000;
+
+/// One applied decision, as kept in the history.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecisionRecord {
+    /// The decision version this decision produced.
+    pub version: u64,
+    /// The decision's stable kind name (`failover`, `failback`, ...).
+    pub kind: String,
+    pub decision: Decision,
+    /// Every zone whose status changed, in zone order.
+    pub zones: Vec<ZoneId>,
+    pub reason: String,
+    pub actor: String,
+    /// The leader's wall clock when it proposed, ms since the Unix epoch.
+    pub at_ms: u64,
+    pub evidence: Option<String>,
+}
+
+/// One zone's status before and after a decision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZoneChange {
+    pub zone: ZoneId,
+    pub before: ZoneStatus,
+    pub after: ZoneStatus,
+}
+
+/// What a command would do if applied now: the `--dry-run` answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Preview {
+    /// The decision version it would produce.
+    pub version: u64,
+    pub kind: String,
+    /// Zones that would change status, in zone order. A failover also lists
+    /// the zones re-targeted because they pointed at the failed-over zone.
+    pub changes: Vec<ZoneChange>,
+    /// The automation switch afterwards.
+    pub automation: Automation,
+}
+
+/// The replicated control-plane state: zone status, decision version,
+/// automation switch, bounded decision history.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterState {
+    zones: BTreeMap<ZoneId, ZoneStatus>,
+    decision_version: u64,
+    automation: Automation,
+    history: VecDeque<DecisionRecord>,
+}
+
+impl ClusterState {
+    /// A state with the given zones, all active, at version 0.
+    pub fn with_zones<I, Z>(zones: I) -> Self
+    where
+        I: IntoIterator<Item = Z>,
+        Z: Into<ZoneId>,
+    {
+        let mut s = Self::default();
+        s.register_zones(zones.into_iter().map(Into::into));
+        s
+    }
+
+    /// Learn zones (from a replicated membership entry): unknown zones join
+    /// as active; known zones keep their status. Returns whether any joined.
+    /// Zones are never forgotten here, so history keeps meaning.
+    pub fn register_zones(&mut self, zones: impl IntoIterator<Item = ZoneId>) -> bool {
+        let mut added = false;
+        for z in zones {
+            self.zones.entry(z).or_insert_with(|| {
+                added = true;
+                ZoneStatus::Active
+            });
+        }
+        added
+    }
+
+    pub fn decision_version(&self) -> u64 {
+        self.decision_version
+    }
+
+    pub fn automation(&self) -> Automation {
+        self.automation
+    }
+
+    pub fn zones(&self) -> &BTreeMap<ZoneId, ZoneStatus> {
+        &self.zones
+    }
+
+    /// The most recent `limit` decisions, newest first.
+    pub fn decisions(&self, limit: usize) -> Vec<DecisionRecord> {
+        self.history.iter().rev().take(limit).cloned().collect()
+    }
+
+    /// The immutable view the data plane reads.
+    pub fn view(&self) -> ClusterView {
+        ClusterView {
+            decision_version: self.decision_version,
+            zones: self.zones.clone(),
+            automation: self.automation,
+        }
+    }
+
+    /// What `cmd` would change, or the rule that refuses it. Pure: the same
+    /// checks `apply` runs, without changing anything.
+    pub fn check(&self, cmd: &Command) -> Result<Preview, Rejection> {
+        let Command::Decide {
+            decision,
+            if_version,
+            ..
+        } = cmd;
+        if let Some(expected) = *if_version {
+            if expected != self.decision_version {
+                return Err(Rejection::new(
+                    RejectRule::StaleVersion,
+                    format!(
+                        "decision made against version {expected}, but the cluster is at version {}",
+                        self.decision_version
+                    ),
+                ));
+            }
+        }
+        let mut preview = Preview {
+            version: self.decision_version + 1,
+            kind: decision.kind().to_string(),
+            changes: Vec::new(),
+            automation: self.automation,
+        };
+        match decision {
+            Decision::Failover { from, to } => {
+                preview.changes = self.plan_failover(from, to)?;
+            }
+            Decision::Failback { zone } => {
+                let before = self.status(zone)?;
+                if !matches!(before, ZoneStatus::FailedOver { .. }) {
+                    return Err(Rejection::new(
+                        RejectRule::NotFailedOver,
+                        format!("zone {zone} is {}, not failed over", before.name()),
+                    ));
+                }
+                preview.changes.push(ZoneChange {
+                    zone: zone.clone(),
+                    before: before.clone(),
+                    after: ZoneStatus::Active,
+                });
+            }
+            Decision::Freeze => {
+                if self.automation == Automation::Frozen {
+                    return Err(Rejection::new(
+                        RejectRule::AlreadyFrozen,
+                        "automation is already frozen",
+                    ));
+                }
+                preview.automation = Automation::Frozen;
+            }
+            Decision::Unfreeze => {
+                if self.automation != Automation::Frozen {
+                    return Err(Rejection::new(
+                        RejectRule::NotFrozen,
+                        "automation is not frozen",
+                    ));
+                }
+                preview.automation = Automation::Auto;
+            }
+        }
+        Ok(preview)
+    }
+
+    /// Apply one committed command. A refused command changes nothing and
+    /// does not consume a version.
+    pub fn apply(&mut self, cmd: &Command) -> Outcome {
+        let preview = match self.check(cmd) {
+            Ok(p) => p,
+            Err(r) => return r.into(),
+        };
+        let Command::Decide {
+            decision,
+            actor,
+            reason,
+            at_ms,
+            evidence,
+            ..
+        } = cmd;
+        for change in &preview.changes {
+            self.zones.insert(change.zone.clone(), change.after.clone());
+        }
+        self.automation = preview.automation;
+        self.decision_version = preview.version;
+        if self.history.len() >= HISTORY_LIMIT {
+            self.history.pop_front();
+        }
+        self.history.push_back(DecisionRecord {
+            version: preview.version,
+            kind: preview.kind,
+            decision: decision.clone(),
+            zones: preview.changes.into_iter().map(|c| c.zone).collect(),
+            reason: reason.clone(),
+            actor: actor.clone(),
+            at_ms: *at_ms,
+            evidence: evidence.clone(),
+        });
+        Outcome::Applied {
+            version: self.decision_version,
+        }
+    }
+
+    fn status(&self, zone: &ZoneId) -> Result<&ZoneStatus, Rejection> {
+        self.zones.get(zone).ok_or_else(|| {
+            Rejection::new(
+                RejectRule::UnknownZone,
+                format!(
+                    "unknown zone {zone}; known zones: {}",
+                    self.zones
+                        .keys()
+                        .map(ZoneId::as_str)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+        })
+    }
+
+    fn plan_failover(&self, from: &ZoneId, to: &ZoneId) -> Result<Vec<ZoneChange>, Rejection> {
+        if from == to {
+            return Err(Rejection::new(
+                RejectRule::SameZone,
+                format!("cannot fail zone {from} over to itself"),
+            ));
+        }
+        let from_status = self.status(from)?;
+        let to_status = self.status(to)?;
+        if let ZoneStatus::FailedOver { target } = from_status {
+            return Err(Rejection::new(
+                RejectRule::AlreadyFailedOver,
+                format!("zone {from} is already failed over to {target}; fail it back first"),
+            ));
+        }
+        // Checked before the target so that failing over the only serving
+        // zone names the real problem rather than the inactive target.
+        let others_serving = self
+            .zones
+            .iter()
+            .any(|(z, s)| z != from && *s == ZoneStatus::Active);
+        if !others_serving {
+            return Err(Rejection::new(
+                RejectRule::LastServingZone,
+                format!("zone {from} is the last zone serving traffic"),
+            ));
+        }
+        if *to_status != ZoneStatus::Active {
+            return Err(Rejection::new(
+                RejectRule::TargetNotActive,
+                format!("target zone {to} is {}, not active", to_status.name()),
+            ));
+        }
+        let after = ZoneStatus::FailedOver { target: to.clone() };
+        // Zones that pointed at `from` follow its traffic to `to` in the
+        // same decision, so no zone ever points at a zone that does not
+        // serve: failover targets are always active.
+        let changes = self
+            .zones
+            .iter()
+            .filter(|(z, s)| {
+                *z == from || matches!(s, ZoneStatus::FailedOver { target } if target == from)
+            })
+            .map(|(z, s)| ZoneChange {
+                zone: z.clone(),
+                before: s.clone(),
+                after: after.clone(),
+            })
+            .collect();
+        Ok(changes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn z(name: &str) -> ZoneId {
+        ZoneId::new(name)
+    }
+
+    fn failover(from: &str, to: &str) -> Command {
+        Command::decide(
+            Decision::Failover {
+                from: z(from),
+                to: z(to),
+            },
+            "test",
+            "drill",
+        )
+    }
+
+    fn failback(zone: &str) -> Command {
+        Command::decide(Decision::Failback { zone: z(zone) }, "test", "recovered")
+    }
+
+    fn freeze() -> Command {
+        Command::decide(Decision::Freeze, "test", "maintenance")
+    }
+
+    fn unfreeze() -> Command {
+        Command::decide(Decision::Unfreeze, "test", "done")
+    }
+
+    fn three_zones() -> ClusterState {
+        ClusterState::with_zones(["az-a", "az-b", "az-c"])
+    }
+
+    /// Apply `setup` (each must be applied), then check that `cmd` yields
+    /// `expect`: `Ok(version)` or `Err(rule)`.
+    fn check_case(name: &str, setup: &[Command], cmd: Command, expect: Result<u64, RejectRule>) {
+        let mut state = three_zones();
+        for c in setup {
+            assert!(
+                matches!(state.apply(c), Outcome::Applied { .. }),
+                "{name}: setup command {c:?} was refused"
+            );
+        }
+        let before = state.clone();
+        let preview = state.check(&cmd);
+        let outcome = state.apply(&cmd);
+        match expect {
+            Ok(version) => {
+                assert_eq!(outcome, Outcome::Applied { version }, "{name}");
+                assert_eq!(preview.map(|p| p.version), Ok(version), "{name}");
+            }
+            Err(rule) => {
+                match &outcome {
+                    Outcome::Rejected { rule: got, message } => {
+                        assert_eq!(*got, rule, "{name}: {message}");
+                        assert!(!message.is_empty(), "{name}: empty message");
+                    }
+                    other => panic!("{name}: expected {rule}, got {other:?}"),
+                }
+                assert_eq!(preview.map_err(|r| r.rule), Err(rule), "{name}");
+                assert_eq!(state, before, "{name}: a refusal must change nothing");
+            }
+        }
+    }
+
+    /// (name, commands applied first, command under test, expected).
+    type Case = (&'static str, Vec<Command>, Command, Result<u64, RejectRule>);
+
+    #[test]
+    fn safety_rules_table() {
+        use RejectRule::*;
+        let cases: Vec<Case> = vec![
+            (
+                "failover to an active zone",
+                vec![],
+                failover("az-a", "az-b"),
+                Ok(1),
+            ),
+            (
+                "failover to itself",
+                vec![],
+                failover("az-a", "az-a"),
+                Err(SameZone),
+            ),
+            (
+                "failover from unknown zone",
+                vec![],
+                failover("az-x", "az-b"),
+                Err(UnknownZone),
+            ),
+            (
+                "failover to unknown zone",
+                vec![],
+                failover("az-a", "az-x"),
+                Err(UnknownZone),
+            ),
+            (
+                "failover twice",
+                vec![failover("az-a", "az-b")],
+                failover("az-a", "az-c"),
+                Err(AlreadyFailedOver),
+            ),
+            (
+                "failover to a failed-over zone",
+                vec![failover("az-b", "az-c")],
+                failover("az-a", "az-b"),
+                Err(TargetNotActive),
+            ),
+            (
+                "failover of the last serving zone",
+                vec![failover("az-a", "az-c"), failover("az-b", "az-c")],
+                failover("az-c", "az-a"),
+                Err(LastServingZone),
+            ),
+            (
+                "failover of a zone others point to",
+                vec![failover("az-a", "az-b")],
+                failover("az-b", "az-c"),
+                Ok(2),
+            ),
+            (
+                "failback of an active zone",
+                vec![],
+                failback("az-a"),
+                Err(NotFailedOver),
+            ),
+            (
+                "failback of an unknown zone",
+                vec![],
+                failback("az-x"),
+                Err(UnknownZone),
+            ),
+            (
+                "failback of a failed-over zone",
+                vec![failover("az-a", "az-b")],
+                failback("az-a"),
+                Ok(2),
+            ),
+            ("freeze", vec![], freeze(), Ok(1)),
+            ("freeze twice", vec![freeze()], freeze(), Err(AlreadyFrozen)),
+            ("unfreeze when auto", vec![], unfreeze(), Err(NotFrozen)),
+            ("unfreeze when frozen", vec![freeze()], unfreeze(), Ok(2)),
+            (
+                "operators decide while frozen",
+                vec![freeze()],
+                failover("az-a", "az-b"),
+                Ok(2),
+            ),
+        ];
+        for (name, setup, cmd, expect) in cases {
+            check_case(name, &setup, cmd, expect);
+        }
+    }
+
+    #[test]
+    fn compare_and_set_table() {
+        // (name, decisions applied first, if_version, expected)
+        let cases: Vec<(&str, usize, u64, Result<u64, RejectRule>)> = vec![
+            ("matching version 0", 0, 0, Ok(1)),
+            ("matching version 1", 1, 1, Ok(2)),
+            ("stale version", 1, 0, Err(RejectRule::StaleVersion)),
+            ("future version", 0, 5, Err(RejectRule::StaleVersion)),
+        ];
+        for (name, applied, version, expect) in cases {
+            let setup: Vec<Command> = [freeze(), unfreeze()].into_iter().take(applied).collect();
+            let cmd = failover("az-a", "az-b").if_version(version);
+            check_case(name, &setup, cmd, expect);
+        }
+    }
+
+    #[test]
+    fn stale_version_is_checked_before_the_other_rules() {
+        let mut state = three_zones();
+        state.apply(&failover("az-a", "az-b"));
+        // Both stale and already failed over: the stale view is the reason.
+        let out = state.apply(&failover("az-a", "az-c").if_version(0));
+        assert!(matches!(
+            out,
+            Outcome::Rejected {
+                rule: RejectRule::StaleVersion,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn two_operators_racing_on_one_version_get_one_decision() {
+        let mut state = three_zones();
+        let first = state.apply(&failover("az-a", "az-b").if_version(0));
+        let second = state.apply(&failover("az-b", "az-a").if_version(0));
+        assert_eq!(first, Outcome::Applied { version: 1 });
+        assert!(matches!(
+            second,
+            Outcome::Rejected {
+                rule: RejectRule::StaleVersion,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn failing_over_a_target_retargets_the_zones_pointing_at_it() {
+        let mut state = three_zones();
+        state.apply(&failover("az-a", "az-b"));
+        let preview = state.check(&failover("az-b", "az-c")).unwrap();
+        let moved: Vec<&str> = preview.changes.iter().map(|c| c.zone.as_str()).collect();
+        assert_eq!(moved, ["az-a", "az-b"]);
+        state.apply(&failover("az-b", "az-c"));
+        let view = state.view();
+        assert_eq!(view.effective_zone(&z("az-a")), &z("az-c"));
+        assert_eq!(view.effective_zone(&z("az-b")), &z("az-c"));
+        let last = &state.decisions(1)[0];
+        assert_eq!(last.zones, vec![z("az-a"), z("az-b")]);
+    }
+
+    #[test]
+    fn two_zones_cannot_fail_over_at_each_other() {
+        let mut state = ClusterState::with_zones(["az-a", "az-b"]);
+        assert_eq!(
+            state.apply(&failover("az-a", "az-b")),
+            Outcome::Applied { version: 1 }
+        );
+        assert!(matches!(
+            state.apply(&failover("az-b", "az-a")),
+            Outcome::Rejected {
+                rule: RejectRule::LastServingZone,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn failover_targets_are_always_active_after_any_sequence() {
+        // A small exhaustive walk: every sequence of three decisions over
+        // three zones keeps the invariants (one zone serving, targets active).
+        let zones = ["az-a", "az-b", "az-c"];
+        let mut cmds = vec![freeze(), unfreeze()];
+        for from in zones {
+            cmds.push(failback(from));
+            for to in zones {
+                cmds.push(failover(from, to));
+            }
+        }
+        for a in &cmds {
+            for b in &cmds {
+                for c in &cmds {
+                    let mut state = three_zones();
+                    let mut version = 0;
+                    for cmd in [a, b, c] {
+                        if let Outcome::Applied { version: v } = state.apply(cmd) {
+                            assert_eq!(v, version + 1, "versions are consecutive");
+                            version = v;
+                        }
+                        assert_eq!(state.decision_version(), version);
+                        let view = state.view();
+                        assert!(zones
+                            .iter()
+                            .any(|zn| view.zones[&z(zn)] == ZoneStatus::Active));
+                        for status in view.zones.values() {
+                            if let ZoneStatus::FailedOver { target } = status {
+                                assert_eq!(view.zones[target], ZoneStatus::Active);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn history_records_who_why_when_and_is_bounded() {
+        let mut state = three_zones();
+        let cmd = failover("az-a", "az-b")
+            .with_evidence("score 0.21 for 3 periods")
+            .stamped(1_700_000_000_000);
+        state.apply(&cmd);
+        let rec = &state.decisions(10)[0];
+        assert_eq!(rec.version, 1);
+        assert_eq!(rec.kind, "failover");
+        assert_eq!(rec.actor, "test");
+        assert_eq!(rec.reason, "drill");
+        assert_eq!(rec.at_ms, 1_700_000_000_000);
+        assert_eq!(rec.evidence.as_deref(), Some("score 0.21 for 3 periods"));
+
+        for _ in 0..HISTORY_LIMIT {
+            state.apply(&freeze());
+            state.apply(&unfreeze());
+        }
+        let all = state.decisions(usize::MAX);
+        assert_eq!(all.len(), HISTORY_LIMIT);
+        assert_eq!(all[0].version, state.decision_version());
+        assert_eq!(
+            all[HISTORY_LIMIT - 1].version,
+            state.decision_version() - 999
+        );
+    }
+
+    #[test]
+    fn registering_zones_keeps_existing_status() {
+        let mut state = ClusterState::with_zones(["az-a", "az-b"]);
+        state.apply(&failover("az-a", "az-b"));
+        assert!(state.register_zones([z("az-a"), z("az-c")]));
+        assert!(!state.register_zones([z("az-a")]));
+        assert_eq!(
+            state.zones()[&z("az-a")],
+            ZoneStatus::FailedOver { target: z("az-b") }
+        );
+        assert_eq!(state.zones()[&z("az-c")], ZoneStatus::Active);
+        assert_eq!(
+            state.decision_version(),
+            1,
+            "learning zones is not a decision"
+        );
+    }
+
+    #[test]
+    fn view_carries_version_zones_and_automation() {
+        let mut state = three_zones();
+        state.apply(&freeze());
+        let view = state.view();
+        assert_eq!(view.decision_version, 1);
+        assert_eq!(view.automation, Automation::Frozen);
+        assert_eq!(view.zones.len(), 3);
+    }
+}

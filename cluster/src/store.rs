@@ -1,0 +1,605 @@
+//! The sled-backed Raft storage of one node: the log, vote, committed and
+//! last-purged pointers ([`LogStore`]), and the applied state machine with
+//! its snapshots ([`StateMachineStore`]), all under one data directory.
+//!
+//! Architecture Invariant: nothing is acknowledged before it is on disk. A
+//! saved vote is flushed before `save_vote` returns; appended entries are
+//! flushed before the append callback fires; applied state is flushed
+//! before `apply` returns, so a restarted node never re-applies a decision
+//! against an older state.
+//!
+//! sled's reads and in-memory inserts are quick synchronous calls and are
+//! made inline; only flushes (fsync) go through `flush_async`, which runs on
+//! sled's own thread pool and keeps the async runtime free.
+
+// openraft's trait signatures fix the (large) `StorageError`; the helpers
+// return it too rather than boxing and unboxing at every call.
+#![allow(clippy::result_large_err)]
+
+use std::fmt::Debug;
+use std::io::Cursor;
+use std::ops::{Bound, RangeBounds};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
+use openraft::{
+    AnyError, EntryPayload, OptionalSend, RaftLogReader, RaftSnapshotBuilder, StorageIOError,
+};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::codec;
+use crate::command::{Outcome, Response};
+use crate::state::ClusterState;
+use crate::types::alias::{Entry, LogId, SnapshotMeta, StorageError, StoredMembership, Vote};
+use crate::types::TypeConfig;
+use crate::view::ClusterView;
+
+const TREE_LOG: &str = "raft_log";
+const TREE_META: &str = "raft_meta";
+const TREE_SM: &str = "state_machine";
+
+const KEY_VOTE: &[u8] = b"vote";
+const KEY_COMMITTED: &[u8] = b"committed";
+const KEY_PURGED: &[u8] = b"last_purged";
+const KEY_APPLIED: &[u8] = b"applied";
+const KEY_SNAPSHOT: &[u8] = b"snapshot";
+
+/// sled's default page cache is 1 GiB; the control plane's state is small
+/// and shares the machine with the data plane.
+const CACHE_BYTES: u64 = 32 * 1024 * 1024;
+
+/// Opening the store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open the raft store at {path}: {source}")]
+    Open { path: PathBuf, source: sled::Error },
+    #[error("raft store at {path} holds unreadable {what}: {source}")]
+    Corrupt {
+        path: PathBuf,
+        what: &'static str,
+        source: codec::CodecError,
+    },
+}
+
+/// Tells whether any handle of an opened store is still alive. sled locks
+/// its directory until the last handle drops, so a node restarted in the
+/// same process waits for this before reopening.
+#[derive(Clone, Debug)]
+pub struct StoreLiveness(Weak<()>);
+
+impl StoreLiveness {
+    /// Whether some part of the store (log, reader, state machine,
+    /// snapshot builder) still holds the database open.
+    pub fn is_open(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+}
+
+/// Open (or create) the store under `dir`. Returns the log store and the
+/// state machine, which openraft then owns, and a liveness probe.
+pub fn open(dir: &Path) -> Result<(LogStore, StateMachineStore, StoreLiveness), StoreError> {
+    let path = dir.join("raft.sled");
+    let open_err = |source| StoreError::Open {
+        path: path.clone(),
+        source,
+    };
+    let db = sled::Config::new()
+        .path(&path)
+        .cache_capacity(CACHE_BYTES)
+        .open()
+        .map_err(open_err)?;
+    let log = db.open_tree(TREE_LOG).map_err(open_err)?;
+    let meta = db.open_tree(TREE_META).map_err(open_err)?;
+    let sm = db.open_tree(TREE_SM).map_err(open_err)?;
+
+    let data: Applied = match sm.get(KEY_APPLIED).map_err(open_err)? {
+        Some(bytes) => codec::decode(&bytes).map_err(|source| StoreError::Corrupt {
+            path: path.clone(),
+            what: "applied state",
+            source,
+        })?,
+        None => Applied::default(),
+    };
+    let (view_tx, _) = watch::channel(Arc::new(data.state.view()));
+    let (state_tx, _) = watch::channel(Arc::new(data.state.clone()));
+    let open_token = Arc::new(());
+    let liveness = StoreLiveness(Arc::downgrade(&open_token));
+    let log_store = LogStore {
+        db: db.clone(),
+        log,
+        meta,
+        _open: open_token.clone(),
+    };
+    let sm_store = StateMachineStore {
+        db,
+        tree: sm,
+        data,
+        view_tx,
+        state_tx,
+        _open: open_token,
+    };
+    Ok((log_store, sm_store, liveness))
+}
+
+fn read_err(e: impl std::error::Error + 'static) -> StorageError {
+    StorageIOError::read(AnyError::new(&e)).into()
+}
+
+fn write_err(e: impl std::error::Error + 'static) -> StorageError {
+    StorageIOError::write(AnyError::new(&e)).into()
+}
+
+fn get<T: DeserializeOwned>(tree: &sled::Tree, key: &[u8]) -> Result<Option<T>, StorageError> {
+    match tree.get(key).map_err(read_err)? {
+        Some(bytes) => Ok(Some(codec::decode(&bytes).map_err(read_err)?)),
+        None => Ok(None),
+    }
+}
+
+fn put<T: Serialize>(tree: &sled::Tree, key: &[u8], value: &T) -> Result<(), StorageError> {
+    let bytes = codec::encode(value).map_err(write_err)?;
+    tree.insert(key, bytes).map_err(write_err)?;
+    Ok(())
+}
+
+/// Log keys are big-endian indexes so sled's byte order is log order.
+fn log_key(index: u64) -> [u8; 8] {
+    index.to_be_bytes()
+}
+
+/// The Raft log, vote and log pointers. Cloning is cheap (sled trees are
+/// shared handles); a clone is the log reader the replication tasks use.
+#[derive(Clone)]
+pub struct LogStore {
+    db: sled::Db,
+    log: sled::Tree,
+    meta: sled::Tree,
+    _open: Arc<()>,
+}
+
+impl LogStore {
+    async fn flush(&self) -> Result<(), sled::Error> {
+        self.db.flush_async().await.map(|_| ())
+    }
+
+    fn last_log_id(&self) -> Result<Option<LogId>, StorageError> {
+        match self.log.last().map_err(read_err)? {
+            Some((_, bytes)) => {
+                let entry: Entry = codec::decode(&bytes).map_err(read_err)?;
+                Ok(Some(entry.log_id))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Remove every entry whose index is in `range`.
+    fn remove_range(&self, range: impl RangeBounds<[u8; 8]>) -> Result<(), StorageError> {
+        let mut batch = sled::Batch::default();
+        for item in self.log.range(range) {
+            let (key, _) = item.map_err(write_err)?;
+            batch.remove(key);
+        }
+        self.log.apply_batch(batch).map_err(write_err)
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
+        let start = match range.start_bound() {
+            Bound::Included(&n) => Bound::Included(log_key(n)),
+            Bound::Excluded(&n) => Bound::Excluded(log_key(n)),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&n) => Bound::Included(log_key(n)),
+            Bound::Excluded(&n) => Bound::Excluded(log_key(n)),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        let mut out = Vec::new();
+        for item in self.log.range((start, end)) {
+            let (_, bytes) = item.map_err(read_err)?;
+            out.push(codec::decode(&bytes).map_err(read_err)?);
+        }
+        Ok(out)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        let last_purged_log_id: Option<LogId> = get(&self.meta, KEY_PURGED)?;
+        let last_log_id = self.last_log_id()?.or(last_purged_log_id);
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
+        put(&self.meta, KEY_VOTE, vote)?;
+        self.flush()
+            .await
+            .map_err(|e| StorageIOError::write_vote(AnyError::new(&e)).into())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
+        get(&self.meta, KEY_VOTE)
+    }
+
+    /// Saved without its own flush: the committed pointer only lets a
+    /// restarted node re-apply sooner, and the next flush (any append or
+    /// vote) persists it.
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        put(&self.meta, KEY_COMMITTED, &committed)
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        Ok(get::<Option<LogId>>(&self.meta, KEY_COMMITTED)?.flatten())
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut batch = sled::Batch::default();
+        for entry in entries {
+            let bytes = codec::encode(&entry).map_err(write_err)?;
+            batch.insert(&log_key(entry.log_id.index), bytes);
+        }
+        self.log.apply_batch(batch).map_err(write_err)?;
+        // The callback is the acknowledgement: it fires only once the
+        // entries are on disk, whatever the outcome.
+        match self.flush().await {
+            Ok(()) => {
+                callback.log_io_completed(Ok(()));
+                Ok(())
+            }
+            Err(e) => {
+                callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
+                Err(StorageIOError::write_logs(AnyError::new(&e)).into())
+            }
+        }
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.remove_range(log_key(log_id.index)..)?;
+        self.flush().await.map_err(write_err)
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        // The pointer goes first so that a crash between the two writes
+        // leaves stale entries behind the pointer, never a hole before it.
+        put(&self.meta, KEY_PURGED, &log_id)?;
+        self.remove_range(..=log_key(log_id.index))?;
+        self.flush().await.map_err(write_err)
+    }
+}
+
+/// Everything the state machine persists: the applied pointer, the last
+/// applied membership and the replicated cluster state.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Applied {
+    last_applied: Option<LogId>,
+    last_membership: StoredMembership,
+    state: ClusterState,
+}
+
+/// A snapshot as persisted: its metadata and the encoded [`ClusterState`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct StoredSnapshot {
+    meta: SnapshotMeta,
+    data: Vec<u8>,
+}
+
+/// The applied state machine. After each applied batch it publishes a new
+/// [`ClusterView`] (for the data plane) and [`ClusterState`] (for queries).
+pub struct StateMachineStore {
+    db: sled::Db,
+    tree: sled::Tree,
+    data: Applied,
+    view_tx: watch::Sender<Arc<ClusterView>>,
+    state_tx: watch::Sender<Arc<ClusterState>>,
+    _open: Arc<()>,
+}
+
+impl StateMachineStore {
+    /// The view channel; receivers see every view published from now on.
+    pub fn subscribe_view(&self) -> watch::Receiver<Arc<ClusterView>> {
+        self.view_tx.subscribe()
+    }
+
+    /// The full-state channel (history included) for status queries.
+    pub fn subscribe_state(&self) -> watch::Receiver<Arc<ClusterState>> {
+        self.state_tx.subscribe()
+    }
+
+    async fn persist(&self) -> Result<(), StorageError> {
+        put(&self.tree, KEY_APPLIED, &self.data)
+            .map_err(|e| StorageIOError::write_state_machine(AnyError::new(&e)))?;
+        self.db
+            .flush_async()
+            .await
+            .map_err(|e| StorageIOError::write_state_machine(AnyError::new(&e)))?;
+        Ok(())
+    }
+
+    /// State first, view second: whoever sees a view has the state (and
+    /// history) at least as new, e.g. a test that waits on the view and
+    /// then reads `decisions()`.
+    fn publish(&self) {
+        self.state_tx
+            .send_replace(Arc::new(self.data.state.clone()));
+        self.view_tx.send_replace(Arc::new(self.data.state.view()));
+    }
+}
+
+/// Builds a snapshot from a copy of the state taken when openraft asked, so
+/// applying may go on while the snapshot is written.
+pub struct SnapshotBuilder {
+    db: sled::Db,
+    tree: sled::Tree,
+    data: Applied,
+    _open: Arc<()>,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let data = codec::encode(&self.data.state)
+            .map_err(|e| StorageIOError::write_snapshot(None, AnyError::new(&e)))?;
+        let seq = self
+            .db
+            .generate_id()
+            .map_err(|e| StorageIOError::write_snapshot(None, AnyError::new(&e)))?;
+        let snapshot_id = match &self.data.last_applied {
+            Some(id) => format!("{}-{}-{seq}", id.leader_id.term, id.index),
+            None => format!("none-{seq}"),
+        };
+        let meta = SnapshotMeta {
+            last_log_id: self.data.last_applied,
+            last_membership: self.data.last_membership.clone(),
+            snapshot_id,
+        };
+        let stored = StoredSnapshot {
+            meta: meta.clone(),
+            data: data.clone(),
+        };
+        put(&self.tree, KEY_SNAPSHOT, &stored)?;
+        self.db.flush_async().await.map_err(|e| {
+            StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e))
+        })?;
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        Ok((self.data.last_applied, self.data.last_membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Response>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut responses = Vec::new();
+        for entry in entries {
+            self.data.last_applied = Some(entry.log_id);
+            match entry.payload {
+                EntryPayload::Blank => responses.push(Response::default()),
+                EntryPayload::Normal(cmd) => {
+                    let outcome = self.data.state.apply(&cmd);
+                    match &outcome {
+                        Outcome::Applied { version } => tracing::info!(
+                            version,
+                            kind = cmd.kind(),
+                            log_index = entry.log_id.index,
+                            "decision applied"
+                        ),
+                        Outcome::Rejected { rule, message } => tracing::info!(
+                            kind = cmd.kind(),
+                            rule = rule.name(),
+                            message,
+                            log_index = entry.log_id.index,
+                            "decision refused"
+                        ),
+                    }
+                    responses.push(Response {
+                        outcome: Some(outcome),
+                    });
+                }
+                EntryPayload::Membership(membership) => {
+                    // Zones are learned from the replicated membership, so
+                    // every node knows the same zones at the same log index.
+                    let zones: Vec<_> = membership
+                        .nodes()
+                        .filter(|(_, m)| m.role.serves())
+                        .map(|(_, m)| m.zone.clone())
+                        .collect();
+                    self.data.state.register_zones(zones);
+                    self.data.last_membership =
+                        StoredMembership::new(Some(entry.log_id), membership);
+                    responses.push(Response::default());
+                }
+            }
+        }
+        self.persist().await?;
+        self.publish();
+        Ok(responses)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        SnapshotBuilder {
+            db: self.db.clone(),
+            tree: self.tree.clone(),
+            data: self.data.clone(),
+            _open: self._open.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let bytes = snapshot.into_inner();
+        let state: ClusterState = codec::decode(&bytes).map_err(|e| {
+            StorageIOError::read_snapshot(Some(meta.signature()), AnyError::new(&e))
+        })?;
+        self.data = Applied {
+            last_applied: meta.last_log_id,
+            last_membership: meta.last_membership.clone(),
+            state,
+        };
+        let stored = StoredSnapshot {
+            meta: meta.clone(),
+            data: bytes,
+        };
+        put(&self.tree, KEY_SNAPSHOT, &stored)?;
+        self.persist().await?;
+        self.publish();
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        let stored: Option<StoredSnapshot> = get(&self.tree, KEY_SNAPSHOT)?;
+        Ok(stored.map(|s| Snapshot {
+            meta: s.meta,
+            snapshot: Box::new(Cursor::new(s.data)),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::testing::{StoreBuilder, Suite};
+
+    struct SledBuilder;
+
+    impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> for SledBuilder {
+        async fn build(
+            &self,
+        ) -> Result<(tempfile::TempDir, LogStore, StateMachineStore), StorageError> {
+            let dir = tempfile::tempdir().map_err(write_err)?;
+            let (log, sm, _) = open(dir.path()).map_err(write_err)?;
+            Ok((dir, log, sm))
+        }
+    }
+
+    #[test]
+    fn sled_store_passes_the_openraft_storage_suite() {
+        Suite::test_all(SledBuilder).unwrap();
+    }
+
+    fn log_id(term: u64, index: u64) -> LogId {
+        openraft::LogId::new(openraft::CommittedLeaderId::new(term, 1), index)
+    }
+
+    fn decide(decision: crate::command::Decision) -> crate::command::Command {
+        crate::command::Command::decide(decision, "test", "store test")
+    }
+
+    #[tokio::test]
+    async fn vote_and_applied_state_survive_reopen() {
+        use crate::command::Decision;
+        use crate::types::{Member, Role};
+        use crate::view::{ZoneId, ZoneStatus};
+
+        let dir = tempfile::tempdir().unwrap();
+        let member = |id: u64, zone: &str| Member {
+            id,
+            zone: ZoneId::new(zone),
+            raft_addr: format!("127.0.0.1:{}", 7000 + id),
+            admin_addr: format!("127.0.0.1:{}", 9000 + id),
+            role: Role::Voter,
+        };
+        {
+            let (mut log, mut sm, _) = open(dir.path()).unwrap();
+            let mut view_rx = sm.subscribe_view();
+            log.save_vote(&openraft::Vote::new(3, 2)).await.unwrap();
+            let membership = openraft::Membership::new(
+                vec![[1, 2].into_iter().collect()],
+                [(1, member(1, "az-a")), (2, member(2, "az-b"))]
+                    .into_iter()
+                    .collect::<std::collections::BTreeMap<_, _>>(),
+            );
+            let entries = vec![
+                Entry {
+                    log_id: log_id(1, 1),
+                    payload: EntryPayload::Membership(membership),
+                },
+                Entry {
+                    log_id: log_id(1, 2),
+                    payload: EntryPayload::Normal(decide(Decision::Failover {
+                        from: ZoneId::new("az-a"),
+                        to: ZoneId::new("az-b"),
+                    })),
+                },
+                Entry {
+                    log_id: log_id(1, 3),
+                    payload: EntryPayload::Normal(decide(Decision::Failback {
+                        zone: ZoneId::new("az-b"),
+                    })),
+                },
+            ];
+            let responses = sm.apply(entries).await.unwrap();
+            assert_eq!(responses[0].outcome, None);
+            assert_eq!(responses[1].outcome, Some(Outcome::Applied { version: 1 }));
+            assert!(matches!(
+                responses[2].outcome,
+                Some(Outcome::Rejected {
+                    rule: crate::command::RejectRule::NotFailedOver,
+                    ..
+                })
+            ));
+            assert!(view_rx.has_changed().unwrap());
+            let view = view_rx.borrow_and_update().clone();
+            assert_eq!(view.decision_version, 1);
+            assert_eq!(
+                view.zones[&ZoneId::new("az-a")],
+                ZoneStatus::FailedOver {
+                    target: ZoneId::new("az-b")
+                }
+            );
+        }
+        let (mut log, mut sm, liveness) = open(dir.path()).unwrap();
+        assert!(liveness.is_open());
+        assert_eq!(
+            log.read_vote().await.unwrap(),
+            Some(openraft::Vote::new(3, 2))
+        );
+        let (applied, membership) = sm.applied_state().await.unwrap();
+        assert_eq!(applied, Some(log_id(1, 3)));
+        assert_eq!(membership.voter_ids().collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(sm.subscribe_view().borrow().decision_version, 1);
+        assert_eq!(sm.subscribe_state().borrow().decisions(10).len(), 1);
+        drop((log, sm));
+        assert!(!liveness.is_open());
+        drop(open(dir.path()).unwrap());
+    }
+}

@@ -1,0 +1,730 @@
+//! In-process clusters on real loopback sockets with a network you can cut:
+//! election, ordered replication, minority partitions, leader loss,
+//! restarts from `data_dir`, learners and witnesses, RPC authentication.
+//!
+//! Every wait polls for a condition with a generous deadline; nothing
+//! asserts on a fixed sleep, so a busy 2-core machine only makes it slower.
+
+// clippy's allow-unwrap-in-tests covers `#[test]` functions, not the
+// helpers of an integration test file; here a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zonegate_cluster::network::{NODE_HEADER, PATH_VOTE, SECRET_HEADER};
+use zonegate_cluster::{
+    codec, ClusterConfig, ClusterNode, Command, Decision, FaultTable, Member, NodeId, ProposeError,
+    RaftListen, RejectRule, Role, Timing, ZoneId, ZoneStatus,
+};
+
+const DEADLINE: Duration = Duration::from_secs(20);
+const SECRET: &str = "test-cluster-secret";
+
+fn z(name: &str) -> ZoneId {
+    ZoneId::new(name)
+}
+
+fn freeze() -> Command {
+    Command::decide(Decision::Freeze, "test", "freeze")
+}
+
+fn unfreeze() -> Command {
+    Command::decide(Decision::Unfreeze, "test", "unfreeze")
+}
+
+fn failover(from: &str, to: &str) -> Command {
+    Command::decide(
+        Decision::Failover {
+            from: z(from),
+            to: z(to),
+        },
+        "test",
+        format!("{from} -> {to}"),
+    )
+}
+
+fn failback(zone: &str) -> Command {
+    Command::decide(Decision::Failback { zone: z(zone) }, "test", "recovered")
+}
+
+/// Poll `check` every 20 ms until it yields a value, or panic after the
+/// deadline naming what was awaited.
+async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+struct TestCluster {
+    timing: Timing,
+    members: Vec<Member>,
+    nodes: BTreeMap<NodeId, Option<ClusterNode>>,
+    dirs: BTreeMap<NodeId, tempfile::TempDir>,
+    faults: Arc<FaultTable>,
+}
+
+impl TestCluster {
+    /// Start one node per `(zone, role)`, ids from 1, on 127.0.0.1:0.
+    async fn start(layout: &[(&str, Role)]) -> Self {
+        Self::start_with(
+            layout,
+            Timing {
+                propose_timeout: Duration::from_secs(3),
+                ..Timing::default()
+            },
+        )
+        .await
+    }
+
+    async fn start_with(layout: &[(&str, Role)], timing: Timing) -> Self {
+        let mut listeners = BTreeMap::new();
+        let mut members = Vec::new();
+        for (i, (zone, role)) in layout.iter().enumerate() {
+            let id = i as NodeId + 1;
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            members.push(Member {
+                id,
+                zone: z(zone),
+                raft_addr: listener.local_addr().unwrap().to_string(),
+                admin_addr: format!("127.0.0.1:{}", 19000 + id),
+                role: *role,
+            });
+            listeners.insert(id, listener);
+        }
+        let mut cluster = TestCluster {
+            timing,
+            members,
+            nodes: BTreeMap::new(),
+            dirs: BTreeMap::new(),
+            faults: Arc::new(FaultTable::new()),
+        };
+        for (id, listener) in listeners {
+            cluster.dirs.insert(id, tempfile::tempdir().unwrap());
+            let node = cluster.start_node(id, RaftListen::Listener(listener)).await;
+            cluster.nodes.insert(id, Some(node));
+        }
+        cluster
+    }
+
+    async fn start_node(&self, id: NodeId, listen: RaftListen) -> ClusterNode {
+        let me = self.members.iter().find(|m| m.id == id).unwrap();
+        ClusterNode::start(ClusterConfig {
+            node_id: id,
+            zone: me.zone.clone(),
+            members: self.members.clone(),
+            data_dir: self.dirs[&id].path().to_path_buf(),
+            secret: SECRET.to_string(),
+            raft_listen: listen,
+            timing: self.timing.clone(),
+            faults: Some(self.faults.clone()),
+        })
+        .await
+        .unwrap()
+    }
+
+    fn ids(&self) -> Vec<NodeId> {
+        self.members.iter().map(|m| m.id).collect()
+    }
+
+    fn node(&self, id: NodeId) -> &ClusterNode {
+        self.nodes[&id].as_ref().expect("node is running")
+    }
+
+    fn running(&self) -> Vec<&ClusterNode> {
+        self.nodes.values().flatten().collect()
+    }
+
+    /// The leader every node in `among` agrees on, itself leading.
+    fn agreed_leader(&self, among: &[NodeId]) -> Option<NodeId> {
+        let leader = self.node(among[0]).status().leader?;
+        let agreed = among
+            .iter()
+            .all(|id| self.node(*id).status().leader == Some(leader));
+        (agreed && among.contains(&leader) && self.node(leader).status().is_leader)
+            .then_some(leader)
+    }
+
+    async fn wait_leader(&self, among: &[NodeId]) -> NodeId {
+        eventually("a leader all nodes agree on", || self.agreed_leader(among)).await
+    }
+
+    async fn wait_version(&self, ids: &[NodeId], version: u64) {
+        for id in ids {
+            let node = self.node(*id);
+            eventually(&format!("node {id} to apply version {version}"), || {
+                (node.view().borrow().decision_version >= version).then_some(())
+            })
+            .await;
+        }
+    }
+
+    /// Propose on whoever leads, retrying while there is no leader (an
+    /// election under load); returns the first real answer.
+    async fn propose(&self, cmd: Command) -> Result<u64, ProposeError> {
+        let running: Vec<NodeId> = self.running().iter().map(|n| n.id()).collect();
+        self.propose_on(&running, cmd).await
+    }
+
+    /// [`Self::propose`] on whichever of `among` leads (e.g. the majority
+    /// side of a partition, whose old leader still believes it leads).
+    async fn propose_on(&self, among: &[NodeId], cmd: Command) -> Result<u64, ProposeError> {
+        let start = Instant::now();
+        loop {
+            let leader = among
+                .iter()
+                .map(|id| self.node(*id))
+                .find(|n| n.status().is_leader);
+            if let Some(leader) = leader {
+                match leader.propose(cmd.clone()).await {
+                    Err(ProposeError::NotLeader { .. } | ProposeError::NoLeader) => {}
+                    answer => return answer.map(|a| a.version),
+                }
+            }
+            assert!(start.elapsed() < DEADLINE, "no leader accepted {cmd:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// [`Self::propose`] that must apply.
+    async fn must_propose(&self, cmd: Command) -> u64 {
+        match self.propose(cmd.clone()).await {
+            Ok(version) => version,
+            Err(e) => panic!("proposing {cmd:?}: {e}"),
+        }
+    }
+
+    /// [`Self::propose`] that must be refused by `rule`.
+    async fn must_refuse(&self, cmd: Command, rule: RejectRule) {
+        match self.propose(cmd.clone()).await {
+            Err(e) => assert_eq!(e.rule(), Some(rule), "{cmd:?}: {e}"),
+            Ok(v) => panic!("{cmd:?} applied as version {v}, expected {rule}"),
+        }
+    }
+
+    async fn stop(&mut self, id: NodeId) -> SocketAddr {
+        let node = self.nodes.get_mut(&id).unwrap().take().unwrap();
+        let addr = node.raft_addr();
+        node.shutdown().await.unwrap();
+        addr
+    }
+
+    async fn restart(&mut self, id: NodeId, addr: SocketAddr) {
+        let node = self.start_node(id, RaftListen::Addr(addr)).await;
+        self.nodes.insert(id, Some(node));
+    }
+
+    async fn shutdown(mut self) {
+        for id in self.ids() {
+            if let Some(node) = self.nodes.get_mut(&id).unwrap().take() {
+                node.shutdown().await.unwrap();
+            }
+        }
+    }
+}
+
+fn three_zones() -> [(&'static str, Role); 3] {
+    [
+        ("az-a", Role::Voter),
+        ("az-b", Role::Voter),
+        ("az-c", Role::Voter),
+    ]
+}
+
+async fn with_timeout<F: Future>(f: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(120), f)
+        .await
+        .expect("test finished within two minutes")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_elect_one_leader_and_replicate_decisions_in_order() {
+    with_timeout(async {
+        let cluster = TestCluster::start(&three_zones()).await;
+        let ids = cluster.ids();
+        let leader = cluster.wait_leader(&ids).await;
+        let leaders = ids
+            .iter()
+            .filter(|id| cluster.node(**id).status().is_leader)
+            .count();
+        assert_eq!(leaders, 1, "exactly one leader");
+
+        // A follower refuses and names the leader to forward to.
+        let follower = *ids.iter().find(|id| **id != leader).unwrap();
+        match cluster.node(follower).propose(freeze()).await {
+            Err(ProposeError::NotLeader {
+                leader: l,
+                admin_addr,
+            }) => {
+                assert_eq!(l, leader);
+                assert_eq!(admin_addr, Some(format!("127.0.0.1:{}", 19000 + leader)));
+            }
+            other => panic!("expected NotLeader, got {other:?}"),
+        }
+
+        let cmds = [
+            failover("az-a", "az-b"),
+            freeze(),
+            failover("az-b", "az-c"),
+            unfreeze(),
+            failback("az-a"),
+        ];
+        let mut commit_ms = Vec::new();
+        for (i, cmd) in cmds.iter().enumerate() {
+            let started = Instant::now();
+            let version = cluster.must_propose(cmd.clone()).await;
+            commit_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+            assert_eq!(version, i as u64 + 1, "versions are consecutive");
+        }
+        eprintln!("commit latency on 3 nodes (ms): {commit_ms:.1?}");
+
+        // A refusal comes back with its rule and changes nothing.
+        cluster
+            .must_refuse(failover("az-a", "az-a"), RejectRule::SameZone)
+            .await;
+        cluster
+            .must_refuse(
+                failover("az-c", "az-b").if_version(2),
+                RejectRule::StaleVersion,
+            )
+            .await;
+
+        cluster.wait_version(&ids, 5).await;
+        // A dry run on any node previews without writing anything.
+        let preview = cluster
+            .node(follower)
+            .dry_run(&failover("az-c", "az-a"))
+            .unwrap();
+        assert_eq!(preview.version, 6);
+        let moved: Vec<&str> = preview.changes.iter().map(|c| c.zone.as_str()).collect();
+        assert_eq!(
+            moved,
+            ["az-b", "az-c"],
+            "az-b pointed at az-c and follows it"
+        );
+        assert_eq!(
+            cluster
+                .node(follower)
+                .dry_run(&failback("az-c"))
+                .unwrap_err()
+                .rule,
+            RejectRule::NotFailedOver
+        );
+        let reference = cluster.node(leader).decisions(100);
+        let versions: Vec<u64> = reference.iter().map(|d| d.version).collect();
+        assert_eq!(versions, [5, 4, 3, 2, 1]);
+        assert!(reference.iter().all(|d| d.at_ms > 0), "leader stamped time");
+        for id in &ids {
+            let node = cluster.node(*id);
+            assert_eq!(node.decisions(100), reference, "node {id} history");
+            let view = node.view().borrow().clone();
+            assert_eq!(view.decision_version, 5);
+            assert_eq!(view.zones[&z("az-a")], ZoneStatus::Active);
+            assert_eq!(
+                view.zones[&z("az-b")],
+                ZoneStatus::FailedOver { target: z("az-c") }
+            );
+        }
+        cluster.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minority_partition_cannot_commit_keeps_its_view_and_catches_up_when_healed() {
+    with_timeout(async {
+        let cluster = TestCluster::start(&three_zones()).await;
+        let ids = cluster.ids();
+        cluster.wait_leader(&ids).await;
+        assert_eq!(cluster.must_propose(freeze()).await, 1);
+        cluster.wait_version(&ids, 1).await;
+
+        // Cut the leader off: it still believes it leads (0.9 has no
+        // check-quorum) but can never commit.
+        let old = cluster.agreed_leader(&ids).unwrap();
+        cluster.faults.isolate(old, &ids);
+        let majority: Vec<NodeId> = ids.iter().copied().filter(|id| *id != old).collect();
+        let minority_try = cluster
+            .node(old)
+            .propose(failover("az-a", "az-b").with_evidence("from the minority"))
+            .await;
+        assert!(
+            matches!(
+                minority_try,
+                Err(ProposeError::NoLeader | ProposeError::OutcomeUnknown(_))
+            ),
+            "an isolated leader cannot commit: {minority_try:?}"
+        );
+
+        let new = cluster.wait_leader(&majority).await;
+        assert_ne!(new, old);
+        let version = cluster
+            .propose_on(&majority, failover("az-b", "az-c"))
+            .await
+            .unwrap();
+        assert_eq!(version, 2);
+        cluster.wait_version(&majority, 2).await;
+
+        // The minority keeps executing the last decision it applied.
+        let stale = cluster.node(old).view().borrow().clone();
+        assert_eq!(stale.decision_version, 1);
+        assert_eq!(stale.zones[&z("az-b")], ZoneStatus::Active);
+        // A follower cut off alone cannot commit either.
+        let follower = *majority.iter().find(|id| **id != new).unwrap();
+        cluster.faults.heal();
+        cluster.faults.isolate(follower, &ids);
+        assert!(cluster.node(follower).propose(unfreeze()).await.is_err());
+        cluster.faults.heal();
+
+        // Healed: the old leader steps down, drops its uncommitted entry and
+        // catches up.
+        cluster.wait_leader(&ids).await;
+        cluster.wait_version(&ids, 2).await;
+        let reference = cluster.node(new).decisions(100);
+        assert!(reference
+            .iter()
+            .all(|d| d.evidence.as_deref() != Some("from the minority")));
+        for id in &ids {
+            assert_eq!(cluster.node(*id).decisions(100), reference, "node {id}");
+        }
+        cluster.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_loss_elects_a_new_leader_without_losing_decisions_and_restart_resumes() {
+    with_timeout(async {
+        let mut cluster = TestCluster::start(&three_zones()).await;
+        let ids = cluster.ids();
+        let old = cluster.wait_leader(&ids).await;
+        for cmd in [failover("az-a", "az-b"), freeze(), failback("az-a")] {
+            cluster.must_propose(cmd).await;
+        }
+
+        let addr = cluster.stop(old).await;
+        let stopped_at = Instant::now();
+        let rest: Vec<NodeId> = ids.iter().copied().filter(|id| *id != old).collect();
+        let new = cluster.wait_leader(&rest).await;
+        eprintln!(
+            "new leader {new} elected {} ms after leader {old} stopped",
+            stopped_at.elapsed().as_millis()
+        );
+        assert_ne!(new, old);
+        // The new leader may learn the last commit index only after it wins;
+        // every committed decision is applied there all the same.
+        cluster.wait_version(&rest, 3).await;
+        assert_eq!(
+            cluster.node(new).decisions(10).len(),
+            3,
+            "no committed decision lost"
+        );
+        assert_eq!(cluster.must_propose(unfreeze()).await, 4);
+        cluster.wait_version(&rest, 4).await;
+
+        // The old leader restarts from its data_dir: its applied state is
+        // there at once, and it catches up on what it missed.
+        cluster.restart(old, addr).await;
+        assert!(cluster.node(old).view().borrow().decision_version >= 3);
+        cluster.wait_version(&ids, 4).await;
+        let reference = cluster.node(new).decisions(100);
+        assert_eq!(cluster.node(old).decisions(100), reference);
+        cluster.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whole_cluster_restart_from_data_dir_resumes_without_reinitialising() {
+    with_timeout(async {
+        let mut cluster = TestCluster::start(&three_zones()).await;
+        let ids = cluster.ids();
+        cluster.wait_leader(&ids).await;
+        cluster.must_propose(failover("az-c", "az-a")).await;
+        cluster.must_propose(freeze()).await;
+        cluster.wait_version(&ids, 2).await;
+        let term_before = cluster.node(ids[0]).status().term;
+        let history = cluster.node(ids[0]).decisions(100);
+
+        let mut addrs = BTreeMap::new();
+        for id in &ids {
+            addrs.insert(*id, cluster.stop(*id).await);
+        }
+        for id in &ids {
+            cluster.restart(*id, addrs[id]).await;
+            assert_eq!(cluster.node(*id).view().borrow().decision_version, 2);
+        }
+        cluster.wait_leader(&ids).await;
+        for id in &ids {
+            let status = cluster.node(*id).status();
+            assert!(status.term >= term_before, "terms never go back");
+            assert_eq!(cluster.node(*id).decisions(100), history);
+        }
+        assert_eq!(cluster.must_propose(unfreeze()).await, 3);
+        cluster.wait_version(&ids, 3).await;
+        cluster.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn learners_receive_decisions_and_a_witness_zone_serves_nothing() {
+    with_timeout(async {
+        let cluster = TestCluster::start(&[
+            ("az-a", Role::Voter),
+            ("az-b", Role::Voter),
+            ("az-w", Role::Witness),
+            ("az-a", Role::Learner),
+        ])
+        .await;
+        let voters = [1, 2, 3];
+        cluster.wait_leader(&voters).await;
+        let learner = cluster.node(4);
+        eventually("the learner to join the membership", || {
+            let s = cluster.node(cluster.agreed_leader(&voters)?).status();
+            s.members.iter().all(|m| m.in_membership).then_some(())
+        })
+        .await;
+
+        assert_eq!(cluster.must_propose(failover("az-a", "az-b")).await, 1);
+        cluster.wait_version(&[1, 2, 3, 4], 1).await;
+        let view = learner.view().borrow().clone();
+        assert_eq!(
+            view.zones.keys().cloned().collect::<Vec<_>>(),
+            vec![z("az-a"), z("az-b")],
+            "the witness's zone is not a serving zone"
+        );
+        cluster
+            .must_refuse(failover("az-b", "az-w"), RejectRule::UnknownZone)
+            .await;
+        cluster
+            .must_refuse(failover("az-b", "az-a"), RejectRule::LastServingZone)
+            .await;
+        assert!(!learner.status().is_leader);
+        cluster.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raft_rpc_without_the_secret_or_with_a_forged_sender_is_refused_and_changes_nothing() {
+    with_timeout(async {
+        let cluster = TestCluster::start(&three_zones()).await;
+        let ids = cluster.ids();
+        let leader = cluster.wait_leader(&ids).await;
+        let target = *ids.iter().find(|id| **id != leader).unwrap();
+        let before = cluster.node(target).status();
+        let url = format!("http://{}{PATH_VOTE}", cluster.node(target).raft_addr());
+
+        // A vote for a far higher term would depose the leader if accepted.
+        let forged = |candidate: NodeId| {
+            codec::encode(&openraft::raft::VoteRequest::<NodeId> {
+                vote: openraft::Vote::new(before.term + 100, candidate),
+                last_log_id: None,
+            })
+            .unwrap()
+        };
+        let client = reqwest::Client::new();
+        let send = |secret: Option<&str>, sender: &str, body: Vec<u8>| {
+            let mut req = client.post(&url).header(NODE_HEADER, sender).body(body);
+            if let Some(s) = secret {
+                req = req.header(SECRET_HEADER, s);
+            }
+            req.send()
+        };
+        // (name, secret, sender header, body, expected HTTP status)
+        type Case<'a> = (&'a str, Option<&'a str>, String, Vec<u8>, u16);
+        let cases: Vec<Case> = vec![
+            ("no secret", None, leader.to_string(), forged(leader), 401),
+            (
+                "wrong secret",
+                Some("guess"),
+                leader.to_string(),
+                forged(leader),
+                401,
+            ),
+            ("unknown sender", Some(SECRET), "99".into(), forged(99), 403),
+            (
+                "sender speaking for another",
+                Some(SECRET),
+                target.to_string(),
+                forged(leader),
+                403,
+            ),
+            (
+                "garbage body",
+                Some(SECRET),
+                leader.to_string(),
+                vec![1, 2, 3],
+                400,
+            ),
+        ];
+        for (name, secret, sender, body, status) in cases {
+            let resp = send(secret, &sender, body).await.unwrap();
+            assert_eq!(resp.status().as_u16(), status, "{name}");
+        }
+
+        let after = cluster.node(target).status();
+        assert_eq!(after.term, before.term, "term unchanged");
+        assert_eq!(
+            cluster.agreed_leader(&ids),
+            Some(leader),
+            "leader unchanged"
+        );
+        cluster.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_behind_the_compacted_log_catches_up_from_a_snapshot() {
+    with_timeout(async {
+        let timing = Timing {
+            snapshot_every_logs: 10,
+            ..Timing::default()
+        };
+        let mut cluster = TestCluster::start_with(&three_zones(), timing).await;
+        let ids = cluster.ids();
+        let leader = cluster.wait_leader(&ids).await;
+        let behind = *ids.iter().find(|id| **id != leader).unwrap();
+        let behind_last = cluster.node(behind).status().last_log_index.unwrap_or(0);
+        let addr = cluster.stop(behind).await;
+        for i in 0..40 {
+            let cmd = if i % 2 == 0 { freeze() } else { unfreeze() };
+            cluster.must_propose(cmd).await;
+        }
+        let running: Vec<NodeId> = ids.iter().copied().filter(|id| *id != behind).collect();
+        let leader = cluster.wait_leader(&running).await;
+        // Once the leader has purged past the stopped node's last entry, the
+        // only way to catch up is the snapshot RPC.
+        eventually("the leader to compact its log", || {
+            let m = cluster.node(leader).raft_metrics().borrow().clone();
+            m.purged.filter(|p| p.index > behind_last).map(|_| ())
+        })
+        .await;
+
+        cluster.restart(behind, addr).await;
+        cluster.wait_version(&ids, 40).await;
+        let installed = cluster.node(behind).raft_metrics().borrow().snapshot;
+        assert!(installed.is_some_and(|s| s.index > behind_last));
+        assert_eq!(
+            cluster.node(behind).decisions(100),
+            cluster.node(leader).decisions(100)
+        );
+        cluster.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_decisions_apply_on_every_node_in_order() {
+    with_timeout(async {
+        let cluster = TestCluster::start(&three_zones()).await;
+        let ids = cluster.ids();
+        let leader = cluster.wait_leader(&ids).await;
+        let mut views: Vec<_> = ids.iter().map(|id| cluster.node(*id).view()).collect();
+        let mut commit = Vec::new();
+        let mut everywhere = Vec::new();
+        for i in 0..100u64 {
+            let cmd = if i % 2 == 0 { freeze() } else { unfreeze() };
+            let started = Instant::now();
+            let version = cluster.must_propose(cmd).await;
+            commit.push(started.elapsed());
+            assert_eq!(version, i + 1);
+            // Measured from propose's return, as an operator's `ctl` sees it.
+            let committed = Instant::now();
+            for view in &mut views {
+                view.wait_for(|v| v.decision_version >= version)
+                    .await
+                    .unwrap();
+            }
+            everywhere.push(committed.elapsed());
+        }
+        let pct = |v: &mut Vec<Duration>, p: usize| {
+            v.sort();
+            v[(v.len() * p / 100).min(v.len() - 1)].as_secs_f64() * 1000.0
+        };
+        eprintln!(
+            "100 decisions on 3 nodes: commit p50 {:.1} ms p99 {:.1} ms; applied on every node after commit p50 {:.1} ms p99 {:.1} ms",
+            pct(&mut commit, 50),
+            pct(&mut commit, 99),
+            pct(&mut everywhere, 50),
+            pct(&mut everywhere, 99)
+        );
+        let history = cluster.node(leader).decisions(1000);
+        assert_eq!(history.len(), 100);
+        for id in &ids {
+            let theirs = cluster.node(*id).decisions(1000);
+            assert!(
+                theirs == history,
+                "node {id} history differs: {} entries, newest version {:?}",
+                theirs.len(),
+                theirs.first().map(|d| d.version)
+            );
+        }
+        cluster.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn invalid_configs_fail_at_start_with_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let member = |id: NodeId, role: Role| Member {
+        id,
+        zone: z("az-a"),
+        raft_addr: "127.0.0.1:1".into(),
+        admin_addr: "127.0.0.1:2".into(),
+        role,
+    };
+    let config = |node_id: NodeId, members: Vec<Member>, secret: &str| ClusterConfig {
+        node_id,
+        zone: z("az-a"),
+        members,
+        data_dir: dir.path().to_path_buf(),
+        secret: secret.into(),
+        raft_listen: RaftListen::Addr("127.0.0.1:0".parse().unwrap()),
+        timing: Timing::default(),
+        faults: None,
+    };
+    let cases = [
+        (
+            "not a member",
+            config(9, vec![member(1, Role::Voter)], "s"),
+            "not among",
+        ),
+        (
+            "empty secret",
+            config(1, vec![member(1, Role::Voter)], ""),
+            "secret",
+        ),
+        (
+            "duplicate id",
+            config(
+                1,
+                vec![member(1, Role::Voter), member(1, Role::Learner)],
+                "s",
+            ),
+            "twice",
+        ),
+        (
+            "no voter",
+            config(1, vec![member(1, Role::Learner)], "s"),
+            "no voter",
+        ),
+    ];
+    for (name, cfg, needle) in cases {
+        match ClusterNode::start(cfg).await {
+            Err(e) => assert!(e.to_string().contains(needle), "{name}: {e}"),
+            Ok(_) => panic!("{name}: started"),
+        }
+    }
+}
