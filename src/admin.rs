@@ -1,12 +1,14 @@
 //! The admin listener: Prometheus `/metrics` (open, for scrapers) and the
 //! `/admin/v1/*` API behind bearer tokens with viewer/operator roles.
 
+mod cluster;
+
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use http::{header, Method, Uri};
 use serde_json::json;
@@ -18,7 +20,12 @@ use crate::gateway::Gateway;
 
 pub fn router(gw: Arc<Gateway>) -> Router {
     let api = Router::new()
-        .route("/admin/v1/cluster", get(cluster))
+        .route("/admin/v1/cluster", get(cluster::cluster))
+        .route("/admin/v1/decisions", get(cluster::decisions))
+        .route("/admin/v1/failover", post(cluster::write))
+        .route("/admin/v1/failback", post(cluster::write))
+        .route("/admin/v1/freeze", post(cluster::write))
+        .route("/admin/v1/unfreeze", post(cluster::write))
         .route("/admin/v1/backends", get(backends))
         .route("/admin/v1/events", get(events))
         .route_layer(middleware::from_fn_with_state(
@@ -35,12 +42,17 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .with_state(gw)
 }
 
-async fn require_token(State(gw): State<Arc<Gateway>>, req: Request, next: Next) -> Response {
+async fn require_token(State(gw): State<Arc<Gateway>>, mut req: Request, next: Next) -> Response {
     let token = auth::bearer(req.headers()).ok_or(ApiError::MissingKey);
     let role =
         token.and_then(|t| auth::admin_token(t, &gw.cfg.admin.tokens).ok_or(ApiError::WrongKey));
     match role {
-        Ok(t) if auth::allows(t.role, req.method()) => next.run(req).await,
+        Ok(t) if auth::allows(t.role, req.method()) => {
+            req.extensions_mut().insert(cluster::Identity {
+                name: t.name.clone(),
+            });
+            next.run(req).await
+        }
         Ok(t) => {
             let msg = format!("token `{}` is a viewer and may not change anything", t.name);
             (
@@ -58,6 +70,16 @@ async fn require_token(State(gw): State<Arc<Gateway>>, req: Request, next: Next)
 }
 
 async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
+    if let Some(node) = &gw.cluster {
+        let s = node.status();
+        let m = &gw.metrics;
+        m.raft_term.set(i64::try_from(s.term).unwrap_or(i64::MAX));
+        m.raft_is_leader.set(i64::from(s.is_leader));
+        m.raft_last_quorum_ack_ms.set(
+            s.millis_since_quorum_ack
+                .map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX)),
+        );
+    }
     // Gauges of live state are read at scrape time, not kept per request.
     for b in gw.routes.load().backends.iter() {
         let in_flight = i64::try_from(b.in_flight()).unwrap_or(i64::MAX);
@@ -78,23 +100,6 @@ async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
         gw.metrics.render(),
     )
         .into_response()
-}
-
-async fn cluster(State(gw): State<Arc<Gateway>>) -> Json<serde_json::Value> {
-    let view = gw.view.borrow().clone();
-    let zones: serde_json::Map<String, serde_json::Value> = view
-        .zones
-        .iter()
-        .map(|(z, s)| (z.to_string(), serde_json::to_value(s).unwrap_or_default()))
-        .collect();
-    Json(json!({
-        "node_id": gw.cfg.node.id,
-        "zone": gw.cfg.node.zone,
-        "control_plane": "standalone",
-        "leader": null,
-        "decision_version": view.decision_version,
-        "zones": zones,
-    }))
 }
 
 async fn backends(State(gw): State<Arc<Gateway>>) -> Json<serde_json::Value> {

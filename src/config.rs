@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use http::uri::{Authority, Scheme};
 use serde::Deserialize;
-use zonegate_cluster::ZoneId;
+use zonegate_cluster::{Member, Role as MemberRole, ZoneId};
 
 /// A configuration error: which file, which key, and why.
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +94,8 @@ struct RawConfig {
     balance: RawBalance,
     #[serde(default)]
     admin: RawAdmin,
+    #[serde(default)]
+    cluster: RawCluster,
 }
 
 #[derive(Deserialize)]
@@ -212,6 +214,28 @@ struct RawAdmin {
     tokens: Vec<RawAdminToken>,
 }
 
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawCluster {
+    #[serde(default)]
+    members: Vec<RawMember>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMember {
+    id: u64,
+    zone: String,
+    raft: String,
+    admin: String,
+    #[serde(default = "default_role")]
+    role: zonegate_cluster::Role,
+}
+
+fn default_role() -> zonegate_cluster::Role {
+    zonegate_cluster::Role::Voter
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawAdminToken {
@@ -236,6 +260,8 @@ pub struct Config {
     pub affinity: AffinityConfig,
     pub balance: BalanceConfig,
     pub admin: AdminConfig,
+    /// Raft group members; empty means this node runs standalone.
+    pub members: Vec<Member>,
 }
 
 #[derive(Clone, Debug)]
@@ -419,9 +445,13 @@ impl Validator<'_> {
     }
 
     fn validate(&self, raw: RawConfig) -> Result<Config, ConfigError> {
-        let node = self.node(raw.node)?;
+        let mut node = self.node(raw.node)?;
+        let members = self.members(raw.cluster, &mut node)?;
+        let witness = members
+            .iter()
+            .any(|m| m.id == node.id && m.role == MemberRole::Witness);
         let tenants = self.tenants(raw.tenants)?;
-        let backends = self.backends(raw.backends)?;
+        let backends = self.backends(raw.backends, witness)?;
         let models = self.models(raw.models, &backends)?;
         let retry = self.retry(raw.retry)?;
         let health = self.health(raw.health)?;
@@ -449,7 +479,76 @@ impl Validator<'_> {
             affinity,
             balance,
             admin,
+            members,
         })
+    }
+
+    /// Validates `[[cluster.members]]`: unique ids, this node among them
+    /// in its own zone, at least one voter. Fills `node.raft_listen` from
+    /// this node's entry when it is not set.
+    fn members(&self, raw: RawCluster, node: &mut NodeConfig) -> Result<Vec<Member>, ConfigError> {
+        if raw.members.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut ids = HashSet::new();
+        let mut members = Vec::new();
+        for (i, m) in raw.members.into_iter().enumerate() {
+            let key = format!("cluster.members[{i}]");
+            if !ids.insert(m.id) {
+                return Err(self.err(format!("{key}.id"), format!("duplicate member id {}", m.id)));
+            }
+            if m.zone.trim().is_empty() {
+                return Err(self.err(format!("{key}.zone"), "must not be empty"));
+            }
+            for (field, addr) in [("raft", &m.raft), ("admin", &m.admin)] {
+                let port_ok = addr.rsplit_once(':').is_some_and(|(host, port)| {
+                    !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+                });
+                if !port_ok {
+                    return Err(self.err(
+                        format!("{key}.{field}"),
+                        format!("`{addr}` is not a host:port address"),
+                    ));
+                }
+            }
+            members.push(Member {
+                id: m.id,
+                zone: ZoneId::new(m.zone.trim()),
+                raft_addr: m.raft,
+                admin_addr: m.admin,
+                role: m.role,
+            });
+        }
+        let Some(me) = members.iter().find(|m| m.id == node.id) else {
+            return Err(self.err(
+                "cluster.members",
+                format!("node.id {} is not one of the members", node.id),
+            ));
+        };
+        if me.zone != node.zone {
+            return Err(self.err(
+                "cluster.members",
+                format!(
+                    "member {} is in zone `{}` but node.zone is `{}`",
+                    me.id, me.zone, node.zone
+                ),
+            ));
+        }
+        if !members.iter().any(|m| m.role.votes()) {
+            return Err(self.err(
+                "cluster.members",
+                "at least one member must be a voter or witness",
+            ));
+        }
+        if node.raft_listen.is_none() {
+            node.raft_listen = Some(me.raft_addr.parse().map_err(|_| {
+                self.err(
+                    "node.raft_listen",
+                    format!("not set, and this member's raft address `{}` is not an IP:port to listen on", me.raft_addr),
+                )
+            })?);
+        }
+        Ok(members)
     }
 
     fn node(&self, raw: RawNode) -> Result<NodeConfig, ConfigError> {
@@ -522,8 +621,13 @@ impl Validator<'_> {
             .collect()
     }
 
-    fn backends(&self, raw: Vec<RawBackend>) -> Result<Vec<BackendConfig>, ConfigError> {
-        if raw.is_empty() {
+    /// A witness serves no traffic, so it alone may have no backends.
+    fn backends(
+        &self,
+        raw: Vec<RawBackend>,
+        witness: bool,
+    ) -> Result<Vec<BackendConfig>, ConfigError> {
+        if raw.is_empty() && !witness {
             return Err(self.err("backends", "at least one [[backends]] entry is required"));
         }
         let mut names = HashSet::new();

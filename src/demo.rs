@@ -90,7 +90,9 @@ pub async fn spawn_listening(
 fn child_command(exe: &Path) -> Command {
     let mut cmd = Command::new(exe);
     if std::env::var_os("RUST_LOG").is_none() {
-        cmd.env("RUST_LOG", "warn");
+        // Peers that are still starting make openraft log connection
+        // errors; the demo's console is for the operator's own output.
+        cmd.env("RUST_LOG", "warn,openraft=off");
     }
     cmd
 }
@@ -100,18 +102,43 @@ pub struct DemoOptions {
     pub admin_listen: String,
 }
 
-/// Writes the demo's gateway config for the given mock backend URLs
-/// (name, zone, url).
+/// One demo gateway node: its id, zone and addresses.
+pub struct DemoNode {
+    pub id: u64,
+    pub zone: String,
+    pub listen: String,
+    pub admin: String,
+    pub raft: String,
+}
+
+/// A loopback address with a port nobody uses right now; `127.0.0.1:0`
+/// is resolved to a concrete port because cluster members must know each
+/// other's addresses before they start.
+pub fn concrete_addr(addr: &str) -> anyhow::Result<String> {
+    let parsed: std::net::SocketAddr = addr
+        .parse()
+        .with_context(|| format!("`{addr}` is not IP:port"))?;
+    if parsed.port() != 0 {
+        return Ok(addr.to_owned());
+    }
+    let probe =
+        std::net::TcpListener::bind(parsed).with_context(|| format!("cannot bind {addr}"))?;
+    Ok(probe.local_addr()?.to_string())
+}
+
+/// The config of one demo node: every node knows every backend (in all
+/// zones) and every member.
 pub fn demo_config(
-    opts: &DemoOptions,
+    node: &DemoNode,
+    nodes: &[DemoNode],
     data_dir: &Path,
     backends: &[(String, String, String)],
 ) -> String {
     let mut c = format!(
         r#"# Written by `zonegate demo`.
 [node]
-id = 1
-zone = "az-a"
+id = {id}
+zone = "{zone}"
 listen = "{listen}"
 admin_listen = "{admin}"
 data_dir = "{data}"
@@ -134,14 +161,22 @@ fallback = ["{small}"]
 [health]
 interval = "1s"
 "#,
-        listen = opts.listen,
-        admin = opts.admin_listen,
+        id = node.id,
+        zone = node.zone,
+        listen = node.listen,
+        admin = node.admin,
         data = data_dir.display(),
         key = sha256_hex(DEMO_API_KEY),
         token = sha256_hex(DEMO_ADMIN_TOKEN),
         model = DEMO_MODEL,
         small = DEMO_SMALL_MODEL,
     );
+    for m in nodes {
+        c.push_str(&format!(
+            "\n[[cluster.members]]\nid = {}\nzone = \"{}\"\nraft = \"{}\"\nadmin = \"{}\"\nrole = \"voter\"\n",
+            m.id, m.zone, m.raft, m.admin
+        ));
+    }
     for (name, zone, url) in backends {
         c.push_str(&format!(
             "\n[[backends]]\nname = \"{name}\"\nzone = \"{zone}\"\nurl = \"{url}\"\nmodels = [\"{DEMO_MODEL}\", \"{DEMO_SMALL_MODEL}\"]\nmetrics_path = \"/metrics\"\n"
@@ -160,45 +195,74 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
     result
 }
 
+const ZONES: [&str; 3] = ["az-a", "az-b", "az-c"];
+
 async fn run_in(exe: &Path, dir: &Path, opts: &DemoOptions) -> anyhow::Result<()> {
     let mut children = Vec::new();
     let mut pipes = Vec::new();
     let mut backends = Vec::new();
-    for (name, zone) in [
-        ("qwen-a1", "az-a"),
-        ("qwen-a2", "az-a"),
-        ("qwen-b1", "az-b"),
-        ("qwen-b2", "az-b"),
-    ] {
-        let mut cmd = child_command(exe);
-        cmd.args([
-            "mock-backend",
-            "--listen",
-            "127.0.0.1:0",
-            "--name",
-            name,
-            "--zone",
-            zone,
-        ]);
-        cmd.args(["--model", DEMO_MODEL, "--model", DEMO_SMALL_MODEL]);
-        let s = spawn_listening(cmd, 1, Duration::from_secs(20)).await?;
-        backends.push((name.to_owned(), zone.to_owned(), s.urls[0].clone()));
-        pipes.push(s.stdin);
-        children.push(s.child);
+    for zone in ZONES {
+        for n in 1..=2 {
+            let name = format!("qwen-{}{n}", zone.trim_start_matches("az-"));
+            let mut cmd = child_command(exe);
+            cmd.args([
+                "mock-backend",
+                "--listen",
+                "127.0.0.1:0",
+                "--name",
+                &name,
+                "--zone",
+                zone,
+            ]);
+            cmd.args(["--model", DEMO_MODEL, "--model", DEMO_SMALL_MODEL]);
+            let s = spawn_listening(cmd, 1, Duration::from_secs(20)).await?;
+            backends.push((name, zone.to_owned(), s.urls[0].clone()));
+            pipes.push(s.stdin);
+            children.push(s.child);
+        }
     }
-    let config_path = dir.join("gateway.toml");
-    std::fs::write(
-        &config_path,
-        demo_config(opts, &dir.join("data"), &backends),
-    )?;
-    let mut cmd = child_command(exe);
-    cmd.arg("serve").arg("--config").arg(&config_path);
-    let gw = spawn_listening(cmd, 2, Duration::from_secs(20)).await?;
-    let (data, admin) = (gw.urls[0].clone(), gw.urls[1].clone());
-    pipes.push(gw.stdin);
-    children.push(gw.child);
+    let mut nodes = Vec::new();
+    for (i, zone) in ZONES.iter().enumerate() {
+        let first = i == 0;
+        nodes.push(DemoNode {
+            id: i as u64 + 1,
+            zone: (*zone).to_owned(),
+            listen: if first {
+                opts.listen.clone()
+            } else {
+                "127.0.0.1:0".into()
+            },
+            admin: concrete_addr(if first {
+                &opts.admin_listen
+            } else {
+                "127.0.0.1:0"
+            })?,
+            raft: concrete_addr("127.0.0.1:0")?,
+        });
+    }
+    let secret = format!("{:032x}", fastrand::u128(..));
+    let mut urls = Vec::new();
+    for node in &nodes {
+        let path = dir.join(format!("node-{}.toml", node.id));
+        let data = dir.join(format!("data-{}", node.id));
+        std::fs::write(&path, demo_config(node, &nodes, &data, &backends))?;
+        let mut cmd = child_command(exe);
+        cmd.env(crate::serve::SECRET_ENV, &secret);
+        cmd.arg("serve").arg("--config").arg(&path);
+        let gw = spawn_listening(cmd, 2, Duration::from_secs(30)).await?;
+        urls.push((gw.urls[0].clone(), gw.urls[1].clone()));
+        pipes.push(gw.stdin);
+        children.push(gw.child);
+    }
+    let (data, admin) = urls[0].clone();
 
-    println!("zonegate demo: 4 mock backends in zones az-a and az-b, 1 gateway node in az-a");
+    println!("zonegate demo: a 3-zone cluster (one Raft voter per zone), 2 mock backends per zone");
+    for (node, (d, a)) in nodes.iter().zip(&urls) {
+        println!(
+            "  node {} ({}): data plane {d}  admin {a}",
+            node.id, node.zone
+        );
+    }
     for (name, zone, url) in &backends {
         println!("  backend {name} ({zone}): {url}  (faults: POST {url}/mock/faults)");
     }
@@ -213,7 +277,9 @@ async fn run_in(exe: &Path, dir: &Path, opts: &DemoOptions) -> anyhow::Result<()
          -H 'Content-Type: application/json' \\\n    \
          -d '{{\"model\":\"{DEMO_MODEL}\",\"max_tokens\":16,\"messages\":[{{\"role\":\"user\",\"content\":\"hello\"}}]}}' -i"
     );
-    println!("  curl -s {admin}/admin/v1/backends -H 'Authorization: Bearer {DEMO_ADMIN_TOKEN}'");
+    println!("  zonegate ctl --admin {admin} --token {DEMO_ADMIN_TOKEN} status");
+    println!("  zonegate ctl --admin {admin} --token {DEMO_ADMIN_TOKEN} failover --from az-a --to az-b --reason drill");
+    println!("  zonegate ctl --admin {admin} --token {DEMO_ADMIN_TOKEN} failback --zone az-a");
     println!("Ctrl-C stops everything.");
 
     // Stop on Ctrl-C, or as soon as any child dies on its own.

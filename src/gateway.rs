@@ -7,7 +7,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use tokio::sync::watch;
-use zonegate_cluster::ClusterView;
+use zonegate_cluster::{ClusterNode, ClusterView};
 
 use crate::config::Config;
 use crate::events::EventLog;
@@ -26,12 +26,15 @@ pub struct Gateway {
     pub budget: Mutex<RetryBudget>,
     pub metrics: Metrics,
     pub events: Arc<EventLog>,
+    /// This node's Raft member, or `None` when it runs standalone.
+    pub cluster: Option<Arc<ClusterNode>>,
 }
 
 impl Gateway {
     pub fn new(
         cfg: Arc<Config>,
         view: watch::Receiver<Arc<ClusterView>>,
+        cluster: Option<Arc<ClusterNode>>,
         metrics: Metrics,
     ) -> Self {
         let routes = Routes::build(&cfg, None);
@@ -53,6 +56,7 @@ impl Gateway {
             budget: Mutex::new(budget),
             metrics,
             events: Arc::new(EventLog::default()),
+            cluster,
             cfg,
         }
     }

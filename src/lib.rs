@@ -9,6 +9,7 @@ pub mod auth;
 pub mod backend;
 pub mod balance;
 pub mod config;
+pub mod ctl;
 pub mod demo;
 pub mod error;
 pub mod events;

@@ -42,6 +42,20 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:9090")]
         admin_listen: String,
     },
+    /// Operate a cluster through its admin API.
+    Ctl {
+        /// Admin URL of any node, e.g. http://127.0.0.1:9090.
+        #[arg(long, env = "ZONEGATE_ADMIN")]
+        admin: String,
+        /// Admin bearer token.
+        #[arg(long, env = "ZONEGATE_ADMIN_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Print the admin API's JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+        #[command(subcommand)]
+        verb: zonegate::ctl::Verb,
+    },
     /// An OpenAI-compatible fake inference server with injectable faults.
     MockBackend {
         #[arg(long)]
@@ -94,6 +108,12 @@ fn main() -> ExitCode {
                 })
                 .await
             }
+            Command::Ctl {
+                admin,
+                token,
+                json,
+                verb,
+            } => zonegate::ctl::run(&admin, token.as_deref(), json, verb).await,
             Command::MockBackend {
                 listen,
                 name,

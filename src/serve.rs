@@ -9,7 +9,7 @@ use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use zonegate_cluster::ClusterView;
+use zonegate_cluster::{ClusterConfig, ClusterNode, ClusterView, RaftListen, Timing};
 
 use crate::config::Config;
 use crate::gateway::Gateway;
@@ -43,18 +43,36 @@ async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
 /// Binds and starts everything a node runs; returns once it is serving.
 pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
     let cfg = Arc::new(cfg);
-    if cfg.node.raft_listen.is_some() {
-        tracing::warn!(
-            "node.raft_listen is set, but this build has no control plane yet: running standalone"
-        );
-    }
     let data = bind(cfg.node.listen, "node.listen").await?;
     let admin_l = bind(cfg.node.admin_listen, "node.admin_listen").await?;
     let (data_addr, admin_addr) = (data.local_addr()?, admin_l.local_addr()?);
 
-    let zones = cfg.backends.iter().map(|b| &b.zone).chain([&cfg.node.zone]);
-    let (_view_tx, view_rx) = watch::channel(Arc::new(ClusterView::initial(zones)));
-    let gateway = Arc::new(Gateway::new(Arc::clone(&cfg), view_rx, Metrics::new()));
+    let (cluster, view_rx) = match start_cluster(&cfg).await? {
+        Some(node) => {
+            let view = node.view();
+            (Some(Arc::new(node)), view)
+        }
+        None => {
+            if cfg.node.raft_listen.is_some() {
+                tracing::warn!(
+                    "node.raft_listen is set but no [[cluster.members]]: running standalone"
+                );
+            }
+            // Standalone: one view, version 0, every zone active; nothing
+            // will ever change it, so the sender can go.
+            let zones = cfg.backends.iter().map(|b| &b.zone).chain([&cfg.node.zone]);
+            (
+                None,
+                watch::channel(Arc::new(ClusterView::initial(zones))).1,
+            )
+        }
+    };
+    let gateway = Arc::new(Gateway::new(
+        Arc::clone(&cfg),
+        view_rx,
+        cluster.clone(),
+        Metrics::new(),
+    ));
 
     let (stop, _) = watch::channel(false);
     let mut tasks = JoinSet::new();
@@ -82,6 +100,11 @@ pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
     tasks.spawn(async move {
         let _ = stopped.wait_for(|s| *s).await;
         probes.shutdown().await;
+        if let Some(node) = cluster {
+            if let Err(e) = node.shutdown().await {
+                tracing::warn!("control plane did not stop cleanly: {e}");
+            }
+        }
     });
     Ok(RunningNode {
         data_addr,
@@ -90,6 +113,43 @@ pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
         stop,
         tasks,
     })
+}
+
+/// Env var holding the secret every Raft RPC carries.
+pub const SECRET_ENV: &str = "ZONEGATE_CLUSTER_SECRET";
+
+/// Starts this node's Raft member when `[[cluster.members]]` is set.
+async fn start_cluster(cfg: &Config) -> anyhow::Result<Option<ClusterNode>> {
+    if cfg.members.is_empty() {
+        return Ok(None);
+    }
+    let secret = std::env::var(SECRET_ENV).unwrap_or_default();
+    if secret.trim().is_empty() {
+        anyhow::bail!("{SECRET_ENV} must be set (the shared Raft secret) when [[cluster.members]] is configured");
+    }
+    let raft_listen = cfg
+        .node
+        .raft_listen
+        .context("node.raft_listen is required with [[cluster.members]]")?;
+    std::fs::create_dir_all(&cfg.node.data_dir).with_context(|| {
+        format!(
+            "cannot create node.data_dir {}",
+            cfg.node.data_dir.display()
+        )
+    })?;
+    let node = ClusterNode::start(ClusterConfig {
+        node_id: cfg.node.id,
+        zone: cfg.node.zone.clone(),
+        members: cfg.members.clone(),
+        data_dir: cfg.node.data_dir.clone(),
+        secret,
+        raft_listen: RaftListen::Addr(raft_listen),
+        timing: Timing::default(),
+        faults: None,
+    })
+    .await
+    .context("cannot start the control plane")?;
+    Ok(Some(node))
 }
 
 /// Runs a node until Ctrl-C or SIGTERM. Prints the bound addresses on

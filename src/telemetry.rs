@@ -15,10 +15,13 @@ pub enum LogFormat {
 }
 
 /// Installs the global tracing subscriber. `RUST_LOG` overrides the level
-/// (default `info`); per-request access lines use target `zonegate::access`.
+/// (default `info`, with openraft's chatty internals at `warn`); per-request
+/// access lines use target `zonegate::access`, operator writes
+/// `zonegate::audit`.
 pub fn init_tracing(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,openraft=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -55,6 +58,10 @@ pub struct Metrics {
     pub backend_transitions: IntCounterVec,
     pub probe_duration: HistogramVec,
     pub decision_version: IntGauge,
+    pub raft_term: IntGauge,
+    pub raft_is_leader: IntGauge,
+    pub raft_last_quorum_ack_ms: IntGauge,
+    pub decisions: IntCounterVec,
 }
 
 impl Default for Metrics {
@@ -106,6 +113,24 @@ impl Metrics {
         .unwrap_or_else(|e| panic!("metric: {e}"));
         r.register(Box::new(decision_version.clone()))
             .unwrap_or_else(|e| panic!("metric: {e}"));
+        let plain = |name: &str, help: &str| {
+            let g = IntGauge::new(name, help).unwrap_or_else(|e| panic!("metric {name}: {e}"));
+            r.register(Box::new(g.clone()))
+                .unwrap_or_else(|e| panic!("metric {name}: {e}"));
+            g
+        };
+        let raft_term = plain(
+            "zonegate_raft_term",
+            "Current Raft term as this node sees it",
+        );
+        let raft_is_leader = plain(
+            "zonegate_raft_is_leader",
+            "1 while this node leads the Raft group",
+        );
+        let raft_last_quorum_ack_ms = plain(
+            "zonegate_raft_last_quorum_ack_ms",
+            "On the leader: ms since a quorum last acknowledged it (-1 elsewhere)",
+        );
         Self {
             requests: counter(
                 &r,
@@ -179,7 +204,16 @@ impl Metrics {
                 "Active health probe latency",
                 &["backend"],
             ),
+            decisions: counter(
+                &r,
+                "zonegate_decisions_total",
+                "Decisions proposed through this node's admin API, by outcome",
+                &["kind", "outcome"],
+            ),
             decision_version,
+            raft_term,
+            raft_is_leader,
+            raft_last_quorum_ack_ms,
             registry: r,
         }
     }

@@ -126,7 +126,10 @@ async fn demo_starts_a_working_gateway_and_stops_on_sigterm() {
         .unwrap();
     assert_eq!(resp.status(), 200);
     let backends = get_json(&format!("{admin}/admin/v1/backends"), Some(&token)).await;
-    assert_eq!(backends["backends"].as_array().unwrap().len(), 4);
+    assert_eq!(backends["backends"].as_array().unwrap().len(), 6);
+    let cluster = get_json(&format!("{admin}/admin/v1/cluster"), Some(&token)).await;
+    assert_eq!(cluster["control_plane"], "raft");
+    assert_eq!(cluster["nodes"].as_array().unwrap().len(), 3);
 
     // SIGTERM: the demo stops its children and exits cleanly.
     let pid = child.id().unwrap().to_string();

@@ -16,6 +16,8 @@ use zonegate::demo::{spawn_listening, Spawned};
 
 pub const API_KEY: &str = "test-key-deptA";
 pub const ADMIN_TOKEN: &str = "test-admin-token";
+pub const VIEWER_TOKEN: &str = "test-viewer-token";
+pub const CLUSTER_SECRET: &str = "test-cluster-secret";
 pub const MODEL: &str = "qwen25-7b-instruct";
 
 pub fn bin() -> PathBuf {
@@ -26,7 +28,7 @@ fn command() -> Command {
     let mut cmd = Command::new(bin());
     cmd.env(
         "RUST_LOG",
-        std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        std::env::var("RUST_LOG").unwrap_or_else(|_| "warn,openraft=off".into()),
     );
     cmd
 }
@@ -133,11 +135,51 @@ name = "ops"
 sha256 = "{token}"
 role = "operator"
 
+[[admin.tokens]]
+name = "watcher"
+sha256 = "{viewer}"
+role = "viewer"
+
 "#,
         data = data_dir.display(),
         key = sha256_hex(API_KEY),
         token = sha256_hex(ADMIN_TOKEN),
+        viewer = sha256_hex(VIEWER_TOKEN),
     )
+}
+
+/// One member of a test cluster: concrete loopback addresses picked before
+/// any node starts, since every member's config lists all of them.
+#[derive(Clone, Debug)]
+pub struct MemberSpec {
+    pub id: u64,
+    pub zone: String,
+    pub admin: String,
+    pub raft: String,
+}
+
+impl MemberSpec {
+    pub fn new(id: u64, zone: &str) -> Self {
+        let addr = || zonegate::demo::concrete_addr("127.0.0.1:0").expect("a free port");
+        MemberSpec {
+            id,
+            zone: zone.into(),
+            admin: addr(),
+            raft: addr(),
+        }
+    }
+}
+
+pub fn members_toml(members: &[MemberSpec]) -> String {
+    members
+        .iter()
+        .map(|m| {
+            format!(
+                "[[cluster.members]]\nid = {}\nzone = \"{}\"\nraft = \"{}\"\nadmin = \"{}\"\nrole = \"voter\"\n\n",
+                m.id, m.zone, m.raft, m.admin
+            )
+        })
+        .collect()
 }
 
 impl Gateway {
@@ -167,6 +209,37 @@ impl Gateway {
             dir,
             proc,
         }
+    }
+
+    /// Starts cluster member `me` of `members`, with `rest` (backends…).
+    pub async fn start_member(me: &MemberSpec, members: &[MemberSpec], rest: &str) -> Gateway {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let base = base_toml(&me.zone, &dir.path().join("data"), "")
+            .replace("id = 1\n", &format!("id = {}\n", me.id))
+            .replace(
+                "admin_listen = \"127.0.0.1:0\"",
+                &format!("admin_listen = \"{}\"", me.admin),
+            );
+        let config = format!("{base}{}{rest}", members_toml(members));
+        let path = dir.path().join("gateway.toml");
+        std::fs::write(&path, config).expect("write config");
+        let mut cmd = command();
+        cmd.env("ZONEGATE_CLUSTER_SECRET", CLUSTER_SECRET);
+        cmd.arg("serve").arg("--config").arg(&path);
+        let proc = spawn_listening(cmd, 2, Duration::from_secs(30))
+            .await
+            .expect("gateway member starts");
+        Gateway {
+            data: proc.urls[0].clone(),
+            admin: proc.urls[1].clone(),
+            dir,
+            proc,
+        }
+    }
+
+    /// kill -9, and wait for the process to be gone.
+    pub async fn kill(mut self) {
+        let _ = self.proc.child.kill().await;
     }
 
     pub fn chat(&self) -> reqwest::RequestBuilder {

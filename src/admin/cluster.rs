@@ -1,0 +1,438 @@
+//! The control plane's admin endpoints: cluster status, decision history,
+//! and the operators' writes (failover, failback, freeze, unfreeze). A write
+//! sent to a follower is forwarded to the leader; every committed write is
+//! audited (token name, reason, resulting version).
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use bytes::Bytes;
+use http::{header, HeaderMap, StatusCode, Uri};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use zonegate_cluster::{ClusterNode, Command, Decision, ProposeError, ZoneId};
+
+use crate::error::error_body;
+use crate::gateway::Gateway;
+
+/// The admin token that authorised a request (set by the auth layer).
+#[derive(Clone, Debug)]
+pub struct Identity {
+    pub name: String,
+}
+
+/// Header a forwarded write carries, so it is never forwarded twice.
+const FORWARDED: &str = "x-zonegate-forwarded-by";
+
+/// Why an admin write did not (knowingly) commit; rendered once, in
+/// OpenAI's error shape.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error(
+        "this node runs standalone (no [[cluster.members]]): there is no control plane to decide"
+    )]
+    NoControlPlane,
+    #[error("{0}")]
+    NoLeader(String),
+    #[error("refused by rule {rule}: {message}")]
+    Rejected { rule: &'static str, message: String },
+    #[error("outcome unknown: {0}; check GET /admin/v1/decisions before retrying")]
+    OutcomeUnknown(String),
+    #[error("the leader could not be reached: {0}")]
+    LeaderUnreachable(String),
+    #[error("control plane failed: {0}")]
+    Fatal(String),
+}
+
+impl AdminError {
+    fn status(&self) -> StatusCode {
+        match self {
+            AdminError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            AdminError::NoControlPlane | AdminError::NoLeader(_) => StatusCode::SERVICE_UNAVAILABLE,
+            AdminError::Rejected { .. } => StatusCode::CONFLICT,
+            AdminError::OutcomeUnknown(_) => StatusCode::GATEWAY_TIMEOUT,
+            AdminError::LeaderUnreachable(_) => StatusCode::BAD_GATEWAY,
+            AdminError::Fatal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The `code`; for a refusal, the safety rule's name.
+    fn code(&self) -> &'static str {
+        match self {
+            AdminError::BadRequest(_) => "invalid_request",
+            AdminError::NoControlPlane => "no_control_plane",
+            AdminError::NoLeader(_) => "no_leader",
+            AdminError::Rejected { rule, .. } => rule,
+            AdminError::OutcomeUnknown(_) => "outcome_unknown",
+            AdminError::LeaderUnreachable(_) => "leader_unreachable",
+            AdminError::Fatal(_) => "internal_error",
+        }
+    }
+
+    /// The `outcome` label of `zonegate_decisions_total`.
+    fn outcome(&self) -> &'static str {
+        match self {
+            AdminError::Rejected { .. } => "rejected",
+            AdminError::OutcomeUnknown(_) => "unknown",
+            AdminError::BadRequest(_) => "invalid",
+            _ => "failed",
+        }
+    }
+}
+
+impl IntoResponse for AdminError {
+    fn into_response(self) -> Response {
+        let kind = match self {
+            AdminError::BadRequest(_) => "invalid_request_error",
+            AdminError::Rejected { .. } => "decision_rejected",
+            _ => "server_error",
+        };
+        (
+            self.status(),
+            Json(error_body(&self.to_string(), kind, self.code())),
+        )
+            .into_response()
+    }
+}
+
+fn http() -> &'static reqwest::Client {
+    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
+    CLIENT.get_or_init(|| {
+        reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(1))
+            .build()
+            .unwrap_or_default()
+    })
+}
+
+#[derive(Deserialize, Default)]
+pub struct ClusterQuery {
+    /// `local`: this node only, without asking its peers.
+    scope: Option<String>,
+}
+
+/// `GET /admin/v1/cluster`: this node's view, and each member's decision
+/// version and reachability (asked over their admin APIs with the caller's
+/// token, 1 s each, in parallel).
+pub async fn cluster(
+    State(gw): State<Arc<Gateway>>,
+    Query(q): Query<ClusterQuery>,
+    headers: HeaderMap,
+) -> Json<Value> {
+    let view = gw.view.borrow().clone();
+    let zones: serde_json::Map<String, Value> = view
+        .zones
+        .iter()
+        .map(|(z, s)| (z.to_string(), serde_json::to_value(s).unwrap_or_default()))
+        .collect();
+    let Some(node) = &gw.cluster else {
+        return Json(json!({
+            "node_id": gw.cfg.node.id,
+            "zone": gw.cfg.node.zone,
+            "control_plane": "standalone",
+            "leader": null,
+            "term": 0,
+            "decision_version": view.decision_version,
+            "automation": view.automation,
+            "zones": zones,
+            "nodes": [],
+        }));
+    };
+    let status = node.status();
+    let me = json!({
+        "id": status.node_id,
+        "zone": status.zone,
+        "role": status.role,
+        "decision_version": view.decision_version,
+        "reachable": true,
+        "leader": status.is_leader,
+    });
+    let nodes =
+        if q.scope.as_deref() == Some("local") {
+            vec![me]
+        } else {
+            let auth = headers.get(header::AUTHORIZATION).cloned();
+            let peers = status.members.iter().filter(|m| m.member.id != status.node_id).map(|m| {
+            let (member, auth) = (m.member.clone(), auth.clone());
+            let leader = status.leader == Some(member.id);
+            async move {
+                let mut req = http()
+                    .get(format!("http://{}/admin/v1/cluster?scope=local", member.admin_addr))
+                    .timeout(Duration::from_secs(1));
+                if let Some(a) = auth {
+                    req = req.header(header::AUTHORIZATION, a);
+                }
+                let answer = match req.send().await {
+                    Ok(r) if r.status().is_success() => r.json::<Value>().await.ok(),
+                    _ => None,
+                };
+                json!({
+                    "id": member.id,
+                    "zone": member.zone,
+                    "role": member.role,
+                    "decision_version": answer.as_ref().map(|a| a["decision_version"].clone()),
+                    "reachable": answer.is_some(),
+                    "leader": leader,
+                })
+            }
+        });
+            let mut all = vec![me];
+            all.extend(futures_util::future::join_all(peers).await);
+            all
+        };
+    Json(json!({
+        "node_id": status.node_id,
+        "zone": status.zone,
+        "role": status.role,
+        "control_plane": "raft",
+        "leader": status.leader,
+        "is_leader": status.is_leader,
+        "term": status.term,
+        "millis_since_quorum_ack": status.millis_since_quorum_ack,
+        "decision_version": view.decision_version,
+        "automation": view.automation,
+        "zones": zones,
+        "nodes": nodes,
+    }))
+}
+
+#[derive(Deserialize)]
+pub struct DecisionsQuery {
+    limit: Option<usize>,
+}
+
+/// `GET /admin/v1/decisions`: the applied history, newest first.
+pub async fn decisions(
+    State(gw): State<Arc<Gateway>>,
+    Query(q): Query<DecisionsQuery>,
+) -> Response {
+    match &gw.cluster {
+        Some(node) => {
+            Json(json!({ "decisions": node.decisions(q.limit.unwrap_or(100)) })).into_response()
+        }
+        None => Json(json!({ "decisions": [] })).into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FailoverBody {
+    from: String,
+    to: String,
+    reason: Option<String>,
+    if_version: Option<u64>,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FailbackBody {
+    zone: String,
+    reason: Option<String>,
+    if_version: Option<u64>,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct PlainBody {
+    reason: Option<String>,
+    if_version: Option<u64>,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+fn parse<T: serde::de::DeserializeOwned + Default>(body: &Bytes) -> Result<T, AdminError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    parse_required(body)
+}
+
+fn parse_required<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, AdminError> {
+    serde_json::from_slice(body)
+        .map_err(|e| AdminError::BadRequest(format!("invalid JSON body: {e}")))
+}
+
+/// One operator write, as parsed from its body.
+struct Write {
+    decision: Decision,
+    reason: Option<String>,
+    if_version: Option<u64>,
+    dry_run: bool,
+}
+
+/// `POST /admin/v1/{failover,failback,freeze,unfreeze}`.
+pub async fn write(
+    State(gw): State<Arc<Gateway>>,
+    Extension(who): Extension<Identity>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let kind = uri.path().rsplit('/').next().unwrap_or_default().to_owned();
+    let parsed = match kind.as_str() {
+        "failover" => parse_required::<FailoverBody>(&body).map(|b| Write {
+            decision: Decision::Failover {
+                from: ZoneId::new(&b.from),
+                to: ZoneId::new(&b.to),
+            },
+            reason: b.reason,
+            if_version: b.if_version,
+            dry_run: b.dry_run,
+        }),
+        "failback" => parse_required::<FailbackBody>(&body).map(|b| Write {
+            decision: Decision::Failback {
+                zone: ZoneId::new(&b.zone),
+            },
+            reason: b.reason,
+            if_version: b.if_version,
+            dry_run: b.dry_run,
+        }),
+        "freeze" | "unfreeze" => parse::<PlainBody>(&body).map(|b| Write {
+            decision: if kind == "freeze" {
+                Decision::Freeze
+            } else {
+                Decision::Unfreeze
+            },
+            reason: b.reason,
+            if_version: b.if_version,
+            dry_run: b.dry_run,
+        }),
+        other => Err(AdminError::BadRequest(format!(
+            "unknown decision `{other}`"
+        ))),
+    };
+    let result = match parsed {
+        Ok(w) => decide(&gw, &who, &headers, &uri, &body, w).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(resp) => resp,
+        Err(e) => {
+            gw.metrics
+                .decisions
+                .with_label_values(&[&kind, e.outcome()])
+                .inc();
+            tracing::warn!(target: "zonegate::audit", token = %who.name, kind, error = %e, "decision not committed");
+            e.into_response()
+        }
+    }
+}
+
+async fn decide(
+    gw: &Gateway,
+    who: &Identity,
+    headers: &HeaderMap,
+    uri: &Uri,
+    body: &Bytes,
+    w: Write,
+) -> Result<Response, AdminError> {
+    let node: &ClusterNode = gw.cluster.as_deref().ok_or(AdminError::NoControlPlane)?;
+    let kind = w.decision.kind();
+    let reason = w.reason.unwrap_or_else(|| "operator request".to_owned());
+    let mut cmd = Command::decide(w.decision, format!("token:{}", who.name), reason.clone());
+    if let Some(v) = w.if_version {
+        cmd = cmd.if_version(v);
+    }
+    if w.dry_run {
+        return match node.dry_run(&cmd) {
+            Ok(preview) => Ok(Json(
+                json!({"dry_run": true, "would_apply": true, "preview": preview}),
+            )
+            .into_response()),
+            Err(r) => Err(AdminError::Rejected {
+                rule: r.rule.name(),
+                message: r.message,
+            }),
+        };
+    }
+    match node.propose(cmd).await {
+        Ok(applied) => {
+            gw.metrics
+                .decisions
+                .with_label_values(&[kind, "applied"])
+                .inc();
+            tracing::info!(
+                target: "zonegate::audit",
+                token = %who.name,
+                kind,
+                reason = %reason,
+                version = applied.version,
+                "decision committed"
+            );
+            Ok(Json(json!({"version": applied.version, "kind": kind, "committed": true, "leader": node.id()}))
+                .into_response())
+        }
+        Err(ProposeError::NotLeader { leader, admin_addr }) => match admin_addr {
+            Some(addr) if !headers.contains_key(FORWARDED) => {
+                gw.metrics
+                    .decisions
+                    .with_label_values(&[kind, "forwarded"])
+                    .inc();
+                forward(node, &addr, leader, headers, uri, body).await
+            }
+            _ => Err(AdminError::NoLeader(format!(
+                "node {leader} leads but cannot be reached through this node; nothing was written"
+            ))),
+        },
+        Err(ProposeError::NoLeader) => Err(AdminError::NoLeader(
+            "no leader with a quorum right now; nothing was written; retry shortly".into(),
+        )),
+        Err(ProposeError::Rejected { rule, message }) => Err(AdminError::Rejected {
+            rule: rule.name(),
+            message,
+        }),
+        Err(e @ ProposeError::OutcomeUnknown(_)) => Err(AdminError::OutcomeUnknown(e.to_string())),
+        Err(ProposeError::Fatal(e)) => Err(AdminError::Fatal(e)),
+    }
+}
+
+/// Sends a write on to the leader's admin API with the caller's token, and
+/// relays its answer unchanged.
+async fn forward(
+    node: &ClusterNode,
+    addr: &str,
+    leader: u64,
+    headers: &HeaderMap,
+    uri: &Uri,
+    body: &Bytes,
+) -> Result<Response, AdminError> {
+    let mut req = http()
+        .post(format!("http://{addr}{}", uri.path()))
+        .header(FORWARDED, node.id().to_string())
+        .header(header::CONTENT_TYPE, "application/json")
+        .timeout(Duration::from_secs(10))
+        .body(body.clone());
+    if let Some(a) = headers.get(header::AUTHORIZATION) {
+        req = req.header(header::AUTHORIZATION, a.clone());
+    }
+    let resp = req
+        .send()
+        .await
+        .map_err(|e| AdminError::LeaderUnreachable(format!("node {leader} at {addr}: {e}")))?;
+    let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let bytes = resp
+        .bytes()
+        .await
+        .map_err(|e| AdminError::OutcomeUnknown(format!("the leader's answer was lost: {e}")))?;
+    Ok((
+        status,
+        [
+            (header::CONTENT_TYPE, "application/json".to_owned()),
+            (
+                header::HeaderName::from_static("x-zonegate-forwarded-to"),
+                leader.to_string(),
+            ),
+        ],
+        bytes,
+    )
+        .into_response())
+}

@@ -1,0 +1,323 @@
+//! Black-box tests of the control plane: three gateway processes, one Raft
+//! voter per zone, operated with `zonegate ctl`. Decisions replicate to
+//! every node, traffic follows them, safety rules refuse with their names,
+//! and a kill -9 of the leader loses nothing.
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::*;
+
+const ZONES: [&str; 3] = ["az-a", "az-b", "az-c"];
+
+struct Cluster {
+    members: Vec<MemberSpec>,
+    nodes: Vec<Option<Gateway>>,
+    _mocks: Vec<Mock>,
+}
+
+impl Cluster {
+    async fn start() -> Cluster {
+        let mut mocks = Vec::new();
+        for z in ZONES {
+            mocks.push(Mock::start(&format!("{z}-1"), z, &[MODEL]).await);
+        }
+        let backends: String = mocks.iter().map(|m| m.backend_toml(&[MODEL])).collect();
+        let members: Vec<MemberSpec> = ZONES
+            .iter()
+            .enumerate()
+            .map(|(i, z)| MemberSpec::new(i as u64 + 1, z))
+            .collect();
+        let mut nodes = Vec::new();
+        for m in &members {
+            nodes.push(Some(Gateway::start_member(m, &members, &backends).await));
+        }
+        Cluster {
+            members,
+            nodes,
+            _mocks: mocks,
+        }
+    }
+
+    fn node(&self, id: u64) -> &Gateway {
+        self.nodes[id as usize - 1]
+            .as_ref()
+            .expect("node is running")
+    }
+
+    fn running(&self) -> impl Iterator<Item = &Gateway> {
+        self.nodes.iter().flatten()
+    }
+
+    /// Polls until every running node names the same leader; returns it.
+    async fn leader(&self) -> u64 {
+        let admins: Vec<String> = self.running().map(|g| g.admin.clone()).collect();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut leaders = Vec::new();
+            for admin in &admins {
+                let v = get_json(
+                    &format!("{admin}/admin/v1/cluster?scope=local"),
+                    Some(ADMIN_TOKEN),
+                )
+                .await;
+                leaders.push(v["leader"].as_u64());
+            }
+            if let Some(Some(l)) = leaders.first() {
+                if leaders.iter().all(|x| *x == Some(*l)) && self.nodes[*l as usize - 1].is_some() {
+                    return *l;
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no agreed leader: {leaders:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Polls until every running node has applied `version`.
+    async fn all_at(&self, version: u64) {
+        let admins: Vec<String> = self.running().map(|g| g.admin.clone()).collect();
+        eventually(
+            Duration::from_secs(20),
+            &format!("every node at version {version}"),
+            || {
+                let admins = admins.clone();
+                async move {
+                    for admin in admins {
+                        let v = get_json(
+                            &format!("{admin}/admin/v1/cluster?scope=local"),
+                            Some(ADMIN_TOKEN),
+                        )
+                        .await;
+                        if v["decision_version"] != version {
+                            return false;
+                        }
+                    }
+                    true
+                }
+            },
+        )
+        .await;
+    }
+}
+
+/// Runs `zonegate ctl --admin URL --token T ARGS…`; returns (success, stdout, stderr).
+async fn ctl(admin: &str, args: &[&str]) -> (bool, String, String) {
+    let out = tokio::process::Command::new(bin())
+        .args(["ctl", "--admin", admin, "--token", ADMIN_TOKEN])
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn ctl_json(admin: &str, args: &[&str]) -> Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let (ok, out, err) = ctl(admin, &all).await;
+    assert!(ok, "ctl {args:?} failed: {err}");
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("ctl printed no JSON ({e}): {out}"))
+}
+
+fn long_request() -> Value {
+    json!({"model": MODEL, "messages": [{"role": "user", "content": "a long answer, please"}]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_fail_over_and_back_and_every_node_follows() {
+    let mut cluster = Cluster::start().await;
+    let leader = cluster.leader().await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+
+    // Unauthenticated and under-privileged writes change nothing.
+    let url = format!("{}/admin/v1/failover", cluster.node(1).admin);
+    let body = json!({"from": "az-a", "to": "az-b"});
+    let resp = client().post(&url).json(&body).send().await.unwrap();
+    assert_eq!(resp.status(), 401);
+    let resp = client()
+        .post(&url)
+        .bearer_auth(VIEWER_TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 403);
+    // Raft RPCs without the cluster secret are refused too.
+    let raft = &cluster.members[0].raft;
+    let resp = client()
+        .post(format!("http://{raft}/raft/v1/vote"))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    let resp = client()
+        .post(format!("http://{raft}/raft/v1/vote"))
+        .header("x-zonegate-cluster-secret", "wrong")
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    cluster.all_at(0).await;
+
+    // A dry run says what would move and writes nothing.
+    let preview = ctl_json(
+        &cluster.node(1).admin,
+        &["failover", "--from", "az-a", "--to", "az-b", "--dry-run"],
+    )
+    .await;
+    assert_eq!(preview["dry_run"], true);
+    cluster.all_at(0).await;
+
+    // Sent to a follower, the write is forwarded to the leader.
+    let admin = cluster.node(follower).admin.clone();
+    let v = ctl_json(
+        &admin,
+        &[
+            "failover", "--from", "az-a", "--to", "az-b", "--reason", "drill",
+        ],
+    )
+    .await;
+    assert_eq!(v["version"], 1, "{v}");
+    cluster.all_at(1).await;
+
+    // A long request entering az-a is served in az-b, stamped with version 1.
+    let resp = cluster
+        .node(1)
+        .chat()
+        .json(&long_request())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-zonegate-zone"], "az-b");
+    assert_eq!(resp.headers()["x-zonegate-decision-version"], "1");
+
+    // Stale compare-and-set and a second failover of az-a are refused by name.
+    let (ok, _, err) = ctl(
+        &admin,
+        &[
+            "failover",
+            "--from",
+            "az-c",
+            "--to",
+            "az-b",
+            "--if-version",
+            "0",
+        ],
+    )
+    .await;
+    assert!(!ok && err.contains("stale_version"), "{err}");
+    let (ok, _, err) = ctl(&admin, &["failover", "--from", "az-a", "--to", "az-c"]).await;
+    assert!(!ok && err.contains("already_failed_over"), "{err}");
+
+    // az-c follows too; then az-b is the last serving zone and cannot go.
+    let v = ctl_json(
+        &admin,
+        &[
+            "failover",
+            "--from",
+            "az-c",
+            "--to",
+            "az-b",
+            "--if-version",
+            "1",
+        ],
+    )
+    .await;
+    assert_eq!(v["version"], 2);
+    let (ok, _, err) = ctl(&admin, &["failover", "--from", "az-b", "--to", "az-a"]).await;
+    assert!(!ok, "failing over the last serving zone must be refused");
+    assert!(err.contains("last_serving_zone"), "{err}");
+
+    // Failback restores az-a.
+    assert_eq!(
+        ctl_json(&admin, &["failback", "--zone", "az-a"]).await["version"],
+        3
+    );
+    assert_eq!(
+        ctl_json(&admin, &["failback", "--zone", "az-c"]).await["version"],
+        4
+    );
+    cluster.all_at(4).await;
+    let resp = cluster
+        .node(1)
+        .chat()
+        .json(&long_request())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["x-zonegate-zone"], "az-a");
+    assert_eq!(resp.headers()["x-zonegate-decision-version"], "4");
+
+    // The human table shows every node at the same version.
+    let (ok, out, err) = ctl(&cluster.node(1).admin, &["status"]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("decision version: 4"), "{out}");
+
+    // kill -9 the leader: the others elect a new one and keep every decision.
+    let old = cluster.nodes[leader as usize - 1].take().unwrap();
+    old.kill().await;
+    let new_leader = cluster.leader().await;
+    assert_ne!(new_leader, leader);
+    let survivor = cluster.node(new_leader).admin.clone();
+    let history = get_json(&format!("{survivor}/admin/v1/decisions"), Some(ADMIN_TOKEN)).await;
+    let versions: Vec<u64> = history["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["version"].as_u64().unwrap())
+        .collect();
+    assert_eq!(versions, vec![4, 3, 2, 1]);
+    // And the survivors still decide.
+    assert_eq!(
+        ctl_json(&survivor, &["freeze", "--reason", "after the drill"]).await["version"],
+        5
+    );
+    cluster.all_at(5).await;
+    let metrics = cluster.node(new_leader).metrics().await;
+    assert_eq!(metric_sum(&metrics, "zonegate_raft_is_leader", &[]), 1.0);
+    assert!(
+        metric_sum(
+            &metrics,
+            "zonegate_decisions_total",
+            &["outcome=\"applied\""]
+        ) >= 1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_without_the_cluster_secret_refuses_to_start() {
+    let m = MemberSpec::new(1, "az-a");
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{}{}[[backends]]\nname = \"b\"\nzone = \"az-a\"\nurl = \"http://127.0.0.1:9\"\nmodels = [\"{MODEL}\"]\n",
+        base_toml("az-a", &dir.path().join("data"), ""),
+        members_toml(std::slice::from_ref(&m)),
+    );
+    let path = dir.path().join("g.toml");
+    std::fs::write(&path, config).unwrap();
+    let out = tokio::process::Command::new(bin())
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env_remove("ZONEGATE_CLUSTER_SECRET")
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ZONEGATE_CLUSTER_SECRET"), "{err}");
+}
