@@ -5,6 +5,7 @@
 #
 #   benches/load.sh                    # 32 connections, 15 s per target
 #   CONNECTIONS=64 DURATION=30 benches/load.sh
+#   CLUSTER=1 benches/load.sh          # zonegate as a Raft member (control plane running)
 #
 # Needs nginx and wrk (`apt-get install nginx wrk`); this is a benchmark,
 # never part of the tests. Everything listens on 127.0.0.1 and stops when
@@ -82,6 +83,17 @@ zone = "az-a"
 url = "http://127.0.0.1:$BACKEND_PORT"
 models = ["bench"]
 CONF
+if [ "${CLUSTER:-0}" = 1 ]; then
+  RAFT_PORT=$(free_port)
+  cat >>"$WORK/zonegate.toml" <<CONF
+[[cluster.members]]
+id = 1
+zone = "az-a"
+raft = "127.0.0.1:$RAFT_PORT"
+admin = "127.0.0.1:$ADMIN_PORT"
+CONF
+  export ZONEGATE_CLUSTER_SECRET=bench-secret
+fi
 # Access lines off for the throughput run, as nginx's access_log is off.
 RUST_LOG=warn "$BIN" serve --config "$WORK/zonegate.toml" >"$WORK/zonegate.log" 2>&1 &
 ZG_PID=$!
@@ -127,7 +139,7 @@ RESULTS=$(
 LOADED_RSS_KB=$(ps -o rss= -p "$ZG_PID" | tr -d ' ')
 
 echo
-echo "loopback load: $CONNECTIONS connections, $DURATION s each, $(nproc) cores, wrk -t$THREADS"
+echo "loopback load: $CONNECTIONS connections, $DURATION s each, $(nproc) cores, wrk -t$THREADS, control plane: $([ "${CLUSTER:-0}" = 1 ] && echo raft || echo standalone)"
 printf '%-9s %10s %9s %9s %8s\n' target "req/s" "p50 ms" "p99 ms" errors
 echo "$RESULTS" | while read -r name rps p50 p99 errors _; do
   printf '%-9s %10s %9s %9s %8s\n' "$name" "$rps" "$p50" "$p99" "$errors"

@@ -31,6 +31,14 @@ pub struct Gateway {
 }
 
 impl Gateway {
+    /// A witness votes in the Raft group but serves no data-plane traffic.
+    pub fn is_witness(&self) -> bool {
+        self.cfg
+            .members
+            .iter()
+            .any(|m| m.id == self.cfg.node.id && m.role == zonegate_cluster::Role::Witness)
+    }
+
     pub fn new(
         cfg: Arc<Config>,
         view: watch::Receiver<Arc<ClusterView>>,

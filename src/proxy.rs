@@ -57,6 +57,9 @@ async fn models(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response 
 
 /// Ready when at least one backend can take a request.
 async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
+    if gw.is_witness() {
+        return witness_error().into_response();
+    }
     let now = now_ms();
     if gw.routes.load().backends.iter().any(|b| b.is_usable(now)) {
         "ready\n".into_response()
@@ -70,7 +73,14 @@ fn authenticate<'a>(gw: &'a Gateway, headers: &HeaderMap) -> Result<&'a Tenant, 
     auth::tenant(key, &gw.cfg.tenants).ok_or(ApiError::WrongKey)
 }
 
+fn witness_error() -> ApiError {
+    ApiError::NotReady("this node is a Raft witness: it votes but serves no traffic".into())
+}
+
 async fn handle(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
+    if gw.is_witness() {
+        return witness_error().into_response();
+    }
     let started = Instant::now();
     let result = match authenticate(&gw, req.headers()) {
         Ok(tenant) => serve(&gw, tenant, req, started)

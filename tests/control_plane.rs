@@ -321,3 +321,44 @@ async fn a_member_without_the_cluster_secret_refuses_to_start() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("ZONEGATE_CLUSTER_SECRET"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_zones_get_their_quorum_from_a_witness_that_serves_no_traffic() {
+    let a = Mock::start("a1", "az-a", &[MODEL]).await;
+    let b = Mock::start("b1", "az-b", &[MODEL]).await;
+    let backends = format!("{}{}", a.backend_toml(&[MODEL]), b.backend_toml(&[MODEL]));
+    let members = vec![
+        MemberSpec::new(1, "az-a"),
+        MemberSpec::new(2, "az-b"),
+        MemberSpec::new(3, "az-w").with_role("witness"),
+    ];
+    let node_a = Gateway::start_member(&members[0], &members, &backends).await;
+    let _node_b = Gateway::start_member(&members[1], &members, &backends).await;
+    let witness = Gateway::start_member(&members[2], &members, "").await;
+
+    let resp = client().get(format!("{}/readyz", witness.data)).send().await.unwrap();
+    assert_eq!(resp.status(), 503, "a witness is never ready for traffic");
+    let resp = witness.chat().json(&chat_body(4, false)).send().await.unwrap();
+    assert_eq!(resp.status(), 503);
+
+    // The witness's zone is no failover target; az-b is.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let (ok, err) = loop {
+        let (ok, _, err) = ctl(&node_a.admin, &["failover", "--from", "az-a", "--to", "az-w"]).await;
+        if ok || !err.contains("no_leader") || tokio::time::Instant::now() > deadline {
+            break (ok, err);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(!ok && err.contains("unknown_zone"), "{err}");
+    let v = ctl_json(&node_a.admin, &["failover", "--from", "az-a", "--to", "az-b"]).await;
+    assert_eq!(v["version"], 1);
+    eventually(Duration::from_secs(20), "az-a's node to route to az-b", || {
+        let req = node_a.chat().json(&long_request());
+        async move {
+            let resp = req.send().await.unwrap();
+            resp.headers()["x-zonegate-zone"] == "az-b"
+        }
+    })
+    .await;
+}

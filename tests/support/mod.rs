@@ -156,6 +156,8 @@ pub struct MemberSpec {
     pub zone: String,
     pub admin: String,
     pub raft: String,
+    /// `voter`, `learner` or `witness`.
+    pub role: &'static str,
 }
 
 impl MemberSpec {
@@ -166,7 +168,13 @@ impl MemberSpec {
             zone: zone.into(),
             admin: addr(),
             raft: addr(),
+            role: "voter",
         }
+    }
+
+    pub fn with_role(mut self, role: &'static str) -> Self {
+        self.role = role;
+        self
     }
 }
 
@@ -175,8 +183,8 @@ pub fn members_toml(members: &[MemberSpec]) -> String {
         .iter()
         .map(|m| {
             format!(
-                "[[cluster.members]]\nid = {}\nzone = \"{}\"\nraft = \"{}\"\nadmin = \"{}\"\nrole = \"voter\"\n\n",
-                m.id, m.zone, m.raft, m.admin
+                "[[cluster.members]]\nid = {}\nzone = \"{}\"\nraft = \"{}\"\nadmin = \"{}\"\nrole = \"{}\"\n\n",
+                m.id, m.zone, m.raft, m.admin, m.role
             )
         })
         .collect()
