@@ -96,6 +96,15 @@ struct RawConfig {
     admin: RawAdmin,
     #[serde(default)]
     cluster: RawCluster,
+    #[serde(default)]
+    zones: BTreeMap<String, RawZone>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawZone {
+    #[serde(default)]
+    fallback_order: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -195,6 +204,9 @@ struct RawHealth {
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawAffinity {
+    zone_pin: Option<bool>,
+    pin_ttl: Option<String>,
+    pin_capacity: Option<usize>,
     cross_zone_fallback: Option<CrossZone>,
     short_max_tokens: Option<u64>,
     short_max_prompt_bytes: Option<u64>,
@@ -262,6 +274,8 @@ pub struct Config {
     pub admin: AdminConfig,
     /// Raft group members; empty means this node runs standalone.
     pub members: Vec<Member>,
+    /// Per-zone preference order of cross-zone fallback targets.
+    pub fallback_order: HashMap<ZoneId, Vec<ZoneId>>,
 }
 
 #[derive(Clone, Debug)]
@@ -334,6 +348,12 @@ pub struct HealthConfig {
 
 #[derive(Clone, Debug)]
 pub struct AffinityConfig {
+    /// Pin sessions to the zone that first served them.
+    pub zone_pin: bool,
+    /// How long a pin lives without being used.
+    pub pin_ttl: Duration,
+    /// Sessions this node remembers (least recently used out first).
+    pub pin_capacity: usize,
     pub cross_zone_fallback: CrossZone,
     pub short_max_tokens: u64,
     pub short_max_prompt_bytes: u64,
@@ -456,6 +476,17 @@ impl Validator<'_> {
         let retry = self.retry(raw.retry)?;
         let health = self.health(raw.health)?;
         let affinity = AffinityConfig {
+            zone_pin: raw.affinity.zone_pin.unwrap_or(true),
+            pin_ttl: self.duration(
+                "affinity.pin_ttl",
+                raw.affinity.pin_ttl.as_deref(),
+                Duration::from_secs(3600),
+            )?,
+            pin_capacity: match raw.affinity.pin_capacity {
+                Some(0) => return Err(self.err("affinity.pin_capacity", "must be at least 1")),
+                Some(n) => n,
+                None => 1_000_000,
+            },
             cross_zone_fallback: raw.affinity.cross_zone_fallback.unwrap_or_default(),
             short_max_tokens: raw.affinity.short_max_tokens.unwrap_or(512),
             short_max_prompt_bytes: raw.affinity.short_max_prompt_bytes.unwrap_or(16 * 1024),
@@ -469,6 +500,25 @@ impl Validator<'_> {
             load_factor,
         };
         let admin = self.admin(raw.admin)?;
+        let known: HashSet<&ZoneId> = backends
+            .iter()
+            .map(|b| &b.zone)
+            .chain(members.iter().map(|m| &m.zone))
+            .chain([&node.zone])
+            .collect();
+        let mut fallback_order = HashMap::new();
+        for (zone, z) in raw.zones {
+            for (i, target) in z.fallback_order.iter().enumerate() {
+                if !known.contains(&ZoneId::new(target)) || *target == zone {
+                    return Err(self.err(
+                        format!("zones.{zone}.fallback_order[{i}]"),
+                        format!("`{target}` is not another zone of this config"),
+                    ));
+                }
+            }
+            let order = z.fallback_order.iter().map(|o| ZoneId::new(o)).collect();
+            fallback_order.insert(ZoneId::new(&zone), order);
+        }
         Ok(Config {
             node,
             tenants,
@@ -480,6 +530,7 @@ impl Validator<'_> {
             balance,
             admin,
             members,
+            fallback_order,
         })
     }
 

@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use zonegate_cluster::{ClusterNode, ClusterView};
 
+use crate::affinity::{PinSigner, PinTable};
 use crate::config::Config;
 use crate::events::EventLog;
 use crate::forward::{self, Upstream};
@@ -28,6 +29,10 @@ pub struct Gateway {
     pub events: Arc<EventLog>,
     /// This node's Raft member, or `None` when it runs standalone.
     pub cluster: Option<Arc<ClusterNode>>,
+    /// Signs the session pins clients carry between nodes.
+    pub pin_signer: PinSigner,
+    /// Session pins this node remembers.
+    pub pins: PinTable,
 }
 
 impl Gateway {
@@ -43,6 +48,7 @@ impl Gateway {
         cfg: Arc<Config>,
         view: watch::Receiver<Arc<ClusterView>>,
         cluster: Option<Arc<ClusterNode>>,
+        pin_secret: &[u8],
         metrics: Metrics,
     ) -> Self {
         let routes = Routes::build(&cfg, None);
@@ -65,6 +71,8 @@ impl Gateway {
             metrics,
             events: Arc::new(EventLog::default()),
             cluster,
+            pin_signer: PinSigner::new(pin_secret),
+            pins: PinTable::new(cfg.affinity.pin_capacity, cfg.affinity.pin_ttl),
             cfg,
         }
     }

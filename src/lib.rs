@@ -5,6 +5,7 @@
 //! never waits on the control plane. See ARCHITECTURE.md for the map.
 
 pub mod admin;
+pub mod affinity;
 pub mod auth;
 pub mod backend;
 pub mod balance;

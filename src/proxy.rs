@@ -16,6 +16,7 @@ use http_body_util::{BodyExt, Limited};
 use serde_json::json;
 use zonegate_cluster::ZoneId;
 
+use crate::affinity::{unix_now_s, PIN_HEADER};
 use crate::auth;
 use crate::backend::{now_ms, Backend};
 use crate::config::Tenant;
@@ -157,6 +158,8 @@ async fn serve(
     let class = classify(&meta, body.len(), embeddings, &gw.cfg.affinity);
     let session =
         session_key(&parts.headers, &meta).map(|s| crate::balance::hash_key(s.as_bytes()));
+    let pinned = session.and_then(|s| pinned_zone(gw, &parts.headers, s));
+    let home = pinned.clone().unwrap_or_else(|| gw.cfg.node.zone.clone());
     let request_id = parts
         .headers
         .get("x-request-id")
@@ -178,14 +181,21 @@ async fn serve(
     for (chain_pos, model) in chain.enumerate() {
         let zones: Vec<ZoneId> = model.pools.iter().map(|p| p.zone.clone()).collect();
         let plan = plan_zones(
-            &gw.cfg.node.zone,
+            &home,
             &view,
             &zones,
             class,
             gw.cfg.affinity.cross_zone_fallback,
         );
+        let fallbacks = order_fallbacks(gw, model, &plan.effective, plan.fallbacks.clone());
+        // A session keeps its backend within its zone by consistent hashing.
+        let balance = if session.is_some() && gw.cfg.affinity.zone_pin {
+            crate::config::Balance::Ring
+        } else {
+            model.cfg.balance
+        };
         let mut model_attempts = 0;
-        let zone_order = std::iter::once(&plan.effective).chain(&plan.fallbacks);
+        let zone_order = std::iter::once(&plan.effective).chain(&fallbacks);
         for (zone_pos, zone) in zone_order.enumerate() {
             let Some(pool) = model.pool(zone) else {
                 continue;
@@ -193,7 +203,7 @@ async fn serve(
             while model_attempts < gw.cfg.retry.max_attempts {
                 let now = now_ms();
                 let Some((backend, reason)) =
-                    pool.pick(model.cfg.balance, session, now, &attempts.tried, &mut rng)
+                    pool.pick(balance, session, now, &attempts.tried, &mut rng)
                 else {
                     break;
                 };
@@ -264,7 +274,11 @@ async fn serve(
                         if attempts.count > 1 {
                             route.push(format!("retry:{}", attempts.count - 1));
                         }
+                        let pin_token = session
+                            .filter(|_| gw.cfg.affinity.zone_pin)
+                            .and_then(|s| pin(gw, s, pinned.as_ref().unwrap_or(&backend.zone)));
                         let ctx = Served {
+                            pin_token,
                             tenant: tenant.name.clone(),
                             model: model.cfg.name.clone(),
                             backend: Arc::clone(&backend),
@@ -410,8 +424,52 @@ fn rewrite_model(body: &Bytes, requested: &str, backend: &Backend, logical: &str
     }
 }
 
+/// The home zone a session is pinned to: from a valid token the client
+/// echoed (good on any node), else from this node's pin table. Forged or
+/// expired tokens are ignored, never an error.
+fn pinned_zone(gw: &Gateway, headers: &HeaderMap, session: u64) -> Option<ZoneId> {
+    if !gw.cfg.affinity.zone_pin {
+        return None;
+    }
+    let now = unix_now_s();
+    headers
+        .get(PIN_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|t| gw.pin_signer.verify(t, session, now))
+        .or_else(|| gw.pins.get(session, now))
+}
+
+/// Pins (or refreshes) a session to `zone`; returns the token for the client.
+fn pin(gw: &Gateway, session: u64, zone: &ZoneId) -> Option<String> {
+    let expiry = gw.pins.put(session, zone.clone(), unix_now_s());
+    gw.pin_signer.sign(session, zone, expiry)
+}
+
+/// Cross-zone fallback targets in preference order: the configured
+/// `[zones.<z>] fallback_order` first, then the others by how much of their
+/// pool for this model can take traffic now (the healthiest first).
+fn order_fallbacks(
+    gw: &Gateway,
+    model: &crate::routing::ModelRoute,
+    effective: &ZoneId,
+    mut zones: Vec<ZoneId>,
+) -> Vec<ZoneId> {
+    let preferred = gw.cfg.fallback_order.get(effective);
+    let now = now_ms();
+    let rank = |z: &ZoneId| {
+        let configured = preferred
+            .and_then(|p| p.iter().position(|x| x == z))
+            .unwrap_or(usize::MAX);
+        let usable = model.pool(z).map_or(0.0, |p| p.usable_share(now));
+        (configured, std::cmp::Reverse((usable * 1000.0) as u64))
+    };
+    zones.sort_by_key(|z| rank(z));
+    zones
+}
+
 /// Who served a request and how; becomes headers, metrics and the access line.
 struct Served {
+    pin_token: Option<String>,
     tenant: String,
     model: String,
     backend: Arc<Backend>,
@@ -443,6 +501,9 @@ fn respond(
     forward::set_header(&mut headers, "x-zonegate-route", &ctx.route);
     forward::set_header(&mut headers, "x-zonegate-model", &ctx.model);
     forward::set_header(&mut headers, "x-request-id", &ctx.request_id);
+    if let Some(token) = &ctx.pin_token {
+        forward::set_header(&mut headers, PIN_HEADER, token);
+    }
     let deadline = tokio::time::Instant::from_std(started + ctx.total_timeout);
     let gw = Arc::clone(gw);
     let outcome_ok = if status.is_success() {

@@ -132,6 +132,9 @@ mod tests {
     #[test]
     fn classifies_short_and_long() {
         let cfg = AffinityConfig {
+            zone_pin: true,
+            pin_ttl: std::time::Duration::from_secs(3600),
+            pin_capacity: 10,
             cross_zone_fallback: CrossZone::Short,
             short_max_tokens: 512,
             short_max_prompt_bytes: 16 * 1024,

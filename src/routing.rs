@@ -106,7 +106,9 @@ impl Drop for PoolGuard {
 
 impl ZonePool {
     fn new(zone: ZoneId, backends: Vec<Arc<Backend>>, balance: Balance, cfg: &Config) -> Self {
-        let ring = (balance == Balance::Ring).then(|| {
+        // Sessions use the ring whatever the model's policy when zone pins
+        // are on, so every pool needs one then.
+        let ring = (balance == Balance::Ring || cfg.affinity.zone_pin).then(|| {
             Ring::new(
                 backends.iter().map(|b| (b.name.as_str(), b.weight)),
                 cfg.balance.vnodes,
@@ -123,6 +125,22 @@ impl ZonePool {
             backends,
             ring,
             in_flight: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The share of this pool's weight that could take a request now.
+    pub fn usable_share(&self, now_ms: u64) -> f64 {
+        let total: u32 = self.backends.iter().map(|b| b.weight).sum();
+        let usable: u32 = self
+            .backends
+            .iter()
+            .filter(|b| b.is_usable(now_ms))
+            .map(|b| b.weight)
+            .sum();
+        if total == 0 {
+            0.0
+        } else {
+            f64::from(usable) / f64::from(total)
         }
     }
 

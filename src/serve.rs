@@ -67,10 +67,18 @@ pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
             )
         }
     };
+    // Pins are signed with the cluster secret, so every node honours every
+    // other node's pins; a standalone node without one signs with a random
+    // key of its own (its pins are only ever read by itself).
+    let pin_secret = std::env::var(SECRET_ENV)
+        .ok()
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| format!("{:032x}", fastrand::u128(..)));
     let gateway = Arc::new(Gateway::new(
         Arc::clone(&cfg),
         view_rx,
         cluster.clone(),
+        pin_secret.as_bytes(),
         Metrics::new(),
     ));
 

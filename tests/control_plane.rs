@@ -336,29 +336,50 @@ async fn two_zones_get_their_quorum_from_a_witness_that_serves_no_traffic() {
     let _node_b = Gateway::start_member(&members[1], &members, &backends).await;
     let witness = Gateway::start_member(&members[2], &members, "").await;
 
-    let resp = client().get(format!("{}/readyz", witness.data)).send().await.unwrap();
+    let resp = client()
+        .get(format!("{}/readyz", witness.data))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 503, "a witness is never ready for traffic");
-    let resp = witness.chat().json(&chat_body(4, false)).send().await.unwrap();
+    let resp = witness
+        .chat()
+        .json(&chat_body(4, false))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 503);
 
     // The witness's zone is no failover target; az-b is.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let (ok, err) = loop {
-        let (ok, _, err) = ctl(&node_a.admin, &["failover", "--from", "az-a", "--to", "az-w"]).await;
+        let (ok, _, err) = ctl(
+            &node_a.admin,
+            &["failover", "--from", "az-a", "--to", "az-w"],
+        )
+        .await;
         if ok || !err.contains("no_leader") || tokio::time::Instant::now() > deadline {
             break (ok, err);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert!(!ok && err.contains("unknown_zone"), "{err}");
-    let v = ctl_json(&node_a.admin, &["failover", "--from", "az-a", "--to", "az-b"]).await;
+    let v = ctl_json(
+        &node_a.admin,
+        &["failover", "--from", "az-a", "--to", "az-b"],
+    )
+    .await;
     assert_eq!(v["version"], 1);
-    eventually(Duration::from_secs(20), "az-a's node to route to az-b", || {
-        let req = node_a.chat().json(&long_request());
-        async move {
-            let resp = req.send().await.unwrap();
-            resp.headers()["x-zonegate-zone"] == "az-b"
-        }
-    })
+    eventually(
+        Duration::from_secs(20),
+        "az-a's node to route to az-b",
+        || {
+            let req = node_a.chat().json(&long_request());
+            async move {
+                let resp = req.send().await.unwrap();
+                resp.headers()["x-zonegate-zone"] == "az-b"
+            }
+        },
+    )
     .await;
 }
