@@ -13,6 +13,7 @@ use crate::affinity::{PinSigner, PinTable};
 use crate::config::Config;
 use crate::events::EventLog;
 use crate::forward::{self, Upstream};
+use crate::observe::ZoneStats;
 use crate::retry::RetryBudget;
 use crate::routing::Routes;
 use crate::telemetry::Metrics;
@@ -33,6 +34,8 @@ pub struct Gateway {
     pub pin_signer: PinSigner,
     /// Session pins this node remembers.
     pub pins: PinTable,
+    /// This period's per-zone request results, reported to the leader.
+    pub zone_stats: ZoneStats,
 }
 
 impl Gateway {
@@ -73,6 +76,13 @@ impl Gateway {
             cluster,
             pin_signer: PinSigner::new(pin_secret),
             pins: PinTable::new(cfg.affinity.pin_capacity, cfg.affinity.pin_ttl),
+            zone_stats: ZoneStats::new(
+                cfg.backends
+                    .iter()
+                    .map(|b| &b.zone)
+                    .chain(cfg.members.iter().map(|m| &m.zone))
+                    .chain([&cfg.node.zone]),
+            ),
             cfg,
         }
     }

@@ -18,6 +18,7 @@ pub mod forward;
 pub mod gateway;
 pub mod health;
 pub mod mock;
+pub mod observe;
 pub mod proxy;
 pub mod request;
 pub mod retry;

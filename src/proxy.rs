@@ -23,6 +23,7 @@ use crate::config::Tenant;
 use crate::error::ApiError;
 use crate::forward::{self, AttemptError, ProxyBody, StreamEnd};
 use crate::gateway::Gateway;
+use crate::observe::ZoneResult;
 use crate::request::{classify, RequestClass, RequestMeta};
 use crate::routing::plan_zones;
 
@@ -176,6 +177,7 @@ async fn serve(
             .filter_map(|name| routes.model(name)),
     );
     let mut attempts = Attempts::default();
+    let mut home_zone = ZoneWatch::default();
     let mut withheld_zones = false;
     let mut rng = fastrand::Rng::new();
     for (chain_pos, model) in chain.enumerate() {
@@ -188,6 +190,7 @@ async fn serve(
             gw.cfg.affinity.cross_zone_fallback,
         );
         let fallbacks = order_fallbacks(gw, model, &plan.effective, plan.fallbacks.clone());
+        home_zone.zone.get_or_insert_with(|| plan.effective.clone());
         // A session keeps its backend within its zone by consistent hashing.
         let balance = if session.is_some() && gw.cfg.affinity.zone_pin {
             crate::config::Balance::Ring
@@ -214,6 +217,7 @@ async fn serve(
                             .with_label_values(&[&model.cfg.name])
                             .inc();
                         attempts.budget_exhausted = true;
+                        home_zone.finish(gw, None);
                         return Err((
                             Some(meta.model.clone()),
                             final_error(&meta.model, &attempts, false),
@@ -242,6 +246,7 @@ async fn serve(
                 .await;
                 match result {
                     Ok(committed) => {
+                        home_zone.finish(gw, Some(&backend.zone));
                         backend.record_success(committed.first_byte, now_ms());
                         gw.metrics
                             .first_byte
@@ -301,6 +306,7 @@ async fn serve(
                             ])
                             .inc();
                         note_failure(gw, &backend, &e, now);
+                        home_zone.saw(&backend.zone, &e);
                         tracing::debug!(backend = %backend.name, error = %e, "attempt failed");
                         attempts.failures.push((backend.name.clone(), e));
                     }
@@ -312,11 +318,50 @@ async fn serve(
             .iter()
             .any(|z| model.pool(z).is_some_and(|p| p.has_usable(now_ms())));
     }
+    home_zone.finish(gw, None);
     let zone_blocked = withheld_zones && class == RequestClass::Long;
     Err((
         Some(meta.model.clone()),
         final_error(&meta.model, &attempts, zone_blocked),
     ))
+}
+
+/// How a request's effective zone did, for the zone observations the
+/// control plane scores (see `observe`).
+#[derive(Default)]
+struct ZoneWatch {
+    zone: Option<ZoneId>,
+    error: bool,
+    busy: bool,
+}
+
+impl ZoneWatch {
+    fn saw(&mut self, zone: &ZoneId, e: &AttemptError) {
+        if self.zone.as_ref() != Some(zone) {
+            return;
+        }
+        match e {
+            AttemptError::Busy(_) => self.busy = true,
+            AttemptError::FirstByteTimeout(_) => {}
+            _ => self.error = true,
+        }
+    }
+
+    /// Records the result once; `served_in` is the zone that answered.
+    fn finish(&mut self, gw: &Gateway, served_in: Option<&ZoneId>) {
+        let Some(zone) = self.zone.take() else { return };
+        let result = if served_in == Some(&zone) {
+            ZoneResult::Served
+        } else if self.error {
+            ZoneResult::Failed
+        } else if self.busy {
+            // Busy is not broken: a zone that only said 429 is not scored.
+            return;
+        } else {
+            ZoneResult::Unanswered
+        };
+        gw.zone_stats.record(&zone, result);
+    }
 }
 
 /// Passive signals from a failed attempt: a 429 cools the backend down;
