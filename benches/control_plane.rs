@@ -14,8 +14,7 @@ use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use tokio::process::Command;
 use zonegate::demo::{
-    concrete_addr, demo_config, spawn_listening, DemoNode, DEMO_ADMIN_TOKEN, DEMO_MODEL,
-    DEMO_SMALL_MODEL,
+    concrete_addr, demo_config, spawn_listening, spawn_mocks, DemoNode, DEMO_ADMIN_TOKEN, ZONES,
 };
 
 const DECISIONS: usize = 100;
@@ -39,28 +38,10 @@ async fn local(client: &reqwest::Client, admin: &str) -> anyhow::Result<Value> {
 async fn run() -> anyhow::Result<()> {
     let exe = env!("CARGO_BIN_EXE_zonegate");
     let dir = tempfile::tempdir()?;
-    let mut children = Vec::new();
-    let mut backends = Vec::new();
-    for zone in ["az-a", "az-b", "az-c"] {
-        for n in 1..=2 {
-            let name = format!("{zone}-{n}");
-            let mut cmd = Command::new(exe);
-            cmd.env("RUST_LOG", "error");
-            cmd.args([
-                "mock-backend",
-                "--listen",
-                "127.0.0.1:0",
-                "--name",
-                &name,
-                "--zone",
-                zone,
-            ]);
-            cmd.args(["--model", DEMO_MODEL, "--model", DEMO_SMALL_MODEL]);
-            let s = spawn_listening(cmd, 1, Duration::from_secs(30)).await?;
-            backends.push((name, zone.to_owned(), s.urls[0].clone()));
-            children.push(s);
-        }
-    }
+    let (backends, children): (Vec<_>, Vec<_>) = spawn_mocks(std::path::Path::new(exe), &ZONES, 2)
+        .await?
+        .into_iter()
+        .unzip();
     let nodes: Vec<DemoNode> = ["az-a", "az-b", "az-c"]
         .iter()
         .enumerate()

@@ -132,7 +132,7 @@ pub fn demo_config(
     node: &DemoNode,
     nodes: &[DemoNode],
     data_dir: &Path,
-    backends: &[(String, String, String)],
+    backends: &[DemoBackend],
 ) -> String {
     let mut c = format!(
         r#"# Written by `zonegate demo`.
@@ -195,14 +195,21 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
     result
 }
 
-const ZONES: [&str; 3] = ["az-a", "az-b", "az-c"];
+pub const ZONES: [&str; 3] = ["az-a", "az-b", "az-c"];
 
-async fn run_in(exe: &Path, dir: &Path, opts: &DemoOptions) -> anyhow::Result<()> {
-    let mut children = Vec::new();
-    let mut pipes = Vec::new();
-    let mut backends = Vec::new();
-    for zone in ZONES {
-        for n in 1..=2 {
+/// A demo backend: (name, zone, url).
+pub type DemoBackend = (String, String, String);
+
+/// Starts `per_zone` mock backends in each zone (named `qwen-a1`, …),
+/// serving the demo's two models.
+pub async fn spawn_mocks(
+    exe: &Path,
+    zones: &[&str],
+    per_zone: usize,
+) -> anyhow::Result<Vec<(DemoBackend, Spawned)>> {
+    let mut out = Vec::new();
+    for zone in zones {
+        for n in 1..=per_zone {
             let name = format!("qwen-{}{n}", zone.trim_start_matches("az-"));
             let mut cmd = child_command(exe);
             cmd.args([
@@ -216,10 +223,20 @@ async fn run_in(exe: &Path, dir: &Path, opts: &DemoOptions) -> anyhow::Result<()
             ]);
             cmd.args(["--model", DEMO_MODEL, "--model", DEMO_SMALL_MODEL]);
             let s = spawn_listening(cmd, 1, Duration::from_secs(20)).await?;
-            backends.push((name, zone.to_owned(), s.urls[0].clone()));
-            pipes.push(s.stdin);
-            children.push(s.child);
+            out.push(((name, (*zone).to_owned(), s.urls[0].clone()), s));
         }
+    }
+    Ok(out)
+}
+
+async fn run_in(exe: &Path, dir: &Path, opts: &DemoOptions) -> anyhow::Result<()> {
+    let mut children = Vec::new();
+    let mut pipes = Vec::new();
+    let mut backends = Vec::new();
+    for (backend, mock) in spawn_mocks(exe, &ZONES, 2).await? {
+        backends.push(backend);
+        pipes.push(mock.stdin);
+        children.push(mock.child);
     }
     let mut nodes = Vec::new();
     for (i, zone) in ZONES.iter().enumerate() {
