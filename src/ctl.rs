@@ -163,6 +163,13 @@ fn s(v: &Value) -> String {
     }
 }
 
+/// One table row per element of a JSON array.
+fn rows(list: &Value, cells: impl Fn(&Value) -> Vec<String>) -> Vec<Vec<String>> {
+    list.as_array()
+        .map(|l| l.iter().map(cells).collect())
+        .unwrap_or_default()
+}
+
 /// Left-aligned columns, two spaces apart.
 fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
@@ -211,27 +218,20 @@ pub fn render(verb: &Verb, v: &Value) -> String {
                 })
                 .unwrap_or_default();
             out.push_str(&table(&["ZONE", "STATUS", "TARGET"], &zones));
-            let nodes: Vec<Vec<String>> = v["nodes"]
-                .as_array()
-                .map(|n| {
-                    n.iter()
-                        .map(|n| {
-                            vec![
-                                s(&n["id"]),
-                                s(&n["zone"]),
-                                s(&n["role"]),
-                                s(&n["decision_version"]),
-                                s(&n["reachable"]),
-                                if n["leader"] == true {
-                                    "*".into()
-                                } else {
-                                    String::new()
-                                },
-                            ]
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
+            let nodes = rows(&v["nodes"], |n| {
+                vec![
+                    s(&n["id"]),
+                    s(&n["zone"]),
+                    s(&n["role"]),
+                    s(&n["decision_version"]),
+                    s(&n["reachable"]),
+                    if n["leader"] == true {
+                        "*".into()
+                    } else {
+                        String::new()
+                    },
+                ]
+            });
             if !nodes.is_empty() {
                 out.push('\n');
                 out.push_str(&table(
@@ -242,24 +242,17 @@ pub fn render(verb: &Verb, v: &Value) -> String {
             out
         }
         Verb::Backends => {
-            let rows: Vec<Vec<String>> = v["backends"]
-                .as_array()
-                .map(|b| {
-                    b.iter()
-                        .map(|b| {
-                            vec![
-                                s(&b["name"]),
-                                s(&b["zone"]),
-                                s(&b["state"]),
-                                s(&b["score"]),
-                                s(&b["in_flight"]),
-                                s(&b["latency_ewma_ms"]),
-                                s(&b["url"]),
-                            ]
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
+            let list = rows(&v["backends"], |b| {
+                vec![
+                    s(&b["name"]),
+                    s(&b["zone"]),
+                    s(&b["state"]),
+                    s(&b["score"]),
+                    s(&b["in_flight"]),
+                    s(&b["latency_ewma_ms"]),
+                    s(&b["url"]),
+                ]
+            });
             table(
                 &[
                     "BACKEND",
@@ -270,51 +263,37 @@ pub fn render(verb: &Verb, v: &Value) -> String {
                     "LATENCY_MS",
                     "URL",
                 ],
-                &rows,
+                &list,
             )
         }
         Verb::Decisions { .. } => {
-            let rows: Vec<Vec<String>> = v["decisions"]
-                .as_array()
-                .map(|d| {
-                    d.iter()
-                        .map(|d| {
-                            let zones: Vec<String> = d["zones"]
-                                .as_array()
-                                .map(|z| z.iter().map(s).collect())
-                                .unwrap_or_default();
-                            vec![
-                                s(&d["version"]),
-                                s(&d["kind"]),
-                                zones.join(","),
-                                s(&d["actor"]),
-                                s(&d["at_ms"]),
-                                s(&d["reason"]),
-                            ]
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
+            let list = rows(&v["decisions"], |d| {
+                let zones: Vec<String> = d["zones"]
+                    .as_array()
+                    .map(|z| z.iter().map(s).collect())
+                    .unwrap_or_default();
+                vec![
+                    s(&d["version"]),
+                    s(&d["kind"]),
+                    zones.join(","),
+                    s(&d["actor"]),
+                    s(&d["at_ms"]),
+                    s(&d["reason"]),
+                ]
+            });
             table(
                 &["VERSION", "KIND", "ZONES", "ACTOR", "AT_MS", "REASON"],
-                &rows,
+                &list,
             )
         }
         Verb::Failover { dry_run: true, .. } | Verb::Failback { dry_run: true, .. } => {
-            let changes: Vec<Vec<String>> = v["preview"]["changes"]
-                .as_array()
-                .map(|c| {
-                    c.iter()
-                        .map(|c| {
-                            let st = |x: &Value| match x["target"].as_str() {
-                                Some(t) => format!("{} → {t}", s(&x["status"])),
-                                None => s(&x["status"]),
-                            };
-                            vec![s(&c["zone"]), st(&c["before"]), st(&c["after"])]
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
+            let changes = rows(&v["preview"]["changes"], |c| {
+                let st = |x: &Value| match x["target"].as_str() {
+                    Some(t) => format!("{} → {t}", s(&x["status"])),
+                    None => s(&x["status"]),
+                };
+                vec![s(&c["zone"]), st(&c["before"]), st(&c["after"])]
+            });
             format!(
                 "dry run: would apply as version {}\n{}",
                 s(&v["preview"]["version"]),
