@@ -218,7 +218,7 @@ mod tests {
     use openraft::{CommittedLeaderId, EntryPayload, LogId, Membership, StoredMembership, Vote};
 
     use super::*;
-    use crate::command::{Command, Decision, Outcome, RejectRule, Response};
+    use crate::command::{AutoLimits, Command, Decision, Outcome, RejectRule, Response};
     use crate::state::ClusterState;
     use crate::types::alias::{Entry, SnapshotMeta};
     use crate::types::Role;
@@ -276,6 +276,21 @@ mod tests {
             Command::decide(Decision::Failback { zone: a }, "ops", "recovered"),
             Command::decide(Decision::Freeze, "ops", ""),
             Command::decide(Decision::Unfreeze, "détecteur ✓", "unicode survives"),
+            Command::automatic(
+                Decision::Failover {
+                    from: ZoneId::new("az-b"),
+                    to: ZoneId::new("az-a"),
+                },
+                "detector:1",
+                "score below cutoff",
+                AutoLimits {
+                    max_auto_failed_over: 2,
+                    dwell_ms: 30_000,
+                },
+            )
+            .if_version(4)
+            .with_evidence(r#"{"zone":"az-b"}"#)
+            .stamped(1_700_000_060_000),
         ]
     }
 
@@ -307,18 +322,7 @@ mod tests {
         for entry in every_entry() {
             round_trip(&entry);
         }
-        let rules = [
-            RejectRule::StaleVersion,
-            RejectRule::UnknownZone,
-            RejectRule::SameZone,
-            RejectRule::LastServingZone,
-            RejectRule::TargetNotActive,
-            RejectRule::AlreadyFailedOver,
-            RejectRule::NotFailedOver,
-            RejectRule::AlreadyFrozen,
-            RejectRule::NotFrozen,
-        ];
-        for rule in rules {
+        for rule in RejectRule::ALL {
             round_trip(&rule);
             round_trip(&Response {
                 outcome: Some(Outcome::Rejected {
@@ -334,12 +338,31 @@ mod tests {
     }
 
     #[test]
+    fn operator_commands_keep_their_bincode_bytes() {
+        // `Command::Decide` is variant 0 and its fields did not change, so
+        // entries written before automatic decisions existed still decode.
+        let cmd = Command::decide(Decision::Freeze, "ops", "r");
+        let bytes = codec::encode(&cmd).unwrap();
+        assert_eq!(bytes[0], 0, "Decide stays the first variant");
+        let expected: Vec<u8> = [0u8, 2, 3]
+            .into_iter()
+            .chain(*b"ops")
+            .chain([1])
+            .chain(*b"r")
+            .chain([0, 0, 0])
+            .collect();
+        assert_eq!(bytes, expected);
+        // Old rule indices are unchanged.
+        assert_eq!(codec::encode(&RejectRule::NotFrozen).unwrap(), vec![8]);
+    }
+
+    #[test]
     fn replicated_state_and_view_round_trip() {
         let mut state = ClusterState::with_zones(["az-a", "az-b", "az-c"]);
         for cmd in every_command() {
             state.apply(&cmd);
         }
-        assert_eq!(state.decision_version(), 4);
+        assert_eq!(state.decision_version(), 5);
         round_trip(&state);
         let back: ClusterState = codec::decode(&codec::encode(&state).unwrap()).unwrap();
         assert_eq!(back, state);
