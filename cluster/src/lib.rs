@@ -8,6 +8,7 @@
 
 pub mod codec;
 pub mod command;
+pub mod detect;
 pub mod network;
 pub mod node;
 pub mod state;
