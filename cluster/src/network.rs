@@ -37,6 +37,10 @@ pub const NODE_HEADER: &str = "x-zonegate-node-id";
 pub const PATH_APPEND: &str = "/raft/v1/append";
 pub const PATH_VOTE: &str = "/raft/v1/vote";
 pub const PATH_SNAPSHOT: &str = "/raft/v1/snapshot";
+/// Zone observations for the leader's detector (not a Raft RPC, same
+/// authentication): body [`crate::detect::Report`], answer
+/// [`crate::failover::ReportAck`].
+pub const PATH_REPORT: &str = "/raft/v1/report";
 
 /// The failure of one RPC before a Raft answer came back.
 #[derive(Debug, thiserror::Error)]
@@ -92,6 +96,25 @@ impl Network {
             client,
             faults,
         })
+    }
+}
+
+impl Network {
+    /// Send this node's report to `to` (the leader) at `addr`, honouring
+    /// the fault table like every Raft RPC.
+    pub(crate) async fn send_report(
+        &self,
+        to: NodeId,
+        addr: &str,
+        report: &crate::detect::Report,
+        ttl: Duration,
+    ) -> Result<crate::failover::ReportAck, TransportError> {
+        let peer = PeerClient {
+            net: self.clone(),
+            target: to,
+            addr: addr.to_string(),
+        };
+        peer.send(PATH_REPORT, report, ttl).await
     }
 }
 
