@@ -129,13 +129,10 @@ impl Failover {
     fn with_detector<R>(&self, term: u64, now_ms: u64, f: impl FnOnce(&mut Detector) -> R) -> R {
         let mut slot = lock(&self.detector);
         if slot.as_ref().map(|(t, _)| *t) != Some(term) {
-            *slot = Some((term, Detector::new(now_ms)));
+            *slot = None;
         }
-        match slot.as_mut() {
-            Some((_, d)) => f(d),
-            // Unreachable: the slot was filled just above.
-            None => f(&mut Detector::new(now_ms)),
-        }
+        let (_, detector) = slot.get_or_insert_with(|| (term, Detector::new(now_ms)));
+        f(detector)
     }
 
     fn stop_leading(&self) {

@@ -361,6 +361,68 @@ mod tests {
     }
 
     #[test]
+    fn zone_reports_acks_and_evidence_round_trip() {
+        use crate::detect::{Evidence, PeriodObservations, Report, ZoneHealth, ZoneObservation};
+        use crate::failover::ReportAck;
+        let obs = |zone: &str, err: f64| ZoneObservation {
+            zone: ZoneId::new(zone),
+            gw_error_rate: err,
+            timeout_rate: 0.25,
+            gpu_health: 0.5,
+            requests: 1234,
+        };
+        round_trip(&Report {
+            node: 3,
+            period_end_ms: 1_700_000_002_000,
+            zones: vec![obs("az-a", 1.0), obs("az-b", 0.0)],
+            history: vec![
+                PeriodObservations {
+                    period_end_ms: 1_700_000_000_000,
+                    zones: Vec::new(),
+                },
+                PeriodObservations {
+                    period_end_ms: 1_700_000_001_000,
+                    zones: vec![obs("az-a", 0.125)],
+                },
+            ],
+        });
+        let health = ZoneHealth {
+            zone: ZoneId::new("az-a"),
+            score: Some(0.2),
+            gw_error_rate: Some(0.9),
+            timeout_rate: None,
+            gpu_health: Some(0.0),
+            bad_periods: 3,
+            good_periods: 0,
+            reporters: 2,
+            silent: false,
+            period_end_ms: Some(1_700_000_002_000),
+        };
+        round_trip(&ReportAck {
+            leader: true,
+            zones: vec![health.clone()],
+            period_end_ms: Some(1_700_000_002_000),
+        });
+        round_trip(&ReportAck {
+            leader: false,
+            zones: Vec::new(),
+            period_end_ms: None,
+        });
+        let evidence = Evidence {
+            zone: ZoneId::new("az-a"),
+            trigger: "below_cutoff".into(),
+            threshold: 0.4,
+            periods: Vec::new(),
+            target: Some(ZoneId::new("az-b")),
+            target_score: Some(1.0),
+            assessed_at_ms: 7,
+        };
+        round_trip(&evidence);
+        let json = serde_json::to_string(&evidence).unwrap();
+        assert_eq!(serde_json::from_str::<Evidence>(&json).unwrap(), evidence);
+    }
+
+    #[test]
     fn operator_commands_keep_their_bincode_bytes() {
         // `Command::Decide` is variant 0 and its fields did not change, so
         // entries written before automatic decisions existed still decode.

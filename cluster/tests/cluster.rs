@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zonegate_cluster::network::{NODE_HEADER, PATH_VOTE, SECRET_HEADER};
+use zonegate_cluster::network::{NODE_HEADER, PATH_REPORT, PATH_VOTE, SECRET_HEADER};
 use zonegate_cluster::{
     codec, ClusterConfig, ClusterNode, Command, Decision, Evidence, FailoverConfig, FaultTable,
     Member, NodeId, Origin, ProposeError, RaftListen, RejectRule, Role, Timing, ZoneId,
@@ -922,6 +922,52 @@ async fn a_new_leader_decides_from_the_reports_history() {
             decided <= elected + PERIOD * 3 + Duration::from_secs(2),
             "{decided:?}"
         );
+        cluster.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zone_reports_need_the_secret_and_their_own_sender() {
+    with_timeout(async {
+        let cluster = TestCluster::start(&three_zones()).await;
+        let ids = cluster.ids();
+        let leader = cluster.wait_leader(&ids).await;
+        let url = format!("http://{}{PATH_REPORT}", cluster.node(leader).raft_addr());
+        let report = |node: NodeId| {
+            codec::encode(&zonegate_cluster::Report {
+                node,
+                period_end_ms: 1000,
+                zones: Vec::new(),
+                history: Vec::new(),
+            })
+            .unwrap()
+        };
+        let client = reqwest::Client::new();
+        // (name, secret, sender header, body, expected HTTP status)
+        let cases: Vec<(&str, &str, NodeId, Vec<u8>, u16)> = vec![
+            ("wrong secret", "guess", 2, report(2), 401),
+            ("unknown sender", SECRET, 99, report(99), 403),
+            ("report naming another node", SECRET, 2, report(3), 403),
+            ("garbage body", SECRET, 2, vec![7, 7, 7], 400),
+            ("a member's own report", SECRET, 2, report(2), 200),
+        ];
+        for (name, secret, sender, body, status) in cases {
+            let resp = client
+                .post(&url)
+                .header(SECRET_HEADER, secret)
+                .header(NODE_HEADER, sender.to_string())
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status().as_u16(), status, "{name}");
+            if status == 200 {
+                let ack: zonegate_cluster::ReportAck =
+                    codec::decode(&resp.bytes().await.unwrap()).unwrap();
+                assert!(ack.leader, "the leader ingests reports");
+            }
+        }
         cluster.shutdown().await;
     })
     .await;
