@@ -283,6 +283,7 @@ impl Loops {
     pub(crate) async fn lead(self) {
         let mut stop = self.stop.clone();
         let mut last_refusal: Option<(String, RejectRule)> = None;
+        let mut last_no_target: Option<ZoneId> = None;
         loop {
             let config = self.failover.config();
             let Some(_) = next_tick(&mut stop, config.period_ms(), config.grace_ms()).await else {
@@ -312,18 +313,27 @@ impl Loops {
                 status.assessed_here = true;
                 status.zones = assessment.zones.clone();
                 status.period_end_ms = Some(assessment.period_end_ms);
-                status.fail_static = assessment.fail_static;
                 if assessment.fail_static {
+                    // One event, one place: the counter the binary exports
+                    // moves every period; the warning is logged on entry.
                     status.fail_static_periods += 1;
-                    tracing::warn!(
-                        period_end_ms = assessment.period_end_ms,
-                        cutoff = config.cutoff,
-                        "every zone scores below the cutoff: failing static, no automatic decision"
-                    );
+                    if !status.fail_static {
+                        tracing::warn!(
+                            period_end_ms = assessment.period_end_ms,
+                            cutoff = config.cutoff,
+                            "every zone scores below the cutoff: failing static, no automatic decision"
+                        );
+                    }
+                } else if status.fail_static {
+                    tracing::info!("a zone scores above the cutoff again: fail static ends");
                 }
+                status.fail_static = assessment.fail_static;
             }
-            if let Some(zone) = &assessment.no_target {
-                tracing::warn!(%zone, "zone should fail over but no active zone is healthy enough to take it");
+            if assessment.no_target != last_no_target {
+                if let Some(zone) = &assessment.no_target {
+                    tracing::warn!(%zone, "zone should fail over but no active zone is healthy enough to take it");
+                }
+                last_no_target = assessment.no_target.clone();
             }
             let Some(proposal) = assessment.proposal else {
                 last_refusal = None;
