@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 use crate::view::ZoneId;
 
 /// A change to the replicated decisions. Open for later variants (quota
-/// rebalance, automatic failover); each variant has a stable [`kind`] name.
+/// rebalance); each variant has a stable [`kind`] name. Who decided
+/// (operator or detector) is the [`Command`]'s business, not the decision's.
 ///
 /// [`kind`]: Decision::kind
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,14 +46,64 @@ impl Decision {
     }
 }
 
+/// Who made a decision. Automatic decisions face extra safety rules
+/// (`automation_frozen`, `dwell_time`, `auto_failover_limit`,
+/// `operator_decided`, `not_automatable`); operators' decisions do not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// A person or script through the admin API (the default, so history
+    /// JSON written before origins existed reads as operator decisions).
+    #[default]
+    Operator,
+    /// The leader's detector.
+    Automatic,
+}
+
+impl Origin {
+    /// Stable snake_case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Origin::Operator => "operator",
+            Origin::Automatic => "automatic",
+        }
+    }
+}
+
+/// The limits an automatic decision is checked against. The proposer stamps
+/// them into the command so that `apply` never reads local config: every
+/// node checks the same numbers even if their config files differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AutoLimits {
+    /// At most this many zones failed over automatically at one time.
+    pub max_auto_failed_over: u32,
+    /// Minimum time between an automatic decision on a zone and the
+    /// previous decision (automatic or operator) on that zone, in ms.
+    pub dwell_ms: u64,
+}
+
+impl Default for AutoLimits {
+    fn default() -> Self {
+        Self {
+            max_auto_failed_over: 1,
+            dwell_ms: 60_000,
+        }
+    }
+}
+
 /// One Raft log entry's payload. Everything `apply` needs is inside it
 /// (including the leader's wall clock), so applying is deterministic.
+///
+/// Wire note: [`Command::Auto`] is a variant appended after
+/// [`Command::Decide`], so operator entries keep their bincode bytes and
+/// their JSON shape.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Command {
+    /// An operator's decision.
     Decide {
         decision: Decision,
-        /// Who asked: a token name, `detector`, a test name.
+        /// Who asked: a token name, a test name.
         actor: String,
         /// Why, in the asker's words.
         reason: String,
@@ -64,6 +115,21 @@ pub enum Command {
         if_version: Option<u64>,
         /// What the proposer saw (e.g. zone scores), kept in the history.
         evidence: Option<String>,
+    },
+    /// An automatic decision by the leader's detector: the same fields, plus
+    /// the limits it is checked against.
+    Auto {
+        decision: Decision,
+        /// `detector:<node id>`.
+        actor: String,
+        reason: String,
+        at_ms: u64,
+        /// The decision version the detector assessed; an operator decision
+        /// in between makes the automatic one stale.
+        if_version: Option<u64>,
+        /// The per-period evidence (JSON of [`crate::detect::Evidence`]).
+        evidence: Option<String>,
+        limits: AutoLimits,
     },
 }
 
@@ -81,10 +147,31 @@ impl Command {
         }
     }
 
+    /// An automatic decision checked against `limits`; `at_ms` is stamped by
+    /// the leader on propose.
+    pub fn automatic(
+        decision: Decision,
+        actor: impl Into<String>,
+        reason: impl Into<String>,
+        limits: AutoLimits,
+    ) -> Self {
+        Command::Auto {
+            decision,
+            actor: actor.into(),
+            reason: reason.into(),
+            at_ms: 0,
+            if_version: None,
+            evidence: None,
+            limits,
+        }
+    }
+
     /// The same command with compare-and-set on `version`.
     pub fn if_version(mut self, version: u64) -> Self {
         match &mut self {
-            Command::Decide { if_version, .. } => *if_version = Some(version),
+            Command::Decide { if_version, .. } | Command::Auto { if_version, .. } => {
+                *if_version = Some(version)
+            }
         }
         self
     }
@@ -92,7 +179,9 @@ impl Command {
     /// The same command carrying `evidence`.
     pub fn with_evidence(mut self, text: impl Into<String>) -> Self {
         match &mut self {
-            Command::Decide { evidence, .. } => *evidence = Some(text.into()),
+            Command::Decide { evidence, .. } | Command::Auto { evidence, .. } => {
+                *evidence = Some(text.into())
+            }
         }
         self
     }
@@ -100,15 +189,28 @@ impl Command {
     /// The same command stamped with the leader's clock.
     pub fn stamped(mut self, now_ms: u64) -> Self {
         match &mut self {
-            Command::Decide { at_ms, .. } => *at_ms = now_ms,
+            Command::Decide { at_ms, .. } | Command::Auto { at_ms, .. } => *at_ms = now_ms,
         }
         self
     }
 
     /// Stable name of what the command does (the decision's kind).
     pub fn kind(&self) -> &'static str {
+        self.decision().kind()
+    }
+
+    /// The decision the command carries.
+    pub fn decision(&self) -> &Decision {
         match self {
-            Command::Decide { decision, .. } => decision.kind(),
+            Command::Decide { decision, .. } | Command::Auto { decision, .. } => decision,
+        }
+    }
+
+    /// Operator or automatic.
+    pub fn origin(&self) -> Origin {
+        match self {
+            Command::Decide { .. } => Origin::Operator,
+            Command::Auto { .. } => Origin::Automatic,
         }
     }
 }
@@ -136,6 +238,21 @@ pub enum RejectRule {
     AlreadyFrozen,
     /// Unfreeze while automation is not frozen.
     NotFrozen,
+    // Rules for automatic decisions only. Appended so the bincode indices
+    // of the rules above stay as they were.
+    /// Automation is frozen: only operators decide.
+    AutomationFrozen,
+    /// An automatic decision within the dwell time of the previous
+    /// automatic decision on the same zone.
+    DwellTime,
+    /// An automatic failover while the configured number of zones is
+    /// already failed over automatically.
+    AutoFailoverLimit,
+    /// An automatic decision that would override an operator's decision on
+    /// the same zone.
+    OperatorDecided,
+    /// A decision kind that only operators make (freeze, unfreeze).
+    NotAutomatable,
 }
 
 impl RejectRule {
@@ -151,8 +268,33 @@ impl RejectRule {
             RejectRule::NotFailedOver => "not_failed_over",
             RejectRule::AlreadyFrozen => "already_frozen",
             RejectRule::NotFrozen => "not_frozen",
+            RejectRule::AutomationFrozen => "automation_frozen",
+            RejectRule::DwellTime => "dwell_time",
+            RejectRule::AutoFailoverLimit => "auto_failover_limit",
+            RejectRule::OperatorDecided => "operator_decided",
+            RejectRule::NotAutomatable => "not_automatable",
         }
     }
+}
+
+impl RejectRule {
+    /// Every rule, in declaration order (for tables, docs and metrics).
+    pub const ALL: [RejectRule; 14] = [
+        RejectRule::StaleVersion,
+        RejectRule::UnknownZone,
+        RejectRule::SameZone,
+        RejectRule::LastServingZone,
+        RejectRule::TargetNotActive,
+        RejectRule::AlreadyFailedOver,
+        RejectRule::NotFailedOver,
+        RejectRule::AlreadyFrozen,
+        RejectRule::NotFrozen,
+        RejectRule::AutomationFrozen,
+        RejectRule::DwellTime,
+        RejectRule::AutoFailoverLimit,
+        RejectRule::OperatorDecided,
+        RejectRule::NotAutomatable,
+    ];
 }
 
 impl fmt::Display for RejectRule {

@@ -8,6 +8,8 @@
 
 pub mod codec;
 pub mod command;
+pub mod detect;
+pub mod failover;
 pub mod network;
 pub mod node;
 pub mod state;
@@ -15,12 +17,19 @@ pub mod store;
 pub mod types;
 pub mod view;
 
-pub use command::{Command, Decision, Outcome, RejectRule, Rejection, Response};
+pub use command::{
+    AutoLimits, Command, Decision, Origin, Outcome, RejectRule, Rejection, Response,
+};
+pub use detect::{
+    Evidence, FailoverConfig, FailoverConfigError, PeriodScore, Report, ScoreWeights, ZoneHealth,
+    ZoneObservation,
+};
+pub use failover::{FailoverStatus, ObservationSource, ReportAck};
 pub use network::FaultTable;
 pub use node::{
     Applied, ClusterConfig, ClusterError, ClusterNode, ClusterStatus, MemberStatus, ProposeError,
     RaftListen, Timing,
 };
-pub use state::{ClusterState, DecisionRecord, Preview, ZoneChange, HISTORY_LIMIT};
+pub use state::{ClusterState, DecisionRecord, Preview, ZoneChange, ZoneControl, HISTORY_LIMIT};
 pub use types::{Member, Role, TypeConfig};
 pub use view::{Automation, ClusterView, NodeId, ZoneId, ZoneStatus};

@@ -37,6 +37,10 @@ pub const NODE_HEADER: &str = "x-zonegate-node-id";
 pub const PATH_APPEND: &str = "/raft/v1/append";
 pub const PATH_VOTE: &str = "/raft/v1/vote";
 pub const PATH_SNAPSHOT: &str = "/raft/v1/snapshot";
+/// Zone observations for the leader's detector (not a Raft RPC, same
+/// authentication): body [`crate::detect::Report`], answer
+/// [`crate::failover::ReportAck`].
+pub const PATH_REPORT: &str = "/raft/v1/report";
 
 /// The failure of one RPC before a Raft answer came back.
 #[derive(Debug, thiserror::Error)]
@@ -92,6 +96,25 @@ impl Network {
             client,
             faults,
         })
+    }
+}
+
+impl Network {
+    /// Send this node's report to `to` (the leader) at `addr`, honouring
+    /// the fault table like every Raft RPC.
+    pub(crate) async fn send_report(
+        &self,
+        to: NodeId,
+        addr: &str,
+        report: &crate::detect::Report,
+        ttl: Duration,
+    ) -> Result<crate::failover::ReportAck, TransportError> {
+        let peer = PeerClient {
+            net: self.clone(),
+            target: to,
+            addr: addr.to_string(),
+        };
+        peer.send(PATH_REPORT, report, ttl).await
     }
 }
 
@@ -218,7 +241,7 @@ mod tests {
     use openraft::{CommittedLeaderId, EntryPayload, LogId, Membership, StoredMembership, Vote};
 
     use super::*;
-    use crate::command::{Command, Decision, Outcome, RejectRule, Response};
+    use crate::command::{AutoLimits, Command, Decision, Outcome, RejectRule, Response};
     use crate::state::ClusterState;
     use crate::types::alias::{Entry, SnapshotMeta};
     use crate::types::Role;
@@ -276,6 +299,21 @@ mod tests {
             Command::decide(Decision::Failback { zone: a }, "ops", "recovered"),
             Command::decide(Decision::Freeze, "ops", ""),
             Command::decide(Decision::Unfreeze, "détecteur ✓", "unicode survives"),
+            Command::automatic(
+                Decision::Failover {
+                    from: ZoneId::new("az-b"),
+                    to: ZoneId::new("az-a"),
+                },
+                "detector:1",
+                "score below cutoff",
+                AutoLimits {
+                    max_auto_failed_over: 2,
+                    dwell_ms: 30_000,
+                },
+            )
+            .if_version(4)
+            .with_evidence(r#"{"zone":"az-b"}"#)
+            .stamped(1_700_000_060_000),
         ]
     }
 
@@ -307,18 +345,7 @@ mod tests {
         for entry in every_entry() {
             round_trip(&entry);
         }
-        let rules = [
-            RejectRule::StaleVersion,
-            RejectRule::UnknownZone,
-            RejectRule::SameZone,
-            RejectRule::LastServingZone,
-            RejectRule::TargetNotActive,
-            RejectRule::AlreadyFailedOver,
-            RejectRule::NotFailedOver,
-            RejectRule::AlreadyFrozen,
-            RejectRule::NotFrozen,
-        ];
-        for rule in rules {
+        for rule in RejectRule::ALL {
             round_trip(&rule);
             round_trip(&Response {
                 outcome: Some(Outcome::Rejected {
@@ -334,12 +361,93 @@ mod tests {
     }
 
     #[test]
+    fn zone_reports_acks_and_evidence_round_trip() {
+        use crate::detect::{Evidence, PeriodObservations, Report, ZoneHealth, ZoneObservation};
+        use crate::failover::ReportAck;
+        let obs = |zone: &str, err: f64| ZoneObservation {
+            zone: ZoneId::new(zone),
+            gw_error_rate: err,
+            timeout_rate: 0.25,
+            gpu_health: 0.5,
+            requests: 1234,
+        };
+        round_trip(&Report {
+            node: 3,
+            period_end_ms: 1_700_000_002_000,
+            zones: vec![obs("az-a", 1.0), obs("az-b", 0.0)],
+            history: vec![
+                PeriodObservations {
+                    period_end_ms: 1_700_000_000_000,
+                    zones: Vec::new(),
+                },
+                PeriodObservations {
+                    period_end_ms: 1_700_000_001_000,
+                    zones: vec![obs("az-a", 0.125)],
+                },
+            ],
+        });
+        let health = ZoneHealth {
+            zone: ZoneId::new("az-a"),
+            score: Some(0.2),
+            gw_error_rate: Some(0.9),
+            timeout_rate: None,
+            gpu_health: Some(0.0),
+            bad_periods: 3,
+            good_periods: 0,
+            reporters: 2,
+            silent: false,
+            period_end_ms: Some(1_700_000_002_000),
+        };
+        round_trip(&ReportAck {
+            leader: true,
+            zones: vec![health.clone()],
+            period_end_ms: Some(1_700_000_002_000),
+        });
+        round_trip(&ReportAck {
+            leader: false,
+            zones: Vec::new(),
+            period_end_ms: None,
+        });
+        let evidence = Evidence {
+            zone: ZoneId::new("az-a"),
+            trigger: "below_cutoff".into(),
+            threshold: 0.4,
+            periods: Vec::new(),
+            target: Some(ZoneId::new("az-b")),
+            target_score: Some(1.0),
+            assessed_at_ms: 7,
+        };
+        round_trip(&evidence);
+        let json = serde_json::to_string(&evidence).unwrap();
+        assert_eq!(serde_json::from_str::<Evidence>(&json).unwrap(), evidence);
+    }
+
+    #[test]
+    fn operator_commands_keep_their_bincode_bytes() {
+        // `Command::Decide` is variant 0 and its fields did not change, so
+        // entries written before automatic decisions existed still decode.
+        let cmd = Command::decide(Decision::Freeze, "ops", "r");
+        let bytes = codec::encode(&cmd).unwrap();
+        assert_eq!(bytes[0], 0, "Decide stays the first variant");
+        let expected: Vec<u8> = [0u8, 2, 3]
+            .into_iter()
+            .chain(*b"ops")
+            .chain([1])
+            .chain(*b"r")
+            .chain([0, 0, 0])
+            .collect();
+        assert_eq!(bytes, expected);
+        // Old rule indices are unchanged.
+        assert_eq!(codec::encode(&RejectRule::NotFrozen).unwrap(), vec![8]);
+    }
+
+    #[test]
     fn replicated_state_and_view_round_trip() {
         let mut state = ClusterState::with_zones(["az-a", "az-b", "az-c"]);
         for cmd in every_command() {
             state.apply(&cmd);
         }
-        assert_eq!(state.decision_version(), 4);
+        assert_eq!(state.decision_version(), 5);
         round_trip(&state);
         let back: ClusterState = codec::decode(&codec::encode(&state).unwrap()).unwrap();
         assert_eq!(back, state);

@@ -23,6 +23,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::command::{Command, Outcome, RejectRule, Rejection};
+use crate::detect::{FailoverConfig, FailoverConfigError, ZoneHealth};
+use crate::failover::{Failover, FailoverStatus, Loops, ObservationSource};
 use crate::network::server::{self, RaftService};
 use crate::network::{FaultTable, Network};
 use crate::state::{ClusterState, DecisionRecord, Preview};
@@ -213,9 +215,10 @@ pub struct ClusterNode {
     zone: ZoneId,
     role: Role,
     raft: Raft,
-    members: BTreeMap<NodeId, Member>,
+    members: Arc<BTreeMap<NodeId, Member>>,
     timing: Timing,
     raft_addr: SocketAddr,
+    failover: Arc<Failover>,
     data_dir: PathBuf,
     view_rx: watch::Receiver<Arc<ClusterView>>,
     state_rx: watch::Receiver<Arc<ClusterState>>,
@@ -350,12 +353,16 @@ impl ClusterNode {
 
         let secret: Arc<str> = Arc::from(secret);
         let network = Network::new(node_id, secret.clone(), timing.election_timeout_min, faults)?;
+        let report_network = network.clone();
         let raft = Raft::new(node_id, Arc::new(raft_config), network, log_store, sm_store)
             .await
             .map_err(|e| ClusterError::Raft(e.to_string()))?;
 
         let (stop_tx, stop_rx) = watch::channel(false);
-        let service = Arc::new(RaftService::new(raft.clone(), secret, members.clone()));
+        let failover = Arc::new(Failover::new(node_id, FailoverConfig::default()));
+        let service = Arc::new(
+            RaftService::new(raft.clone(), secret, members.clone()).with_failover(failover.clone()),
+        );
         let app = server::router(service);
         let mut server_stop = stop_rx.clone();
         let server_task = tokio::spawn(async move {
@@ -370,6 +377,18 @@ impl ClusterNode {
             }
         });
 
+        let members = Arc::new(members);
+        let loops = || Loops {
+            failover: failover.clone(),
+            raft: raft.clone(),
+            network: report_network.clone(),
+            members: members.clone(),
+            timing: timing.clone(),
+            state_rx: state_rx.clone(),
+            stop: stop_rx.clone(),
+        };
+        let reporter = tokio::spawn(loops().report());
+        let leader_loop = tokio::spawn(loops().lead());
         let node = ClusterNode {
             id: node_id,
             zone,
@@ -378,11 +397,12 @@ impl ClusterNode {
             members,
             timing,
             raft_addr,
+            failover,
             data_dir,
             view_rx,
             state_rx,
             stop_tx,
-            tasks: Mutex::new(vec![server_task]),
+            tasks: Mutex::new(vec![server_task, reporter, leader_loop]),
             liveness,
         };
         node.initialize_if_first().await?;
@@ -475,56 +495,41 @@ impl ClusterNode {
     /// with the leader to forward to. The leader stamps `at_ms` with its
     /// wall clock. `Ok` means committed and applied as that version.
     pub async fn propose(&self, cmd: Command) -> Result<Applied, ProposeError> {
-        {
-            // openraft 0.9 has no check-quorum: a leader cut off from its
-            // quorum still believes it leads. Refuse before writing an entry
-            // that could not commit.
-            let m = self.raft.metrics().borrow().clone();
-            if m.state == ServerState::Leader {
-                if let Some(ms) = m.millis_since_quorum_ack {
-                    if ms > millis(self.timing.election_timeout_max) {
-                        return Err(ProposeError::NoLeader);
-                    }
-                }
-            }
-        }
-        let cmd = cmd.stamped(now_ms());
-        let kind = cmd.kind();
-        let write = self.raft.client_write(cmd);
-        let result = match tokio::time::timeout(self.timing.propose_timeout, write).await {
-            Err(_) => Err(ProposeError::OutcomeUnknown(self.timing.propose_timeout)),
-            Ok(Ok(resp)) => match resp.data.outcome {
-                Some(Outcome::Applied { version }) => Ok(Applied { version }),
-                Some(Outcome::Rejected { rule, message }) => {
-                    Err(ProposeError::Rejected { rule, message })
-                }
-                None => Err(ProposeError::Fatal(
-                    "a command entry applied without an outcome".into(),
-                )),
-            },
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
-                Err(match f.leader_id {
-                    Some(leader) => ProposeError::NotLeader {
-                        leader,
-                        admin_addr: self
-                            .members
-                            .get(&leader)
-                            .map(|m| m.admin_addr.clone())
-                            .or_else(|| f.leader_node.map(|n| n.admin_addr)),
-                    },
-                    None => ProposeError::NoLeader,
-                })
-            }
-            Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
-                Err(ProposeError::Fatal(e.to_string()))
-            }
-            Ok(Err(RaftError::Fatal(e))) => Err(ProposeError::Fatal(e.to_string())),
-        };
-        match &result {
-            Ok(a) => tracing::info!(kind, version = a.version, "decision committed"),
-            Err(e) => tracing::info!(kind, error = %e, "decision not committed"),
-        }
-        result
+        propose_with(&self.raft, &self.timing, &self.members, cmd).await
+    }
+
+    /// Use `config` for this node's reporter and detector from the next
+    /// period on. Limits for automatic decisions travel in each command,
+    /// so nodes with different settings still apply identically.
+    pub fn set_failover_config(&self, config: FailoverConfig) -> Result<(), FailoverConfigError> {
+        config.validate()?;
+        self.failover.set_config(config);
+        Ok(())
+    }
+
+    /// The failover settings in use.
+    pub fn failover_config(&self) -> FailoverConfig {
+        self.failover.config()
+    }
+
+    /// Where this node's per-period zone observations come from. Until one
+    /// is set the node reports empty periods (alive, no evidence), and
+    /// silence alone never fails a zone over without evidence.
+    pub fn set_observation_source(&self, source: ObservationSource) {
+        self.failover.set_source(source);
+    }
+
+    /// Per-zone health: on the leader, its latest assessment; on a
+    /// follower, the leader's latest assessment as returned for this node's
+    /// last report (at most about one period old); empty before either.
+    pub fn zone_health(&self) -> Vec<ZoneHealth> {
+        self.failover.status().zones
+    }
+
+    /// The detector's counters and latest assessment (for metrics:
+    /// fail-static periods, automatic decisions, detection latency).
+    pub fn failover_status(&self) -> FailoverStatus {
+        self.failover.status()
     }
 
     /// Status of this node and of the group as it sees it.
@@ -609,6 +614,64 @@ impl ClusterNode {
         tracing::info!(node_id = self.id, "cluster node stopped");
         Ok(())
     }
+}
+
+/// [`ClusterNode::propose`], for the node and its leader loop.
+pub(crate) async fn propose_with(
+    raft: &Raft,
+    timing: &Timing,
+    members: &BTreeMap<NodeId, Member>,
+    cmd: Command,
+) -> Result<Applied, ProposeError> {
+    {
+        // openraft 0.9 has no check-quorum: a leader cut off from its
+        // quorum still believes it leads. Refuse before writing an entry
+        // that could not commit.
+        let m = raft.metrics().borrow().clone();
+        if m.state == ServerState::Leader {
+            if let Some(ms) = m.millis_since_quorum_ack {
+                if ms > millis(timing.election_timeout_max) {
+                    return Err(ProposeError::NoLeader);
+                }
+            }
+        }
+    }
+    let cmd = cmd.stamped(now_ms());
+    let kind = cmd.kind();
+    let write = raft.client_write(cmd);
+    let result = match tokio::time::timeout(timing.propose_timeout, write).await {
+        Err(_) => Err(ProposeError::OutcomeUnknown(timing.propose_timeout)),
+        Ok(Ok(resp)) => match resp.data.outcome {
+            Some(Outcome::Applied { version }) => Ok(Applied { version }),
+            Some(Outcome::Rejected { rule, message }) => {
+                Err(ProposeError::Rejected { rule, message })
+            }
+            None => Err(ProposeError::Fatal(
+                "a command entry applied without an outcome".into(),
+            )),
+        },
+        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+            Err(match f.leader_id {
+                Some(leader) => ProposeError::NotLeader {
+                    leader,
+                    admin_addr: members
+                        .get(&leader)
+                        .map(|m| m.admin_addr.clone())
+                        .or_else(|| f.leader_node.map(|n| n.admin_addr)),
+                },
+                None => ProposeError::NoLeader,
+            })
+        }
+        Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
+            Err(ProposeError::Fatal(e.to_string()))
+        }
+        Ok(Err(RaftError::Fatal(e))) => Err(ProposeError::Fatal(e.to_string())),
+    };
+    match &result {
+        Ok(a) => tracing::info!(kind, version = a.version, "decision committed"),
+        Err(e) => tracing::info!(kind, error = %e, "decision not committed"),
+    }
+    result
 }
 
 /// On the leader, add configured learners missing from the membership, one

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::{Command, Decision, Outcome, RejectRule, Rejection};
+use crate::command::{AutoLimits, Command, Decision, Origin, Outcome, RejectRule, Rejection};
 use crate::view::{Automation, ClusterView, ZoneId, ZoneStatus};
 
 /// How many applied decisions the history keeps (oldest dropped first).
@@ -29,6 +29,26 @@ pub struct DecisionRecord {
     /// The leader's wall clock when it proposed, ms since the Unix epoch.
     pub at_ms: u64,
     pub evidence: Option<String>,
+    /// Operator or automatic (JSON written before origins existed reads as
+    /// operator).
+    #[serde(default)]
+    pub origin: Origin,
+}
+
+/// Who last touched a zone, as the automatic-decision rules need it.
+/// Replicated with the state, so every node checks the same facts.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZoneControl {
+    /// While the zone is failed over: who failed it over. Zones re-targeted
+    /// because they pointed at a failed-over zone keep their original
+    /// origin (re-targeting is a consequence, not a new decision).
+    pub failed_over_by: Option<Origin>,
+    /// `at_ms` of the last applied automatic decision that changed this
+    /// zone's status.
+    pub last_auto_ms: Option<u64>,
+    /// `at_ms` of the last applied operator decision that changed this
+    /// zone's status.
+    pub last_operator_ms: Option<u64>,
 }
 
 /// One zone's status before and after a decision.
@@ -60,6 +80,9 @@ pub struct ClusterState {
     decision_version: u64,
     automation: Automation,
     history: VecDeque<DecisionRecord>,
+    /// Per-zone facts for the automatic-decision rules; a zone without an
+    /// entry has never been changed by a decision.
+    control: BTreeMap<ZoneId, ZoneControl>,
 }
 
 impl ClusterState {
@@ -100,6 +123,23 @@ impl ClusterState {
         &self.zones
     }
 
+    /// Who last changed `zone` and when (default when never changed).
+    pub fn zone_control(&self, zone: &ZoneId) -> ZoneControl {
+        self.control.get(zone).cloned().unwrap_or_default()
+    }
+
+    /// Zones currently failed over by an automatic decision.
+    pub fn auto_failed_over(&self) -> Vec<ZoneId> {
+        self.zones
+            .iter()
+            .filter(|(z, s)| {
+                matches!(s, ZoneStatus::FailedOver { .. })
+                    && self.zone_control(z).failed_over_by == Some(Origin::Automatic)
+            })
+            .map(|(z, _)| z.clone())
+            .collect()
+    }
+
     /// The most recent `limit` decisions, newest first.
     pub fn decisions(&self, limit: usize) -> Vec<DecisionRecord> {
         self.history.iter().rev().take(limit).cloned().collect()
@@ -117,11 +157,20 @@ impl ClusterState {
     /// What `cmd` would change, or the rule that refuses it. Pure: the same
     /// checks `apply` runs, without changing anything.
     pub fn check(&self, cmd: &Command) -> Result<Preview, Rejection> {
-        let Command::Decide {
-            decision,
-            if_version,
-            ..
-        } = cmd;
+        let (decision, if_version, auto) = match cmd {
+            Command::Decide {
+                decision,
+                if_version,
+                ..
+            } => (decision, if_version, None),
+            Command::Auto {
+                decision,
+                if_version,
+                at_ms,
+                limits,
+                ..
+            } => (decision, if_version, Some((*at_ms, limits))),
+        };
         if let Some(expected) = *if_version {
             if expected != self.decision_version {
                 return Err(Rejection::new(
@@ -133,6 +182,29 @@ impl ClusterState {
                 ));
             }
         }
+        if auto.is_some() {
+            if matches!(decision, Decision::Freeze | Decision::Unfreeze) {
+                return Err(Rejection::new(
+                    RejectRule::NotAutomatable,
+                    format!("only operators {}", decision.kind()),
+                ));
+            }
+            if self.automation == Automation::Frozen {
+                return Err(Rejection::new(
+                    RejectRule::AutomationFrozen,
+                    "automation is frozen: only operators decide",
+                ));
+            }
+        }
+        let preview = self.plan(decision)?;
+        if let Some((at_ms, limits)) = auto {
+            self.check_automatic(decision, &preview, at_ms, limits)?;
+        }
+        Ok(preview)
+    }
+
+    /// The generic rules every decision passes, and what it would change.
+    fn plan(&self, decision: &Decision) -> Result<Preview, Rejection> {
         let mut preview = Preview {
             version: self.decision_version + 1,
             kind: decision.kind().to_string(),
@@ -179,6 +251,81 @@ impl ClusterState {
         Ok(preview)
     }
 
+    /// The rules only automatic decisions face, after the generic ones
+    /// passed. Time is the command's leader-stamped `at_ms`; a clock that
+    /// went backwards counts as no time elapsed (refuse, never allow early).
+    ///
+    /// "Manual beats automatic", precisely: an automatic decision is
+    /// refused (`operator_decided`) when it would fail back a zone an
+    /// operator failed over, or change a zone that an operator's decision
+    /// changed less than `dwell_ms` ago (so an operator's failback holds
+    /// the zone against automatic failover for the dwell time).
+    fn check_automatic(
+        &self,
+        decision: &Decision,
+        preview: &Preview,
+        at_ms: u64,
+        limits: &AutoLimits,
+    ) -> Result<(), Rejection> {
+        let since = |t: u64| at_ms.saturating_sub(t);
+        if let Decision::Failback { zone } = decision {
+            if self.zone_control(zone).failed_over_by == Some(Origin::Operator) {
+                return Err(Rejection::new(
+                    RejectRule::OperatorDecided,
+                    format!("zone {zone} was failed over by an operator; only an operator fails it back"),
+                ));
+            }
+        }
+        for change in &preview.changes {
+            let control = self.zone_control(&change.zone);
+            if let Some(t) = control.last_operator_ms {
+                if since(t) < limits.dwell_ms {
+                    return Err(Rejection::new(
+                        RejectRule::OperatorDecided,
+                        format!(
+                            "an operator decided on zone {} {} ms ago (dwell {} ms)",
+                            change.zone,
+                            since(t),
+                            limits.dwell_ms
+                        ),
+                    ));
+                }
+            }
+            if let Some(t) = control.last_auto_ms {
+                if since(t) < limits.dwell_ms {
+                    return Err(Rejection::new(
+                        RejectRule::DwellTime,
+                        format!(
+                            "the last automatic decision on zone {} was {} ms ago (dwell {} ms)",
+                            change.zone,
+                            since(t),
+                            limits.dwell_ms
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Decision::Failover { .. } = decision {
+            let already = self.auto_failed_over();
+            if already.len() >= limits.max_auto_failed_over as usize {
+                return Err(Rejection::new(
+                    RejectRule::AutoFailoverLimit,
+                    format!(
+                        "{} zone(s) already failed over automatically ({}), limit {}",
+                        already.len(),
+                        already
+                            .iter()
+                            .map(ZoneId::as_str)
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        limits.max_auto_failed_over
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Apply one committed command. A refused command changes nothing and
     /// does not consume a version.
     pub fn apply(&mut self, cmd: &Command) -> Outcome {
@@ -186,16 +333,39 @@ impl ClusterState {
             Ok(p) => p,
             Err(r) => return r.into(),
         };
-        let Command::Decide {
+        let origin = cmd.origin();
+        let (Command::Decide {
             decision,
             actor,
             reason,
             at_ms,
             evidence,
             ..
-        } = cmd;
+        }
+        | Command::Auto {
+            decision,
+            actor,
+            reason,
+            at_ms,
+            evidence,
+            ..
+        }) = cmd;
         for change in &preview.changes {
             self.zones.insert(change.zone.clone(), change.after.clone());
+            let control = self.control.entry(change.zone.clone()).or_default();
+            match (&change.after, decision) {
+                (ZoneStatus::FailedOver { .. }, Decision::Failover { from, .. })
+                    if *from == change.zone =>
+                {
+                    control.failed_over_by = Some(origin)
+                }
+                (ZoneStatus::FailedOver { .. }, _) => {}
+                (ZoneStatus::Active | ZoneStatus::Draining, _) => control.failed_over_by = None,
+            }
+            match origin {
+                Origin::Operator => control.last_operator_ms = Some(*at_ms),
+                Origin::Automatic => control.last_auto_ms = Some(*at_ms),
+            }
         }
         self.automation = preview.automation;
         self.decision_version = preview.version;
@@ -211,6 +381,7 @@ impl ClusterState {
             actor: actor.clone(),
             at_ms: *at_ms,
             evidence: evidence.clone(),
+            origin,
         });
         Outcome::Applied {
             version: self.decision_version,
@@ -440,6 +611,223 @@ mod tests {
         for (name, setup, cmd, expect) in cases {
             check_case(name, &setup, cmd, expect);
         }
+    }
+
+    fn auto(decision: Decision, at_ms: u64, limits: AutoLimits) -> Command {
+        Command::automatic(decision, "detector:1", "score below cutoff", limits).stamped(at_ms)
+    }
+
+    fn fo(from: &str, to: &str) -> Decision {
+        Decision::Failover {
+            from: z(from),
+            to: z(to),
+        }
+    }
+
+    fn auto_failover(from: &str, to: &str, at_ms: u64) -> Command {
+        auto(fo(from, to), at_ms, AutoLimits::default())
+    }
+
+    fn auto_failback(zone: &str, at_ms: u64) -> Command {
+        auto(
+            Decision::Failback { zone: z(zone) },
+            at_ms,
+            AutoLimits::default(),
+        )
+    }
+
+    const MIN: u64 = 60_000;
+
+    #[test]
+    fn automatic_decision_rules_table() {
+        use RejectRule::*;
+        let two_at_a_time = AutoLimits {
+            max_auto_failed_over: 2,
+            dwell_ms: MIN,
+        };
+        let cases: Vec<Case> = vec![
+            (
+                "automatic failover when nothing stands in the way",
+                vec![],
+                auto_failover("az-a", "az-b", 0),
+                Ok(1),
+            ),
+            // freeze
+            (
+                "frozen automation blocks automatic failover",
+                vec![freeze()],
+                auto_failover("az-a", "az-b", 0),
+                Err(AutomationFrozen),
+            ),
+            (
+                "frozen automation blocks automatic failback",
+                vec![auto_failover("az-a", "az-b", 0), freeze()],
+                auto_failback("az-a", 10 * MIN),
+                Err(AutomationFrozen),
+            ),
+            (
+                "unfrozen automation decides again",
+                vec![freeze(), unfreeze()],
+                auto_failover("az-a", "az-b", 0),
+                Ok(3),
+            ),
+            (
+                "automation never freezes itself",
+                vec![],
+                auto(Decision::Freeze, 0, AutoLimits::default()),
+                Err(NotAutomatable),
+            ),
+            (
+                "automation never unfreezes itself",
+                vec![freeze()],
+                auto(Decision::Unfreeze, 0, AutoLimits::default()),
+                Err(NotAutomatable),
+            ),
+            // one at a time
+            (
+                "a second automatic failover while one is in force",
+                vec![auto_failover("az-a", "az-b", 0)],
+                auto_failover("az-c", "az-b", 10 * MIN),
+                Err(AutoFailoverLimit),
+            ),
+            (
+                "a second automatic failover when the limit is two",
+                vec![auto(fo("az-a", "az-b"), 0, two_at_a_time)],
+                auto(fo("az-c", "az-b"), 10 * MIN, two_at_a_time),
+                Ok(2),
+            ),
+            (
+                "an operator's failover does not count toward the limit",
+                vec![failover("az-a", "az-b")],
+                auto_failover("az-c", "az-b", 10 * MIN),
+                Ok(2),
+            ),
+            (
+                "an automatic failback frees the slot",
+                vec![auto_failover("az-a", "az-b", 0), auto_failback("az-a", MIN)],
+                auto_failover("az-c", "az-b", MIN),
+                Ok(3),
+            ),
+            // dwell
+            (
+                "automatic failback within the dwell time",
+                vec![auto_failover("az-a", "az-b", 0)],
+                auto_failback("az-a", MIN - 1),
+                Err(DwellTime),
+            ),
+            (
+                "automatic failback exactly at the dwell time",
+                vec![auto_failover("az-a", "az-b", 0)],
+                auto_failback("az-a", MIN),
+                Ok(2),
+            ),
+            (
+                "automatic failover again within the dwell time of its failback",
+                vec![auto_failover("az-a", "az-b", 0), auto_failback("az-a", MIN)],
+                auto_failover("az-a", "az-c", MIN + 1000),
+                Err(DwellTime),
+            ),
+            (
+                "a leader clock behind the last decision counts as no time",
+                vec![auto_failover("az-a", "az-b", 10 * MIN)],
+                auto_failback("az-a", MIN),
+                Err(DwellTime),
+            ),
+            (
+                "dwell is per zone: another zone may be decided at once",
+                vec![auto_failover("az-a", "az-b", 0), auto_failback("az-a", MIN)],
+                auto_failover("az-c", "az-b", MIN + 1),
+                Ok(3),
+            ),
+            // manual beats automatic
+            (
+                "automation never fails back an operator's failover",
+                vec![failover("az-a", "az-b").stamped(0)],
+                auto_failback("az-a", 100 * MIN),
+                Err(OperatorDecided),
+            ),
+            (
+                "an operator's failback holds the zone for the dwell time",
+                vec![
+                    auto_failover("az-a", "az-b", 0),
+                    failback("az-a").stamped(2 * MIN),
+                ],
+                auto_failover("az-a", "az-c", 3 * MIN - 1),
+                Err(OperatorDecided),
+            ),
+            (
+                "after the hold, automation may fail the zone over again",
+                vec![
+                    auto_failover("az-a", "az-b", 0),
+                    failback("az-a").stamped(2 * MIN),
+                ],
+                auto_failover("az-a", "az-c", 3 * MIN),
+                Ok(3),
+            ),
+            (
+                "operators may always override automation",
+                vec![auto_failover("az-a", "az-b", 0)],
+                failback("az-a").stamped(1),
+                Ok(2),
+            ),
+            (
+                "re-targeting a zone an operator just failed over waits for the hold",
+                vec![failover("az-a", "az-b").stamped(0)],
+                auto_failover("az-b", "az-c", MIN - 1),
+                Err(OperatorDecided),
+            ),
+            // the generic rules still apply first
+            (
+                "a stale automatic decision",
+                vec![freeze(), unfreeze()],
+                auto_failover("az-a", "az-b", 0).if_version(1),
+                Err(StaleVersion),
+            ),
+            (
+                "an automatic failover of an already failed-over zone",
+                vec![failover("az-a", "az-b").stamped(0)],
+                auto_failover("az-a", "az-c", 100 * MIN),
+                Err(AlreadyFailedOver),
+            ),
+        ];
+        for (name, setup, cmd, expect) in cases {
+            check_case(name, &setup, cmd, expect);
+        }
+    }
+
+    #[test]
+    fn applied_decisions_record_origin_and_who_failed_a_zone_over() {
+        let mut state = three_zones();
+        state.apply(&failover("az-a", "az-b").stamped(5));
+        state.apply(&auto_failover("az-b", "az-c", 10 * MIN));
+        // az-a was re-targeted to az-c by the automatic decision but stays
+        // an operator's failover.
+        assert_eq!(
+            state.zone_control(&z("az-a")).failed_over_by,
+            Some(Origin::Operator)
+        );
+        assert_eq!(state.zone_control(&z("az-a")).last_auto_ms, Some(10 * MIN));
+        assert_eq!(
+            state.zone_control(&z("az-b")).failed_over_by,
+            Some(Origin::Automatic)
+        );
+        assert_eq!(state.auto_failed_over(), vec![z("az-b")]);
+        let history = state.decisions(2);
+        assert_eq!(history[0].origin, Origin::Automatic);
+        assert_eq!(history[1].origin, Origin::Operator);
+        state.apply(&failback("az-b").stamped(10 * MIN + 1));
+        assert_eq!(state.zone_control(&z("az-b")).failed_over_by, None);
+        assert!(state.auto_failed_over().is_empty());
+    }
+
+    #[test]
+    fn history_json_without_origin_reads_as_operator() {
+        let mut state = three_zones();
+        state.apply(&freeze());
+        let mut json = serde_json::to_value(&state.decisions(1)[0]).unwrap();
+        json.as_object_mut().unwrap().remove("origin");
+        let back: DecisionRecord = serde_json::from_value(json).unwrap();
+        assert_eq!(back.origin, Origin::Operator);
     }
 
     #[test]

@@ -15,10 +15,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zonegate_cluster::network::{NODE_HEADER, PATH_VOTE, SECRET_HEADER};
+use zonegate_cluster::network::{NODE_HEADER, PATH_REPORT, PATH_VOTE, SECRET_HEADER};
 use zonegate_cluster::{
-    codec, ClusterConfig, ClusterNode, Command, Decision, FaultTable, Member, NodeId, ProposeError,
-    RaftListen, RejectRule, Role, Timing, ZoneId, ZoneStatus,
+    codec, ClusterConfig, ClusterNode, Command, Decision, Evidence, FailoverConfig, FaultTable,
+    Member, NodeId, Origin, ProposeError, RaftListen, RejectRule, Role, Timing, ZoneId,
+    ZoneObservation, ZoneStatus,
 };
 
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -727,4 +728,247 @@ async fn invalid_configs_fail_at_start_with_a_reason() {
             Ok(_) => panic!("{name}: started"),
         }
     }
+}
+
+/// Short periods so a test sees several per second.
+const PERIOD: Duration = Duration::from_millis(200);
+
+fn fast_failover() -> FailoverConfig {
+    FailoverConfig {
+        period: PERIOD,
+        ..FailoverConfig::default()
+    }
+}
+
+/// Every node reports only its own zone: healthy, or all errors and
+/// timeouts with dead GPUs while its zone is in `bad`.
+fn report_own_zone(node: &ClusterNode, bad: Arc<std::sync::Mutex<Option<ZoneId>>>) {
+    let zone = node.zone().clone();
+    node.set_observation_source(Arc::new(move || {
+        let failing = bad.lock().unwrap().as_ref() == Some(&zone);
+        let (rate, gpu) = if failing { (1.0, 0.0) } else { (0.0, 1.0) };
+        vec![ZoneObservation {
+            zone: zone.clone(),
+            gw_error_rate: rate,
+            timeout_rate: rate,
+            gpu_health: gpu,
+            requests: 50,
+        }]
+    }));
+}
+
+/// The newest automatic failover in `node`'s history, with its evidence.
+fn auto_failover_of(node: &ClusterNode) -> Option<(zonegate_cluster::DecisionRecord, Evidence)> {
+    let record = node.decisions(100).into_iter().find(|d| {
+        d.origin == Origin::Automatic && matches!(d.decision, Decision::Failover { .. })
+    })?;
+    let evidence = serde_json::from_str(record.evidence.as_deref()?).ok()?;
+    Some((record, evidence))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zone_reported_bad_is_failed_over_automatically_with_evidence() {
+    with_timeout(async {
+        let cluster = TestCluster::start(&three_zones()).await;
+        let ids = cluster.ids();
+        let bad = Arc::new(std::sync::Mutex::new(None));
+        for node in cluster.running() {
+            node.set_failover_config(fast_failover()).unwrap();
+            report_own_zone(node, bad.clone());
+        }
+        let leader = cluster.wait_leader(&ids).await;
+        // Healthy zones: the leader scores every zone and decides nothing.
+        eventually("the leader to score all three zones", || {
+            let h = cluster.node(leader).zone_health();
+            (h.len() == 3 && h.iter().all(|z| z.score == Some(1.0))).then_some(())
+        })
+        .await;
+        tokio::time::sleep(PERIOD * 5).await;
+        assert_eq!(cluster.node(leader).status().decision_version, 0);
+
+        *bad.lock().unwrap() = Some(z("az-a"));
+        let onset = Instant::now();
+        let leader_node = cluster.node(leader);
+        let (record, evidence) =
+            eventually("an automatic failover of az-a", || auto_failover_of(leader_node)).await;
+        let detected = onset.elapsed();
+        let status = leader_node.failover_status();
+        eprintln!(
+            "fault onset to committed automatic failover: {:.0} ms (budget {:.0} ms); detector's own measure (first bad period to commit): {:?}",
+            detected.as_secs_f64() * 1000.0,
+            (PERIOD * 3 + Duration::from_secs(2)).as_secs_f64() * 1000.0,
+            status.last_detect_latency
+        );
+        assert!(
+            detected <= PERIOD * 3 + Duration::from_secs(2),
+            "detected after {detected:?}"
+        );
+        assert_eq!(
+            record.decision,
+            Decision::Failover {
+                from: z("az-a"),
+                to: z("az-b")
+            },
+            "equal healthy targets: the first by name"
+        );
+        assert_eq!(record.actor, format!("detector:{leader}"));
+        assert_eq!(evidence.zone, z("az-a"));
+        assert!(evidence.periods.len() >= 3, "{evidence:?}");
+        assert!(evidence
+            .periods
+            .iter()
+            .all(|p| p.score.is_some_and(|s| s < 0.4)));
+        assert_eq!(status.auto_applied, 1);
+        assert!(status.last_detect_latency.is_some());
+
+        // Every node applies it; followers learn the scores from the
+        // leader's answers to their reports.
+        cluster.wait_version(&ids, record.version).await;
+        for id in &ids {
+            let view = cluster.node(*id).view().borrow().clone();
+            assert_eq!(
+                view.zones[&z("az-a")],
+                ZoneStatus::FailedOver { target: z("az-b") }
+            );
+        }
+        let follower = *ids.iter().find(|id| **id != leader).unwrap();
+        eventually("a follower to know az-a's score", || {
+            let h = cluster.node(follower).zone_health();
+            h.iter()
+                .any(|z| z.zone.as_str() == "az-a" && z.score.is_some_and(|s| s < 0.4))
+                .then_some(())
+        })
+        .await;
+
+        // az-a stays bad and recovers: with auto_failback off (the
+        // default) nothing more is decided.
+        tokio::time::sleep(PERIOD * 5).await;
+        *bad.lock().unwrap() = None;
+        tokio::time::sleep(PERIOD * 10).await;
+        let view = cluster.node(leader).view().borrow().clone();
+        assert_eq!(view.decision_version, record.version);
+        cluster.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_decides_from_the_reports_history() {
+    with_timeout(async {
+        let mut cluster = TestCluster::start(&three_zones()).await;
+        let ids = cluster.ids();
+        let bad = Arc::new(std::sync::Mutex::new(None));
+        for node in cluster.running() {
+            node.set_failover_config(fast_failover()).unwrap();
+            report_own_zone(node, bad.clone());
+        }
+        let old = cluster.wait_leader(&ids).await;
+        // The old leader sees the zone fail but may not decide (its limit
+        // allows no automatic failover): it holds the decision back.
+        cluster
+            .node(old)
+            .set_failover_config(FailoverConfig {
+                max_auto_failed_over: 0,
+                ..fast_failover()
+            })
+            .unwrap();
+        let failing = *ids.iter().find(|id| **id != old).unwrap();
+        let failing_zone = cluster.node(failing).zone().clone();
+        *bad.lock().unwrap() = Some(failing_zone.clone());
+        eventually("the old leader to count three bad periods", || {
+            let h = cluster.node(old).zone_health();
+            h.iter()
+                .any(|z| z.zone == failing_zone && z.bad_periods >= 3)
+                .then_some(())
+        })
+        .await;
+        assert_eq!(cluster.node(old).status().decision_version, 0);
+
+        let stopped_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let stopped = Instant::now();
+        cluster.stop(old).await;
+        let rest: Vec<NodeId> = ids.iter().copied().filter(|id| *id != old).collect();
+        let new = cluster.wait_leader(&rest).await;
+        let elected = stopped.elapsed();
+        let (record, evidence) = eventually("the new leader's automatic failover", || {
+            auto_failover_of(cluster.node(new))
+        })
+        .await;
+        let decided = stopped.elapsed();
+        eprintln!(
+            "leader stopped -> new leader {:.0} ms -> automatic failover committed {:.0} ms",
+            elected.as_secs_f64() * 1000.0,
+            decided.as_secs_f64() * 1000.0
+        );
+        assert_eq!(record.actor, format!("detector:{new}"));
+        assert_eq!(evidence.zone, failing_zone);
+        assert!(evidence.periods.len() >= 3);
+        // Decided from history: the run includes periods that ended
+        // before the new leader could have been listening.
+        let oldest = evidence
+            .periods
+            .iter()
+            .map(|p| p.period_end_ms)
+            .min()
+            .unwrap();
+        assert!(
+            oldest < stopped_ms,
+            "oldest evidence period ended at {oldest}, old leader stopped at {stopped_ms}"
+        );
+        assert!(
+            decided <= elected + PERIOD * 3 + Duration::from_secs(2),
+            "{decided:?}"
+        );
+        cluster.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zone_reports_need_the_secret_and_their_own_sender() {
+    with_timeout(async {
+        let cluster = TestCluster::start(&three_zones()).await;
+        let ids = cluster.ids();
+        let leader = cluster.wait_leader(&ids).await;
+        let url = format!("http://{}{PATH_REPORT}", cluster.node(leader).raft_addr());
+        let report = |node: NodeId| {
+            codec::encode(&zonegate_cluster::Report {
+                node,
+                period_end_ms: 1000,
+                zones: Vec::new(),
+                history: Vec::new(),
+            })
+            .unwrap()
+        };
+        let client = reqwest::Client::new();
+        // (name, secret, sender header, body, expected HTTP status)
+        let cases: Vec<(&str, &str, NodeId, Vec<u8>, u16)> = vec![
+            ("wrong secret", "guess", 2, report(2), 401),
+            ("unknown sender", SECRET, 99, report(99), 403),
+            ("report naming another node", SECRET, 2, report(3), 403),
+            ("garbage body", SECRET, 2, vec![7, 7, 7], 400),
+            ("a member's own report", SECRET, 2, report(2), 200),
+        ];
+        for (name, secret, sender, body, status) in cases {
+            let resp = client
+                .post(&url)
+                .header(SECRET_HEADER, secret)
+                .header(NODE_HEADER, sender.to_string())
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status().as_u16(), status, "{name}");
+            if status == 200 {
+                let ack: zonegate_cluster::ReportAck =
+                    codec::decode(&resp.bytes().await.unwrap()).unwrap();
+                assert!(ack.leader, "the leader ingests reports");
+            }
+        }
+        cluster.shutdown().await;
+    })
+    .await;
 }

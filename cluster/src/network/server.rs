@@ -18,8 +18,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use subtle::ConstantTimeEq;
 
-use super::{NODE_HEADER, PATH_APPEND, PATH_SNAPSHOT, PATH_VOTE, SECRET_HEADER};
+use super::{NODE_HEADER, PATH_APPEND, PATH_REPORT, PATH_SNAPSHOT, PATH_VOTE, SECRET_HEADER};
 use crate::codec;
+use crate::detect::Report;
+use crate::failover::Failover;
 use crate::types::alias::{AppendEntriesRequest, InstallSnapshotRequest, Raft, Vote, VoteRequest};
 use crate::types::Member;
 use crate::view::NodeId;
@@ -33,6 +35,7 @@ pub struct RaftService {
     raft: Raft,
     secret: Arc<str>,
     members: BTreeMap<NodeId, Member>,
+    failover: Option<Arc<Failover>>,
 }
 
 impl RaftService {
@@ -41,7 +44,14 @@ impl RaftService {
             raft,
             secret,
             members,
+            failover: None,
         }
+    }
+
+    /// Accept zone reports for this node's detector.
+    pub(crate) fn with_failover(mut self, failover: Arc<Failover>) -> Self {
+        self.failover = Some(failover);
+        self
     }
 }
 
@@ -51,6 +61,7 @@ pub fn router(service: Arc<RaftService>) -> Router {
         .route(PATH_APPEND, post(append))
         .route(PATH_VOTE, post(vote))
         .route(PATH_SNAPSHOT, post(snapshot))
+        .route(PATH_REPORT, post(report))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(service)
 }
@@ -65,6 +76,13 @@ enum Refusal {
         vote: Option<NodeId>,
     },
     BadBody(codec::CodecError),
+    /// A report naming another node than its sender.
+    ReportMismatch {
+        sender: NodeId,
+        named: NodeId,
+    },
+    /// This node runs no detector.
+    NoDetector,
 }
 
 impl IntoResponse for Refusal {
@@ -92,6 +110,15 @@ impl IntoResponse for Refusal {
                 )
                     .into_response()
             }
+            Refusal::ReportMismatch { sender, named } => {
+                tracing::debug!(sender, named, "report refused: sender does not match");
+                (
+                    StatusCode::FORBIDDEN,
+                    "sender does not match the report's node",
+                )
+                    .into_response()
+            }
+            Refusal::NoDetector => (StatusCode::NOT_FOUND, "no detector").into_response(),
             Refusal::BadBody(e) => {
                 tracing::debug!(error = %e, "raft rpc refused: undecodable body");
                 (StatusCode::BAD_REQUEST, "undecodable body").into_response()
@@ -184,4 +211,38 @@ async fn snapshot(
     let req: InstallSnapshotRequest = decode(&body)?;
     check_vote(sender, &req.vote)?;
     Ok(reply(&service.raft.install_snapshot(req).await))
+}
+
+/// A node's zone observations: handed to the detector, answered with the
+/// leader's latest assessment (or `leader: false`).
+async fn report(
+    State(service): State<Arc<RaftService>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, Refusal> {
+    let sender = authenticate(&service, &headers)?;
+    let report: Report = decode(&body)?;
+    if report.node != sender {
+        return Err(Refusal::ReportMismatch {
+            sender,
+            named: report.node,
+        });
+    }
+    let failover = service.failover.as_ref().ok_or(Refusal::NoDetector)?;
+    let zone = service
+        .members
+        .get(&sender)
+        .map(|m| m.zone.clone())
+        .ok_or(Refusal::UnknownSender)?;
+    let leading_term = {
+        let m = service.raft.metrics();
+        let m = m.borrow();
+        (m.state == openraft::ServerState::Leader).then_some(m.current_term)
+    };
+    Ok(reply(&failover.receive(
+        leading_term,
+        &zone,
+        &report,
+        crate::failover::now_ms(),
+    )))
 }

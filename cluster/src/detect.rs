@@ -1,0 +1,1251 @@
+//! The leader's zone-health detector: per-zone observations reported by
+//! every node, their sliding window, zone scores, and the automatic
+//! failover / failback it proposes. A pure core: it reads no clock (`now`
+//! is passed in), does no I/O and never fails.
+//!
+//! Time is cut into periods aligned to the Unix epoch (`period_end_ms` is a
+//! multiple of the period). Every assessment is recomputed from the window,
+//! so a newly elected leader that received the reports' own history decides
+//! from that history, not from zero, and a report that arrives late still
+//! counts at the next assessment.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::{AutoLimits, Decision};
+use crate::view::{NodeId, ZoneId, ZoneStatus};
+
+/// What one node saw of one zone during one period. Rates are fractions
+/// (0–1) of the requests it sent there; `gpu_health` is the health
+/// subsystem's view of the zone's backends (1 = all healthy).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ZoneObservation {
+    pub zone: ZoneId,
+    pub gw_error_rate: f64,
+    pub timeout_rate: f64,
+    pub gpu_health: f64,
+    /// Requests the rates are computed over; 0 means the rates carry no
+    /// evidence (the score then rests on `gpu_health` alone).
+    pub requests: u64,
+}
+
+/// One node's observations of one period.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeriodObservations {
+    /// End of the period, ms since the Unix epoch.
+    pub period_end_ms: u64,
+    pub zones: Vec<ZoneObservation>,
+}
+
+/// What a node sends the leader every period: the period just ended and
+/// the ones before it (oldest first), so a new leader has history. Not a
+/// Raft entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub node: NodeId,
+    pub period_end_ms: u64,
+    pub zones: Vec<ZoneObservation>,
+    pub history: Vec<PeriodObservations>,
+}
+
+/// Score weights: `score = (gw_error × (1 − gw_err) + timeout × (1 −
+/// timeout) + gpu × gpu_health) / (gw_error + timeout + gpu)`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScoreWeights {
+    pub gw_error: f64,
+    pub timeout: f64,
+    pub gpu: f64,
+}
+
+impl Default for ScoreWeights {
+    fn default() -> Self {
+        Self {
+            gw_error: 0.4,
+            timeout: 0.4,
+            gpu: 0.2,
+        }
+    }
+}
+
+/// The `[failover]` settings. Detector thresholds are the leader's own;
+/// the safety limits (`max_auto_failed_over`, `dwell`) travel inside every
+/// automatic command, so `apply` checks the proposer's numbers on every
+/// node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FailoverConfig {
+    /// Run the reporter and the detector at all. With it off, nothing is
+    /// reported and nothing is decided automatically.
+    pub enabled: bool,
+    /// Observation period; reports and assessments run once per period.
+    pub period: Duration,
+    pub weights: ScoreWeights,
+    /// A zone scoring below this for `min_periods` consecutive periods is
+    /// failed over.
+    pub cutoff: f64,
+    pub min_periods: u32,
+    /// Fail back automatically (off by default: operators fail back).
+    pub auto_failback: bool,
+    /// A failed-over zone scoring above this for `failback_periods`
+    /// consecutive periods is failed back (when `auto_failback`).
+    pub failback_threshold: f64,
+    pub failback_periods: u32,
+    /// How many past periods each report carries and the leader keeps.
+    pub history_periods: u32,
+    pub max_auto_failed_over: u32,
+    /// Minimum time between automatic decisions on one zone, and how long
+    /// an operator's decision on a zone holds it against automation.
+    pub dwell: Duration,
+    /// Preferred failover targets per zone, tried in order before the
+    /// healthiest other zone.
+    pub fallback_order: BTreeMap<ZoneId, Vec<ZoneId>>,
+}
+
+impl Default for FailoverConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            period: Duration::from_secs(2),
+            weights: ScoreWeights::default(),
+            cutoff: 0.4,
+            min_periods: 3,
+            auto_failback: false,
+            failback_threshold: 0.7,
+            failback_periods: 5,
+            history_periods: 10,
+            max_auto_failed_over: 1,
+            dwell: Duration::from_secs(60),
+            fallback_order: BTreeMap::new(),
+        }
+    }
+}
+
+/// A `[failover]` setting out of range.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid failover setting `{key}`: {reason}")]
+pub struct FailoverConfigError {
+    pub key: &'static str,
+    pub reason: String,
+}
+
+impl FailoverConfig {
+    /// Check ranges; the binary calls this when it loads `[failover]`.
+    pub fn validate(&self) -> Result<(), FailoverConfigError> {
+        let bad = |key, reason: String| Err(FailoverConfigError { key, reason });
+        let unit = |x: f64| (0.0..=1.0).contains(&x);
+        if self.period < Duration::from_millis(10) {
+            return bad("period", format!("{:?} is below 10ms", self.period));
+        }
+        let w = self.weights;
+        if [w.gw_error, w.timeout, w.gpu]
+            .iter()
+            .any(|x| !x.is_finite() || *x < 0.0)
+            || w.gw_error + w.timeout + w.gpu <= 0.0
+        {
+            return bad(
+                "weights",
+                format!("{w:?}: weights must be non-negative with a positive sum"),
+            );
+        }
+        if !unit(self.cutoff) {
+            return bad("cutoff", format!("{} is not within 0..=1", self.cutoff));
+        }
+        if !unit(self.failback_threshold) || self.failback_threshold < self.cutoff {
+            return bad(
+                "failback_threshold",
+                format!(
+                    "{} must be within 0..=1 and not below the cutoff {}",
+                    self.failback_threshold, self.cutoff
+                ),
+            );
+        }
+        if self.min_periods == 0 {
+            return bad("min_periods", "must be at least 1".into());
+        }
+        if self.failback_periods == 0 {
+            return bad("failback_periods", "must be at least 1".into());
+        }
+        let needed = self.min_periods.max(self.failback_periods) + 1;
+        if self.history_periods < needed {
+            return bad(
+                "history_periods",
+                format!(
+                    "{} is too short: at least max(min_periods, failback_periods) + 1 = {needed}",
+                    self.history_periods
+                ),
+            );
+        }
+        for (zone, order) in &self.fallback_order {
+            if order.contains(zone) {
+                return bad(
+                    "fallback_order",
+                    format!("zone {zone} lists itself as a fallback"),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The safety limits stamped into automatic commands.
+    pub fn limits(&self) -> AutoLimits {
+        AutoLimits {
+            max_auto_failed_over: self.max_auto_failed_over,
+            dwell_ms: millis(self.dwell),
+        }
+    }
+
+    pub(crate) fn period_ms(&self) -> u64 {
+        millis(self.period).max(1)
+    }
+
+    /// How long after a period ends the leader assesses it: reports need a
+    /// moment to arrive, and the detection budget is `min_periods × period
+    /// + 1 s`, so a quarter period, at most 250 ms.
+    pub(crate) fn grace_ms(&self) -> u64 {
+        (self.period_ms() / 4).min(250)
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The end of the aligned period that `ms` falls in (a period ending
+/// exactly at `ms` included).
+pub fn period_end(ms: u64, period_ms: u64) -> u64 {
+    ms.div_ceil(period_ms).saturating_mul(period_ms)
+}
+
+/// One zone in one period, aggregated over reporters.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeriodScore {
+    pub period_end_ms: u64,
+    /// `None`: no evidence about the zone in this period.
+    pub score: Option<f64>,
+    /// Request-weighted over reporters; `None` without requests.
+    pub gw_error_rate: Option<f64>,
+    pub timeout_rate: Option<f64>,
+    /// Mean over reporters.
+    pub gpu_health: Option<f64>,
+    pub requests: u64,
+    /// Reporters with an observation of the zone in this period.
+    pub reporters: u32,
+    /// The zone's own nodes sent nothing and no other node reached it:
+    /// the score is 0 by rule.
+    pub silent: bool,
+}
+
+impl PeriodScore {
+    fn unknown(period_end_ms: u64) -> Self {
+        Self {
+            period_end_ms,
+            score: None,
+            gw_error_rate: None,
+            timeout_rate: None,
+            gpu_health: None,
+            requests: 0,
+            reporters: 0,
+            silent: false,
+        }
+    }
+}
+
+/// A zone's health as the leader last assessed it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ZoneHealth {
+    pub zone: ZoneId,
+    /// The latest assessed period's score; `None` without evidence.
+    pub score: Option<f64>,
+    pub gw_error_rate: Option<f64>,
+    pub timeout_rate: Option<f64>,
+    pub gpu_health: Option<f64>,
+    /// Consecutive periods below the cutoff, up to the latest.
+    pub bad_periods: u32,
+    /// Consecutive periods above the failback threshold, up to the latest.
+    pub good_periods: u32,
+    /// Reporters with an observation of the zone in the latest period.
+    pub reporters: u32,
+    pub silent: bool,
+    /// End of the period these numbers describe.
+    pub period_end_ms: Option<u64>,
+}
+
+/// What the detector attaches to an automatic decision (as JSON in the
+/// command's `evidence`): the periods that triggered it, newest first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    pub zone: ZoneId,
+    /// `below_cutoff` (failover) or `above_failback_threshold` (failback).
+    pub trigger: String,
+    pub threshold: f64,
+    pub periods: Vec<PeriodScore>,
+    pub target: Option<ZoneId>,
+    pub target_score: Option<f64>,
+    /// The leader's assessment time.
+    pub assessed_at_ms: u64,
+}
+
+/// A decision the detector wants, before the safety rules see it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Proposal {
+    pub decision: Decision,
+    pub reason: String,
+    pub evidence: Evidence,
+    /// Start of the first period of the triggering run: detection latency
+    /// is measured from here to the commit.
+    pub first_bad_ms: u64,
+}
+
+/// One assessment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Assessment {
+    /// End of the newest period assessed.
+    pub period_end_ms: u64,
+    pub zones: Vec<ZoneHealth>,
+    /// Every zone scored below the cutoff at once: the detector is more
+    /// likely wrong than every zone, so it decides nothing.
+    pub fail_static: bool,
+    /// A zone that should fail over but has no healthy active target.
+    pub no_target: Option<ZoneId>,
+    pub proposal: Option<Proposal>,
+}
+
+/// One reporter's window: its zone and observations by period end.
+#[derive(Clone, Debug, Default)]
+struct Reporter {
+    zone: Option<ZoneId>,
+    periods: BTreeMap<u64, Vec<ZoneObservation>>,
+}
+
+/// The leader's sliding window of reports and the scoring over it.
+#[derive(Clone, Debug)]
+pub struct Detector {
+    reporters: BTreeMap<NodeId, Reporter>,
+    /// From when this detector has been receiving reports: silence before
+    /// that is no evidence (a new leader has not been listening).
+    listening_since_ms: u64,
+}
+
+/// How a zone fared in one period.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    Unknown,
+    Bad,
+    /// At or above the cutoff, not above the failback threshold.
+    Fair,
+    Healthy,
+}
+
+impl Detector {
+    /// An empty window; silence counts only for periods that start at or
+    /// after `listening_since_ms`.
+    pub fn new(listening_since_ms: u64) -> Self {
+        Self {
+            reporters: BTreeMap::new(),
+            listening_since_ms,
+        }
+    }
+
+    /// Add a report from a node in `reporter_zone`. Periods are snapped to
+    /// the aligned period they end in; a later report for the same period
+    /// replaces the earlier one; periods outside the window (older than
+    /// `history_periods`, or more than one period in the future) are
+    /// dropped, and so is everything that fell out of the window.
+    pub fn ingest(
+        &mut self,
+        cfg: &FailoverConfig,
+        reporter_zone: &ZoneId,
+        report: &Report,
+        now_ms: u64,
+    ) {
+        let p = cfg.period_ms();
+        let oldest = self.oldest_kept(cfg, now_ms);
+        let newest = now_ms.saturating_add(p);
+        let entry = self.reporters.entry(report.node).or_default();
+        entry.zone = Some(reporter_zone.clone());
+        let periods = report
+            .history
+            .iter()
+            .map(|h| (h.period_end_ms, &h.zones))
+            .chain([(report.period_end_ms, &report.zones)]);
+        for (end, zones) in periods {
+            let end = period_end(end, p);
+            if end > oldest && end <= newest {
+                let clean = zones.iter().filter(|o| o.is_finite()).cloned().collect();
+                entry.periods.insert(end, clean);
+            }
+        }
+        self.prune(cfg, now_ms);
+    }
+
+    fn oldest_kept(&self, cfg: &FailoverConfig, now_ms: u64) -> u64 {
+        let span = cfg
+            .period_ms()
+            .saturating_mul(u64::from(cfg.history_periods) + 1);
+        now_ms.saturating_sub(span)
+    }
+
+    /// Forget periods that fell out of the window, and silent reporters.
+    pub fn prune(&mut self, cfg: &FailoverConfig, now_ms: u64) {
+        let oldest = self.oldest_kept(cfg, now_ms);
+        for r in self.reporters.values_mut() {
+            r.periods.retain(|end, _| *end > oldest);
+        }
+        self.reporters.retain(|_, r| !r.periods.is_empty());
+    }
+
+    /// Score one zone in one period.
+    fn score(
+        &self,
+        cfg: &FailoverConfig,
+        zone: &ZoneId,
+        end: u64,
+        newest: u64,
+        now_ms: u64,
+    ) -> PeriodScore {
+        let mut out = PeriodScore::unknown(end);
+        let present: Vec<(&Reporter, &Vec<ZoneObservation>)> = self
+            .reporters
+            .values()
+            .filter_map(|r| r.periods.get(&end).map(|obs| (r, obs)))
+            .collect();
+        if present.is_empty() {
+            return out;
+        }
+        let inside = present.iter().any(|(r, _)| r.zone.as_ref() == Some(zone));
+        let about: Vec<(bool, &ZoneObservation)> = present
+            .iter()
+            .flat_map(|(r, obs)| {
+                let own = r.zone.as_ref() == Some(zone);
+                obs.iter()
+                    .filter(|o| &o.zone == zone)
+                    .map(move |o| (own, o))
+            })
+            .collect();
+        // Reach: with the zone's own nodes silent, another zone's node saw
+        // a healthy backend there or got answers from it.
+        let reached = about
+            .iter()
+            .any(|(_, o)| o.gpu_health > 0.0 || (o.requests > 0 && o.gw_error_rate < 1.0));
+        if inside || (!about.is_empty() && reached) {
+            if about.is_empty() {
+                return out;
+            }
+            return aggregate(cfg, end, about.iter().map(|(_, o)| *o));
+        }
+        // The zone's nodes are silent and nobody reached it. That counts
+        // only when it is evidence: some node reports observations at all
+        // (sources are wired), this detector listened for the whole period,
+        // and the period is not the newest (whose reports may be in flight).
+        let evidence = present.iter().any(|(_, obs)| !obs.is_empty());
+        let listened = end.saturating_sub(cfg.period_ms()) >= self.listening_since_ms;
+        let settled = end < newest && end.saturating_add(cfg.period_ms()) <= now_ms;
+        if evidence && listened && settled {
+            out.score = Some(0.0);
+            out.silent = true;
+            out.reporters = about.len() as u32;
+        }
+        out
+    }
+
+    /// Assess every zone of `zones` (the applied zone status) at `now_ms`
+    /// and pick at most one decision: the worst zone's failover if any
+    /// zone's bad run reached `min_periods`, else (with `auto_failback`) a
+    /// failback. The safety rules in `apply` have the last word.
+    pub fn assess(
+        &self,
+        cfg: &FailoverConfig,
+        zones: &BTreeMap<ZoneId, ZoneStatus>,
+        now_ms: u64,
+    ) -> Assessment {
+        let p = cfg.period_ms();
+        // The newest period that ended at least `grace` ago.
+        let newest = (now_ms.saturating_sub(cfg.grace_ms()) / p) * p;
+        let ends: Vec<u64> = (0..u64::from(cfg.history_periods))
+            .map_while(|i| newest.checked_sub(i * p))
+            .filter(|e| *e > 0)
+            .collect();
+
+        let mut health = Vec::new();
+        let mut runs: BTreeMap<ZoneId, (Vec<PeriodScore>, Vec<PeriodScore>)> = BTreeMap::new();
+        for zone in zones.keys() {
+            let scores: Vec<PeriodScore> = ends
+                .iter()
+                .map(|e| self.score(cfg, zone, *e, newest, now_ms))
+                .collect();
+            // The newest period may lack reports still in flight: when it
+            // says nothing, the one before speaks for now.
+            let skip = usize::from(scores.first().is_some_and(|s| s.score.is_none()));
+            let current = scores.get(skip).cloned();
+            let verdict = |s: &PeriodScore| match s.score {
+                None => Verdict::Unknown,
+                Some(x) if x < cfg.cutoff => Verdict::Bad,
+                Some(x) if x > cfg.failback_threshold => Verdict::Healthy,
+                Some(_) => Verdict::Fair,
+            };
+            let run = |want: Verdict| -> Vec<PeriodScore> {
+                scores
+                    .iter()
+                    .skip(skip)
+                    .take_while(|s| verdict(s) == want)
+                    .cloned()
+                    .collect()
+            };
+            let (bad, good) = (run(Verdict::Bad), run(Verdict::Healthy));
+            let c = current.unwrap_or_else(|| PeriodScore::unknown(newest));
+            health.push(ZoneHealth {
+                zone: zone.clone(),
+                score: c.score,
+                gw_error_rate: c.gw_error_rate,
+                timeout_rate: c.timeout_rate,
+                gpu_health: c.gpu_health,
+                bad_periods: bad.len() as u32,
+                good_periods: good.len() as u32,
+                reporters: c.reporters,
+                silent: c.silent,
+                period_end_ms: c.score.map(|_| c.period_end_ms),
+            });
+            runs.insert(zone.clone(), (bad, good));
+        }
+
+        let mut out = Assessment {
+            period_end_ms: newest,
+            fail_static: !health.is_empty()
+                && health
+                    .iter()
+                    .all(|h| h.score.is_some_and(|s| s < cfg.cutoff)),
+            zones: health,
+            no_target: None,
+            proposal: None,
+        };
+        if out.fail_static {
+            return out;
+        }
+        let score_of = |z: &ZoneId| {
+            out.zones
+                .iter()
+                .find(|h| &h.zone == z)
+                .and_then(|h| h.score)
+        };
+        let status = |z: &ZoneId| zones.get(z).cloned().unwrap_or(ZoneStatus::Draining);
+
+        // Failover: the worst active zone with a long enough bad run.
+        let worst = out
+            .zones
+            .iter()
+            .filter(|h| status(&h.zone) == ZoneStatus::Active)
+            .filter(|h| h.bad_periods >= cfg.min_periods)
+            .min_by(|a, b| {
+                let (x, y) = (a.score.unwrap_or(0.0), b.score.unwrap_or(0.0));
+                x.total_cmp(&y).then_with(|| a.zone.cmp(&b.zone))
+            })
+            .map(|h| h.zone.clone());
+        if let Some(from) = worst {
+            let eligible = |z: &ZoneId| {
+                *z != from
+                    && status(z) == ZoneStatus::Active
+                    && score_of(z).is_some_and(|s| s >= cfg.cutoff)
+            };
+            let preferred = cfg
+                .fallback_order
+                .get(&from)
+                .and_then(|order| order.iter().find(|z| eligible(z)).cloned());
+            let target = preferred.or_else(|| {
+                zones
+                    .keys()
+                    .filter(|z| eligible(z))
+                    .max_by(|a, b| {
+                        let (x, y) = (score_of(a).unwrap_or(0.0), score_of(b).unwrap_or(0.0));
+                        // Ties go to the first zone by name.
+                        x.total_cmp(&y).then_with(|| b.cmp(a))
+                    })
+                    .cloned()
+            });
+            let Some(to) = target else {
+                out.no_target = Some(from);
+                return out;
+            };
+            let periods = runs.remove(&from).map(|r| r.0).unwrap_or_default();
+            let first_bad_ms = periods
+                .last()
+                .map(|s| s.period_end_ms.saturating_sub(p))
+                .unwrap_or(newest);
+            out.proposal = Some(Proposal {
+                reason: format!(
+                    "zone {from} scored below {} for {} consecutive periods (latest {:.2}); {to} scores {:.2}",
+                    cfg.cutoff,
+                    periods.len(),
+                    score_of(&from).unwrap_or(0.0),
+                    score_of(&to).unwrap_or(0.0),
+                ),
+                evidence: Evidence {
+                    zone: from.clone(),
+                    trigger: "below_cutoff".into(),
+                    threshold: cfg.cutoff,
+                    periods,
+                    target_score: score_of(&to),
+                    target: Some(to.clone()),
+                    assessed_at_ms: now_ms,
+                },
+                decision: Decision::Failover { from, to },
+                first_bad_ms,
+            });
+            return out;
+        }
+
+        // Failback: only when enabled, the first failed-over zone that
+        // stayed healthy long enough.
+        if cfg.auto_failback {
+            let back = out
+                .zones
+                .iter()
+                .filter(|h| matches!(status(&h.zone), ZoneStatus::FailedOver { .. }))
+                .find(|h| h.good_periods >= cfg.failback_periods)
+                .map(|h| h.zone.clone());
+            if let Some(zone) = back {
+                let periods = runs.remove(&zone).map(|r| r.1).unwrap_or_default();
+                let first_bad_ms = periods
+                    .last()
+                    .map(|s| s.period_end_ms.saturating_sub(p))
+                    .unwrap_or(newest);
+                out.proposal = Some(Proposal {
+                    reason: format!(
+                        "zone {zone} scored above {} for {} consecutive periods (latest {:.2})",
+                        cfg.failback_threshold,
+                        periods.len(),
+                        score_of(&zone).unwrap_or(0.0),
+                    ),
+                    evidence: Evidence {
+                        zone: zone.clone(),
+                        trigger: "above_failback_threshold".into(),
+                        threshold: cfg.failback_threshold,
+                        periods,
+                        target: None,
+                        target_score: None,
+                        assessed_at_ms: now_ms,
+                    },
+                    decision: Decision::Failback { zone },
+                    first_bad_ms,
+                });
+            }
+        }
+        out
+    }
+
+    /// Reporters currently in the window.
+    pub fn reporters(&self) -> usize {
+        self.reporters.len()
+    }
+}
+
+impl ZoneObservation {
+    /// NaN or infinite numbers make an observation worthless, not alarming:
+    /// it is dropped rather than read as an outage.
+    fn is_finite(&self) -> bool {
+        self.gw_error_rate.is_finite()
+            && self.timeout_rate.is_finite()
+            && self.gpu_health.is_finite()
+    }
+}
+
+/// Aggregate observations of one zone in one period: error and timeout
+/// rates weighted by requests, GPU health averaged over reporters. Without
+/// any requests the rates carry no evidence and the score is the GPU
+/// health alone (an idle zone is judged by its backends, not scored as
+/// perfect).
+fn aggregate<'a>(
+    cfg: &FailoverConfig,
+    end: u64,
+    obs: impl Iterator<Item = &'a ZoneObservation>,
+) -> PeriodScore {
+    let clamp = |x: f64| x.clamp(0.0, 1.0);
+    let (mut n, mut req, mut err, mut tmo, mut gpu) = (0u32, 0u64, 0.0, 0.0, 0.0);
+    for o in obs {
+        n += 1;
+        req += o.requests;
+        let w = o.requests as f64;
+        err += w * clamp(o.gw_error_rate);
+        tmo += w * clamp(o.timeout_rate);
+        gpu += clamp(o.gpu_health);
+    }
+    let mut out = PeriodScore::unknown(end);
+    if n == 0 {
+        return out;
+    }
+    let gpu = gpu / f64::from(n);
+    let w = cfg.weights;
+    let score = if req > 0 {
+        let (err, tmo) = (err / req as f64, tmo / req as f64);
+        out.gw_error_rate = Some(err);
+        out.timeout_rate = Some(tmo);
+        (w.gw_error * (1.0 - err) + w.timeout * (1.0 - tmo) + w.gpu * gpu)
+            / (w.gw_error + w.timeout + w.gpu)
+    } else {
+        gpu
+    };
+    out.score = Some(score);
+    out.gpu_health = Some(gpu);
+    out.requests = req;
+    out.reporters = n;
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: u64 = 1000;
+    const ZONES: [&str; 3] = ["az-a", "az-b", "az-c"];
+
+    fn z(name: &str) -> ZoneId {
+        ZoneId::new(name)
+    }
+
+    fn cfg() -> FailoverConfig {
+        FailoverConfig {
+            period: Duration::from_millis(P),
+            ..FailoverConfig::default()
+        }
+    }
+
+    /// An observation whose score is exactly `score` under default weights.
+    fn at(zone: &str, score: f64) -> ZoneObservation {
+        ZoneObservation {
+            zone: z(zone),
+            gw_error_rate: 1.0 - score,
+            timeout_rate: 1.0 - score,
+            gpu_health: score,
+            requests: 10,
+        }
+    }
+
+    fn active() -> BTreeMap<ZoneId, ZoneStatus> {
+        ZONES.iter().map(|n| (z(n), ZoneStatus::Active)).collect()
+    }
+
+    /// Node i+1 lives in ZONES[i] and reports its own zone's score for
+    /// every period (oldest first, ending at P, 2P, ...); one report per
+    /// node carrying the rest as history.
+    fn detector_from(periods: &[[f64; 3]], c: &FailoverConfig) -> (Detector, u64) {
+        let mut d = Detector::new(0);
+        let last = periods.len() as u64 * P;
+        let now = last + c.grace_ms() + 50;
+        for (i, zone) in ZONES.iter().enumerate() {
+            let mut history: Vec<PeriodObservations> = periods
+                .iter()
+                .enumerate()
+                .map(|(k, scores)| PeriodObservations {
+                    period_end_ms: (k as u64 + 1) * P,
+                    zones: vec![at(zone, scores[i])],
+                })
+                .collect();
+            let Some(current) = history.pop() else {
+                continue;
+            };
+            let report = Report {
+                node: i as NodeId + 1,
+                period_end_ms: current.period_end_ms,
+                zones: current.zones,
+                history,
+            };
+            d.ingest(c, &z(zone), &report, now);
+        }
+        (d, now)
+    }
+
+    fn decision_of(a: &Assessment) -> Option<(String, String)> {
+        a.proposal.as_ref().map(|p| match &p.decision {
+            Decision::Failover { from, to } => (from.to_string(), to.to_string()),
+            Decision::Failback { zone } => ("failback".into(), zone.to_string()),
+            other => (other.kind().into(), String::new()),
+        })
+    }
+
+    #[test]
+    fn detector_table() {
+        const OK: f64 = 0.9;
+        const BAD: f64 = 0.1;
+        // (name, per-period scores of az-a, az-b, az-c oldest first,
+        //  expected failover, expected fail static)
+        type Case = (
+            &'static str,
+            Vec<[f64; 3]>,
+            Option<(&'static str, &'static str)>,
+            bool,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "exactly three bad periods fail over",
+                vec![
+                    [OK, OK, 0.8],
+                    [BAD, OK, 0.8],
+                    [BAD, OK, 0.8],
+                    [BAD, OK, 0.8],
+                ],
+                Some(("az-a", "az-b")),
+                false,
+            ),
+            (
+                "two bad periods do not",
+                vec![[OK, OK, OK], [OK, OK, OK], [BAD, OK, OK], [BAD, OK, OK]],
+                None,
+                false,
+            ),
+            (
+                "a single good period resets the count",
+                vec![
+                    [BAD, OK, OK],
+                    [BAD, OK, OK],
+                    [OK, OK, OK],
+                    [BAD, OK, OK],
+                    [BAD, OK, OK],
+                ],
+                None,
+                false,
+            ),
+            (
+                "three bad periods after a good one fail over",
+                vec![
+                    [BAD, OK, OK],
+                    [OK, OK, OK],
+                    [BAD, OK, OK],
+                    [BAD, OK, OK],
+                    [BAD, OK, OK],
+                ],
+                Some(("az-a", "az-b")),
+                false,
+            ),
+            (
+                "a score exactly at the cutoff is not bad",
+                vec![[0.4, OK, OK], [0.4, OK, OK], [0.4, OK, OK]],
+                None,
+                false,
+            ),
+            (
+                "every zone below the cutoff fails static",
+                vec![[BAD, 0.2, 0.3], [BAD, 0.2, 0.3], [BAD, 0.2, 0.3]],
+                None,
+                true,
+            ),
+            (
+                "every zone below the cutoff for one period only fails static then",
+                vec![[BAD, OK, OK], [BAD, OK, OK], [BAD, 0.3, 0.3]],
+                None,
+                true,
+            ),
+            (
+                "the worst of two bad zones fails over to the good one",
+                vec![[0.3, BAD, OK], [0.3, BAD, OK], [0.3, BAD, OK]],
+                Some(("az-b", "az-c")),
+                false,
+            ),
+            (
+                "the target is the healthiest active zone",
+                vec![[BAD, 0.6, 0.95], [BAD, 0.6, 0.95], [BAD, 0.6, 0.95]],
+                Some(("az-a", "az-c")),
+                false,
+            ),
+            (
+                "equal targets: the first by name",
+                vec![[OK, BAD, OK], [OK, BAD, OK], [OK, BAD, OK]],
+                Some(("az-b", "az-a")),
+                false,
+            ),
+        ];
+        let c = cfg();
+        for (name, periods, expect, fail_static) in cases {
+            let (d, now) = detector_from(&periods, &c);
+            let a = d.assess(&c, &active(), now);
+            let got = decision_of(&a);
+            assert_eq!(
+                got,
+                expect.map(|(f, t)| (f.to_string(), t.to_string())),
+                "{name}: {:#?}",
+                a.zones
+            );
+            assert_eq!(a.fail_static, fail_static, "{name}");
+            assert_eq!(a.period_end_ms, periods.len() as u64 * P, "{name}");
+        }
+    }
+
+    #[test]
+    fn failover_carries_per_period_evidence_and_onset() {
+        let c = cfg();
+        let (d, now) = detector_from(
+            &[[0.9; 3], [0.2, 0.9, 0.9], [0.1, 0.9, 0.9], [0.3, 0.9, 0.9]],
+            &c,
+        );
+        let a = d.assess(&c, &active(), now);
+        let p = a.proposal.unwrap();
+        let ends: Vec<u64> = p.evidence.periods.iter().map(|s| s.period_end_ms).collect();
+        assert_eq!(ends, [4 * P, 3 * P, 2 * P], "newest first");
+        let scores: Vec<f64> = p
+            .evidence
+            .periods
+            .iter()
+            .map(|s| s.score.unwrap())
+            .collect();
+        for (got, want) in scores.iter().zip([0.3, 0.1, 0.2]) {
+            assert!((got - want).abs() < 1e-9, "{scores:?}");
+        }
+        assert_eq!(p.first_bad_ms, P, "the run started when period 2 began");
+        assert_eq!(p.evidence.target, Some(z("az-b")));
+        assert_eq!(p.evidence.trigger, "below_cutoff");
+        let a_health = &a.zones[0];
+        assert_eq!(a_health.bad_periods, 3);
+        assert_eq!(a_health.reporters, 1);
+        assert!(serde_json::to_string(&p.evidence)
+            .unwrap()
+            .contains("\"periods\""));
+    }
+
+    #[test]
+    fn fallback_order_is_preferred_when_its_zone_is_healthy() {
+        let mut c = cfg();
+        c.fallback_order
+            .insert(z("az-a"), vec![z("az-c"), z("az-b")]);
+        let periods = vec![[0.1, 0.95, 0.5]; 3];
+        let (d, now) = detector_from(&periods, &c);
+        let a = d.assess(&c, &active(), now);
+        assert_eq!(decision_of(&a), Some(("az-a".into(), "az-c".into())));
+        // A preferred zone below the cutoff is skipped.
+        let periods = vec![[0.1, 0.95, 0.39]; 3];
+        let (d, now) = detector_from(&periods, &c);
+        assert_eq!(
+            decision_of(&d.assess(&c, &active(), now)),
+            Some(("az-a".into(), "az-b".into()))
+        );
+    }
+
+    #[test]
+    fn no_active_healthy_target_means_no_decision() {
+        let c = cfg();
+        let (d, now) = detector_from(&[[0.1, 0.1, 0.9]; 3], &c);
+        let mut zones = active();
+        // az-c is failed over (to az-b): not a target even though healthy.
+        zones.insert(z("az-c"), ZoneStatus::FailedOver { target: z("az-b") });
+        let a = d.assess(&c, &zones, now);
+        assert_eq!(a.proposal, None);
+        assert_eq!(a.no_target, Some(z("az-a")));
+        assert!(!a.fail_static);
+    }
+
+    #[test]
+    fn failback_table() {
+        // (name, auto_failback, az-a's scores while failed over, expected)
+        let cases: Vec<(&str, bool, Vec<f64>, bool)> = vec![
+            ("healthy for failback_periods", true, vec![0.9; 5], true),
+            (
+                "one period short",
+                true,
+                vec![0.1, 0.9, 0.9, 0.9, 0.9],
+                false,
+            ),
+            (
+                "exactly at the threshold is not healthy",
+                true,
+                vec![0.7; 5],
+                false,
+            ),
+            ("just above the threshold", true, vec![0.71; 5], true),
+            ("disabled by default", false, vec![0.9; 5], false),
+        ];
+        for (name, enabled, scores, expect) in cases {
+            let c = FailoverConfig {
+                auto_failback: enabled,
+                ..cfg()
+            };
+            let periods: Vec<[f64; 3]> = scores.iter().map(|s| [*s, 0.9, 0.9]).collect();
+            let (d, now) = detector_from(&periods, &c);
+            let mut zones = active();
+            zones.insert(z("az-a"), ZoneStatus::FailedOver { target: z("az-b") });
+            let a = d.assess(&c, &zones, now);
+            let want = expect.then(|| ("failback".to_string(), "az-a".to_string()));
+            assert_eq!(decision_of(&a), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_failed_over_zone_is_not_failed_over_again() {
+        let c = cfg();
+        let (d, now) = detector_from(&[[0.1, 0.9, 0.9]; 4], &c);
+        let mut zones = active();
+        zones.insert(z("az-a"), ZoneStatus::FailedOver { target: z("az-b") });
+        assert_eq!(d.assess(&c, &zones, now).proposal, None);
+    }
+
+    /// Nodes 1 (az-a) and 2 (az-b) report both zones each period; node 3
+    /// (az-c) reported only up to `c_until`.
+    fn silent_c(c: &FailoverConfig, periods: u64, c_until: u64, listening_since: u64) -> Detector {
+        let mut d = Detector::new(listening_since);
+        for k in 1..=periods {
+            let end = k * P;
+            let now = end + 10;
+            for (node, zone) in [(1, "az-a"), (2, "az-b")] {
+                let report = Report {
+                    node,
+                    period_end_ms: end,
+                    zones: vec![at("az-a", 0.9), at("az-b", 0.9)],
+                    history: Vec::new(),
+                };
+                d.ingest(c, &z(zone), &report, now);
+            }
+            if k <= c_until {
+                let report = Report {
+                    node: 3,
+                    period_end_ms: end,
+                    zones: vec![at("az-c", 0.9)],
+                    history: Vec::new(),
+                };
+                d.ingest(c, &z("az-c"), &report, now);
+            }
+        }
+        d
+    }
+
+    #[test]
+    fn a_silent_unreachable_zone_scores_zero_once_settled() {
+        let c = cfg();
+        let d = silent_c(&c, 6, 2, 0);
+        // Periods 3..=6 are silent; 6 is the newest and may still be in
+        // flight, so 3, 4, 5 count: exactly three.
+        let a = d.assess(&c, &active(), 6 * P + c.grace_ms() + 10);
+        let h = &a.zones[2];
+        assert_eq!((h.score, h.silent, h.bad_periods), (Some(0.0), true, 3));
+        assert_eq!(decision_of(&a), Some(("az-c".into(), "az-a".into())));
+        // One period earlier: only 3 and 4 are settled.
+        let d = silent_c(&c, 5, 2, 0);
+        let a = d.assess(&c, &active(), 5 * P + c.grace_ms() + 10);
+        assert_eq!(a.zones[2].bad_periods, 2);
+        assert_eq!(a.proposal, None);
+    }
+
+    #[test]
+    fn silence_before_the_leader_listened_is_no_evidence() {
+        let c = cfg();
+        let d = silent_c(&c, 6, 2, 3 * P);
+        let a = d.assess(&c, &active(), 6 * P + c.grace_ms() + 10);
+        // Period 3 began at 2P, before the leader listened; 4 and 5 count;
+        // 6 is the newest and may still be in flight.
+        assert_eq!(a.zones[2].bad_periods, 2);
+        assert_eq!(a.proposal, None);
+    }
+
+    #[test]
+    fn silence_without_any_observations_is_no_evidence() {
+        // Sources not wired: every node sends empty reports; node 3 stops.
+        let c = cfg();
+        let mut d = Detector::new(0);
+        for k in 1..=8 {
+            for node in [1, 2] {
+                let report = Report {
+                    node,
+                    period_end_ms: k * P,
+                    zones: Vec::new(),
+                    history: Vec::new(),
+                };
+                d.ingest(&c, &z(ZONES[node as usize - 1]), &report, k * P);
+            }
+        }
+        let a = d.assess(&c, &active(), 8 * P + 300);
+        assert!(a.zones.iter().all(|h| h.score.is_none()), "{:?}", a.zones);
+        assert_eq!(a.proposal, None);
+        assert!(!a.fail_static);
+    }
+
+    #[test]
+    fn other_zones_reaching_a_silent_zone_score_it() {
+        let c = cfg();
+        let mut d = silent_c(&c, 6, 2, 0);
+        // Node 1 also probes az-c's backends and finds them healthy.
+        for k in 1..=6 {
+            let report = Report {
+                node: 1,
+                period_end_ms: k * P,
+                zones: vec![at("az-a", 0.9), at("az-b", 0.9), at("az-c", 0.8)],
+                history: Vec::new(),
+            };
+            d.ingest(&c, &z("az-a"), &report, 6 * P + 10);
+        }
+        let a = d.assess(&c, &active(), 6 * P + c.grace_ms() + 10);
+        let h = &a.zones[2];
+        assert!(!h.silent);
+        assert!((h.score.unwrap() - 0.8).abs() < 1e-9);
+        assert_eq!(a.proposal, None);
+    }
+
+    #[test]
+    fn the_newest_period_without_reports_yet_is_skipped() {
+        let c = cfg();
+        let (mut d, _) = detector_from(&[[0.1, 0.9, 0.9]; 3], &c);
+        // Period 4 has only node 2's report so far: az-a unknown there.
+        let report = Report {
+            node: 2,
+            period_end_ms: 4 * P,
+            zones: vec![at("az-b", 0.9)],
+            history: Vec::new(),
+        };
+        d.ingest(&c, &z("az-b"), &report, 4 * P + 10);
+        let a = d.assess(&c, &active(), 4 * P + c.grace_ms() + 10);
+        assert_eq!(a.zones[0].bad_periods, 3);
+        assert_eq!(a.zones[0].period_end_ms, Some(3 * P));
+        assert_eq!(decision_of(&a), Some(("az-a".into(), "az-b".into())));
+    }
+
+    #[test]
+    fn scores_weight_rates_by_requests_and_average_gpu_health() {
+        let c = cfg();
+        let mut d = Detector::new(0);
+        let obs = |err: f64, gpu: f64, requests: u64| ZoneObservation {
+            zone: z("az-a"),
+            gw_error_rate: err,
+            timeout_rate: 0.0,
+            gpu_health: gpu,
+            requests,
+        };
+        for (node, o) in [(1, obs(1.0, 0.0, 90)), (2, obs(0.0, 1.0, 10))] {
+            let report = Report {
+                node,
+                period_end_ms: P,
+                zones: vec![o],
+                history: Vec::new(),
+            };
+            d.ingest(&c, &z("az-a"), &report, P + 10);
+        }
+        let a = d.assess(&c, &active(), P + c.grace_ms() + 10);
+        let h = &a.zones[0];
+        assert_eq!(h.gw_error_rate, Some(0.9));
+        assert_eq!(h.gpu_health, Some(0.5));
+        assert_eq!(h.reporters, 2);
+        // 0.4 x 0.1 + 0.4 x 1 + 0.2 x 0.5
+        assert!((h.score.unwrap() - 0.54).abs() < 1e-9, "{h:?}");
+    }
+
+    #[test]
+    fn an_idle_zone_is_scored_by_its_backends() {
+        let c = cfg();
+        let mut d = Detector::new(0);
+        let report = Report {
+            node: 1,
+            period_end_ms: P,
+            zones: vec![ZoneObservation {
+                zone: z("az-a"),
+                gw_error_rate: 0.0,
+                timeout_rate: 0.0,
+                gpu_health: 0.2,
+                requests: 0,
+            }],
+            history: Vec::new(),
+        };
+        d.ingest(&c, &z("az-a"), &report, P + 10);
+        let h = &d.assess(&c, &active(), P + 300).zones[0];
+        assert_eq!(h.score, Some(0.2));
+        assert_eq!(h.gw_error_rate, None);
+    }
+
+    #[test]
+    fn non_finite_observations_are_dropped_not_read_as_outages() {
+        let c = cfg();
+        let mut d = Detector::new(0);
+        let mut bad = at("az-a", 0.9);
+        bad.gw_error_rate = f64::NAN;
+        let report = Report {
+            node: 1,
+            period_end_ms: P,
+            zones: vec![bad, at("az-b", 0.9)],
+            history: Vec::new(),
+        };
+        d.ingest(&c, &z("az-a"), &report, P + 10);
+        let a = d.assess(&c, &active(), P + 300);
+        assert_eq!(a.zones[0].score, None);
+        assert!(a.zones[1].score.is_some());
+    }
+
+    #[test]
+    fn the_window_forgets_old_periods_and_snaps_unaligned_ones() {
+        let c = cfg();
+        let mut d = Detector::new(0);
+        let report = Report {
+            node: 1,
+            period_end_ms: 1500,
+            zones: vec![at("az-a", 0.1)],
+            history: vec![PeriodObservations {
+                period_end_ms: 10,
+                zones: vec![at("az-a", 0.1)],
+            }],
+        };
+        d.ingest(&c, &z("az-a"), &report, 2000);
+        let a = d.assess(&c, &active(), 2000 + 300);
+        assert_eq!(a.zones[0].period_end_ms, Some(2000), "1500 snaps to 2000");
+        assert_eq!(a.zones[0].bad_periods, 2, "10 snaps to 1000");
+        d.prune(&c, 2000 + 20 * P);
+        assert_eq!(d.reporters(), 0);
+    }
+
+    #[test]
+    fn period_end_is_aligned() {
+        assert_eq!(period_end(0, 1000), 0);
+        assert_eq!(period_end(1, 1000), 1000);
+        assert_eq!(period_end(1000, 1000), 1000);
+        assert_eq!(period_end(1001, 1000), 2000);
+    }
+
+    #[test]
+    fn config_validation_names_the_key() {
+        let cases: Vec<(&str, FailoverConfig)> = vec![
+            (
+                "cutoff",
+                FailoverConfig {
+                    cutoff: 1.5,
+                    ..cfg()
+                },
+            ),
+            (
+                "failback_threshold",
+                FailoverConfig {
+                    failback_threshold: 0.3,
+                    ..cfg()
+                },
+            ),
+            (
+                "min_periods",
+                FailoverConfig {
+                    min_periods: 0,
+                    ..cfg()
+                },
+            ),
+            (
+                "history_periods",
+                FailoverConfig {
+                    history_periods: 5,
+                    ..cfg()
+                },
+            ),
+            (
+                "weights",
+                FailoverConfig {
+                    weights: ScoreWeights {
+                        gw_error: 0.0,
+                        timeout: 0.0,
+                        gpu: 0.0,
+                    },
+                    ..cfg()
+                },
+            ),
+            (
+                "period",
+                FailoverConfig {
+                    period: Duration::ZERO,
+                    ..cfg()
+                },
+            ),
+        ];
+        for (key, c) in cases {
+            assert_eq!(c.validate().map_err(|e| e.key), Err(key));
+        }
+        assert_eq!(FailoverConfig::default().validate(), Ok(()));
+        let limits = FailoverConfig::default().limits();
+        assert_eq!((limits.max_auto_failed_over, limits.dwell_ms), (1, 60_000));
+    }
+}

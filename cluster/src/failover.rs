@@ -1,0 +1,411 @@
+//! Automatic failover at run time: every node's reporter (observations to
+//! the leader each period), the leader's assessment loop (detector →
+//! dry run → propose), and the status the binary exports.
+//!
+//! The deciding happens in [`crate::detect`] (scores) and
+//! [`crate::state`] (safety rules); this module only moves observations,
+//! keeps counters and proposes.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use openraft::ServerState;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::command::{Command, Origin, RejectRule};
+use crate::detect::{
+    period_end, Detector, FailoverConfig, PeriodObservations, Report, ZoneHealth, ZoneObservation,
+};
+use crate::network::Network;
+use crate::node::{propose_with, ProposeError, Timing};
+use crate::state::ClusterState;
+use crate::types::alias::Raft;
+use crate::types::Member;
+use crate::view::{NodeId, ZoneId};
+
+/// Where a node's per-period observations come from: called once per
+/// period, it returns what this node saw of each zone since the last call.
+/// It must not block (it runs on the reporter task).
+pub type ObservationSource = Arc<dyn Fn() -> Vec<ZoneObservation> + Send + Sync>;
+
+/// The answer to a report: the leader's latest assessment, so followers
+/// can show zone scores too.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReportAck {
+    /// Whether the receiver leads (and so ingested the report).
+    pub leader: bool,
+    /// The receiver's latest assessment (empty unless it leads).
+    pub zones: Vec<ZoneHealth>,
+    pub period_end_ms: Option<u64>,
+}
+
+/// The detector's state as the binary exports it (admin API, metrics).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FailoverStatus {
+    /// Whether this node assessed `zones` itself (it leads).
+    pub assessed_here: bool,
+    /// Per-zone health: on the leader its own assessment; on a follower the
+    /// leader's, as returned for this node's last report (at most about a
+    /// period old); empty before either exists.
+    pub zones: Vec<ZoneHealth>,
+    /// End of the period `zones` describe.
+    pub period_end_ms: Option<u64>,
+    /// The latest assessment found every zone below the cutoff.
+    pub fail_static: bool,
+    /// Periods assessed in fail static on this node (while leading).
+    pub fail_static_periods: u64,
+    /// Automatic decisions this node proposed / that committed and applied
+    /// / that a safety rule refused at apply time.
+    pub auto_proposed: u64,
+    pub auto_applied: u64,
+    pub auto_refused: u64,
+    /// From the start of the first bad period to the commit of the last
+    /// automatic failover this node proposed.
+    pub last_detect_latency: Option<Duration>,
+    /// Reports this node sent / that failed / that it received.
+    pub reports_sent: u64,
+    pub reports_failed: u64,
+    pub reports_received: u64,
+}
+
+/// What the reporter, the leader loop and the report RPC share.
+pub struct Failover {
+    me: NodeId,
+    config: Mutex<FailoverConfig>,
+    source: Mutex<Option<ObservationSource>>,
+    /// The detector while this node leads, tagged with the term it leads:
+    /// a new term starts a new window (silence heard as a follower is no
+    /// evidence).
+    detector: Mutex<Option<(u64, Detector)>>,
+    status: Mutex<FailoverStatus>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every update under these locks is a plain assignment; a panic while
+    // holding one cannot leave a half-made value worth refusing to read.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Milliseconds since the Unix epoch (the leader's stamp, the reporters'
+/// period ends).
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+impl Failover {
+    pub(crate) fn new(me: NodeId, config: FailoverConfig) -> Self {
+        Self {
+            me,
+            config: Mutex::new(config),
+            source: Mutex::new(None),
+            detector: Mutex::new(None),
+            status: Mutex::new(FailoverStatus::default()),
+        }
+    }
+
+    pub(crate) fn config(&self) -> FailoverConfig {
+        lock(&self.config).clone()
+    }
+
+    pub(crate) fn set_config(&self, config: FailoverConfig) {
+        *lock(&self.config) = config;
+    }
+
+    pub(crate) fn set_source(&self, source: ObservationSource) {
+        *lock(&self.source) = Some(source);
+    }
+
+    pub(crate) fn status(&self) -> FailoverStatus {
+        lock(&self.status).clone()
+    }
+
+    /// Run `f` on the detector of `term`, starting a fresh one (listening
+    /// from `now_ms`) when this node just began leading.
+    fn with_detector<R>(&self, term: u64, now_ms: u64, f: impl FnOnce(&mut Detector) -> R) -> R {
+        let mut slot = lock(&self.detector);
+        if slot.as_ref().map(|(t, _)| *t) != Some(term) {
+            *slot = None;
+        }
+        let (_, detector) = slot.get_or_insert_with(|| (term, Detector::new(now_ms)));
+        f(detector)
+    }
+
+    fn stop_leading(&self) {
+        if lock(&self.detector).take().is_some() {
+            lock(&self.status).assessed_here = false;
+        }
+    }
+
+    /// A report from a node in `zone` (over RPC, or this node's own).
+    pub(crate) fn receive(
+        &self,
+        leading_term: Option<u64>,
+        zone: &ZoneId,
+        report: &Report,
+        now_ms: u64,
+    ) -> ReportAck {
+        let Some(term) = leading_term else {
+            return ReportAck {
+                leader: false,
+                zones: Vec::new(),
+                period_end_ms: None,
+            };
+        };
+        let config = self.config();
+        self.with_detector(term, now_ms, |d| d.ingest(&config, zone, report, now_ms));
+        let mut status = lock(&self.status);
+        status.reports_received += 1;
+        ReportAck {
+            leader: true,
+            zones: status.zones.clone(),
+            period_end_ms: status.period_end_ms,
+        }
+    }
+}
+
+/// What the two loops need from the node.
+pub(crate) struct Loops {
+    pub failover: Arc<Failover>,
+    pub raft: Raft,
+    pub network: Network,
+    pub members: Arc<BTreeMap<NodeId, Member>>,
+    pub timing: Timing,
+    pub state_rx: watch::Receiver<Arc<ClusterState>>,
+    pub stop: watch::Receiver<bool>,
+}
+
+/// Sleep until `offset_ms` after the next aligned period boundary; returns
+/// that boundary, or `None` when the node stops.
+async fn next_tick(
+    stop: &mut watch::Receiver<bool>,
+    period_ms: u64,
+    offset_ms: u64,
+) -> Option<u64> {
+    let now = now_ms();
+    let boundary = (now / period_ms + 1) * period_ms;
+    let wait = Duration::from_millis(boundary + offset_ms - now);
+    tokio::select! {
+        _ = stop.wait_for(|s| *s) => None,
+        _ = tokio::time::sleep(wait) => Some(boundary),
+    }
+}
+
+impl Loops {
+    fn me(&self) -> NodeId {
+        self.failover.me
+    }
+
+    fn zone_of(&self, id: NodeId) -> Option<ZoneId> {
+        self.members.get(&id).map(|m| m.zone.clone())
+    }
+
+    /// Every period: collect this node's observations and send them with
+    /// their history to the leader (or ingest them, on the leader).
+    pub(crate) async fn report(self) {
+        let mut history: VecDeque<PeriodObservations> = VecDeque::new();
+        let mut stop = self.stop.clone();
+        loop {
+            let config = self.failover.config();
+            let Some(boundary) = next_tick(&mut stop, config.period_ms(), 0).await else {
+                return;
+            };
+            if !config.enabled {
+                continue;
+            }
+            let source = lock(&self.failover.source).clone();
+            let zones = source.map(|f| f()).unwrap_or_default();
+            let end = period_end(boundary, config.period_ms());
+            let report = Report {
+                node: self.me(),
+                period_end_ms: end,
+                zones: zones.clone(),
+                history: history.iter().cloned().collect(),
+            };
+            history.push_back(PeriodObservations {
+                period_end_ms: end,
+                zones,
+            });
+            while history.len() > config.history_periods as usize {
+                history.pop_front();
+            }
+            self.send(report, &config).await;
+        }
+    }
+
+    async fn send(&self, report: Report, config: &FailoverConfig) {
+        let (leader, term, leading) = {
+            let m = self.raft.metrics();
+            let m = m.borrow();
+            (
+                m.current_leader,
+                m.current_term,
+                m.state == ServerState::Leader,
+            )
+        };
+        let Some(my_zone) = self.zone_of(self.me()) else {
+            return;
+        };
+        if leading {
+            self.failover
+                .receive(Some(term), &my_zone, &report, now_ms());
+            return;
+        }
+        let Some(leader) = leader else { return };
+        let Some(addr) = self.members.get(&leader).map(|m| m.raft_addr.clone()) else {
+            return;
+        };
+        // A report later than a period is worthless; the next one carries
+        // this one as history.
+        let ttl = config.period.min(Duration::from_secs(2));
+        match self.network.send_report(leader, &addr, &report, ttl).await {
+            Ok(ack) => {
+                let mut status = lock(&self.failover.status);
+                status.reports_sent += 1;
+                if ack.leader && !status.assessed_here {
+                    status.zones = ack.zones;
+                    status.period_end_ms = ack.period_end_ms;
+                }
+            }
+            Err(e) => {
+                lock(&self.failover.status).reports_failed += 1;
+                tracing::debug!(leader, error = %e, "zone report not delivered");
+            }
+        }
+    }
+
+    /// Every period, a grace after its end, on the leader only: assess and
+    /// propose at most one automatic decision.
+    pub(crate) async fn lead(self) {
+        let mut stop = self.stop.clone();
+        let mut last_refusal: Option<(String, RejectRule)> = None;
+        let mut last_no_target: Option<ZoneId> = None;
+        loop {
+            let config = self.failover.config();
+            let Some(_) = next_tick(&mut stop, config.period_ms(), config.grace_ms()).await else {
+                return;
+            };
+            let (leading, term, quorum_ms) = {
+                let m = self.raft.metrics();
+                let m = m.borrow();
+                (
+                    m.state == ServerState::Leader,
+                    m.current_term,
+                    m.millis_since_quorum_ack,
+                )
+            };
+            if !leading || !config.enabled {
+                self.failover.stop_leading();
+                continue;
+            }
+            let now = now_ms();
+            let state = self.state_rx.borrow().clone();
+            let assessment = self.failover.with_detector(term, now, |d| {
+                d.prune(&config, now);
+                d.assess(&config, state.zones(), now)
+            });
+            {
+                let mut status = lock(&self.failover.status);
+                status.assessed_here = true;
+                status.zones = assessment.zones.clone();
+                status.period_end_ms = Some(assessment.period_end_ms);
+                if assessment.fail_static {
+                    // One event, one place: the counter the binary exports
+                    // moves every period; the warning is logged on entry.
+                    status.fail_static_periods += 1;
+                    if !status.fail_static {
+                        tracing::warn!(
+                            period_end_ms = assessment.period_end_ms,
+                            cutoff = config.cutoff,
+                            "every zone scores below the cutoff: failing static, no automatic decision"
+                        );
+                    }
+                } else if status.fail_static {
+                    tracing::info!("a zone scores above the cutoff again: fail static ends");
+                }
+                status.fail_static = assessment.fail_static;
+            }
+            if assessment.no_target != last_no_target {
+                if let Some(zone) = &assessment.no_target {
+                    tracing::warn!(%zone, "zone should fail over but no active zone is healthy enough to take it");
+                }
+                last_no_target = assessment.no_target.clone();
+            }
+            let Some(proposal) = assessment.proposal else {
+                last_refusal = None;
+                continue;
+            };
+            // 0.9 has no check-quorum: a leader cut off from its quorum
+            // still believes it leads. Decide only while a quorum answered
+            // within the election timeout.
+            let max_ms =
+                u64::try_from(self.timing.election_timeout_max.as_millis()).unwrap_or(u64::MAX);
+            if quorum_ms.is_none_or(|ms| ms > max_ms) {
+                tracing::info!(
+                    decision = ?proposal.decision,
+                    ?quorum_ms,
+                    "not proposing: no quorum heard within the election timeout"
+                );
+                continue;
+            }
+            let evidence = serde_json::to_string(&proposal.evidence).unwrap_or_default();
+            let cmd = Command::automatic(
+                proposal.decision.clone(),
+                format!("detector:{}", self.me()),
+                proposal.reason.clone(),
+                config.limits(),
+            )
+            .if_version(state.decision_version())
+            .with_evidence(evidence);
+            // Dry run against the applied state first: a decision the rules
+            // refuse (frozen, dwell, limit) would otherwise be committed as
+            // a refusal every period.
+            if let Err(r) = state.check(&cmd.clone().stamped(now)) {
+                let key = (
+                    proposal
+                        .decision
+                        .zones()
+                        .first()
+                        .map(ZoneId::to_string)
+                        .unwrap_or_default(),
+                    r.rule,
+                );
+                if last_refusal.as_ref() != Some(&key) {
+                    tracing::info!(decision = ?proposal.decision, rule = r.rule.name(), message = r.message, "automatic decision held back by a safety rule");
+                    last_refusal = Some(key);
+                }
+                continue;
+            }
+            last_refusal = None;
+            lock(&self.failover.status).auto_proposed += 1;
+            tracing::info!(decision = ?proposal.decision, reason = proposal.reason, "proposing automatic decision");
+            match propose_with(&self.raft, &self.timing, &self.members, cmd).await {
+                Ok(applied) => {
+                    let latency =
+                        Duration::from_millis(now_ms().saturating_sub(proposal.first_bad_ms));
+                    let mut status = lock(&self.failover.status);
+                    status.auto_applied += 1;
+                    if matches!(proposal.decision, crate::command::Decision::Failover { .. }) {
+                        status.last_detect_latency = Some(latency);
+                    }
+                    tracing::info!(
+                        version = applied.version,
+                        decision = ?proposal.decision,
+                        origin = Origin::Automatic.name(),
+                        detect_seconds = latency.as_secs_f64(),
+                        "automatic decision committed"
+                    );
+                }
+                Err(ProposeError::Rejected { rule, message }) => {
+                    lock(&self.failover.status).auto_refused += 1;
+                    tracing::info!(rule = rule.name(), message, "automatic decision refused");
+                }
+                Err(e) => tracing::warn!(error = %e, "automatic decision not committed"),
+            }
+        }
+    }
+}
