@@ -79,6 +79,35 @@ async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
             s.millis_since_quorum_ack
                 .map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX)),
         );
+        let f = node.failover_status();
+        for z in &f.zones {
+            for (component, value) in [
+                ("score", z.score),
+                ("gw_error_rate", z.gw_error_rate),
+                ("timeout_rate", z.timeout_rate),
+                ("gpu_health", z.gpu_health),
+            ] {
+                if let Some(v) = value {
+                    m.zone_health_score
+                        .with_label_values(&[z.zone.as_str(), component])
+                        .set(v);
+                }
+            }
+        }
+        if let Some(d) = f.last_detect_latency {
+            m.failover_detect_seconds.set(d.as_secs_f64());
+        }
+        m.failover_fail_static_periods
+            .set(i64::try_from(f.fail_static_periods).unwrap_or(i64::MAX));
+        for (outcome, n) in [
+            ("proposed", f.auto_proposed),
+            ("applied", f.auto_applied),
+            ("refused", f.auto_refused),
+        ] {
+            m.failover_auto_decisions
+                .with_label_values(&[outcome])
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
     }
     // Gauges of live state are read at scrape time, not kept per request.
     for b in gw.routes.load().backends.iter() {

@@ -123,6 +123,16 @@ impl Backend {
         self.cooldown_until_ms.load(Ordering::Relaxed)
     }
 
+    /// 0–1: how much GPU capacity this backend offers the zone score. An
+    /// ejected backend offers none; a busy one (429) still counts.
+    pub fn gpu_health(&self, _now_ms: u64) -> f64 {
+        if self.is_up() {
+            1.0
+        } else {
+            0.0
+        }
+    }
+
     /// p2c's load figure: requests in flight (this one included) × latency.
     pub fn cost(&self, now_ms: u64) -> f64 {
         (self.in_flight() + 1) as f64 * self.latency_ewma_ms(now_ms)

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use http::uri::{Authority, Scheme};
 use serde::Deserialize;
-use zonegate_cluster::{Member, Role as MemberRole, ZoneId};
+use zonegate_cluster::{FailoverConfig, Member, Role as MemberRole, ScoreWeights, ZoneId};
 
 /// A configuration error: which file, which key, and why.
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +98,32 @@ struct RawConfig {
     cluster: RawCluster,
     #[serde(default)]
     zones: BTreeMap<String, RawZone>,
+    #[serde(default)]
+    failover: RawFailover,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawFailover {
+    enabled: Option<bool>,
+    period: Option<String>,
+    cutoff: Option<f64>,
+    min_periods: Option<u32>,
+    weights: Option<RawWeights>,
+    auto_failback: Option<bool>,
+    failback_threshold: Option<f64>,
+    failback_periods: Option<u32>,
+    history_periods: Option<u32>,
+    max_auto_failed_over: Option<u32>,
+    dwell: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWeights {
+    gw_error: f64,
+    timeout: f64,
+    gpu: f64,
 }
 
 #[derive(Deserialize, Default)]
@@ -276,6 +302,8 @@ pub struct Config {
     pub members: Vec<Member>,
     /// Per-zone preference order of cross-zone fallback targets.
     pub fallback_order: HashMap<ZoneId, Vec<ZoneId>>,
+    /// Zone reports, the leader's detector and automatic decisions.
+    pub failover: FailoverConfig,
 }
 
 #[derive(Clone, Debug)]
@@ -519,7 +547,9 @@ impl Validator<'_> {
             let order = z.fallback_order.iter().map(|o| ZoneId::new(o)).collect();
             fallback_order.insert(ZoneId::new(&zone), order);
         }
+        let failover = self.failover(raw.failover, &fallback_order)?;
         Ok(Config {
+            failover,
             node,
             tenants,
             backends,
@@ -869,6 +899,46 @@ impl Validator<'_> {
             )?,
             passive_failures: self.positive("health.passive_failures", raw.passive_failures, 5)?,
         })
+    }
+
+    fn failover(
+        &self,
+        raw: RawFailover,
+        fallback_order: &HashMap<ZoneId, Vec<ZoneId>>,
+    ) -> Result<FailoverConfig, ConfigError> {
+        let d = FailoverConfig::default();
+        let cfg = FailoverConfig {
+            enabled: raw.enabled.unwrap_or(d.enabled),
+            period: self.duration("failover.period", raw.period.as_deref(), d.period)?,
+            weights: raw.weights.map_or(d.weights, |w| ScoreWeights {
+                gw_error: w.gw_error,
+                timeout: w.timeout,
+                gpu: w.gpu,
+            }),
+            cutoff: raw.cutoff.unwrap_or(d.cutoff),
+            min_periods: self.positive("failover.min_periods", raw.min_periods, d.min_periods)?,
+            auto_failback: raw.auto_failback.unwrap_or(d.auto_failback),
+            failback_threshold: raw.failback_threshold.unwrap_or(d.failback_threshold),
+            failback_periods: self.positive(
+                "failover.failback_periods",
+                raw.failback_periods,
+                d.failback_periods,
+            )?,
+            history_periods: self.positive(
+                "failover.history_periods",
+                raw.history_periods,
+                d.history_periods,
+            )?,
+            max_auto_failed_over: raw.max_auto_failed_over.unwrap_or(d.max_auto_failed_over),
+            dwell: self.duration("failover.dwell", raw.dwell.as_deref(), d.dwell)?,
+            fallback_order: fallback_order
+                .iter()
+                .map(|(z, o)| (z.clone(), o.clone()))
+                .collect(),
+        };
+        cfg.validate()
+            .map_err(|e| self.err(format!("failover.{}", e.key), e.reason))?;
+        Ok(cfg)
     }
 
     fn admin(&self, raw: RawAdmin) -> Result<AdminConfig, ConfigError> {

@@ -114,12 +114,24 @@ pub struct DemoNode {
 /// A loopback address with a port nobody uses right now; `127.0.0.1:0`
 /// is resolved to a concrete port because cluster members must know each
 /// other's addresses before they start.
+///
+/// The port is drawn below Linux's ephemeral range (32768+), where the
+/// kernel never hands out ports for `bind(0)` or outgoing connections, so
+/// between the check here and the child binding it, no other process's
+/// port-0 listener or client socket can take it.
 pub fn concrete_addr(addr: &str) -> anyhow::Result<String> {
     let parsed: std::net::SocketAddr = addr
         .parse()
         .with_context(|| format!("`{addr}` is not IP:port"))?;
     if parsed.port() != 0 {
         return Ok(addr.to_owned());
+    }
+    for _ in 0..64 {
+        let mut candidate = parsed;
+        candidate.set_port(fastrand::u16(20_000..32_000));
+        if let Ok(probe) = std::net::TcpListener::bind(candidate) {
+            return Ok(probe.local_addr()?.to_string());
+        }
     }
     let probe =
         std::net::TcpListener::bind(parsed).with_context(|| format!("cannot bind {addr}"))?;

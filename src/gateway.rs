@@ -7,7 +7,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use tokio::sync::watch;
-use zonegate_cluster::{ClusterNode, ClusterView};
+use zonegate_cluster::{ClusterNode, ClusterView, ZoneObservation};
 
 use crate::affinity::{PinSigner, PinTable};
 use crate::config::Config;
@@ -39,6 +39,35 @@ pub struct Gateway {
 }
 
 impl Gateway {
+    /// This period's observations of every zone, for the leader's detector:
+    /// request results since the last call (see `observe`) and the share
+    /// of each zone's backends that can take traffic, as seen from here
+    /// (probes reach every zone's backends, so a zone whose own nodes are
+    /// silent is still observed).
+    pub fn zone_observations(&self) -> Vec<ZoneObservation> {
+        let now = crate::backend::now_ms();
+        let routes = self.routes.load();
+        self.zone_stats
+            .take()
+            .into_iter()
+            .map(|(zone, counts)| {
+                let backends: Vec<_> = routes.backends.iter().filter(|b| b.zone == zone).collect();
+                let gpu_health = if backends.is_empty() {
+                    0.0
+                } else {
+                    backends.iter().map(|b| b.gpu_health(now)).sum::<f64>() / backends.len() as f64
+                };
+                ZoneObservation {
+                    gw_error_rate: counts.error_rate(),
+                    timeout_rate: counts.timeout_rate(),
+                    gpu_health,
+                    requests: counts.requests,
+                    zone,
+                }
+            })
+            .collect()
+    }
+
     /// A witness votes in the Raft group but serves no data-plane traffic.
     pub fn is_witness(&self) -> bool {
         self.cfg

@@ -103,6 +103,14 @@ pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
             }
         });
     }
+    if let Some(node) = &gateway.cluster {
+        let gw = Arc::downgrade(&gateway);
+        node.set_observation_source(Arc::new(move || {
+            gw.upgrade()
+                .map(|gw| gw.zone_observations())
+                .unwrap_or_default()
+        }));
+    }
     let mut probes = health::spawn_probes(&gateway);
     let mut stopped = stop.subscribe();
     tasks.spawn(async move {
@@ -157,6 +165,8 @@ async fn start_cluster(cfg: &Config) -> anyhow::Result<Option<ClusterNode>> {
     })
     .await
     .context("cannot start the control plane")?;
+    node.set_failover_config(cfg.failover.clone())
+        .map_err(|e| anyhow::anyhow!("failover.{}: {}", e.key, e.reason))?;
     Ok(Some(node))
 }
 

@@ -2,8 +2,8 @@
 //! set-up. Metric handles are cheap clones of one registry.
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
 };
 
 /// Log output format.
@@ -62,6 +62,10 @@ pub struct Metrics {
     pub raft_is_leader: IntGauge,
     pub raft_last_quorum_ack_ms: IntGauge,
     pub decisions: IntCounterVec,
+    pub zone_health_score: GaugeVec,
+    pub failover_detect_seconds: Gauge,
+    pub failover_fail_static_periods: IntGauge,
+    pub failover_auto_decisions: IntGaugeVec,
 }
 
 impl Default for Metrics {
@@ -119,6 +123,23 @@ impl Metrics {
                 .unwrap_or_else(|e| panic!("metric {name}: {e}"));
             g
         };
+        let zone_health_score = GaugeVec::new(
+            Opts::new(
+                "zonegate_zone_health_score",
+                "The leader's zone score (0-1) and its components, latest period",
+            ),
+            &["zone", "component"],
+        )
+        .unwrap_or_else(|e| panic!("metric: {e}"));
+        r.register(Box::new(zone_health_score.clone()))
+            .unwrap_or_else(|e| panic!("metric: {e}"));
+        let failover_detect_seconds = Gauge::new(
+            "zonegate_failover_detect_seconds",
+            "From the first bad period to the commit of the last automatic failover this node proposed",
+        )
+        .unwrap_or_else(|e| panic!("metric: {e}"));
+        r.register(Box::new(failover_detect_seconds.clone()))
+            .unwrap_or_else(|e| panic!("metric: {e}"));
         let raft_term = plain(
             "zonegate_raft_term",
             "Current Raft term as this node sees it",
@@ -209,6 +230,18 @@ impl Metrics {
                 "zonegate_decisions_total",
                 "Decisions proposed through this node's admin API, by outcome",
                 &["kind", "outcome"],
+            ),
+            zone_health_score,
+            failover_detect_seconds,
+            failover_fail_static_periods: plain(
+                "zonegate_failover_fail_static_periods",
+                "Periods this node's detector found every zone bad and decided nothing",
+            ),
+            failover_auto_decisions: gauge(
+                &r,
+                "zonegate_failover_auto_decisions",
+                "Automatic decisions this node proposed, by outcome (proposed, applied, refused)",
+                &["outcome"],
             ),
             decision_version,
             raft_term,

@@ -144,6 +144,20 @@ pub async fn cluster(
         }));
     };
     let status = node.status();
+    // Zone scores: the leader's own assessment, or the leader's as last
+    // returned to this node's report (about a period old).
+    let failover = node.failover_status();
+    let mut zones = zones;
+    for h in &failover.zones {
+        if let Some(Value::Object(z)) = zones.get_mut(h.zone.as_str()) {
+            z.insert("score".into(), json!(h.score));
+            z.insert("gw_error_rate".into(), json!(h.gw_error_rate));
+            z.insert("timeout_rate".into(), json!(h.timeout_rate));
+            z.insert("gpu_health".into(), json!(h.gpu_health));
+            z.insert("bad_periods".into(), json!(h.bad_periods));
+            z.insert("silent".into(), json!(h.silent));
+        }
+    }
     let me = json!({
         "id": status.node_id,
         "zone": status.zone,
@@ -197,6 +211,7 @@ pub async fn cluster(
         "decision_version": view.decision_version,
         "automation": view.automation,
         "zones": zones,
+        "fail_static": failover.fail_static,
         "nodes": nodes,
     }))
 }
