@@ -8,7 +8,9 @@
 mod support;
 
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::*;
@@ -23,6 +25,11 @@ struct ThreeZones {
 
 impl ThreeZones {
     async fn start() -> ThreeZones {
+        Self::start_with("").await
+    }
+
+    /// `extra` is appended to every node's config (e.g. a `[failover]` table).
+    async fn start_with(extra: &str) -> ThreeZones {
         let mut mocks = HashMap::new();
         let mut backends = String::new();
         for z in ZONES {
@@ -39,6 +46,7 @@ impl ThreeZones {
             .map(|(i, z)| MemberSpec::new(i as u64 + 1, z))
             .collect();
         let mut nodes = Vec::new();
+        backends.push_str(extra);
         for m in &members {
             nodes.push(Gateway::start_member(m, &members, &backends).await);
         }
@@ -203,4 +211,116 @@ async fn with_the_home_zone_down_only_short_requests_cross_zones() {
             &["kind=\"cross_zone\"", "class=\"short\""]
         ) >= 20.0
     );
+}
+
+/// The decisions a node has applied, newest first.
+async fn decisions(admin: &str) -> Vec<Value> {
+    get_json(&format!("{admin}/admin/v1/decisions"), Some(ADMIN_TOKEN)).await["decisions"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_fails_a_broken_zone_over_while_short_requests_keep_succeeding() {
+    // 1 s periods: a failover is due within 3 × 1 s + 2 s of the fault.
+    let cluster = ThreeZones::start_with("[failover]\nperiod = \"1s\"\nmin_periods = 3\n").await;
+    let a = cluster.node("az-a");
+    let a_admin = a.admin.clone();
+
+    // Steady short load entering at az-a.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut workers = Vec::new();
+    for _ in 0..4 {
+        let (req, stop, ok, failed) = (a.chat(), stop.clone(), ok.clone(), failed.clone());
+        workers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let sent = req
+                    .try_clone()
+                    .unwrap()
+                    .json(&chat_body(32, false))
+                    .send()
+                    .await;
+                match sent {
+                    Ok(r) if r.status() == 200 => ok.fetch_add(1, Ordering::Relaxed),
+                    _ => failed.fetch_add(1, Ordering::Relaxed),
+                };
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        decisions(&a_admin).await.is_empty(),
+        "a healthy cluster decides nothing"
+    );
+
+    // Both az-a backends start failing everything.
+    let fault_at = Instant::now();
+    for name in ["az-a-1", "az-a-2"] {
+        cluster.mocks[name].faults(json!({"error_rate": 1.0})).await;
+    }
+    let mut failover = None;
+    while failover.is_none() {
+        assert!(
+            fault_at.elapsed() < Duration::from_secs(60),
+            "no automatic failover of az-a"
+        );
+        failover = decisions(&a_admin)
+            .await
+            .into_iter()
+            .find(|d| d["kind"] == "failover");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let detected = fault_at.elapsed();
+    eprintln!("automatic failover of az-a committed {detected:?} after the fault");
+    let failover = failover.unwrap();
+    assert_eq!(
+        failover["decision"]["failover"]["from"], "az-a",
+        "{failover}"
+    );
+    assert_eq!(failover["origin"], "automatic", "{failover}");
+    assert!(
+        failover["evidence"]
+            .as_str()
+            .is_some_and(|e| e.contains("below_cutoff")),
+        "{failover}"
+    );
+    // The budget is min_periods × period + 2 s; the poll above adds ~0.1 s
+    // and a busy machine may add more, so allow one extra period.
+    assert!(
+        detected <= Duration::from_secs(6),
+        "failover took {detected:?}"
+    );
+
+    // Long requests follow the decision.
+    let long = json!({"model": MODEL, "messages": [{"role": "user", "content": "a long story"}]});
+    let resp = a.chat().json(&long).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_ne!(header(&resp, "x-zonegate-zone"), "az-a");
+
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.await.unwrap();
+    }
+    let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    assert!(ok > 0);
+    assert!(
+        failed * 100 <= ok + failed,
+        "{failed} of {} short requests failed",
+        ok + failed
+    );
+
+    // az-a recovers; with auto_failback off nothing fails back on its own.
+    for name in ["az-a-1", "az-a-2"] {
+        cluster.mocks[name].faults(json!({"error_rate": 0.0})).await;
+    }
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let cluster_view = get_json(&format!("{a_admin}/admin/v1/cluster"), Some(ADMIN_TOKEN)).await;
+    assert_eq!(
+        cluster_view["zones"]["az-a"]["status"], "failed_over",
+        "{cluster_view}"
+    );
+    assert_eq!(decisions(&a_admin).await.len(), 1, "no automatic failback");
 }
