@@ -303,8 +303,8 @@ fn note_failure(gw: &Gateway, backend: &Backend, e: &AttemptError, now: u64) {
             backend.cool_down(now, wait.unwrap_or(gw.cfg.retry.default_cooldown))
         }
         e if e.counts_against_health() => {
-            if let Some(t) = backend.record_failure(&gw.cfg.health) {
-                gw.events.backend(&gw.metrics, backend, t, &e.to_string());
+            if let Some(change) = backend.record_failure(now, &gw.cfg.health) {
+                crate::health::passive_ejection(gw, backend, change, &e.to_string());
             }
         }
         _ => {}
@@ -450,8 +450,8 @@ fn respond(
                     .stream_aborts
                     .with_label_values(&[ctx.model.as_str(), ctx.backend.name.as_str(), reason])
                     .inc();
-                if let Some(t) = ctx.backend.record_failure(&gw.cfg.health) {
-                    gw.events.backend(&gw.metrics, &ctx.backend, t, reason);
+                if let Some(change) = ctx.backend.record_failure(now_ms(), &gw.cfg.health) {
+                    crate::health::passive_ejection(&gw, &ctx.backend, change, reason);
                 }
                 "stream_aborted"
             }
