@@ -311,3 +311,158 @@ pub fn passive_ejection(gw: &Gateway, backend: &Backend, change: Change, error: 
     };
     gw.events.backend(&gw.metrics, backend, change, &reason);
 }
+
+#[cfg(test)]
+mod tests {
+    //! The shell under a paused tokio clock: real timers, scripted probes,
+    //! no waiting.
+
+    use super::*;
+    use crate::config::Config;
+    use crate::telemetry::Metrics;
+    use parking_lot::Mutex;
+    use state::State;
+    use tokio::time::Instant as TokioInstant;
+    use zonegate_cluster::ClusterView;
+
+    /// Probes answered by a script of the time since the test started.
+    struct Script {
+        start: TokioInstant,
+        healthy: fn(&str, Duration) -> bool,
+        calls: Mutex<Vec<(String, Duration)>>,
+    }
+
+    impl Prober for Script {
+        async fn probe<'a>(&'a self, backend: &'a Backend) -> ProbeSample {
+            let t = self.start.elapsed();
+            self.calls.lock().push((backend.name.clone(), t));
+            ProbeSample {
+                ok: (self.healthy)(&backend.name, t),
+                latency_ms: 5.0,
+                scraped: None,
+            }
+        }
+    }
+
+    fn gateway() -> Arc<Gateway> {
+        let text = "[node]\nid = 1\nzone = \"az-a\"\nlisten = \"127.0.0.1:0\"\n\
+                    admin_listen = \"127.0.0.1:0\"\ndata_dir = \"d\"\n\
+                    [[backends]]\nname = \"a\"\nzone = \"az-a\"\nurl = \"http://127.0.0.1:9\"\nmodels = [\"m\"]\n\
+                    [[backends]]\nname = \"b\"\nzone = \"az-a\"\nurl = \"http://127.0.0.1:10\"\nmodels = [\"m\"]\n";
+        let cfg = Arc::new(Config::parse("t.toml", text).unwrap());
+        let (_tx, rx) = tokio::sync::watch::channel(Arc::new(ClusterView::initial([&cfg.node.zone])));
+        Arc::new(Gateway::new(cfg, rx, Metrics::new()))
+    }
+
+    fn script(healthy: fn(&str, Duration) -> bool) -> Arc<Script> {
+        Arc::new(Script {
+            start: TokioInstant::now(),
+            healthy,
+            calls: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn backend(gw: &Gateway, name: &str) -> Arc<Backend> {
+        let routes = gw.routes.load();
+        Arc::clone(routes.backends.iter().find(|b| b.name == name).unwrap())
+    }
+
+    /// Gaps between consecutive probes of `name`, in seconds.
+    fn gaps(s: &Script, name: &str) -> Vec<f64> {
+        let calls = s.calls.lock();
+        let times: Vec<f64> = calls
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, t)| t.as_secs_f64())
+            .collect();
+        times.windows(2).map(|w| w[1] - w[0]).collect()
+    }
+
+    fn within_jitter(gap: f64, base: f64) -> bool {
+        gap >= base * 0.9 - 0.01 && gap <= base * 1.1 + 0.01
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn probe_interval_adapts_and_backs_off_on_the_watch_list() {
+        let gw = gateway();
+        // `b` is healthy for 60 s, fails until 600 s, then recovers.
+        let s = script(|name, t| name != "b" || t < Duration::from_secs(60) || t > Duration::from_secs(600));
+        let _tasks = spawn_with(&gw, Arc::clone(&s));
+        tokio::time::sleep(Duration::from_secs(59)).await;
+        let g = gaps(&s, "b");
+        // The first evaluation moves the score (fast), then steady: 10 s.
+        assert!(within_jitter(g[0], 2.0), "{g:?}");
+        assert!(g[1..].iter().all(|&x| within_jitter(x, 10.0)), "{g:?}");
+
+        tokio::time::sleep(Duration::from_secs(600 - 59)).await;
+        let g = gaps(&s, "b");
+        let failing_from = g.iter().position(|&x| within_jitter(x, 2.0) && x < 3.0);
+        let tail: Vec<f64> = g.iter().rev().take(4).rev().copied().collect();
+        // Once ejected, failing probes back off 30 → 60 → … → 300 s.
+        assert!(g.iter().any(|&x| within_jitter(x, 30.0)), "{g:?}");
+        assert!(g.iter().any(|&x| within_jitter(x, 60.0)), "{g:?}");
+        assert!(g.iter().any(|&x| within_jitter(x, 120.0)), "{g:?}");
+        assert!(failing_from.is_some(), "a moving score probes fast: {g:?}");
+        assert!(tail.iter().all(|&x| x > 25.0), "watch list is probed slowly: {g:?}");
+        assert_eq!(backend(&gw, "b").health().machine.state, State::Down);
+
+        // Recovery: the next passing probe switches to the fast interval
+        // to gather the five evaluations a rejoin needs.
+        tokio::time::sleep(Duration::from_secs(330)).await;
+        let m = backend(&gw, "b").health().machine;
+        assert_ne!(m.state, State::Down, "{m:?}");
+        let g = gaps(&s, "b");
+        let last_backoff = g.iter().rposition(|&x| x > 250.0).unwrap();
+        let after = &g[last_backoff + 1..];
+        assert!(after.len() >= 6, "{g:?}");
+        assert!(after[..4].iter().all(|&x| within_jitter(x, 2.0)), "{g:?}");
+        // Rejoined and steady again: back to 10 s.
+        assert!(within_jitter(*g.last().unwrap(), 10.0), "{g:?}");
+        // `a` never moved: steady 10 s the whole time, not in lockstep
+        // with `b`.
+        assert!(gaps(&s, "a")[1..].iter().all(|&x| within_jitter(x, 10.0)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slow_start_then_canary_ramp_after_a_rejoin() {
+        let gw = gateway();
+        // `b` fails between 320 s and 340 s.
+        let s = script(|name, t| {
+            name != "b" || t < Duration::from_secs(320) || t > Duration::from_secs(340)
+        });
+        let _tasks = spawn_with(&gw, Arc::clone(&s));
+        let (a, b) = (backend(&gw, "a"), backend(&gw, "b"));
+        assert!(b.effective_weight() < 0.02, "slow start at 1%");
+        tokio::time::sleep(Duration::from_secs(150)).await;
+        let w = b.effective_weight();
+        assert!((w - 0.505).abs() < 0.02, "half-way through the 5 min ramp: {w}");
+        tokio::time::sleep(Duration::from_secs(160)).await;
+        assert_eq!(a.effective_weight(), 1.0);
+        assert_eq!(b.effective_weight(), 1.0);
+
+        tokio::time::sleep(Duration::from_secs(35)).await; // t = 345 s
+        assert_eq!(b.health().machine.state, State::Down);
+        assert_eq!(b.effective_weight(), 0.0);
+        // Wait for the rejoin, one second at a time.
+        let mut waited = 0;
+        while b.health().machine.state == State::Down {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            waited += 1;
+            assert!(waited < 600, "never rejoined");
+        }
+        let ramp = b.health().machine.ramp.unwrap();
+        let at = |offset_s: u64| ramp.start_ms + offset_s * 1000;
+        let wait_until = |ms: u64| {
+            let now = crate::backend::tokio_now_ms();
+            tokio::time::sleep(Duration::from_millis(ms.saturating_sub(now)))
+        };
+        wait_until(at(10)).await;
+        let w = b.effective_weight();
+        assert!((w - 0.05).abs() < 0.005, "a canary at 5%: {w}");
+        wait_until(at(30 + 60)).await;
+        let w = b.effective_weight();
+        assert!((w - 0.525).abs() < 0.02, "half-way up the ramp: {w}");
+        wait_until(at(30 + 120 + 1)).await;
+        assert_eq!(b.effective_weight(), 1.0);
+    }
+}
