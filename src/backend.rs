@@ -215,6 +215,19 @@ impl Backend {
         INITIAL_LATENCY_MS + (stored - INITIAL_LATENCY_MS) * (-age / LATENCY_DECAY_MS).exp()
     }
 
+    /// The latency EWMA if a request sampled it within the decay time
+    /// constant; `None` for a backend without recent evidence (new,
+    /// rejoined, or idle), which the pickers then judge by its pool's
+    /// typical latency instead of a fixed prior: a 50 ms prior makes a
+    /// backend look 50× slower than 1 ms peers (never picked by p2c, so a
+    /// canary would never get its share) or far faster than 2 s peers
+    /// (flooded).
+    pub fn fresh_latency_ms(&self, now_ms: u64) -> Option<f64> {
+        let at = self.latency_sampled_at_ms.load(Ordering::Relaxed);
+        let fresh = at != 0 && now_ms.saturating_sub(at) as f64 <= LATENCY_DECAY_MS;
+        fresh.then(|| self.latency_ewma_ms(now_ms))
+    }
+
     pub fn cooldown_until_ms(&self) -> u64 {
         self.cooldown_until_ms.load(Ordering::Relaxed)
     }
@@ -236,10 +249,17 @@ impl Backend {
         self.window_requests.fetch_add(1, Ordering::Relaxed);
         let sample = latency.as_secs_f64() * 1000.0;
         // A lost update between two racing requests only drops one sample.
-        let old = self.latency_ewma_ms(now_ms);
-        let new = old + LATENCY_ALPHA * (sample - old);
+        // The first sample after a silence stands alone: blending it with
+        // stale evidence (or the prior) would misjudge the backend for
+        // another decay period, starving it under p2c.
+        let new = match self.fresh_latency_ms(now_ms) {
+            Some(old) => old + LATENCY_ALPHA * (sample - old),
+            None => sample,
+        };
         self.latency_ewma_ms.store(new.to_bits(), Ordering::Relaxed);
-        self.latency_sampled_at_ms.store(now_ms, Ordering::Relaxed);
+        // 0 means "never sampled".
+        self.latency_sampled_at_ms
+            .store(now_ms.max(1), Ordering::Relaxed);
     }
 
     /// A request failed (connect error, reset, 5xx, first-byte timeout, a
@@ -256,9 +276,11 @@ impl Backend {
         })
     }
 
-    /// Forgets the failure streak (on rejoin: a canary starts afresh).
-    pub fn reset_passive_streak(&self) {
+    /// Forgets the failure streak and the latency seen before an
+    /// ejection (on rejoin: a canary is judged on what it does now).
+    pub fn forget_past(&self) {
         self.passive_streak.store(0, Ordering::Relaxed);
+        self.latency_sampled_at_ms.store(0, Ordering::Relaxed);
     }
 
     /// The failed share of requests since the last call; `None` without

@@ -278,7 +278,7 @@ pub fn evaluate(
             backend.health().machine.watch_time(cfg)
         ),
         Change::Rejoined => {
-            backend.reset_passive_streak();
+            backend.forget_past();
             format!(
                 "score {:.0} above {} for {} evaluations; canary at {}% of its share, \
                  full after {:?} (ejection #{ejections})",

@@ -49,6 +49,9 @@ pub struct ZonePool {
     /// More backends look bad than the cap lets go: route over all of them
     /// by score instead of over the few left.
     panic: AtomicBool,
+    /// Mean fresh latency EWMA of the pool's backends (f64 bits, 0 when
+    /// none is fresh): the cost basis of a backend without recent samples.
+    typical_latency_ms: AtomicU64,
     ring: Option<Ring>,
     wrr: Mutex<SmoothWrr>,
     /// Requests in flight through this pool, for the ring's load bound.
@@ -86,6 +89,7 @@ struct PickView<'a> {
     tried: &'a [usize],
     panic: bool,
     max_weight: f64,
+    typical_latency_ms: f64,
 }
 
 impl Candidates for PickView<'_> {
@@ -109,8 +113,17 @@ impl Candidates for PickView<'_> {
         self.max_weight
     }
 
+    /// In flight (this one included) × latency, where a backend without
+    /// recent latency samples is taken to be as fast as its pool typically
+    /// is, so its weight alone decides how often it is tried.
     fn cost(&self, i: usize) -> f64 {
-        self.pool.backends[i].cost(self.now_ms)
+        let b = &self.pool.backends[i];
+        let latency = match b.fresh_latency_ms(self.now_ms) {
+            Some(l) => l,
+            None if self.typical_latency_ms > 0.0 => self.typical_latency_ms,
+            None => b.latency_ewma_ms(self.now_ms),
+        };
+        (b.in_flight() + 1) as f64 * latency
     }
 
     fn in_flight(&self, i: usize) -> u64 {
@@ -147,6 +160,7 @@ impl ZonePool {
                     .to_bits(),
             ),
             panic: AtomicBool::new(false),
+            typical_latency_ms: AtomicU64::new(0),
             wrr: Mutex::new(SmoothWrr::new(backends.len())),
             backends,
             ring,
@@ -161,6 +175,7 @@ impl ZonePool {
             tried,
             panic: self.panic.load(Ordering::Relaxed),
             max_weight: f64::from_bits(self.max_weight.load(Ordering::Relaxed)),
+            typical_latency_ms: f64::from_bits(self.typical_latency_ms.load(Ordering::Relaxed)),
         }
     }
 
@@ -321,6 +336,18 @@ impl Routes {
                     })
                     .fold(0.0, f64::max);
                 pool.max_weight.store(max.to_bits(), Ordering::Relaxed);
+                let fresh: Vec<f64> = pool
+                    .backends
+                    .iter()
+                    .filter_map(|b| b.fresh_latency_ms(now_ms))
+                    .collect();
+                let typical = if fresh.is_empty() {
+                    0.0
+                } else {
+                    fresh.iter().sum::<f64>() / fresh.len() as f64
+                };
+                pool.typical_latency_ms
+                    .store(typical.to_bits(), Ordering::Relaxed);
                 if pool.panic.swap(panic, Ordering::Relaxed) != panic {
                     out.panics.push(PanicChange {
                         model: name.clone(),

@@ -205,11 +205,19 @@ async fn a_deep_queue_gets_less_traffic_than_its_peers_and_is_never_ejected() {
         .iter()
         .map(|m| m.backend_toml(&[MODEL]))
         .collect();
-    let gw = Gateway::start("az-a", &format!("{rest}{HEALTH}")).await;
+    // Weighted random shows the health weight alone: the mock's queue adds
+    // no latency, and p2c's pair comparison on sequential requests follows
+    // sub-millisecond latency noise (a real deep queue shows in latency
+    // too, which p2c then avoids on its own).
+    let model = format!("[[models]]\nname = \"{MODEL}\"\nbalance = \"random\"\n");
+    let gw = Gateway::start("az-a", &format!("{rest}{model}{HEALTH}")).await;
 
     eventually(Duration::from_secs(30), "deep queue scored down", || async {
         let d = backend(&gw, "deep").await;
-        d["health_state"] == "degraded" && d["effective_weight"].as_f64() < Some(0.7)
+        let peer = backend(&gw, "a").await;
+        d["health_state"] == "degraded"
+            && d["effective_weight"] == 0.6
+            && peer["effective_weight"] == 1.0
     })
     .await;
     let d = backend(&gw, "deep").await;
@@ -291,7 +299,9 @@ async fn more_than_half_the_pool_bad_is_panic_mode_not_an_outage() {
         m.faults(json!({"unhealthy": true})).await;
     }
     let rest: String = mocks.iter().map(|m| m.backend_toml(&[MODEL])).collect();
-    let gw = Gateway::start("az-a", &format!("{rest}{HEALTH}")).await;
+    // Weighted random, so the test sees the panic weights themselves.
+    let model = format!("[[models]]\nname = \"{MODEL}\"\nbalance = \"random\"\n");
+    let gw = Gateway::start("az-a", &format!("{rest}{model}{HEALTH}")).await;
 
     eventually(Duration::from_secs(30), "panic mode", || async {
         metric_sum(
