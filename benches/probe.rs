@@ -22,7 +22,8 @@ fn thread_cpu_seconds() -> f64 {
     let fields: Vec<&str> = after_comm.split_whitespace().collect();
     // Fields 14 and 15 of stat(5) (utime, stime) in clock ticks; the
     // kernel's USER_HZ is 100 on every mainstream Linux build.
-    let ticks: f64 = fields[11].parse::<f64>().expect("utime") + fields[12].parse::<f64>().expect("stime");
+    let ticks: f64 =
+        fields[11].parse::<f64>().expect("utime") + fields[12].parse::<f64>().expect("stime");
     ticks / 100.0
 }
 
@@ -36,7 +37,10 @@ fn probes_done(gw: &Gateway) -> f64 {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
     let n: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(1000);
     let secs: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(20);
 
@@ -66,7 +70,9 @@ fn main() {
             std::future::pending::<()>().await;
         });
     });
-    let addrs: Vec<_> = (0..n).map(|_| addr_rx.recv().expect("mock address")).collect();
+    let addrs: Vec<_> = (0..n)
+        .map(|_| addr_rx.recv().expect("mock address"))
+        .collect();
 
     let mut text = String::from(
         "[node]\nid = 1\nzone = \"az-a\"\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndata_dir = \"d\"\n\
@@ -84,7 +90,8 @@ fn main() {
         .build()
         .expect("prober runtime");
     rt.block_on(async move {
-        let (_tx, rx) = tokio::sync::watch::channel(Arc::new(ClusterView::initial([&cfg.node.zone])));
+        let (_tx, rx) =
+            tokio::sync::watch::channel(Arc::new(ClusterView::initial([&cfg.node.zone])));
         let gw = Arc::new(Gateway::new(Arc::clone(&cfg), rx, Metrics::new()));
         let _probes = zonegate::health::spawn_probes(&gw);
         // Warm-up: every backend probed a few times, connections pooled.

@@ -345,8 +345,16 @@ mod tests {
         );
         assert!(!b.is_up());
         assert_eq!(b.effective_weight(), 0.0);
-        assert_eq!(b.panic_weight(), 0.0, "failing real traffic: not even in panic");
-        assert_eq!(b.record_failure(1, &h), None, "already out: no second event");
+        assert_eq!(
+            b.panic_weight(),
+            0.0,
+            "failing real traffic: not even in panic"
+        );
+        assert_eq!(
+            b.record_failure(1, &h),
+            None,
+            "already out: no second event"
+        );
         assert_eq!(b.take_error_rate(), Some(10.0 / 11.0));
         assert_eq!(b.take_error_rate(), None, "no traffic since: unknown");
     }

@@ -858,8 +858,12 @@ impl Validator<'_> {
             )?,
             kv_usage: self.bounds("health.kv_usage_bounds", raw.kv_usage_bounds, (0.7, 0.98))?,
         };
-        if score.weight_latency + score.weight_errors + score.weight_queue + score.weight_kv <= 0.0 {
-            return Err(self.err("health.weight_latency", "the four weights must not all be 0"));
+        if score.weight_latency + score.weight_errors + score.weight_queue + score.weight_kv <= 0.0
+        {
+            return Err(self.err(
+                "health.weight_latency",
+                "the four weights must not all be 0",
+            ));
         }
         let eject_below = self.score_value("health.eject_below", raw.eject_below, 30.0)?;
         let rejoin_above = self.score_value("health.rejoin_above", raw.rejoin_above, 70.0)?;

@@ -113,7 +113,11 @@ impl EventLog {
 
     /// Records the global breaker opening or closing.
     pub fn breaker(&self, metrics: &Metrics, open: bool, reason: &str) {
-        let kind = if open { "breaker_opened" } else { "breaker_closed" };
+        let kind = if open {
+            "breaker_opened"
+        } else {
+            "breaker_closed"
+        };
         tracing::warn!(event = kind, reason, "global breaker {kind}");
         metrics.health_events.with_label_values(&[kind]).inc();
         metrics.breaker_open.set(i64::from(open));

@@ -97,7 +97,10 @@ impl HttpProber {
 impl Prober for HttpProber {
     async fn probe<'a>(&'a self, backend: &'a Backend) -> ProbeSample {
         let started = Instant::now();
-        let ok = matches!(self.get(backend, &backend.health_path).await, Some((true, _)));
+        let ok = matches!(
+            self.get(backend, &backend.health_path).await,
+            Some((true, _))
+        );
         let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
         // A failed health probe scores 0 whatever the metrics say, so the
         // scrape is skipped then.
@@ -240,9 +243,9 @@ pub fn evaluate(
                 scraped: sample.scraped,
                 raw_score: raw,
             });
-            let eval = h
-                .machine
-                .evaluate(raw, sample.ok, now_ms, cfg, || routes.may_eject(backend, cfg));
+            let eval = h.machine.evaluate(raw, sample.ok, now_ms, cfg, || {
+                routes.may_eject(backend, cfg)
+            });
             let next = h.machine.next_probe(cfg, fastrand::f64());
             (eval, next, h.machine.state, h.machine.ejections)
         })
@@ -350,7 +353,8 @@ mod tests {
                     [[backends]]\nname = \"a\"\nzone = \"az-a\"\nurl = \"http://127.0.0.1:9\"\nmodels = [\"m\"]\n\
                     [[backends]]\nname = \"b\"\nzone = \"az-a\"\nurl = \"http://127.0.0.1:10\"\nmodels = [\"m\"]\n";
         let cfg = Arc::new(Config::parse("t.toml", text).unwrap());
-        let (_tx, rx) = tokio::sync::watch::channel(Arc::new(ClusterView::initial([&cfg.node.zone])));
+        let (_tx, rx) =
+            tokio::sync::watch::channel(Arc::new(ClusterView::initial([&cfg.node.zone])));
         Arc::new(Gateway::new(cfg, rx, Metrics::new()))
     }
 
@@ -386,7 +390,9 @@ mod tests {
     async fn probe_interval_adapts_and_backs_off_on_the_watch_list() {
         let gw = gateway();
         // `b` is healthy for 60 s, fails until 600 s, then recovers.
-        let s = script(|name, t| name != "b" || t < Duration::from_secs(60) || t > Duration::from_secs(600));
+        let s = script(|name, t| {
+            name != "b" || t < Duration::from_secs(60) || t > Duration::from_secs(600)
+        });
         let _tasks = spawn_with(&gw, Arc::clone(&s));
         tokio::time::sleep(Duration::from_secs(59)).await;
         let g = gaps(&s, "b");
@@ -403,7 +409,10 @@ mod tests {
         assert!(g.iter().any(|&x| within_jitter(x, 60.0)), "{g:?}");
         assert!(g.iter().any(|&x| within_jitter(x, 120.0)), "{g:?}");
         assert!(failing_from.is_some(), "a moving score probes fast: {g:?}");
-        assert!(tail.iter().all(|&x| x > 25.0), "watch list is probed slowly: {g:?}");
+        assert!(
+            tail.iter().all(|&x| x > 25.0),
+            "watch list is probed slowly: {g:?}"
+        );
         assert_eq!(backend(&gw, "b").health().machine.state, State::Down);
 
         // Recovery: the next passing probe switches to the fast interval
@@ -435,7 +444,10 @@ mod tests {
         assert!(b.effective_weight() < 0.02, "slow start at 1%");
         tokio::time::sleep(Duration::from_secs(150)).await;
         let w = b.effective_weight();
-        assert!((w - 0.505).abs() < 0.02, "half-way through the 5 min ramp: {w}");
+        assert!(
+            (w - 0.505).abs() < 0.02,
+            "half-way through the 5 min ramp: {w}"
+        );
         tokio::time::sleep(Duration::from_secs(160)).await;
         assert_eq!(a.effective_weight(), 1.0);
         assert_eq!(b.effective_weight(), 1.0);

@@ -294,8 +294,12 @@ async fn serve(
         // Only models below the required tier could still have answered:
         // say so rather than answer worse than asked.
         let mut e = no_capable_model(&meta.model, min_tier, &skipped);
-        if let (ApiError::NoCapableModel(msg), Some((b, last))) = (&mut e, attempts.failures.last()) {
-            msg.push_str(&format!("; {} capable attempt(s) failed, the last: {b}: {last}", attempts.count));
+        if let (ApiError::NoCapableModel(msg), Some((b, last))) = (&mut e, attempts.failures.last())
+        {
+            msg.push_str(&format!(
+                "; {} capable attempt(s) failed, the last: {b}: {last}",
+                attempts.count
+            ));
         }
         return Err((Some(meta.model.clone()), e));
     }
@@ -334,6 +338,9 @@ impl Link {
     }
 }
 
+/// Models to try for one request, with how each got there.
+type Chain<'a> = Vec<(&'a ModelRoute, Link)>;
+
 /// The header a client names its minimum model tier with.
 const MIN_TIER_HEADER: &str = "x-zonegate-min-tier";
 
@@ -345,9 +352,7 @@ fn min_tier(headers: &HeaderMap) -> Result<u32, ApiError> {
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .ok_or_else(|| {
-            ApiError::BadRequest(format!(
-                "{MIN_TIER_HEADER} must be a non-negative integer"
-            ))
+            ApiError::BadRequest(format!("{MIN_TIER_HEADER} must be a non-negative integer"))
         })
 }
 
@@ -360,7 +365,7 @@ fn model_chain<'a>(
     routes: &'a Routes,
     primary: &'a ModelRoute,
     min_tier: u32,
-) -> (Vec<(&'a ModelRoute, Link)>, Vec<(&'a str, u32)>) {
+) -> (Chain<'a>, Vec<(&'a str, u32)>) {
     let floor = gw
         .cfg
         .health

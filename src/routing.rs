@@ -308,7 +308,11 @@ impl Routes {
         for b in &self.backends {
             bad.insert(Arc::as_ptr(b) as usize, b.refresh(now_ms, cfg));
         }
-        let is_bad = |b: &Arc<Backend>| bad.get(&(Arc::as_ptr(b) as usize)).copied().unwrap_or(false);
+        let is_bad = |b: &Arc<Backend>| {
+            bad.get(&(Arc::as_ptr(b) as usize))
+                .copied()
+                .unwrap_or(false)
+        };
         let mut out = Sweep::default();
         let mut unhealthy_models = 0usize;
         for (name, model) in &self.models {

@@ -55,10 +55,7 @@ impl Served {
     /// how many finished there.
     fn share(&self, name: &str, from: Instant, to: Instant) -> (f64, usize) {
         let log = self.log.lock();
-        let window: Vec<_> = log
-            .iter()
-            .filter(|(t, _)| *t >= from && *t < to)
-            .collect();
+        let window: Vec<_> = log.iter().filter(|(t, _)| *t >= from && *t < to).collect();
         let mine = window.iter().filter(|(_, b)| b == name).count();
         (mine as f64 / window.len().max(1) as f64, window.len())
     }
@@ -112,13 +109,17 @@ async fn a_brownout_is_ejected_fast_and_rejoins_slowly_without_failing_a_request
     let (served, workers) = load(&gw, 4, &stop);
 
     // Steady state first: the sick-to-be backend takes its share.
-    eventually(Duration::from_secs(30), "sick backend takes traffic", || {
-        let served = Arc::clone(&served);
-        async move {
-            let now = Instant::now();
-            served.share("sick", now - Duration::from_secs(3), now).0 > 0.15
-        }
-    })
+    eventually(
+        Duration::from_secs(30),
+        "sick backend takes traffic",
+        || {
+            let served = Arc::clone(&served);
+            async move {
+                let now = Instant::now();
+                served.share("sick", now - Duration::from_secs(3), now).0 > 0.15
+            }
+        },
+    )
     .await;
 
     sick.faults(json!({"latency_ms": 1500, "error_rate": 0.5}))
@@ -143,7 +144,8 @@ async fn a_brownout_is_ejected_fast_and_rejoins_slowly_without_failing_a_request
     })
     .await;
 
-    sick.faults(json!({"latency_ms": 0, "error_rate": 0.0})).await;
+    sick.faults(json!({"latency_ms": 0, "error_rate": 0.0}))
+        .await;
     let recovered = Instant::now();
     tokio::time::sleep(Duration::from_secs(5)).await;
     let (early, n) = served.share("sick", recovered, recovered + Duration::from_secs(5));
@@ -171,7 +173,11 @@ async fn a_brownout_is_ejected_fast_and_rejoins_slowly_without_failing_a_request
     for w in workers {
         w.await.unwrap();
     }
-    assert_eq!(served.failures.load(Ordering::SeqCst), 0, "no client request fails");
+    assert_eq!(
+        served.failures.load(Ordering::SeqCst),
+        0,
+        "no client request fails"
+    );
     let events = gw.admin_get("/admin/v1/events").await;
     let kinds: Vec<&str> = events["events"]
         .as_array()
@@ -181,10 +187,7 @@ async fn a_brownout_is_ejected_fast_and_rejoins_slowly_without_failing_a_request
         .map(|e| e["kind"].as_str().unwrap())
         .collect();
     assert!(kinds.contains(&"rejoined"), "{events}");
-    assert!(
-        kinds.iter().any(|k| k.starts_with("ejected_")),
-        "{events}"
-    );
+    assert!(kinds.iter().any(|k| k.starts_with("ejected_")), "{events}");
     let metrics = gw.metrics().await;
     assert!(
         metric_sum(
@@ -212,17 +215,25 @@ async fn a_deep_queue_gets_less_traffic_than_its_peers_and_is_never_ejected() {
     let model = format!("[[models]]\nname = \"{MODEL}\"\nbalance = \"random\"\n");
     let gw = Gateway::start("az-a", &format!("{rest}{model}{HEALTH}")).await;
 
-    eventually(Duration::from_secs(30), "deep queue scored down", || async {
-        let d = backend(&gw, "deep").await;
-        let peer = backend(&gw, "a").await;
-        d["health_state"] == "degraded"
-            && d["effective_weight"] == 0.6
-            && peer["effective_weight"] == 1.0
-    })
+    eventually(
+        Duration::from_secs(30),
+        "deep queue scored down",
+        || async {
+            let d = backend(&gw, "deep").await;
+            let peer = backend(&gw, "a").await;
+            d["health_state"] == "degraded"
+                && d["effective_weight"] == 0.6
+                && peer["effective_weight"] == 1.0
+        },
+    )
     .await;
     let d = backend(&gw, "deep").await;
     assert_eq!(d["components"]["queue"], 0.0, "{d}");
-    assert_eq!(d["components"]["errors"], Value::Null, "no traffic yet: {d}");
+    assert_eq!(
+        d["components"]["errors"],
+        Value::Null,
+        "no traffic yet: {d}"
+    );
     assert_eq!(d["last_probe"]["scraped"]["queue_depth"], 64.0, "{d}");
     assert!(d["score"].as_f64().unwrap() < 85.0, "{d}");
     let peer = backend(&gw, "a").await;
@@ -233,7 +244,10 @@ async fn a_deep_queue_gets_less_traffic_than_its_peers_and_is_never_ejected() {
     for _ in 0..300 {
         let resp = gw.chat().json(&chat_body(2, false)).send().await.unwrap();
         assert_eq!(resp.status(), 200);
-        let name = resp.headers()["x-zonegate-backend"].to_str().unwrap().to_owned();
+        let name = resp.headers()["x-zonegate-backend"]
+            .to_str()
+            .unwrap()
+            .to_owned();
         *counts.entry(name).or_default() += 1;
     }
     let n = |k: &str| counts.get(k).copied().unwrap_or(0);
@@ -277,7 +291,10 @@ async fn a_429_storm_never_ejects() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let answered = busy.stats().await["requests"].as_u64().unwrap();
-    assert!(answered >= 5, "the busy backend was asked repeatedly: {answered}");
+    assert!(
+        answered >= 5,
+        "the busy backend was asked repeatedly: {answered}"
+    );
     let b = backend(&gw, "busy").await;
     assert_eq!(b["state"], "up", "{b}");
     assert_eq!(b["ejections"], 0, "{b}");
@@ -315,7 +332,12 @@ async fn more_than_half_the_pool_bad_is_panic_mode_not_an_outage() {
     for _ in 0..60 {
         let resp = gw.chat().json(&chat_body(2, false)).send().await.unwrap();
         assert_eq!(resp.status(), 200, "panic mode routes, never an outage");
-        seen.insert(resp.headers()["x-zonegate-backend"].to_str().unwrap().to_owned());
+        seen.insert(
+            resp.headers()["x-zonegate-backend"]
+                .to_str()
+                .unwrap()
+                .to_owned(),
+        );
     }
     assert_eq!(seen.len(), 3, "routes over all of them: {seen:?}");
     let all = gw.admin_get("/admin/v1/backends").await;
@@ -387,7 +409,10 @@ async fn a_fallback_below_the_required_tier_is_skipped_with_no_capable_model() {
         assert_eq!(resp.status(), 503);
         let v: Value = resp.json().await.unwrap();
         assert_eq!(v["error"]["code"], "no_capable_model", "{v}");
-        assert!(v["error"]["message"].as_str().unwrap().contains(SMALL), "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(SMALL),
+            "{v}"
+        );
     }
     let resp = ask(Some("9")).await.unwrap();
     assert_eq!(resp.status(), 503, "no model at tier 9 at all");
@@ -430,7 +455,11 @@ async fn the_breaker_sends_models_without_a_healthy_backend_to_the_floor_model()
         .send()
         .await
         .unwrap();
-    assert_eq!(resp.headers()["x-zonegate-model"], OTHER, "healthy models stay");
+    assert_eq!(
+        resp.headers()["x-zonegate-model"],
+        OTHER,
+        "healthy models stay"
+    );
 
     primary.faults(json!({"unhealthy": false})).await;
     eventually(Duration::from_secs(60), "breaker closes", || async {
@@ -446,5 +475,8 @@ async fn the_breaker_sends_models_without_a_healthy_backend_to_the_floor_model()
         .iter()
         .map(|e| e["kind"].as_str().unwrap())
         .collect();
-    assert!(kinds.contains(&"breaker_opened") && kinds.contains(&"breaker_closed"), "{events}");
+    assert!(
+        kinds.contains(&"breaker_opened") && kinds.contains(&"breaker_closed"),
+        "{events}"
+    );
 }

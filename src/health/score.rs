@@ -113,23 +113,50 @@ mod tests {
                 },
                 0.0,
             ),
-            ("reachable, nothing else known", Signals { probe_ok: true, ..Default::default() }, 100.0),
+            (
+                "reachable, nothing else known",
+                Signals {
+                    probe_ok: true,
+                    ..Default::default()
+                },
+                100.0,
+            ),
             // Only latency and errors measured: their mean, not a penalty
             // for the missing metrics.
-            ("no metrics endpoint", sig(5.0, Some(0.0), None, None), 100.0),
+            (
+                "no metrics endpoint",
+                sig(5.0, Some(0.0), None, None),
+                100.0,
+            ),
             ("no metrics, slow", sig(1000.0, Some(0.0), None, None), 50.0),
             // Busy with long legal requests: no errors, full queue. Scores
             // 80, below HEALTHY (85): less traffic, never ejected.
-            ("deep queue only", sig(5.0, Some(0.0), Some(64.0), Some(0.1)), 80.0),
-            ("all errors only", sig(5.0, Some(1.0), Some(0.0), Some(0.1)), 70.0),
+            (
+                "deep queue only",
+                sig(5.0, Some(0.0), Some(64.0), Some(0.1)),
+                80.0,
+            ),
+            (
+                "all errors only",
+                sig(5.0, Some(1.0), Some(0.0), Some(0.1)),
+                70.0,
+            ),
             ("kv full", sig(5.0, Some(0.0), Some(0.0), Some(0.98)), 80.0),
-            ("half-way latency", sig(550.0, Some(0.0), Some(0.0), Some(0.1)), 85.0),
+            (
+                "half-way latency",
+                sig(550.0, Some(0.0), Some(0.0), Some(0.1)),
+                85.0,
+            ),
             (
                 "brownout that still answers probes",
                 sig(1000.0, Some(0.5), Some(8.0), Some(0.84)),
                 0.0 * 0.3 + 0.0 * 0.3 + 50.0 * 0.2 + 50.0 * 0.2,
             ),
-            ("error rate at good bound", sig(5.0, Some(0.01), Some(0.0), Some(0.0)), 100.0),
+            (
+                "error rate at good bound",
+                sig(5.0, Some(0.01), Some(0.0), Some(0.0)),
+                100.0,
+            ),
         ];
         for (what, s, want) in cases {
             let got = raw_score(s.probe_ok, &components(s, &cfg), &cfg);
@@ -142,7 +169,9 @@ mod tests {
         let cfg = HealthConfig::default().score;
         let mut last = 101.0;
         for lat in [0.0, 100.0, 200.0, 500.0, 999.0, 1000.0, 1e9] {
-            let c = components(&sig(lat, None, None, None), &cfg).latency.unwrap();
+            let c = components(&sig(lat, None, None, None), &cfg)
+                .latency
+                .unwrap();
             assert!((0.0..=100.0).contains(&c) && c <= last, "{lat} → {c}");
             last = c;
         }

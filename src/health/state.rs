@@ -133,7 +133,10 @@ impl Ramp {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Change {
     /// Between UNKNOWN, HEALTHY, DEGRADED and UNSTABLE.
-    Moved { from: State, to: State },
+    Moved {
+        from: State,
+        to: State,
+    },
     Ejected(Cause),
     /// Back from DOWN, as a canary.
     Rejoined,
@@ -448,15 +451,17 @@ mod tests {
                 &[100.0, 80.0, 80.0, 80.0, 80.0, 80.0, 80.0, 80.0],
                 true,
                 // smoothed: 100, 90, 85, 82.5, 81.25, ...
-                &[Healthy, Healthy, Healthy, Degraded, Degraded, Degraded, Degraded, Degraded],
+                &[
+                    Healthy, Healthy, Healthy, Degraded, Degraded, Degraded, Degraded, Degraded,
+                ],
             ),
             (
                 "alternating good and bad never ejects",
                 &[100.0, 0.0, 100.0, 0.0, 100.0, 0.0, 100.0, 0.0, 100.0, 0.0],
                 true,
                 &[
-                    Healthy, Unstable, Degraded, Unstable, Degraded, Unstable, Degraded,
-                    Unstable, Degraded, Unstable,
+                    Healthy, Unstable, Degraded, Unstable, Degraded, Unstable, Degraded, Unstable,
+                    Degraded, Unstable,
                 ],
             ),
         ];
@@ -475,7 +480,10 @@ mod tests {
         let mut states = Vec::new();
         // Raw scores around the HEALTHY boundary (85) settle the smoothed
         // score between 84 and 87: it drops once and stays.
-        for (i, raw) in [84.0, 86.0, 84.0, 87.0, 84.0, 86.0, 85.0, 84.0].iter().enumerate() {
+        for (i, raw) in [84.0, 86.0, 84.0, 87.0, 84.0, 86.0, 85.0, 84.0]
+            .iter()
+            .enumerate()
+        {
             m.evaluate(*raw, true, 2_000 * (i as u64 + 1), &c, || true);
             states.push(m.state);
         }
@@ -521,7 +529,9 @@ mod tests {
     fn alternating_good_and_bad_never_rejoins() {
         let c = cfg();
         let mut m = ejected(&c, 0);
-        let raws: Vec<f64> = (0..40).map(|i| if i % 2 == 0 { 100.0 } else { 0.0 }).collect();
+        let raws: Vec<f64> = (0..40)
+            .map(|i| if i % 2 == 0 { 100.0 } else { 0.0 })
+            .collect();
         let states = run(&mut m, 60_000, &raws, true);
         assert!(states.iter().all(|s| *s == Down), "{states:?}");
     }
@@ -599,7 +609,12 @@ mod tests {
         let c = cfg();
         let mut m = Machine::new(0, &c);
         m.ramp = None;
-        for (state, want) in [(Healthy, 1.0), (Degraded, 0.6), (Unstable, 0.2), (Down, 0.0)] {
+        for (state, want) in [
+            (Healthy, 1.0),
+            (Degraded, 0.6),
+            (Unstable, 0.2),
+            (Down, 0.0),
+        ] {
             m.state = state;
             assert_eq!(m.factor(0, &c), want, "{state:?}");
         }
