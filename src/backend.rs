@@ -60,23 +60,31 @@ pub struct Backend {
     pub health_path: String,
     pub metrics_path: Option<String>,
     model_names: HashMap<String, String>,
-    in_flight: AtomicU64,
-    latency_ewma_ms: AtomicU64,
-    latency_sampled_at_ms: AtomicU64,
-    cooldown_until_ms: AtomicU64,
-    /// Mirrors `health.machine.state == Down` for lock-free readers.
-    down: AtomicBool,
-    /// Config weight × state multiplier × slow-start/canary ramp (f64
-    /// bits), kept current by the health task; what the pickers read.
-    effective_weight: AtomicU64,
-    /// Config weight × score/100 (f64 bits): the weight in panic mode.
-    panic_weight: AtomicU64,
+    hot: Hot,
     /// Consecutive failed requests (any success resets it).
     passive_streak: AtomicU32,
     /// Requests and failures since the health task last looked.
     window_requests: AtomicU64,
     window_failures: AtomicU64,
     health: Mutex<Health>,
+}
+
+/// Everything a pick reads, in one cache line: at thousands of backends a
+/// pick touches a few random ones, and one miss each beats several.
+#[derive(Debug)]
+#[repr(C, align(64))]
+struct Hot {
+    in_flight: AtomicU64,
+    cooldown_until_ms: AtomicU64,
+    /// Config weight × state multiplier × slow-start/canary ramp (f64
+    /// bits), kept current by the health task; what the pickers read.
+    effective_weight: AtomicU64,
+    /// Config weight × score/100 (f64 bits): the weight in panic mode.
+    panic_weight: AtomicU64,
+    latency_ewma_ms: AtomicU64,
+    latency_sampled_at_ms: AtomicU64,
+    /// Mirrors `health.machine.state == Down` for lock-free readers.
+    down: AtomicBool,
 }
 
 /// The health model's view of one backend, behind a lock that only the
@@ -112,13 +120,17 @@ impl Backend {
             health_path: cfg.health_path.clone(),
             metrics_path: cfg.metrics_path.clone(),
             model_names: cfg.model_names.clone(),
-            in_flight: AtomicU64::new(0),
-            latency_ewma_ms: AtomicU64::new(INITIAL_LATENCY_MS.to_bits()),
-            latency_sampled_at_ms: AtomicU64::new(0),
-            cooldown_until_ms: AtomicU64::new(0),
-            down: AtomicBool::new(false),
-            effective_weight: AtomicU64::new((weight * machine.factor(now_ms, health)).to_bits()),
-            panic_weight: AtomicU64::new(weight.to_bits()),
+            hot: Hot {
+                in_flight: AtomicU64::new(0),
+                latency_ewma_ms: AtomicU64::new(INITIAL_LATENCY_MS.to_bits()),
+                latency_sampled_at_ms: AtomicU64::new(0),
+                cooldown_until_ms: AtomicU64::new(0),
+                down: AtomicBool::new(false),
+                effective_weight: AtomicU64::new(
+                    (weight * machine.factor(now_ms, health)).to_bits(),
+                ),
+                panic_weight: AtomicU64::new(weight.to_bits()),
+            },
             passive_streak: AtomicU32::new(0),
             window_requests: AtomicU64::new(0),
             window_failures: AtomicU64::new(0),
@@ -137,26 +149,26 @@ impl Backend {
 
     /// Not ejected.
     pub fn is_up(&self) -> bool {
-        !self.down.load(Ordering::Relaxed)
+        !self.hot.down.load(Ordering::Relaxed)
     }
 
     /// Whether a new request may go here at `now_ms` outside panic mode.
     pub fn is_usable(&self, now_ms: u64) -> bool {
-        self.is_up() && self.cooldown_until_ms.load(Ordering::Relaxed) <= now_ms
+        self.is_up() && self.hot.cooldown_until_ms.load(Ordering::Relaxed) <= now_ms
     }
 
     pub fn is_cooling(&self, now_ms: u64) -> bool {
-        self.cooldown_until_ms.load(Ordering::Relaxed) > now_ms
+        self.hot.cooldown_until_ms.load(Ordering::Relaxed) > now_ms
     }
 
     /// The weight the pickers use: 0 while ejected.
     pub fn effective_weight(&self) -> f64 {
-        f64::from_bits(self.effective_weight.load(Ordering::Relaxed))
+        f64::from_bits(self.hot.effective_weight.load(Ordering::Relaxed))
     }
 
     /// The weight in panic mode: by score, 0 only when passively ejected.
     pub fn panic_weight(&self) -> f64 {
-        f64::from_bits(self.panic_weight.load(Ordering::Relaxed))
+        f64::from_bits(self.hot.panic_weight.load(Ordering::Relaxed))
     }
 
     /// A copy of the health state (takes the health lock briefly).
@@ -189,9 +201,10 @@ impl Backend {
     fn publish(&self, m: &Machine, now_ms: u64, cfg: &HealthConfig) {
         let weight = f64::from(self.weight);
         let down = m.state == State::Down;
-        self.down.store(down, Ordering::Relaxed);
+        self.hot.down.store(down, Ordering::Relaxed);
         let effective = weight * m.factor(now_ms, cfg);
-        self.effective_weight
+        self.hot
+            .effective_weight
             .store(effective.to_bits(), Ordering::Relaxed);
         // Panic mode routes by score, but never to a backend that is
         // failing real requests right now.
@@ -200,18 +213,21 @@ impl Backend {
         } else {
             weight * m.score.unwrap_or(100.0).max(1.0) / 100.0
         };
-        self.panic_weight.store(panic.to_bits(), Ordering::Relaxed);
+        self.hot
+            .panic_weight
+            .store(panic.to_bits(), Ordering::Relaxed);
     }
 
     pub fn in_flight(&self) -> u64 {
-        self.in_flight.load(Ordering::Relaxed)
+        self.hot.in_flight.load(Ordering::Relaxed)
     }
 
     /// The latency EWMA as of `now_ms`, decayed toward the prior for the
     /// time since its last sample.
     pub fn latency_ewma_ms(&self, now_ms: u64) -> f64 {
-        let stored = f64::from_bits(self.latency_ewma_ms.load(Ordering::Relaxed));
-        let age = now_ms.saturating_sub(self.latency_sampled_at_ms.load(Ordering::Relaxed)) as f64;
+        let stored = f64::from_bits(self.hot.latency_ewma_ms.load(Ordering::Relaxed));
+        let age =
+            now_ms.saturating_sub(self.hot.latency_sampled_at_ms.load(Ordering::Relaxed)) as f64;
         INITIAL_LATENCY_MS + (stored - INITIAL_LATENCY_MS) * (-age / LATENCY_DECAY_MS).exp()
     }
 
@@ -223,13 +239,13 @@ impl Backend {
     /// canary would never get its share) or far faster than 2 s peers
     /// (flooded).
     pub fn fresh_latency_ms(&self, now_ms: u64) -> Option<f64> {
-        let at = self.latency_sampled_at_ms.load(Ordering::Relaxed);
+        let at = self.hot.latency_sampled_at_ms.load(Ordering::Relaxed);
         let fresh = at != 0 && now_ms.saturating_sub(at) as f64 <= LATENCY_DECAY_MS;
         fresh.then(|| self.latency_ewma_ms(now_ms))
     }
 
     pub fn cooldown_until_ms(&self) -> u64 {
-        self.cooldown_until_ms.load(Ordering::Relaxed)
+        self.hot.cooldown_until_ms.load(Ordering::Relaxed)
     }
 
     /// p2c's load figure: requests in flight (this one included) × latency.
@@ -239,7 +255,7 @@ impl Backend {
 
     /// Counts a request in flight until the guard drops.
     pub fn start_request(self: &Arc<Self>) -> InFlight {
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.hot.in_flight.fetch_add(1, Ordering::Relaxed);
         InFlight(Arc::clone(self))
     }
 
@@ -256,9 +272,12 @@ impl Backend {
             Some(old) => old + LATENCY_ALPHA * (sample - old),
             None => sample,
         };
-        self.latency_ewma_ms.store(new.to_bits(), Ordering::Relaxed);
+        self.hot
+            .latency_ewma_ms
+            .store(new.to_bits(), Ordering::Relaxed);
         // 0 means "never sampled".
-        self.latency_sampled_at_ms
+        self.hot
+            .latency_sampled_at_ms
             .store(now_ms.max(1), Ordering::Relaxed);
     }
 
@@ -280,7 +299,7 @@ impl Backend {
     /// ejection (on rejoin: a canary is judged on what it does now).
     pub fn forget_past(&self) {
         self.passive_streak.store(0, Ordering::Relaxed);
-        self.latency_sampled_at_ms.store(0, Ordering::Relaxed);
+        self.hot.latency_sampled_at_ms.store(0, Ordering::Relaxed);
     }
 
     /// The failed share of requests since the last call; `None` without
@@ -295,7 +314,9 @@ impl Backend {
     /// the cooldown passes.
     pub fn cool_down(&self, now_ms: u64, wait: Duration) {
         let until = now_ms + u64::try_from(wait.as_millis()).unwrap_or(u64::MAX / 2);
-        self.cooldown_until_ms.fetch_max(until, Ordering::Relaxed);
+        self.hot
+            .cooldown_until_ms
+            .fetch_max(until, Ordering::Relaxed);
     }
 }
 
@@ -305,7 +326,7 @@ pub struct InFlight(Arc<Backend>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.0.hot.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
