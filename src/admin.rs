@@ -134,25 +134,70 @@ async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
 async fn backends(State(gw): State<Arc<Gateway>>) -> Json<serde_json::Value> {
     let now = now_ms();
     let routes = gw.routes.load();
+    let round = |v: f64| (v * 10.0).round() / 10.0;
     let list: Vec<_> = routes
         .backends
         .iter()
         .map(|b| {
+            let h = b.health();
+            let m = &h.machine;
+            let pools: Vec<_> = routes
+                .models
+                .iter()
+                .flat_map(|(name, model)| model.pools.iter().map(move |p| (name, p)))
+                .filter(|(_, p)| p.backends.iter().any(|x| Arc::ptr_eq(x, b)))
+                .map(|(name, p)| json!({"model": name, "zone": p.zone, "panic": p.in_panic()}))
+                .collect();
             json!({
                 "name": b.name,
                 "zone": b.zone,
                 "url": format!("{}://{}", b.scheme, b.authority),
+                // Whether it takes traffic outside panic mode ("up"/"down").
                 "state": if b.is_up() { "up" } else { "down" },
+                "health_state": m.state,
+                "score": m.score.map(round),
+                "components": {
+                    "latency": h.components.latency.map(round),
+                    "errors": h.components.errors.map(round),
+                    "queue": h.components.queue.map(round),
+                    "kv_free": h.components.kv_free.map(round),
+                },
                 "weight": b.weight,
+                "effective_weight": (b.effective_weight() * 1000.0).round() / 1000.0,
+                "ramp": m.ramp.map(|r| json!({
+                    "share": (r.factor(now) * 1000.0).round() / 1000.0,
+                    "from": r.from,
+                    "elapsed_ms": now.saturating_sub(r.start_ms),
+                })),
                 "in_flight": b.in_flight(),
-                "latency_ewma_ms": (b.latency_ewma_ms(now) * 10.0).round() / 10.0,
+                "latency_ewma_ms": round(b.latency_ewma_ms(now)),
                 "cooling_down_ms": b.cooldown_until_ms().saturating_sub(now),
+                "ejections": m.ejections,
+                "ejected": (m.state == crate::health::state::State::Down).then(|| json!({
+                    "cause": m.cause,
+                    "for_ms": now.saturating_sub(m.down_since_ms),
+                    "watch_ms": u64::try_from(m.watch_time(&gw.cfg.health).as_millis()).unwrap_or(u64::MAX),
+                })),
+                "last_probe": h.last_probe.as_ref().map(|p| json!({
+                    "ago_ms": now.saturating_sub(p.at_ms),
+                    "ok": p.ok,
+                    "latency_ms": p.latency_ms,
+                    "raw_score": round(p.raw_score),
+                    "scraped": p.scraped,
+                })),
+                "pools": pools,
             })
         })
         .collect();
-    Json(json!({ "backends": list }))
+    Json(json!({
+        "breaker_open": routes.breaker_open(),
+        "floor_model": gw.cfg.health.floor_model,
+        "backends": list,
+    }))
 }
 
+/// Recent eject, rejoin, refused-ejection, panic and breaker events,
+/// newest first.
 async fn events(State(gw): State<Arc<Gateway>>) -> Json<serde_json::Value> {
     Json(json!({ "events": gw.events.recent(200) }))
 }

@@ -1,6 +1,8 @@
 //! One inference backend at run time: where it is, and the live signals the
-//! balancer reads (in-flight, latency EWMA, 429 cooldown, up/down). All
-//! fields the request path touches are atomics, so picking never locks.
+//! balancer reads (in-flight, latency EWMA, 429 cooldown, effective weight)
+//! plus its health state. Everything a pick reads is an atomic, so picking
+//! never locks; the health state sits behind a lock that only the health
+//! task and a passive ejection take.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -10,14 +12,32 @@ use std::time::{Duration, Instant};
 use http::uri::{Authority, Scheme};
 use zonegate_cluster::ZoneId;
 
+use parking_lot::Mutex;
+use serde::Serialize;
+
 use crate::config::{BackendConfig, HealthConfig};
+use crate::health::score::Components;
+use crate::health::scrape::Scraped;
+use crate::health::state::{Cause, Change, Machine, State};
 
 /// Milliseconds on a process-wide monotonic clock (never goes backwards,
 /// unaffected by wall-clock jumps).
 pub fn now_ms() -> u64 {
+    u64::try_from(origin().elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+fn origin() -> Instant {
     static START: OnceLock<Instant> = OnceLock::new();
-    let start = *START.get_or_init(Instant::now);
-    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
+    *START.get_or_init(Instant::now)
+}
+
+/// The same clock as [`now_ms`], read through tokio's time source: equal to
+/// it in production, and moved by a paused test clock (`tokio::time::
+/// advance`), so the health task's timers and ramps can be tested without
+/// waiting. The request path keeps [`now_ms`], the cheaper read.
+pub fn tokio_now_ms() -> u64 {
+    let now = tokio::time::Instant::now().into_std();
+    u64::try_from(now.saturating_duration_since(origin()).as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Smoothing of the latency EWMA: each sample moves it by this share.
@@ -40,39 +60,57 @@ pub struct Backend {
     pub health_path: String,
     pub metrics_path: Option<String>,
     model_names: HashMap<String, String>,
+    hot: Hot,
+    /// Consecutive failed requests (any success resets it).
+    passive_streak: AtomicU32,
+    /// Requests and failures since the health task last looked.
+    window_requests: AtomicU64,
+    window_failures: AtomicU64,
+    health: Mutex<Health>,
+}
+
+/// Everything a pick reads, in one cache line: at thousands of backends a
+/// pick touches a few random ones, and one miss each beats several.
+#[derive(Debug)]
+#[repr(C, align(64))]
+struct Hot {
     in_flight: AtomicU64,
+    cooldown_until_ms: AtomicU64,
+    /// Config weight × state multiplier × slow-start/canary ramp (f64
+    /// bits), kept current by the health task; what the pickers read.
+    effective_weight: AtomicU64,
+    /// Config weight × score/100 (f64 bits): the weight in panic mode.
+    panic_weight: AtomicU64,
     latency_ewma_ms: AtomicU64,
     latency_sampled_at_ms: AtomicU64,
-    cooldown_until_ms: AtomicU64,
-    up: AtomicBool,
-    passive_failures: AtomicU32,
-    probe_failures: AtomicU32,
-    probe_successes: AtomicU32,
+    /// Mirrors `health.machine.state == Down` for lock-free readers.
+    down: AtomicBool,
 }
 
-/// Why a backend changed between up and down; becomes the event's reason.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transition {
-    /// Taken out after consecutive failed requests.
-    EjectedPassive,
-    /// Taken out after consecutive failed probes.
-    EjectedProbe,
-    /// Returned after consecutive passing probes.
-    Rejoined,
+/// The health model's view of one backend, behind a lock that only the
+/// health task and a passive ejection take (never a pick).
+#[derive(Clone, Debug, Serialize)]
+pub struct Health {
+    pub machine: Machine,
+    pub components: Components,
+    pub last_probe: Option<ProbeRecord>,
 }
 
-impl Transition {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Transition::EjectedPassive => "ejected_passive",
-            Transition::EjectedProbe => "ejected_probe",
-            Transition::Rejoined => "rejoined",
-        }
-    }
+/// The most recent active probe, for the admin API.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProbeRecord {
+    /// On the monotonic clock of [`now_ms`].
+    pub at_ms: u64,
+    pub ok: bool,
+    pub latency_ms: f64,
+    pub scraped: Option<Scraped>,
+    pub raw_score: f64,
 }
 
 impl Backend {
-    pub fn new(cfg: &BackendConfig) -> Self {
+    pub fn new(cfg: &BackendConfig, health: &HealthConfig, now_ms: u64) -> Self {
+        let machine = Machine::new(now_ms, health);
+        let weight = f64::from(cfg.weight);
         Self {
             name: cfg.name.clone(),
             zone: cfg.zone.clone(),
@@ -82,14 +120,25 @@ impl Backend {
             health_path: cfg.health_path.clone(),
             metrics_path: cfg.metrics_path.clone(),
             model_names: cfg.model_names.clone(),
-            in_flight: AtomicU64::new(0),
-            latency_ewma_ms: AtomicU64::new(INITIAL_LATENCY_MS.to_bits()),
-            latency_sampled_at_ms: AtomicU64::new(0),
-            cooldown_until_ms: AtomicU64::new(0),
-            up: AtomicBool::new(true),
-            passive_failures: AtomicU32::new(0),
-            probe_failures: AtomicU32::new(0),
-            probe_successes: AtomicU32::new(0),
+            hot: Hot {
+                in_flight: AtomicU64::new(0),
+                latency_ewma_ms: AtomicU64::new(INITIAL_LATENCY_MS.to_bits()),
+                latency_sampled_at_ms: AtomicU64::new(0),
+                cooldown_until_ms: AtomicU64::new(0),
+                down: AtomicBool::new(false),
+                effective_weight: AtomicU64::new(
+                    (weight * machine.factor(now_ms, health)).to_bits(),
+                ),
+                panic_weight: AtomicU64::new(weight.to_bits()),
+            },
+            passive_streak: AtomicU32::new(0),
+            window_requests: AtomicU64::new(0),
+            window_failures: AtomicU64::new(0),
+            health: Mutex::new(Health {
+                machine,
+                components: Components::default(),
+                last_probe: None,
+            }),
         }
     }
 
@@ -98,29 +147,105 @@ impl Backend {
         self.model_names.get(logical).map(String::as_str)
     }
 
+    /// Not ejected.
     pub fn is_up(&self) -> bool {
-        self.up.load(Ordering::Relaxed)
+        !self.hot.down.load(Ordering::Relaxed)
     }
 
-    /// Whether a new request may go here at `now_ms`.
+    /// Whether a new request may go here at `now_ms` outside panic mode.
     pub fn is_usable(&self, now_ms: u64) -> bool {
-        self.is_up() && self.cooldown_until_ms.load(Ordering::Relaxed) <= now_ms
+        self.is_up() && self.hot.cooldown_until_ms.load(Ordering::Relaxed) <= now_ms
+    }
+
+    pub fn is_cooling(&self, now_ms: u64) -> bool {
+        self.hot.cooldown_until_ms.load(Ordering::Relaxed) > now_ms
+    }
+
+    /// The weight the pickers use: 0 while ejected.
+    pub fn effective_weight(&self) -> f64 {
+        f64::from_bits(self.hot.effective_weight.load(Ordering::Relaxed))
+    }
+
+    /// The weight in panic mode: by score, 0 only when passively ejected.
+    pub fn panic_weight(&self) -> f64 {
+        f64::from_bits(self.hot.panic_weight.load(Ordering::Relaxed))
+    }
+
+    /// A copy of the health state (takes the health lock briefly).
+    pub fn health(&self) -> Health {
+        self.health.lock().clone()
+    }
+
+    /// Runs `f` on the health state under its lock, then republishes the
+    /// lock-free mirrors (down flag, weights) as of `now_ms`.
+    pub fn with_health<R>(
+        &self,
+        now_ms: u64,
+        cfg: &HealthConfig,
+        f: impl FnOnce(&mut Health) -> R,
+    ) -> R {
+        let mut h = self.health.lock();
+        let r = f(&mut h);
+        self.publish(&h.machine, now_ms, cfg);
+        r
+    }
+
+    /// Recomputes the weights the pickers read (ramps move with time);
+    /// returns whether the health model counts the backend as bad.
+    pub fn refresh(&self, now_ms: u64, cfg: &HealthConfig) -> bool {
+        let h = self.health.lock();
+        self.publish(&h.machine, now_ms, cfg);
+        h.machine.is_bad()
+    }
+
+    fn publish(&self, m: &Machine, now_ms: u64, cfg: &HealthConfig) {
+        let weight = f64::from(self.weight);
+        let down = m.state == State::Down;
+        self.hot.down.store(down, Ordering::Relaxed);
+        let effective = weight * m.factor(now_ms, cfg);
+        self.hot
+            .effective_weight
+            .store(effective.to_bits(), Ordering::Relaxed);
+        // Panic mode routes by score, but never to a backend that is
+        // failing real requests right now.
+        let panic = if m.cause == Some(Cause::Passive) && down {
+            0.0
+        } else {
+            weight * m.score.unwrap_or(100.0).max(1.0) / 100.0
+        };
+        self.hot
+            .panic_weight
+            .store(panic.to_bits(), Ordering::Relaxed);
     }
 
     pub fn in_flight(&self) -> u64 {
-        self.in_flight.load(Ordering::Relaxed)
+        self.hot.in_flight.load(Ordering::Relaxed)
     }
 
     /// The latency EWMA as of `now_ms`, decayed toward the prior for the
     /// time since its last sample.
     pub fn latency_ewma_ms(&self, now_ms: u64) -> f64 {
-        let stored = f64::from_bits(self.latency_ewma_ms.load(Ordering::Relaxed));
-        let age = now_ms.saturating_sub(self.latency_sampled_at_ms.load(Ordering::Relaxed)) as f64;
+        let stored = f64::from_bits(self.hot.latency_ewma_ms.load(Ordering::Relaxed));
+        let age =
+            now_ms.saturating_sub(self.hot.latency_sampled_at_ms.load(Ordering::Relaxed)) as f64;
         INITIAL_LATENCY_MS + (stored - INITIAL_LATENCY_MS) * (-age / LATENCY_DECAY_MS).exp()
     }
 
+    /// The latency EWMA if a request sampled it within the decay time
+    /// constant; `None` for a backend without recent evidence (new,
+    /// rejoined, or idle), which the pickers then judge by its pool's
+    /// typical latency instead of a fixed prior: a 50 ms prior makes a
+    /// backend look 50× slower than 1 ms peers (never picked by p2c, so a
+    /// canary would never get its share) or far faster than 2 s peers
+    /// (flooded).
+    pub fn fresh_latency_ms(&self, now_ms: u64) -> Option<f64> {
+        let at = self.hot.latency_sampled_at_ms.load(Ordering::Relaxed);
+        let fresh = at != 0 && now_ms.saturating_sub(at) as f64 <= LATENCY_DECAY_MS;
+        fresh.then(|| self.latency_ewma_ms(now_ms))
+    }
+
     pub fn cooldown_until_ms(&self) -> u64 {
-        self.cooldown_until_ms.load(Ordering::Relaxed)
+        self.hot.cooldown_until_ms.load(Ordering::Relaxed)
     }
 
     /// 0–1: how much GPU capacity this backend offers the zone score. An
@@ -140,57 +265,68 @@ impl Backend {
 
     /// Counts a request in flight until the guard drops.
     pub fn start_request(self: &Arc<Self>) -> InFlight {
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.hot.in_flight.fetch_add(1, Ordering::Relaxed);
         InFlight(Arc::clone(self))
     }
 
     /// A request got its first byte after `latency`, at `now_ms`.
     pub fn record_success(&self, latency: Duration, now_ms: u64) {
-        self.passive_failures.store(0, Ordering::Relaxed);
+        self.passive_streak.store(0, Ordering::Relaxed);
+        self.window_requests.fetch_add(1, Ordering::Relaxed);
         let sample = latency.as_secs_f64() * 1000.0;
         // A lost update between two racing requests only drops one sample.
-        let old = self.latency_ewma_ms(now_ms);
-        let new = old + LATENCY_ALPHA * (sample - old);
-        self.latency_ewma_ms.store(new.to_bits(), Ordering::Relaxed);
-        self.latency_sampled_at_ms.store(now_ms, Ordering::Relaxed);
+        // The first sample after a silence stands alone: blending it with
+        // stale evidence (or the prior) would misjudge the backend for
+        // another decay period, starving it under p2c.
+        let new = match self.fresh_latency_ms(now_ms) {
+            Some(old) => old + LATENCY_ALPHA * (sample - old),
+            None => sample,
+        };
+        self.hot
+            .latency_ewma_ms
+            .store(new.to_bits(), Ordering::Relaxed);
+        // 0 means "never sampled".
+        self.hot
+            .latency_sampled_at_ms
+            .store(now_ms.max(1), Ordering::Relaxed);
     }
 
-    /// A request failed (connect error, reset, 5xx, timeout). Returns the
-    /// transition if this failure took the backend out.
-    pub fn record_failure(&self, cfg: &HealthConfig) -> Option<Transition> {
-        let n = self.passive_failures.fetch_add(1, Ordering::Relaxed) + 1;
-        if n >= cfg.passive_failures && self.up.swap(false, Ordering::Relaxed) {
-            self.probe_successes.store(0, Ordering::Relaxed);
-            return Some(Transition::EjectedPassive);
+    /// A request failed (connect error, reset, 5xx, first-byte timeout, a
+    /// stream cut). Returns the ejection it caused, if any.
+    pub fn record_failure(&self, now_ms: u64, cfg: &HealthConfig) -> Option<Change> {
+        self.window_requests.fetch_add(1, Ordering::Relaxed);
+        self.window_failures.fetch_add(1, Ordering::Relaxed);
+        let streak = self.passive_streak.fetch_add(1, Ordering::Relaxed) + 1;
+        if streak < cfg.passive_failures || !self.is_up() {
+            return None;
         }
-        None
+        self.with_health(now_ms, cfg, |h| {
+            h.machine.passive_failures(streak, now_ms, cfg)
+        })
+    }
+
+    /// Forgets the failure streak and the latency seen before an
+    /// ejection (on rejoin: a canary is judged on what it does now).
+    pub fn forget_past(&self) {
+        self.passive_streak.store(0, Ordering::Relaxed);
+        self.hot.latency_sampled_at_ms.store(0, Ordering::Relaxed);
+    }
+
+    /// The failed share of requests since the last call; `None` without
+    /// traffic (an ejected backend's error rate is unknown, not zero).
+    pub fn take_error_rate(&self) -> Option<f64> {
+        let requests = self.window_requests.swap(0, Ordering::Relaxed);
+        let failures = self.window_failures.swap(0, Ordering::Relaxed);
+        (requests > 0).then(|| (failures.min(requests)) as f64 / requests as f64)
     }
 
     /// A 429: busy, not broken. No health penalty; no new requests until
     /// the cooldown passes.
     pub fn cool_down(&self, now_ms: u64, wait: Duration) {
         let until = now_ms + u64::try_from(wait.as_millis()).unwrap_or(u64::MAX / 2);
-        self.cooldown_until_ms.fetch_max(until, Ordering::Relaxed);
-    }
-
-    /// Result of one active probe. Returns the transition it caused, if any.
-    pub fn record_probe(&self, ok: bool, cfg: &HealthConfig) -> Option<Transition> {
-        if ok {
-            self.probe_failures.store(0, Ordering::Relaxed);
-            let n = self.probe_successes.fetch_add(1, Ordering::Relaxed) + 1;
-            if n >= cfg.healthy_threshold && !self.up.load(Ordering::Relaxed) {
-                self.passive_failures.store(0, Ordering::Relaxed);
-                self.up.store(true, Ordering::Relaxed);
-                return Some(Transition::Rejoined);
-            }
-        } else {
-            self.probe_successes.store(0, Ordering::Relaxed);
-            let n = self.probe_failures.fetch_add(1, Ordering::Relaxed) + 1;
-            if n >= cfg.unhealthy_threshold && self.up.swap(false, Ordering::Relaxed) {
-                return Some(Transition::EjectedProbe);
-            }
-        }
-        None
+        self.hot
+            .cooldown_until_ms
+            .fetch_max(until, Ordering::Relaxed);
     }
 }
 
@@ -200,7 +336,7 @@ pub struct InFlight(Arc<Backend>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.0.hot.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -215,56 +351,54 @@ mod tests {
             scheme: Scheme::HTTP,
             authority: "127.0.0.1:1".parse().unwrap(),
             models: vec!["m".into()],
-            weight: 1,
+            weight: 2,
             health_path: "/health".into(),
             metrics_path: None,
             model_names: HashMap::new(),
         };
-        Backend::new(&cfg)
-    }
-
-    fn health() -> HealthConfig {
-        HealthConfig {
-            interval: Duration::from_secs(2),
-            timeout: Duration::from_secs(1),
-            unhealthy_threshold: 3,
-            healthy_threshold: 2,
-            passive_failures: 5,
-        }
+        Backend::new(&cfg, &HealthConfig::default(), 0)
     }
 
     #[test]
     fn passive_failures_eject_after_threshold_and_success_resets() {
         let b = backend();
-        let h = health();
+        let h = HealthConfig::default();
         for _ in 0..4 {
-            assert_eq!(b.record_failure(&h), None);
+            assert_eq!(b.record_failure(1, &h), None);
         }
-        b.record_success(Duration::from_millis(5), 0);
+        b.record_success(Duration::from_millis(5), 1);
         for _ in 0..4 {
-            assert_eq!(b.record_failure(&h), None);
+            assert_eq!(b.record_failure(1, &h), None);
         }
-        assert_eq!(b.record_failure(&h), Some(Transition::EjectedPassive));
+        assert_eq!(
+            b.record_failure(1, &h),
+            Some(Change::Ejected(Cause::Passive))
+        );
         assert!(!b.is_up());
-        assert_eq!(b.record_failure(&h), None, "already out: no second event");
+        assert_eq!(b.effective_weight(), 0.0);
+        assert_eq!(
+            b.panic_weight(),
+            0.0,
+            "failing real traffic: not even in panic"
+        );
+        assert_eq!(
+            b.record_failure(1, &h),
+            None,
+            "already out: no second event"
+        );
+        assert_eq!(b.take_error_rate(), Some(10.0 / 11.0));
+        assert_eq!(b.take_error_rate(), None, "no traffic since: unknown");
     }
 
     #[test]
-    fn probes_take_out_and_bring_back_with_hysteresis() {
+    fn new_backends_start_slow_and_ramp() {
         let b = backend();
-        let h = health();
-        assert_eq!(b.record_probe(false, &h), None);
-        assert_eq!(b.record_probe(false, &h), None);
-        assert_eq!(b.record_probe(false, &h), Some(Transition::EjectedProbe));
-        assert_eq!(
-            b.record_probe(true, &h),
-            None,
-            "one good probe is not enough"
-        );
-        assert_eq!(b.record_probe(false, &h), None);
-        assert_eq!(b.record_probe(true, &h), None);
-        assert_eq!(b.record_probe(true, &h), Some(Transition::Rejoined));
-        assert!(b.is_up());
+        let h = HealthConfig::default();
+        assert!((b.effective_weight() - 0.02).abs() < 1e-9, "1% of weight 2");
+        b.refresh(150_000, &h);
+        assert!((b.effective_weight() - 2.0 * 0.505).abs() < 1e-9);
+        b.refresh(300_000, &h);
+        assert_eq!(b.effective_weight(), 2.0);
     }
 
     #[test]

@@ -204,6 +204,7 @@ struct RawModel {
     fallback: Vec<String>,
     first_byte_timeout: Option<String>,
     total_timeout: Option<String>,
+    tier: Option<u32>,
 }
 
 #[derive(Deserialize, Default)]
@@ -221,10 +222,41 @@ struct RawRetry {
 #[serde(deny_unknown_fields)]
 struct RawHealth {
     interval: Option<String>,
+    stable_interval: Option<String>,
+    jitter: Option<f64>,
     timeout: Option<String>,
     unhealthy_threshold: Option<u32>,
     healthy_threshold: Option<u32>,
     passive_failures: Option<u32>,
+    smoothing: Option<f64>,
+    moving_delta: Option<f64>,
+    weight_latency: Option<f64>,
+    weight_errors: Option<f64>,
+    weight_queue: Option<f64>,
+    weight_kv: Option<f64>,
+    latency_ms_bounds: Option<[f64; 2]>,
+    error_rate_bounds: Option<[f64; 2]>,
+    queue_depth_bounds: Option<[f64; 2]>,
+    kv_usage_bounds: Option<[f64; 2]>,
+    eject_below: Option<f64>,
+    rejoin_above: Option<f64>,
+    healthy_above: Option<f64>,
+    degraded_above: Option<f64>,
+    band_margin: Option<f64>,
+    degraded_multiplier: Option<f64>,
+    unstable_multiplier: Option<f64>,
+    slow_start: Option<String>,
+    slow_start_share: Option<f64>,
+    canary_share: Option<f64>,
+    canary_time: Option<String>,
+    rejoin_ramp: Option<String>,
+    ejection_time: Option<String>,
+    max_ejection_time: Option<String>,
+    watch_interval: Option<String>,
+    max_watch_interval: Option<String>,
+    max_ejected_percent: Option<f64>,
+    breaker_percent: Option<f64>,
+    floor_model: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -346,6 +378,9 @@ pub struct ModelConfig {
     pub fallback: Vec<String>,
     pub first_byte_timeout: Duration,
     pub total_timeout: Duration,
+    /// Capability tier (higher is more capable); `None` when undeclared,
+    /// which counts as tier 0 against a request's minimum.
+    pub tier: Option<u32>,
 }
 
 #[derive(Clone, Debug)]
@@ -362,16 +397,85 @@ pub struct RetryConfig {
     pub connect_timeout: Duration,
 }
 
+/// Health model settings (`[health]`). Scores are 0–100; shares and
+/// multipliers are fractions of a backend's configured weight.
 #[derive(Clone, Debug)]
 pub struct HealthConfig {
+    /// Probe interval while the score moves or the state is not HEALTHY.
     pub interval: Duration,
+    /// Probe interval while HEALTHY and steady.
+    pub stable_interval: Duration,
+    /// Each probe period is stretched or shrunk by up to this share.
+    pub jitter: f64,
     pub timeout: Duration,
-    /// Consecutive failed probes that take a backend out.
+    /// Consecutive evaluations below `eject_below` that eject a backend.
     pub unhealthy_threshold: u32,
-    /// Consecutive passing probes that bring it back.
+    /// Consecutive evaluations above `rejoin_above` before it rejoins.
     pub healthy_threshold: u32,
-    /// Consecutive failed requests that take a backend out.
+    /// Consecutive failed requests that eject a backend at once.
     pub passive_failures: u32,
+    /// EWMA share of each new raw score in the smoothed score.
+    pub smoothing: f64,
+    /// A raw score this far from the smoothed one means "moving".
+    pub moving_delta: f64,
+    pub score: ScoreConfig,
+    pub eject_below: f64,
+    pub rejoin_above: f64,
+    /// Smoothed score at or above which a backend is HEALTHY...
+    pub healthy_above: f64,
+    /// ...and above which it is DEGRADED rather than UNSTABLE.
+    pub degraded_above: f64,
+    /// Moving up a band needs the score this far past its boundary.
+    pub band_margin: f64,
+    pub degraded_multiplier: f64,
+    pub unstable_multiplier: f64,
+    /// A new backend ramps from `slow_start_share` to full over this time.
+    pub slow_start: Duration,
+    pub slow_start_share: f64,
+    /// A rejoining backend holds `canary_share` for `canary_time`, then
+    /// ramps to full over `rejoin_ramp`.
+    pub canary_share: f64,
+    pub canary_time: Duration,
+    pub rejoin_ramp: Duration,
+    /// Minimum time out after the n-th ejection: n × this, at most the max.
+    pub ejection_time: Duration,
+    pub max_ejection_time: Duration,
+    /// Probe backoff of an ejected backend whose probes fail: doubles from
+    /// `watch_interval` up to `max_watch_interval`.
+    pub watch_interval: Duration,
+    pub max_watch_interval: Duration,
+    /// Never eject (on score) more than this percentage of one model's
+    /// backends in one zone; beyond it the pool routes in panic mode.
+    pub max_ejected_percent: f64,
+    /// When more than this percentage of models has no healthy backend,
+    /// their requests go to `floor_model`.
+    pub breaker_percent: f64,
+    pub floor_model: Option<String>,
+}
+
+impl Default for HealthConfig {
+    /// Every `[health]` default, as an empty section validates to.
+    fn default() -> Self {
+        let v = Validator { file: "defaults" };
+        // An empty section with no floor model cannot fail validation.
+        v.health(RawHealth::default(), &[])
+            .unwrap_or_else(|e| unreachable!("health defaults are invalid: {e}"))
+    }
+}
+
+/// How the four dimensions become a score: weights and the (good, bad)
+/// normalisation bounds of each signal. A signal at or better than `good`
+/// scores 100, at or worse than `bad` 0, linearly between.
+#[derive(Clone, Debug)]
+pub struct ScoreConfig {
+    pub weight_latency: f64,
+    pub weight_errors: f64,
+    pub weight_queue: f64,
+    pub weight_kv: f64,
+    pub latency_ms: (f64, f64),
+    pub error_rate: (f64, f64),
+    pub queue_depth: (f64, f64),
+    pub kv_usage: (f64, f64),
 }
 
 #[derive(Clone, Debug)]
@@ -502,7 +606,7 @@ impl Validator<'_> {
         let backends = self.backends(raw.backends, witness)?;
         let models = self.models(raw.models, &backends)?;
         let retry = self.retry(raw.retry)?;
-        let health = self.health(raw.health)?;
+        let health = self.health(raw.health, &models)?;
         let affinity = AffinityConfig {
             zone_pin: raw.affinity.zone_pin.unwrap_or(true),
             pin_ttl: self.duration(
@@ -832,6 +936,7 @@ impl Validator<'_> {
                 name: m.name,
                 balance: m.balance,
                 fallback: m.fallback,
+                tier: m.tier,
             });
         }
         for name in served {
@@ -842,6 +947,7 @@ impl Validator<'_> {
                     fallback: Vec::new(),
                     first_byte_timeout: Duration::from_secs(30),
                     total_timeout: Duration::from_secs(600),
+                    tier: None,
                 });
             }
         }
@@ -875,18 +981,106 @@ impl Validator<'_> {
         })
     }
 
-    fn health(&self, raw: RawHealth) -> Result<HealthConfig, ConfigError> {
+    fn fraction(&self, key: &str, v: Option<f64>, default: f64) -> Result<f64, ConfigError> {
+        let v = v.unwrap_or(default);
+        if !(0.0..=1.0).contains(&v) {
+            return Err(self.err(key, "must be between 0.0 and 1.0"));
+        }
+        Ok(v)
+    }
+
+    fn score_value(&self, key: &str, v: Option<f64>, default: f64) -> Result<f64, ConfigError> {
+        let v = v.unwrap_or(default);
+        if !(0.0..=100.0).contains(&v) {
+            return Err(self.err(key, "must be a score between 0 and 100"));
+        }
+        Ok(v)
+    }
+
+    fn bounds(
+        &self,
+        key: &str,
+        v: Option<[f64; 2]>,
+        default: (f64, f64),
+    ) -> Result<(f64, f64), ConfigError> {
+        let (good, bad) = v.map_or(default, |[g, b]| (g, b));
+        if !(good.is_finite() && bad.is_finite() && good >= 0.0 && bad > good) {
+            return Err(self.err(key, "must be [good, bad] with 0 ≤ good < bad"));
+        }
+        Ok((good, bad))
+    }
+
+    fn health(&self, raw: RawHealth, models: &[ModelConfig]) -> Result<HealthConfig, ConfigError> {
+        let d = |key: &str, v: &Option<String>, secs: u64| {
+            self.duration(key, v.as_deref(), Duration::from_secs(secs))
+        };
+        let weight = |key: &str, v: Option<f64>, default: f64| {
+            let v = v.unwrap_or(default);
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(self.err(key, "must be a number ≥ 0"));
+            }
+            Ok(v)
+        };
+        let score = ScoreConfig {
+            weight_latency: weight("health.weight_latency", raw.weight_latency, 0.3)?,
+            weight_errors: weight("health.weight_errors", raw.weight_errors, 0.3)?,
+            weight_queue: weight("health.weight_queue", raw.weight_queue, 0.2)?,
+            weight_kv: weight("health.weight_kv", raw.weight_kv, 0.2)?,
+            latency_ms: self.bounds(
+                "health.latency_ms_bounds",
+                raw.latency_ms_bounds,
+                (100.0, 1000.0),
+            )?,
+            error_rate: self.bounds(
+                "health.error_rate_bounds",
+                raw.error_rate_bounds,
+                (0.01, 0.25),
+            )?,
+            queue_depth: self.bounds(
+                "health.queue_depth_bounds",
+                raw.queue_depth_bounds,
+                (0.0, 16.0),
+            )?,
+            kv_usage: self.bounds("health.kv_usage_bounds", raw.kv_usage_bounds, (0.7, 0.98))?,
+        };
+        if score.weight_latency + score.weight_errors + score.weight_queue + score.weight_kv <= 0.0
+        {
+            return Err(self.err(
+                "health.weight_latency",
+                "the four weights must not all be 0",
+            ));
+        }
+        let eject_below = self.score_value("health.eject_below", raw.eject_below, 30.0)?;
+        let rejoin_above = self.score_value("health.rejoin_above", raw.rejoin_above, 70.0)?;
+        if rejoin_above <= eject_below {
+            return Err(self.err(
+                "health.rejoin_above",
+                "must be above eject_below, or a backend could flap",
+            ));
+        }
+        let healthy_above = self.score_value("health.healthy_above", raw.healthy_above, 85.0)?;
+        let degraded_above = self.score_value("health.degraded_above", raw.degraded_above, 55.0)?;
+        if healthy_above <= degraded_above {
+            return Err(self.err("health.healthy_above", "must be above degraded_above"));
+        }
+        let smoothing = self.fraction("health.smoothing", raw.smoothing, 0.5)?;
+        if smoothing == 0.0 {
+            return Err(self.err("health.smoothing", "must be greater than 0"));
+        }
+        let floor_model = match raw.floor_model {
+            Some(f) if !models.iter().any(|m| m.name == f) => {
+                return Err(self.err(
+                    "health.floor_model",
+                    format!("`{f}` is not a model served by some backend"),
+                ))
+            }
+            f => f,
+        };
         Ok(HealthConfig {
-            interval: self.duration(
-                "health.interval",
-                raw.interval.as_deref(),
-                Duration::from_secs(2),
-            )?,
-            timeout: self.duration(
-                "health.timeout",
-                raw.timeout.as_deref(),
-                Duration::from_secs(1),
-            )?,
+            interval: d("health.interval", &raw.interval, 2)?,
+            stable_interval: d("health.stable_interval", &raw.stable_interval, 10)?,
+            jitter: self.fraction("health.jitter", raw.jitter, 0.1)?,
+            timeout: d("health.timeout", &raw.timeout, 1)?,
             unhealthy_threshold: self.positive(
                 "health.unhealthy_threshold",
                 raw.unhealthy_threshold,
@@ -895,9 +1089,51 @@ impl Validator<'_> {
             healthy_threshold: self.positive(
                 "health.healthy_threshold",
                 raw.healthy_threshold,
-                2,
+                5,
             )?,
             passive_failures: self.positive("health.passive_failures", raw.passive_failures, 5)?,
+            smoothing,
+            moving_delta: self.score_value("health.moving_delta", raw.moving_delta, 5.0)?,
+            score,
+            eject_below,
+            rejoin_above,
+            healthy_above,
+            degraded_above,
+            band_margin: self.score_value("health.band_margin", raw.band_margin, 5.0)?,
+            degraded_multiplier: self.fraction(
+                "health.degraded_multiplier",
+                raw.degraded_multiplier,
+                0.6,
+            )?,
+            unstable_multiplier: self.fraction(
+                "health.unstable_multiplier",
+                raw.unstable_multiplier,
+                0.2,
+            )?,
+            slow_start: d("health.slow_start", &raw.slow_start, 300)?,
+            slow_start_share: self.fraction(
+                "health.slow_start_share",
+                raw.slow_start_share,
+                0.01,
+            )?,
+            canary_share: self.fraction("health.canary_share", raw.canary_share, 0.05)?,
+            canary_time: d("health.canary_time", &raw.canary_time, 30)?,
+            rejoin_ramp: d("health.rejoin_ramp", &raw.rejoin_ramp, 120)?,
+            ejection_time: d("health.ejection_time", &raw.ejection_time, 30)?,
+            max_ejection_time: d("health.max_ejection_time", &raw.max_ejection_time, 300)?,
+            watch_interval: d("health.watch_interval", &raw.watch_interval, 30)?,
+            max_watch_interval: d("health.max_watch_interval", &raw.max_watch_interval, 300)?,
+            max_ejected_percent: self.score_value(
+                "health.max_ejected_percent",
+                raw.max_ejected_percent,
+                50.0,
+            )?,
+            breaker_percent: self.score_value(
+                "health.breaker_percent",
+                raw.breaker_percent,
+                30.0,
+            )?,
+            floor_model,
         })
     }
 

@@ -34,6 +34,9 @@ pub enum ApiError {
     UpstreamTimeout { message: String },
     #[error("{0}")]
     NotReady(String),
+    /// Every model that could answer is below the tier the request needs.
+    #[error("{0}")]
+    NoCapableModel(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -46,9 +49,10 @@ impl ApiError {
             ApiError::ModelNotFound(_) | ApiError::UnknownPath(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::ZoneUnavailable(_) | ApiError::NoBackend { .. } | ApiError::NotReady(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ApiError::ZoneUnavailable(_)
+            | ApiError::NoBackend { .. }
+            | ApiError::NotReady(_)
+            | ApiError::NoCapableModel(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::AllBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::UpstreamFailed { .. } => StatusCode::BAD_GATEWAY,
             ApiError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
@@ -86,6 +90,7 @@ impl ApiError {
             ApiError::UpstreamFailed { .. } => "upstream_error",
             ApiError::UpstreamTimeout { .. } => "upstream_timeout",
             ApiError::NotReady(_) => "not_ready",
+            ApiError::NoCapableModel(_) => "no_capable_model",
             ApiError::Internal(_) => "internal_error",
         }
     }

@@ -1,5 +1,7 @@
-//! Observable events (backend ejected, rejoined, …): one call logs the
-//! structured line, bumps the metric and keeps the event for the admin API.
+//! Observable events (a backend's state change, an ejection refused by the
+//! cap, panic mode, the global breaker): one call logs the structured
+//! line, bumps the metric and, for the events operators page on (eject,
+//! rejoin, refused ejection, panic, breaker), keeps it for the admin API.
 
 use std::collections::VecDeque;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -7,7 +9,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use crate::backend::{Backend, Transition};
+use crate::backend::Backend;
+use crate::health::state::{Change, State};
 use crate::telemetry::Metrics;
 
 /// How many recent events the admin API can show.
@@ -18,8 +21,16 @@ pub struct Event {
     /// Wall-clock milliseconds since the Unix epoch.
     pub at_ms: u64,
     pub kind: &'static str,
+    /// Empty for pool-wide and node-wide events.
     pub backend: String,
     pub zone: String,
+    /// Set for pool-wide events (panic mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<State>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to: Option<State>,
     pub reason: String,
 }
 
@@ -28,33 +39,106 @@ pub struct EventLog {
     events: Mutex<VecDeque<Event>>,
 }
 
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 impl EventLog {
-    /// Records a backend's transition: log line, metric, event list.
-    pub fn backend(&self, metrics: &Metrics, b: &Backend, t: Transition, reason: &str) {
+    /// Records one backend health change: log line, metrics, and (for
+    /// ejections, rejoins and refused ejections) the event list.
+    pub fn backend(&self, metrics: &Metrics, b: &Backend, change: Change, reason: &str) {
         let zone = b.zone.as_str();
-        tracing::warn!(backend = %b.name, zone, event = t.as_str(), reason, "backend {}", t.as_str());
-        metrics
-            .backend_transitions
-            .with_label_values(&[&b.name, zone, t.as_str()])
-            .inc();
+        let (kind, from, to, listed) = match change {
+            Change::Moved { from, to } => ("state_changed", Some(from), Some(to), false),
+            Change::Ejected(cause) => {
+                metrics
+                    .backend_ejections
+                    .with_label_values(&[&b.name, zone, cause.as_str()])
+                    .inc();
+                let kind = match cause {
+                    crate::health::state::Cause::Score => "ejected_score",
+                    crate::health::state::Cause::Passive => "ejected_passive",
+                };
+                (kind, None, Some(State::Down), true)
+            }
+            Change::Rejoined => ("rejoined", Some(State::Down), None, true),
+            Change::EjectionRefused => ("ejection_refused", None, Some(State::Unstable), true),
+        };
+        if listed {
+            tracing::warn!(backend = %b.name, zone, event = kind, ?from, ?to, reason, "backend {kind}");
+        } else {
+            tracing::info!(backend = %b.name, zone, event = kind, ?from, ?to, reason, "backend {kind}");
+        }
+        metrics.health_events.with_label_values(&[kind]).inc();
         metrics
             .backend_up
             .with_label_values(&[&b.name, zone])
             .set(i64::from(b.is_up()));
-        let at_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        if listed {
+            self.keep(Event {
+                at_ms: wall_ms(),
+                kind,
+                backend: b.name.clone(),
+                zone: zone.to_owned(),
+                model: None,
+                from,
+                to,
+                reason: reason.to_owned(),
+            });
+        }
+    }
+
+    /// Records a pool entering or leaving panic mode.
+    pub fn panic(&self, metrics: &Metrics, model: &str, zone: &str, on: bool, reason: &str) {
+        let kind = if on { "panic_entered" } else { "panic_left" };
+        tracing::warn!(model, zone, event = kind, reason, "pool {kind}");
+        metrics.health_events.with_label_values(&[kind]).inc();
+        metrics
+            .pool_panic
+            .with_label_values(&[model, zone])
+            .set(i64::from(on));
+        self.keep(Event {
+            at_ms: wall_ms(),
+            kind,
+            backend: String::new(),
+            zone: zone.to_owned(),
+            model: Some(model.to_owned()),
+            from: None,
+            to: None,
+            reason: reason.to_owned(),
+        });
+    }
+
+    /// Records the global breaker opening or closing.
+    pub fn breaker(&self, metrics: &Metrics, open: bool, reason: &str) {
+        let kind = if open {
+            "breaker_opened"
+        } else {
+            "breaker_closed"
+        };
+        tracing::warn!(event = kind, reason, "global breaker {kind}");
+        metrics.health_events.with_label_values(&[kind]).inc();
+        metrics.breaker_open.set(i64::from(open));
+        self.keep(Event {
+            at_ms: wall_ms(),
+            kind,
+            backend: String::new(),
+            zone: String::new(),
+            model: None,
+            from: None,
+            to: None,
+            reason: reason.to_owned(),
+        });
+    }
+
+    fn keep(&self, e: Event) {
         let mut events = self.events.lock();
         if events.len() == KEEP {
             events.pop_front();
         }
-        events.push_back(Event {
-            at_ms,
-            kind: t.as_str(),
-            backend: b.name.clone(),
-            zone: zone.to_owned(),
-            reason: reason.to_owned(),
-        });
+        events.push_back(e);
     }
 
     /// The most recent events, newest first.

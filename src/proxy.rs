@@ -25,7 +25,7 @@ use crate::forward::{self, AttemptError, ProxyBody, StreamEnd};
 use crate::gateway::Gateway;
 use crate::observe::ZoneResult;
 use crate::request::{classify, RequestClass, RequestMeta};
-use crate::routing::plan_zones;
+use crate::routing::{plan_zones, ModelRoute, Routes};
 
 /// The data-plane router: OpenAI endpoints, liveness and readiness; any
 /// other path is an OpenAI-shaped 404.
@@ -169,18 +169,19 @@ async fn serve(
         .unwrap_or_else(|| format!("{:032x}", fastrand::u128(..)));
     gw.budget.lock().record_request(now_ms() / 1000);
 
-    let chain = std::iter::once(primary).chain(
-        primary
-            .cfg
-            .fallback
-            .iter()
-            .filter_map(|name| routes.model(name)),
-    );
+    let min_tier = min_tier(&parts.headers).map_err(|e| (Some(meta.model.clone()), e))?;
+    let (chain, skipped) = model_chain(gw, &routes, primary, min_tier);
+    if chain.is_empty() {
+        return Err((
+            Some(meta.model.clone()),
+            no_capable_model(&meta.model, min_tier, &skipped),
+        ));
+    }
     let mut attempts = Attempts::default();
     let mut home_zone = ZoneWatch::default();
     let mut withheld_zones = false;
     let mut rng = fastrand::Rng::new();
-    for (chain_pos, model) in chain.enumerate() {
+    for (model, link) in chain {
         let zones: Vec<ZoneId> = model.pools.iter().map(|p| p.zone.clone()).collect();
         let plan = plan_zones(
             &home,
@@ -269,11 +270,11 @@ async fn serve(
                                 .with_label_values(&["cross_zone", class.as_str()])
                                 .inc();
                         }
-                        if chain_pos > 0 {
-                            route.push("fallback-model".into());
+                        if link != Link::Primary {
+                            route.push(link.as_str().into());
                             gw.metrics
                                 .fallbacks
-                                .with_label_values(&["model", class.as_str()])
+                                .with_label_values(&[link.metric_kind(), class.as_str()])
                                 .inc();
                         }
                         if attempts.count > 1 {
@@ -320,6 +321,19 @@ async fn serve(
     }
     home_zone.finish(gw, None);
     let zone_blocked = withheld_zones && class == RequestClass::Long;
+    if !zone_blocked && !skipped.is_empty() {
+        // Only models below the required tier could still have answered:
+        // say so rather than answer worse than asked.
+        let mut e = no_capable_model(&meta.model, min_tier, &skipped);
+        if let (ApiError::NoCapableModel(msg), Some((b, last))) = (&mut e, attempts.failures.last())
+        {
+            msg.push_str(&format!(
+                "; {} capable attempt(s) failed, the last: {b}: {last}",
+                attempts.count
+            ));
+        }
+        return Err((Some(meta.model.clone()), e));
+    }
     Err((
         Some(meta.model.clone()),
         final_error(&meta.model, &attempts, zone_blocked),
@@ -364,6 +378,106 @@ impl ZoneWatch {
     }
 }
 
+/// How a model got into a request's chain; becomes part of
+/// `x-zonegate-route`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Link {
+    Primary,
+    /// From the primary's `fallback` list.
+    Fallback,
+    /// The global breaker is open and the primary has no healthy backend.
+    Floor,
+}
+
+impl Link {
+    fn as_str(self) -> &'static str {
+        match self {
+            Link::Primary => "primary",
+            Link::Fallback => "fallback-model",
+            Link::Floor => "floor-model",
+        }
+    }
+
+    fn metric_kind(self) -> &'static str {
+        match self {
+            Link::Primary => "none",
+            Link::Fallback => "model",
+            Link::Floor => "floor_model",
+        }
+    }
+}
+
+/// Models to try for one request, with how each got there.
+type Chain<'a> = Vec<(&'a ModelRoute, Link)>;
+
+/// The header a client names its minimum model tier with.
+const MIN_TIER_HEADER: &str = "x-zonegate-min-tier";
+
+fn min_tier(headers: &HeaderMap) -> Result<u32, ApiError> {
+    let Some(v) = headers.get(MIN_TIER_HEADER) else {
+        return Ok(0);
+    };
+    v.to_str()
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .ok_or_else(|| {
+            ApiError::BadRequest(format!("{MIN_TIER_HEADER} must be a non-negative integer"))
+        })
+}
+
+/// The models to try, in order: the primary and its fallbacks, led by the
+/// floor model while the global breaker is open and the primary has no
+/// healthy backend; each at or above `min_tier`. Also returns the models
+/// skipped for their tier, for the error.
+fn model_chain<'a>(
+    gw: &Gateway,
+    routes: &'a Routes,
+    primary: &'a ModelRoute,
+    min_tier: u32,
+) -> (Chain<'a>, Vec<(&'a str, u32)>) {
+    let floor = gw
+        .cfg
+        .health
+        .floor_model
+        .as_deref()
+        .filter(|_| routes.breaker_open() && primary.is_unhealthy())
+        .and_then(|f| routes.model(f))
+        .map(|m| (m, Link::Floor));
+    let listed = std::iter::once((primary, Link::Primary)).chain(
+        primary
+            .cfg
+            .fallback
+            .iter()
+            .filter_map(|name| routes.model(name))
+            .map(|m| (m, Link::Fallback)),
+    );
+    let mut chain: Vec<(&ModelRoute, Link)> = Vec::new();
+    let mut skipped = Vec::new();
+    for (m, link) in floor.into_iter().chain(listed) {
+        if chain.iter().any(|(c, _)| std::ptr::eq(*c, m)) {
+            continue;
+        }
+        if m.tier() < min_tier {
+            skipped.push((m.cfg.name.as_str(), m.tier()));
+            continue;
+        }
+        chain.push((m, link));
+    }
+    (chain, skipped)
+}
+
+fn no_capable_model(model: &str, min_tier: u32, skipped: &[(&str, u32)]) -> ApiError {
+    let skipped: Vec<String> = skipped
+        .iter()
+        .map(|(name, tier)| format!("`{name}` (tier {tier})"))
+        .collect();
+    ApiError::NoCapableModel(format!(
+        "no model at or above tier {min_tier} can serve `{model}` now; skipped as below the \
+         required tier: {}",
+        skipped.join(", ")
+    ))
+}
+
 /// Passive signals from a failed attempt: a 429 cools the backend down;
 /// anything else counts toward ejecting it.
 fn note_failure(gw: &Gateway, backend: &Backend, e: &AttemptError, now: u64) {
@@ -372,8 +486,8 @@ fn note_failure(gw: &Gateway, backend: &Backend, e: &AttemptError, now: u64) {
             backend.cool_down(now, wait.unwrap_or(gw.cfg.retry.default_cooldown))
         }
         e if e.counts_against_health() => {
-            if let Some(t) = backend.record_failure(&gw.cfg.health) {
-                gw.events.backend(&gw.metrics, backend, t, &e.to_string());
+            if let Some(change) = backend.record_failure(now, &gw.cfg.health) {
+                crate::health::passive_ejection(gw, backend, change, &e.to_string());
             }
         }
         _ => {}
@@ -566,8 +680,8 @@ fn respond(
                     .stream_aborts
                     .with_label_values(&[ctx.model.as_str(), ctx.backend.name.as_str(), reason])
                     .inc();
-                if let Some(t) = ctx.backend.record_failure(&gw.cfg.health) {
-                    gw.events.backend(&gw.metrics, &ctx.backend, t, reason);
+                if let Some(change) = ctx.backend.record_failure(now_ms(), &gw.cfg.health) {
+                    crate::health::passive_ejection(&gw, &ctx.backend, change, reason);
                 }
                 "stream_aborted"
             }

@@ -1,17 +1,19 @@
 //! The route table: logical model → per-zone pools of backends, each pool
-//! with its balancer state; and the zone plan for one request. Built once
-//! from config and swapped whole; the request path only reads it.
+//! with its balancer state and health flags (panic mode, the weight bound
+//! the pickers sample under); the global breaker; and the zone plan for one
+//! request. Built once from config and swapped whole; the request path only
+//! reads it, the health task keeps its atomics current.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use zonegate_cluster::{ClusterView, ZoneId};
 
-use crate::backend::Backend;
+use crate::backend::{now_ms, Backend};
 use crate::balance::{self, Candidates, Ring, SmoothWrr};
-use crate::config::{Balance, Config, CrossZone, ModelConfig};
+use crate::config::{Balance, Config, CrossZone, HealthConfig, ModelConfig};
 use crate::request::RequestClass;
 
 /// Every model's pools, and every backend once (for health and admin).
@@ -19,6 +21,12 @@ use crate::request::RequestClass;
 pub struct Routes {
     pub models: HashMap<String, ModelRoute>,
     pub backends: Vec<Arc<Backend>>,
+    /// Open while more than `breaker_percent` of models have no healthy
+    /// backend: their requests go to the floor model.
+    breaker_open: AtomicBool,
+    /// Serialises score ejections so two backends of one pool cannot both
+    /// pass the cap check at once. Never held across an await.
+    eject_lock: Mutex<()>,
 }
 
 #[derive(Debug)]
@@ -26,6 +34,9 @@ pub struct ModelRoute {
     pub cfg: ModelConfig,
     /// One pool per zone that has a backend for this model, by zone name.
     pub pools: Vec<ZonePool>,
+    /// No backend of this model in any zone is healthy (all ejected or due
+    /// for ejection), as of the last health sweep.
+    unhealthy: AtomicBool,
 }
 
 /// The backends of one model in one zone.
@@ -33,7 +44,14 @@ pub struct ModelRoute {
 pub struct ZonePool {
     pub zone: ZoneId,
     pub backends: Vec<Arc<Backend>>,
-    max_weight: f64,
+    /// Upper bound of the weights in use (f64 bits), for rejection sampling.
+    max_weight: AtomicU64,
+    /// More backends look bad than the cap lets go: route over all of them
+    /// by score instead of over the few left.
+    panic: AtomicBool,
+    /// Mean fresh latency EWMA of the pool's backends (f64 bits, 0 when
+    /// none is fresh): the cost basis of a backend without recent samples.
+    typical_latency_ms: AtomicU64,
     ring: Option<Ring>,
     wrr: Mutex<SmoothWrr>,
     /// Requests in flight through this pool, for the ring's load bound.
@@ -60,12 +78,18 @@ impl PickReason {
     }
 }
 
-/// The pickers' view of a pool for one request: backends that are down,
-/// cooling down after a 429, or already tried for this request weigh zero.
+/// The pickers' view of a pool for one request. A backend weighs its
+/// effective weight (config × state × ramp, 0 while ejected), or in panic
+/// mode its score-based weight; cooling down after a 429 or already tried
+/// for this request, zero. Every read is an atomic load: no lock, no
+/// allocation.
 struct PickView<'a> {
     pool: &'a ZonePool,
     now_ms: u64,
     tried: &'a [usize],
+    panic: bool,
+    max_weight: f64,
+    typical_latency_ms: f64,
 }
 
 impl Candidates for PickView<'_> {
@@ -75,18 +99,31 @@ impl Candidates for PickView<'_> {
 
     fn weight(&self, i: usize) -> f64 {
         let b = &self.pool.backends[i];
-        if !b.is_usable(self.now_ms) || self.tried.contains(&(Arc::as_ptr(b) as usize)) {
+        if b.is_cooling(self.now_ms) || self.tried.contains(&(Arc::as_ptr(b) as usize)) {
             return 0.0;
         }
-        f64::from(b.weight)
+        if self.panic {
+            b.panic_weight()
+        } else {
+            b.effective_weight()
+        }
     }
 
     fn max_weight(&self) -> f64 {
-        self.pool.max_weight
+        self.max_weight
     }
 
+    /// In flight (this one included) × latency, where a backend without
+    /// recent latency samples is taken to be as fast as its pool typically
+    /// is, so its weight alone decides how often it is tried.
     fn cost(&self, i: usize) -> f64 {
-        self.pool.backends[i].cost(self.now_ms)
+        let b = &self.pool.backends[i];
+        let latency = match b.fresh_latency_ms(self.now_ms) {
+            Some(l) => l,
+            None if self.typical_latency_ms > 0.0 => self.typical_latency_ms,
+            None => b.latency_ewma_ms(self.now_ms),
+        };
+        (b.in_flight() + 1) as f64 * latency
     }
 
     fn in_flight(&self, i: usize) -> u64 {
@@ -117,10 +154,15 @@ impl ZonePool {
         });
         Self {
             zone,
-            max_weight: backends
-                .iter()
-                .map(|b| f64::from(b.weight))
-                .fold(0.0, f64::max),
+            max_weight: AtomicU64::new(
+                backends
+                    .iter()
+                    .map(|b| b.effective_weight())
+                    .fold(0.0, f64::max)
+                    .to_bits(),
+            ),
+            panic: AtomicBool::new(false),
+            typical_latency_ms: AtomicU64::new(0),
             wrr: Mutex::new(SmoothWrr::new(backends.len())),
             backends,
             ring,
@@ -144,9 +186,31 @@ impl ZonePool {
         }
     }
 
+    fn view<'a>(&'a self, now_ms: u64, tried: &'a [usize]) -> PickView<'a> {
+        PickView {
+            pool: self,
+            now_ms,
+            tried,
+            panic: self.panic.load(Ordering::Relaxed),
+            max_weight: f64::from_bits(self.max_weight.load(Ordering::Relaxed)),
+            typical_latency_ms: f64::from_bits(self.typical_latency_ms.load(Ordering::Relaxed)),
+        }
+    }
+
     /// Whether any backend here could take a new request now.
     pub fn has_usable(&self, now_ms: u64) -> bool {
-        self.backends.iter().any(|b| b.is_usable(now_ms))
+        let view = self.view(now_ms, &[]);
+        (0..self.backends.len()).any(|i| view.weight(i) > 0.0)
+    }
+
+    /// Whether the pool routes in panic mode.
+    pub fn in_panic(&self) -> bool {
+        self.panic.load(Ordering::Relaxed)
+    }
+
+    /// Backends ejected now.
+    fn ejected(&self) -> usize {
+        self.backends.iter().filter(|b| !b.is_up()).count()
     }
 
     /// Picks a backend not in `tried`. `session` is the hashed session key;
@@ -159,11 +223,7 @@ impl ZonePool {
         tried: &[usize],
         rng: &mut fastrand::Rng,
     ) -> Option<(Arc<Backend>, PickReason)> {
-        let view = PickView {
-            pool: self,
-            now_ms,
-            tried,
-        };
+        let view = self.view(now_ms, tried);
         let (i, reason) = match (balance, &self.ring, session) {
             (Balance::Ring, Some(ring), Some(key)) => {
                 let total = self.in_flight.load(Ordering::Relaxed);
@@ -194,7 +254,7 @@ impl Routes {
                     .and_then(|p| p.backends.iter().find(|b| b.name == bc.name))
                     .filter(|b| b.authority == bc.authority && b.zone == bc.zone)
                     .cloned()
-                    .unwrap_or_else(|| Arc::new(Backend::new(bc)))
+                    .unwrap_or_else(|| Arc::new(Backend::new(bc, &cfg.health, now_ms())))
             })
             .collect();
         let models = cfg
@@ -221,11 +281,118 @@ impl Routes {
                     ModelRoute {
                         cfg: m.clone(),
                         pools,
+                        unhealthy: AtomicBool::new(false),
                     },
                 )
             })
             .collect();
-        Routes { models, backends }
+        Routes {
+            models,
+            backends,
+            breaker_open: AtomicBool::new(false),
+            eject_lock: Mutex::new(()),
+        }
+    }
+
+    /// Whether the global breaker is open.
+    pub fn breaker_open(&self) -> bool {
+        self.breaker_open.load(Ordering::Relaxed)
+    }
+
+    /// Runs one health evaluation while no other can run, so two backends
+    /// of one pool never both pass the ejection cap at once (the ejection
+    /// is published before the lock is released). Held for microseconds,
+    /// never across an await.
+    pub fn serialised<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _serial = self.eject_lock.lock();
+        f()
+    }
+
+    /// Whether ejecting `backend` now keeps every pool it serves within
+    /// `max_ejected_percent`. Call inside [`Routes::serialised`].
+    pub fn may_eject(&self, backend: &Backend, cfg: &HealthConfig) -> bool {
+        self.models
+            .values()
+            .flat_map(|m| &m.pools)
+            .filter(|p| p.backends.iter().any(|b| std::ptr::eq(&**b, backend)))
+            .all(|p| p.ejected() < allowed_ejections(p.backends.len(), cfg))
+    }
+
+    /// Republishes every backend's weights as of `now_ms` (ramps move with
+    /// time), recomputes each pool's panic flag and weight bound, and the
+    /// global breaker. Returns what changed, for the caller to report.
+    pub fn sweep(&self, now_ms: u64, cfg: &HealthConfig) -> Sweep {
+        let mut bad: HashMap<usize, bool> = HashMap::with_capacity(self.backends.len());
+        for b in &self.backends {
+            bad.insert(Arc::as_ptr(b) as usize, b.refresh(now_ms, cfg));
+        }
+        let is_bad = |b: &Arc<Backend>| {
+            bad.get(&(Arc::as_ptr(b) as usize))
+                .copied()
+                .unwrap_or(false)
+        };
+        let mut out = Sweep::default();
+        let mut unhealthy_models = 0usize;
+        for (name, model) in &self.models {
+            let mut healthy = false;
+            for pool in &model.pools {
+                let n = pool.backends.len();
+                let bad_n = pool.backends.iter().filter(|b| is_bad(b)).count();
+                healthy |= bad_n < n;
+                // Panic only where it changes something: some bad backend
+                // could still take traffic by score.
+                let panic = bad_n > allowed_ejections(n, cfg)
+                    && pool
+                        .backends
+                        .iter()
+                        .any(|b| is_bad(b) && b.panic_weight() > 0.0);
+                let max = pool
+                    .backends
+                    .iter()
+                    .map(|b| {
+                        if panic {
+                            b.panic_weight()
+                        } else {
+                            b.effective_weight()
+                        }
+                    })
+                    .fold(0.0, f64::max);
+                pool.max_weight.store(max.to_bits(), Ordering::Relaxed);
+                let fresh: Vec<f64> = pool
+                    .backends
+                    .iter()
+                    .filter_map(|b| b.fresh_latency_ms(now_ms))
+                    .collect();
+                let typical = if fresh.is_empty() {
+                    0.0
+                } else {
+                    fresh.iter().sum::<f64>() / fresh.len() as f64
+                };
+                pool.typical_latency_ms
+                    .store(typical.to_bits(), Ordering::Relaxed);
+                if pool.panic.swap(panic, Ordering::Relaxed) != panic {
+                    out.panics.push(PanicChange {
+                        model: name.clone(),
+                        zone: pool.zone.clone(),
+                        on: panic,
+                        bad: bad_n,
+                        of: n,
+                    });
+                }
+            }
+            model.unhealthy.store(!healthy, Ordering::Relaxed);
+            unhealthy_models += usize::from(!healthy);
+        }
+        let total = self.models.len().max(1);
+        let open = unhealthy_models as f64 * 100.0 / total as f64 > cfg.breaker_percent;
+        if self.breaker_open.swap(open, Ordering::Relaxed) != open {
+            out.breaker = Some(BreakerChange {
+                open,
+                unhealthy: unhealthy_models,
+                of: self.models.len(),
+            });
+        }
+        out
     }
 
     pub fn model(&self, name: &str) -> Option<&ModelRoute> {
@@ -244,6 +411,44 @@ impl ModelRoute {
     pub fn pool(&self, zone: &ZoneId) -> Option<&ZonePool> {
         self.pools.iter().find(|p| &p.zone == zone)
     }
+
+    /// No healthy backend in any zone, as of the last health sweep.
+    pub fn is_unhealthy(&self) -> bool {
+        self.unhealthy.load(Ordering::Relaxed)
+    }
+
+    /// The tier a request's minimum is compared with (undeclared: 0).
+    pub fn tier(&self) -> u32 {
+        self.cfg.tier.unwrap_or(0)
+    }
+}
+
+/// How many of a pool's `n` backends the health model may eject on score.
+pub fn allowed_ejections(n: usize, cfg: &HealthConfig) -> usize {
+    (n as f64 * cfg.max_ejected_percent / 100.0).floor() as usize
+}
+
+/// What a health sweep changed.
+#[derive(Debug, Default)]
+pub struct Sweep {
+    pub panics: Vec<PanicChange>,
+    pub breaker: Option<BreakerChange>,
+}
+
+#[derive(Debug)]
+pub struct PanicChange {
+    pub model: String,
+    pub zone: ZoneId,
+    pub on: bool,
+    pub bad: usize,
+    pub of: usize,
+}
+
+#[derive(Debug)]
+pub struct BreakerChange {
+    pub open: bool,
+    pub unhealthy: usize,
+    pub of: usize,
 }
 
 /// Which zones one request may use, in order.

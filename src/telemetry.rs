@@ -55,8 +55,21 @@ pub struct Metrics {
     pub stream_aborts: IntCounterVec,
     pub backend_in_flight: IntGaugeVec,
     pub backend_up: IntGaugeVec,
-    pub backend_transitions: IntCounterVec,
+    /// Ejections by cause (`score`, `passive`).
+    pub backend_ejections: IntCounterVec,
     pub probe_duration: HistogramVec,
+    /// Smoothed health score, 0–100.
+    pub backend_health_score: GaugeVec,
+    /// 0 unknown, 1 healthy, 2 degraded, 3 unstable, 4 down.
+    pub backend_state: IntGaugeVec,
+    /// Config weight × state multiplier × ramp, as the pickers see it.
+    pub backend_effective_weight: GaugeVec,
+    /// Every health event by kind (state changes included).
+    pub health_events: IntCounterVec,
+    /// 1 while a model's pool in a zone routes in panic mode.
+    pub pool_panic: IntGaugeVec,
+    /// 1 while the global breaker sends unhealthy models to the floor model.
+    pub breaker_open: IntGauge,
     pub decision_version: IntGauge,
     pub raft_term: IntGauge,
     pub raft_is_leader: IntGauge,
@@ -85,6 +98,15 @@ fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntC
 
 fn gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
     let g = IntGaugeVec::new(Opts::new(name, help), labels)
+        .unwrap_or_else(|e| panic!("metric {name}: {e}"));
+    registry
+        .register(Box::new(g.clone()))
+        .unwrap_or_else(|e| panic!("metric {name}: {e}"));
+    g
+}
+
+fn float_gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+    let g = GaugeVec::new(Opts::new(name, help), labels)
         .unwrap_or_else(|e| panic!("metric {name}: {e}"));
     registry
         .register(Box::new(g.clone()))
@@ -152,6 +174,13 @@ impl Metrics {
             "zonegate_raft_last_quorum_ack_ms",
             "On the leader: ms since a quorum last acknowledged it (-1 elsewhere)",
         );
+        let breaker_open = IntGauge::new(
+            "zonegate_health_breaker_open",
+            "1 while requests for models without a healthy backend go to the floor model",
+        )
+        .unwrap_or_else(|e| panic!("metric: {e}"));
+        r.register(Box::new(breaker_open.clone()))
+            .unwrap_or_else(|e| panic!("metric: {e}"));
         Self {
             requests: counter(
                 &r,
@@ -213,12 +242,43 @@ impl Metrics {
                 "1 while a backend takes traffic, 0 while ejected",
                 &["backend", "zone"],
             ),
-            backend_transitions: counter(
+            backend_ejections: counter(
                 &r,
                 "zonegate_backend_ejections_total",
-                "Backend ejections and rejoins",
-                &["backend", "zone", "event"],
+                "Backend ejections by cause (score, passive)",
+                &["backend", "zone", "cause"],
             ),
+            backend_health_score: float_gauge(
+                &r,
+                "zonegate_backend_health_score",
+                "Smoothed backend health score, 0-100",
+                &["backend", "zone"],
+            ),
+            backend_state: gauge(
+                &r,
+                "zonegate_backend_state",
+                "Backend health state: 0 unknown, 1 healthy, 2 degraded, 3 unstable, 4 down",
+                &["backend", "zone"],
+            ),
+            backend_effective_weight: float_gauge(
+                &r,
+                "zonegate_backend_effective_weight",
+                "Config weight x state multiplier x slow-start/canary ramp",
+                &["backend", "zone"],
+            ),
+            health_events: counter(
+                &r,
+                "zonegate_health_events_total",
+                "Health events by kind (state changes, ejections, rejoins, panic, breaker)",
+                &["kind"],
+            ),
+            pool_panic: gauge(
+                &r,
+                "zonegate_pool_panic",
+                "1 while a model's pool in a zone routes over all backends by score",
+                &["model", "zone"],
+            ),
+            breaker_open,
             probe_duration: histogram(
                 &r,
                 "zonegate_probe_duration_seconds",
