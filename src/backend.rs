@@ -248,14 +248,19 @@ impl Backend {
         self.hot.cooldown_until_ms.load(Ordering::Relaxed)
     }
 
-    /// 0–1: how much GPU capacity this backend offers the zone score. An
-    /// ejected backend offers none; a busy one (429) still counts.
-    pub fn gpu_health(&self, _now_ms: u64) -> f64 {
-        if self.is_up() {
-            1.0
-        } else {
-            0.0
+    /// 0–1: what this backend adds to its zone's GPU health: its health
+    /// score (latency, errors, queue, free KV cache) while it takes traffic,
+    /// nothing while ejected. Takes the health lock: for the 2 s reports,
+    /// never the request path.
+    pub fn gpu_health(&self) -> f64 {
+        if !self.is_up() {
+            return 0.0;
         }
+        self.health
+            .lock()
+            .machine
+            .score
+            .map_or(1.0, |s| (s / 100.0).clamp(0.0, 1.0))
     }
 
     /// p2c's load figure: requests in flight (this one included) × latency.

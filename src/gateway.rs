@@ -45,7 +45,6 @@ impl Gateway {
     /// (probes reach every zone's backends, so a zone whose own nodes are
     /// silent is still observed).
     pub fn zone_observations(&self) -> Vec<ZoneObservation> {
-        let now = crate::backend::now_ms();
         let routes = self.routes.load();
         self.zone_stats
             .take()
@@ -55,7 +54,7 @@ impl Gateway {
                 let gpu_health = if backends.is_empty() {
                     0.0
                 } else {
-                    backends.iter().map(|b| b.gpu_health(now)).sum::<f64>() / backends.len() as f64
+                    backends.iter().map(|b| b.gpu_health()).sum::<f64>() / backends.len() as f64
                 };
                 ZoneObservation {
                     gw_error_rate: counts.error_rate(),

@@ -170,19 +170,20 @@ impl ZonePool {
         }
     }
 
-    /// The share of this pool's weight that could take a request now.
+    /// The share of this pool's configured weight that could take a
+    /// request now, at its effective (health-scaled) weight.
     pub fn usable_share(&self, now_ms: u64) -> f64 {
-        let total: u32 = self.backends.iter().map(|b| b.weight).sum();
-        let usable: u32 = self
+        let total: f64 = self.backends.iter().map(|b| f64::from(b.weight)).sum();
+        let usable: f64 = self
             .backends
             .iter()
             .filter(|b| b.is_usable(now_ms))
-            .map(|b| b.weight)
+            .map(|b| b.effective_weight())
             .sum();
-        if total == 0 {
-            0.0
+        if total > 0.0 {
+            usable / total
         } else {
-            f64::from(usable) / f64::from(total)
+            0.0
         }
     }
 
