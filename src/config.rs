@@ -100,6 +100,15 @@ struct RawConfig {
     zones: BTreeMap<String, RawZone>,
     #[serde(default)]
     failover: RawFailover,
+    #[serde(default)]
+    prompt_tiers: Vec<RawPromptTier>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPromptTier {
+    min_bytes: u64,
+    min_tier: u32,
 }
 
 #[derive(Deserialize, Default)]
@@ -336,6 +345,9 @@ pub struct Config {
     pub fallback_order: HashMap<ZoneId, Vec<ZoneId>>,
     /// Zone reports, the leader's detector and automatic decisions.
     pub failover: FailoverConfig,
+    /// Complexity estimate: (body bytes at least, minimum tier), sorted by
+    /// bytes. A request this large needs a model of at least that tier.
+    pub prompt_tiers: Vec<(u64, u32)>,
 }
 
 #[derive(Clone, Debug)]
@@ -652,7 +664,14 @@ impl Validator<'_> {
             fallback_order.insert(ZoneId::new(&zone), order);
         }
         let failover = self.failover(raw.failover, &fallback_order)?;
+        let mut prompt_tiers: Vec<(u64, u32)> = raw
+            .prompt_tiers
+            .iter()
+            .map(|t| (t.min_bytes, t.min_tier))
+            .collect();
+        prompt_tiers.sort_unstable();
         Ok(Config {
+            prompt_tiers,
             failover,
             node,
             tenants,

@@ -169,7 +169,8 @@ async fn serve(
         .unwrap_or_else(|| format!("{:032x}", fastrand::u128(..)));
     gw.budget.lock().record_request(now_ms() / 1000);
 
-    let min_tier = min_tier(&parts.headers).map_err(|e| (Some(meta.model.clone()), e))?;
+    let min_tier = min_tier(&parts.headers, body.len(), &gw.cfg.prompt_tiers)
+        .map_err(|e| (Some(meta.model.clone()), e))?;
     let (chain, skipped) = model_chain(gw, &routes, primary, min_tier);
     if chain.is_empty() {
         return Err((
@@ -413,21 +414,32 @@ type Chain<'a> = Vec<(&'a ModelRoute, Link)>;
 /// The header a client names its minimum model tier with.
 const MIN_TIER_HEADER: &str = "x-zonegate-min-tier";
 
-fn min_tier(headers: &HeaderMap) -> Result<u32, ApiError> {
+/// The tier a request needs: what the client asks for in the header, and
+/// at least what its size suggests (`[[prompt_tiers]]`: a long prompt is
+/// taken as a complex task that a small model would answer worse).
+fn min_tier(headers: &HeaderMap, body_len: usize, by_size: &[(u64, u32)]) -> Result<u32, ApiError> {
+    let estimated = by_size
+        .iter()
+        .filter(|(bytes, _)| body_len as u64 >= *bytes)
+        .map(|(_, tier)| *tier)
+        .max()
+        .unwrap_or(0);
     let Some(v) = headers.get(MIN_TIER_HEADER) else {
-        return Ok(0);
+        return Ok(estimated);
     };
-    v.to_str()
+    let asked: u32 = v
+        .to_str()
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .ok_or_else(|| {
             ApiError::BadRequest(format!("{MIN_TIER_HEADER} must be a non-negative integer"))
-        })
+        })?;
+    Ok(asked.max(estimated))
 }
 
 /// The models to try, in order: the primary and its fallbacks, led by the
 /// floor model while the global breaker is open and the primary has no
-/// healthy backend; each at or above `min_tier`. Also returns the models
+/// healthy backend; each substitute at or above `min_tier`. Also returns the models
 /// skipped for their tier, for the error.
 fn model_chain<'a>(
     gw: &Gateway,
@@ -457,7 +469,9 @@ fn model_chain<'a>(
         if chain.iter().any(|(c, _)| std::ptr::eq(*c, m)) {
             continue;
         }
-        if m.tier() < min_tier {
+        // The model the client named is always tried: the tier only keeps
+        // substitutes (fallbacks, the floor model) from answering worse.
+        if link != Link::Primary && m.tier() < min_tier {
             skipped.push((m.cfg.name.as_str(), m.tier()));
             continue;
         }
@@ -713,4 +727,26 @@ fn respond(
     *resp.status_mut() = status;
     *resp.headers_mut() = headers;
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn min_tier_takes_the_larger_of_header_and_size_estimate() {
+        let by_size = [(1_000, 1), (10_000, 3)];
+        let mut h = HeaderMap::new();
+        assert_eq!(min_tier(&h, 10, &by_size).unwrap(), 0);
+        assert_eq!(min_tier(&h, 1_000, &by_size).unwrap(), 1);
+        assert_eq!(min_tier(&h, 50_000, &by_size).unwrap(), 3);
+        h.insert(MIN_TIER_HEADER, "2".parse().unwrap());
+        assert_eq!(min_tier(&h, 10, &by_size).unwrap(), 2);
+        assert_eq!(min_tier(&h, 50_000, &by_size).unwrap(), 3);
+        h.insert(MIN_TIER_HEADER, "high".parse().unwrap());
+        assert!(matches!(
+            min_tier(&h, 10, &by_size),
+            Err(ApiError::BadRequest(_))
+        ));
+    }
 }
