@@ -178,6 +178,14 @@ async fn serve(
             no_capable_model(&meta.model, min_tier, &skipped),
         ));
     }
+    let req = RequestFacts {
+        tenant,
+        session,
+        pinned,
+        request_id,
+        class,
+        decision_version: view.decision_version,
+    };
     let mut attempts = Attempts::default();
     let mut home_zone = ZoneWatch::default();
     let mut withheld_zones = false;
@@ -236,7 +244,7 @@ async fn serve(
                 let guards = (backend.start_request(), pool.enter());
                 let uri = upstream_uri(&backend, &parts.uri);
                 let mut headers = forward::upstream_headers(&parts.headers);
-                forward::set_header(&mut headers, "x-request-id", &request_id);
+                forward::set_header(&mut headers, "x-request-id", &req.request_id);
                 let payload = rewrite_model(&body, &meta.model, &backend, &model.cfg.name);
                 let result = forward::attempt(
                     &gw.client,
@@ -249,67 +257,18 @@ async fn serve(
                 match result {
                     Ok(committed) => {
                         home_zone.finish(gw, Some(&backend.zone));
-                        backend.record_success(committed.first_byte, now_ms());
-                        gw.metrics
-                            .first_byte
-                            .with_label_values(&[&model.cfg.name, &backend.name])
-                            .observe(committed.first_byte.as_secs_f64());
-                        gw.metrics
-                            .forward_attempts
-                            .with_label_values(&[
-                                &model.cfg.name,
-                                &backend.name,
-                                backend.zone.as_str(),
-                                "ok",
-                            ])
-                            .inc();
-                        let mut route = vec![reason.as_str().to_owned()];
-                        if zone_pos > 0 {
-                            route.push("fallback:cross-zone".into());
-                            gw.metrics
-                                .fallbacks
-                                .with_label_values(&["cross_zone", class.as_str()])
-                                .inc();
-                        }
-                        if link != Link::Primary {
-                            route.push(link.as_str().into());
-                            gw.metrics
-                                .fallbacks
-                                .with_label_values(&[link.metric_kind(), class.as_str()])
-                                .inc();
-                        }
-                        if attempts.count > 1 {
-                            route.push(format!("retry:{}", attempts.count - 1));
-                        }
-                        let pin_token = session
-                            .filter(|_| gw.cfg.affinity.zone_pin)
-                            .and_then(|s| pin(gw, s, pinned.as_ref().unwrap_or(&backend.zone)));
-                        let ctx = Served {
-                            pin_token,
-                            tenant: tenant.name.clone(),
-                            model: model.cfg.name.clone(),
-                            backend: Arc::clone(&backend),
-                            route: route.join(", "),
-                            decision_version: view.decision_version,
-                            request_id: request_id.clone(),
-                            total_timeout: model.cfg.total_timeout,
-                            class,
+                        let how = How {
+                            reason,
+                            cross_zone: zone_pos > 0,
+                            link,
+                            attempts: attempts.count,
                         };
+                        let ctx = served(gw, &req, model, backend, how, &committed);
                         return Ok(respond(gw, committed, ctx, started, guards));
                     }
                     Err(e) => {
-                        gw.metrics
-                            .forward_attempts
-                            .with_label_values(&[
-                                &model.cfg.name,
-                                &backend.name,
-                                backend.zone.as_str(),
-                                e.outcome(),
-                            ])
-                            .inc();
-                        note_failure(gw, &backend, &e, now);
+                        note_failure(gw, model, &backend, &e, now);
                         home_zone.saw(&backend.zone, &e);
-                        tracing::debug!(backend = %backend.name, error = %e, "attempt failed");
                         attempts.failures.push((backend.name.clone(), e));
                     }
                 }
@@ -322,23 +281,94 @@ async fn serve(
     }
     home_zone.finish(gw, None);
     let zone_blocked = withheld_zones && class == RequestClass::Long;
-    if !zone_blocked && !skipped.is_empty() {
+    let e = if !zone_blocked && !skipped.is_empty() {
         // Only models below the required tier could still have answered:
         // say so rather than answer worse than asked.
-        let mut e = no_capable_model(&meta.model, min_tier, &skipped);
-        if let (ApiError::NoCapableModel(msg), Some((b, last))) = (&mut e, attempts.failures.last())
-        {
-            msg.push_str(&format!(
-                "; {} capable attempt(s) failed, the last: {b}: {last}",
-                attempts.count
-            ));
-        }
-        return Err((Some(meta.model.clone()), e));
+        no_capable_after(&meta.model, min_tier, &skipped, &attempts)
+    } else {
+        final_error(&meta.model, &attempts, zone_blocked)
+    };
+    Err((Some(meta.model.clone()), e))
+}
+
+fn no_capable_after(model: &str, min_tier: u32, skipped: &[(&str, u32)], a: &Attempts) -> ApiError {
+    let mut e = no_capable_model(model, min_tier, skipped);
+    if let (ApiError::NoCapableModel(msg), Some((b, last))) = (&mut e, a.failures.last()) {
+        msg.push_str(&format!(
+            "; {} capable attempt(s) failed, the last: {b}: {last}",
+            a.count
+        ));
     }
-    Err((
-        Some(meta.model.clone()),
-        final_error(&meta.model, &attempts, zone_blocked),
-    ))
+    e
+}
+
+/// What stays the same across one request's attempts.
+struct RequestFacts<'a> {
+    tenant: &'a Tenant,
+    session: Option<u64>,
+    pinned: Option<ZoneId>,
+    request_id: String,
+    class: RequestClass,
+    decision_version: u64,
+}
+
+/// How the answering backend was reached.
+struct How {
+    reason: crate::routing::PickReason,
+    cross_zone: bool,
+    link: Link,
+    attempts: u32,
+}
+
+/// The first byte is in: record the attempt's success, count fallbacks,
+/// pin the session, and describe the route for the response headers.
+fn served(
+    gw: &Gateway,
+    req: &RequestFacts<'_>,
+    model: &ModelRoute,
+    backend: Arc<Backend>,
+    how: How,
+    committed: &forward::Committed,
+) -> Served {
+    backend.record_success(committed.first_byte, now_ms());
+    let m = &gw.metrics;
+    m.first_byte
+        .with_label_values(&[&model.cfg.name, &backend.name])
+        .observe(committed.first_byte.as_secs_f64());
+    m.forward_attempts
+        .with_label_values(&[&model.cfg.name, &backend.name, backend.zone.as_str(), "ok"])
+        .inc();
+    let class = req.class.as_str();
+    let mut route = vec![how.reason.as_str().to_owned()];
+    if how.cross_zone {
+        route.push("fallback:cross-zone".into());
+        m.fallbacks.with_label_values(&["cross_zone", class]).inc();
+    }
+    if how.link != Link::Primary {
+        route.push(how.link.as_str().into());
+        m.fallbacks
+            .with_label_values(&[how.link.metric_kind(), class])
+            .inc();
+    }
+    if how.attempts > 1 {
+        route.push(format!("retry:{}", how.attempts - 1));
+    }
+    // A session's first answer pins it to the zone that gave it.
+    let pin_token = req
+        .session
+        .filter(|_| gw.cfg.affinity.zone_pin)
+        .and_then(|s| pin(gw, s, req.pinned.as_ref().unwrap_or(&backend.zone)));
+    Served {
+        pin_token,
+        tenant: req.tenant.name.clone(),
+        model: model.cfg.name.clone(),
+        backend,
+        route: route.join(", "),
+        decision_version: req.decision_version,
+        request_id: req.request_id.clone(),
+        total_timeout: model.cfg.total_timeout,
+        class: req.class,
+    }
 }
 
 /// How a request's effective zone did, for the zone observations the
@@ -492,9 +522,19 @@ fn no_capable_model(model: &str, min_tier: u32, skipped: &[(&str, u32)]) -> ApiE
     ))
 }
 
-/// Passive signals from a failed attempt: a 429 cools the backend down;
-/// anything else counts toward ejecting it.
-fn note_failure(gw: &Gateway, backend: &Backend, e: &AttemptError, now: u64) {
+/// A failed attempt: its metric, its log line and its passive signal (a
+/// 429 cools the backend down; anything else counts toward ejecting it).
+fn note_failure(gw: &Gateway, model: &ModelRoute, backend: &Backend, e: &AttemptError, now: u64) {
+    gw.metrics
+        .forward_attempts
+        .with_label_values(&[
+            &model.cfg.name,
+            &backend.name,
+            backend.zone.as_str(),
+            e.outcome(),
+        ])
+        .inc();
+    tracing::debug!(backend = %backend.name, error = %e, "attempt failed");
     match e {
         AttemptError::Busy(wait) => {
             backend.cool_down(now, wait.unwrap_or(gw.cfg.retry.default_cooldown))
