@@ -13,101 +13,6 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use support::*;
 
-const ZONES: [&str; 3] = ["az-a", "az-b", "az-c"];
-
-struct Cluster {
-    members: Vec<MemberSpec>,
-    nodes: Vec<Option<Gateway>>,
-    _mocks: Vec<Mock>,
-}
-
-impl Cluster {
-    async fn start() -> Cluster {
-        let mut mocks = Vec::new();
-        for z in ZONES {
-            mocks.push(Mock::start(&format!("{z}-1"), z, &[MODEL]).await);
-        }
-        let backends: String = mocks.iter().map(|m| m.backend_toml(&[MODEL])).collect();
-        let members: Vec<MemberSpec> = ZONES
-            .iter()
-            .enumerate()
-            .map(|(i, z)| MemberSpec::new(i as u64 + 1, z))
-            .collect();
-        let mut nodes = Vec::new();
-        for m in &members {
-            nodes.push(Some(Gateway::start_member(m, &members, &backends).await));
-        }
-        Cluster {
-            members,
-            nodes,
-            _mocks: mocks,
-        }
-    }
-
-    fn node(&self, id: u64) -> &Gateway {
-        self.nodes[id as usize - 1]
-            .as_ref()
-            .expect("node is running")
-    }
-
-    fn running(&self) -> impl Iterator<Item = &Gateway> {
-        self.nodes.iter().flatten()
-    }
-
-    /// Polls until every running node names the same leader; returns it.
-    async fn leader(&self) -> u64 {
-        let admins: Vec<String> = self.running().map(|g| g.admin.clone()).collect();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let mut leaders = Vec::new();
-            for admin in &admins {
-                let v = get_json(
-                    &format!("{admin}/admin/v1/cluster?scope=local"),
-                    Some(ADMIN_TOKEN),
-                )
-                .await;
-                leaders.push(v["leader"].as_u64());
-            }
-            if let Some(Some(l)) = leaders.first() {
-                if leaders.iter().all(|x| *x == Some(*l)) && self.nodes[*l as usize - 1].is_some() {
-                    return *l;
-                }
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no agreed leader: {leaders:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// Polls until every running node has applied `version`.
-    async fn all_at(&self, version: u64) {
-        let admins: Vec<String> = self.running().map(|g| g.admin.clone()).collect();
-        eventually(
-            Duration::from_secs(20),
-            &format!("every node at version {version}"),
-            || {
-                let admins = admins.clone();
-                async move {
-                    for admin in admins {
-                        let v = get_json(
-                            &format!("{admin}/admin/v1/cluster?scope=local"),
-                            Some(ADMIN_TOKEN),
-                        )
-                        .await;
-                        if v["decision_version"] != version {
-                            return false;
-                        }
-                    }
-                    true
-                }
-            },
-        )
-        .await;
-    }
-}
-
 /// Runs `zonegate ctl --admin URL --token T ARGS…`; returns (success, stdout, stderr).
 async fn ctl(admin: &str, args: &[&str]) -> (bool, String, String) {
     let out = tokio::process::Command::new(bin())
@@ -137,7 +42,7 @@ fn long_request() -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operators_fail_over_and_back_and_every_node_follows() {
-    let mut cluster = Cluster::start().await;
+    let mut cluster = TestCluster::start(1, "").await;
     let leader = cluster.leader().await;
     let follower = (1..=3).find(|id| *id != leader).unwrap();
 

@@ -7,56 +7,13 @@
 
 mod support;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::*;
-
-const ZONES: [&str; 3] = ["az-a", "az-b", "az-c"];
-
-/// Three zones, two mock backends each, one gateway member per zone.
-struct ThreeZones {
-    nodes: Vec<Gateway>,
-    mocks: HashMap<String, Mock>,
-}
-
-impl ThreeZones {
-    async fn start() -> ThreeZones {
-        Self::start_with("").await
-    }
-
-    /// `extra` is appended to every node's config (e.g. a `[failover]` table).
-    async fn start_with(extra: &str) -> ThreeZones {
-        let mut mocks = HashMap::new();
-        let mut backends = String::new();
-        for z in ZONES {
-            for n in 1..=2 {
-                let name = format!("{z}-{n}");
-                let m = Mock::start(&name, z, &[MODEL]).await;
-                backends.push_str(&m.backend_toml(&[MODEL]));
-                mocks.insert(name, m);
-            }
-        }
-        let members: Vec<MemberSpec> = ZONES
-            .iter()
-            .enumerate()
-            .map(|(i, z)| MemberSpec::new(i as u64 + 1, z))
-            .collect();
-        let mut nodes = Vec::new();
-        backends.push_str(extra);
-        for m in &members {
-            nodes.push(Gateway::start_member(m, &members, &backends).await);
-        }
-        ThreeZones { nodes, mocks }
-    }
-
-    fn node(&self, zone: &str) -> &Gateway {
-        &self.nodes[ZONES.iter().position(|z| *z == zone).unwrap()]
-    }
-}
 
 fn header(resp: &reqwest::Response, name: &str) -> String {
     resp.headers()
@@ -67,8 +24,8 @@ fn header(resp: &reqwest::Response, name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_stick_to_their_zone_and_backend_and_pins_travel_between_nodes() {
-    let cluster = ThreeZones::start().await;
-    let a = cluster.node("az-a");
+    let cluster = TestCluster::start(2, "").await;
+    let a = cluster.in_zone("az-a");
 
     // One session, 30 requests: one zone, one backend, a pin token each time.
     let mut backend = None;
@@ -94,7 +51,7 @@ async fn sessions_stick_to_their_zone_and_backend_and_pins_travel_between_nodes(
     }
 
     // Entering at az-b's node with the token: served at home, in az-a.
-    let b_node = cluster.node("az-b");
+    let b_node = cluster.in_zone("az-b");
     let resp = b_node
         .chat()
         .header("x-session-id", "chat-42")
@@ -163,8 +120,8 @@ async fn sessions_stick_to_their_zone_and_backend_and_pins_travel_between_nodes(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_home_zone_down_only_short_requests_cross_zones() {
-    let mut cluster = ThreeZones::start().await;
-    let a_admin = cluster.node("az-a").admin.clone();
+    let mut cluster = TestCluster::start(2, "").await;
+    let a_admin = cluster.in_zone("az-a").admin.clone();
     // Automation frozen: nothing but the fallback rules act here.
     let frozen = loop {
         let resp = client()
@@ -184,7 +141,7 @@ async fn with_the_home_zone_down_only_short_requests_cross_zones() {
     for name in ["az-a-1", "az-a-2"] {
         cluster.mocks.get_mut(name).unwrap().kill().await;
     }
-    let a = cluster.node("az-a");
+    let a = cluster.in_zone("az-a");
     for _ in 0..20 {
         let resp = a.chat().json(&chat_body(64, false)).send().await.unwrap();
         assert_eq!(
@@ -224,8 +181,8 @@ async fn decisions(admin: &str) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_fails_a_broken_zone_over_while_short_requests_keep_succeeding() {
     // 1 s periods: a failover is due within 3 × 1 s + 2 s of the fault.
-    let cluster = ThreeZones::start_with("[failover]\nperiod = \"1s\"\nmin_periods = 3\n").await;
-    let a = cluster.node("az-a");
+    let cluster = TestCluster::start(2, "[failover]\nperiod = \"1s\"\nmin_periods = 3\n").await;
+    let a = cluster.in_zone("az-a");
     let a_admin = a.admin.clone();
 
     // Steady short load entering at az-a.

@@ -334,3 +334,114 @@ pub fn metric_sum(text: &str, name: &str, labels: &[&str]) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// The zones of the multi-process cluster tests.
+pub const ZONES: [&str; 3] = ["az-a", "az-b", "az-c"];
+
+/// Three gateway processes, one Raft voter per zone (ids 1–3 in `ZONES`
+/// order), each with `mocks_per_zone` mock backends named `<zone>-<n>`.
+pub struct TestCluster {
+    pub members: Vec<MemberSpec>,
+    /// `None` once a test killed that node.
+    pub nodes: Vec<Option<Gateway>>,
+    pub mocks: std::collections::HashMap<String, Mock>,
+}
+
+impl TestCluster {
+    /// `extra` is appended to every node's config (e.g. a `[failover]` table).
+    pub async fn start(mocks_per_zone: usize, extra: &str) -> TestCluster {
+        let mut mocks = std::collections::HashMap::new();
+        let mut rest = String::new();
+        for z in ZONES {
+            for n in 1..=mocks_per_zone {
+                let name = format!("{z}-{n}");
+                let m = Mock::start(&name, z, &[MODEL]).await;
+                rest.push_str(&m.backend_toml(&[MODEL]));
+                mocks.insert(name, m);
+            }
+        }
+        rest.push_str(extra);
+        let members: Vec<MemberSpec> = ZONES
+            .iter()
+            .enumerate()
+            .map(|(i, z)| MemberSpec::new(i as u64 + 1, z))
+            .collect();
+        let mut nodes = Vec::new();
+        for m in &members {
+            nodes.push(Some(Gateway::start_member(m, &members, &rest).await));
+        }
+        TestCluster {
+            members,
+            nodes,
+            mocks,
+        }
+    }
+
+    pub fn node(&self, id: u64) -> &Gateway {
+        self.nodes[id as usize - 1]
+            .as_ref()
+            .expect("node is running")
+    }
+
+    pub fn in_zone(&self, zone: &str) -> &Gateway {
+        let i = ZONES.iter().position(|z| *z == zone).expect("a test zone");
+        self.node(i as u64 + 1)
+    }
+
+    pub fn running(&self) -> impl Iterator<Item = &Gateway> {
+        self.nodes.iter().flatten()
+    }
+
+    /// Polls until every running node names the same leader; returns it.
+    pub async fn leader(&self) -> u64 {
+        let admins: Vec<String> = self.running().map(|g| g.admin.clone()).collect();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut leaders = Vec::new();
+            for admin in &admins {
+                let v = get_json(
+                    &format!("{admin}/admin/v1/cluster?scope=local"),
+                    Some(ADMIN_TOKEN),
+                )
+                .await;
+                leaders.push(v["leader"].as_u64());
+            }
+            if let Some(Some(l)) = leaders.first() {
+                if leaders.iter().all(|x| *x == Some(*l)) && self.nodes[*l as usize - 1].is_some() {
+                    return *l;
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no agreed leader: {leaders:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Polls until every running node has applied `version`.
+    pub async fn all_at(&self, version: u64) {
+        let admins: Vec<String> = self.running().map(|g| g.admin.clone()).collect();
+        eventually(
+            Duration::from_secs(20),
+            &format!("every node at version {version}"),
+            || {
+                let admins = admins.clone();
+                async move {
+                    for admin in admins {
+                        let v = get_json(
+                            &format!("{admin}/admin/v1/cluster?scope=local"),
+                            Some(ADMIN_TOKEN),
+                        )
+                        .await;
+                        if v["decision_version"] != version {
+                            return false;
+                        }
+                    }
+                    true
+                }
+            },
+        )
+        .await;
+    }
+}
