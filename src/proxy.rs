@@ -107,7 +107,11 @@ async fn handle(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
                 ms = started.elapsed().as_millis() as u64,
                 "{e}"
             );
-            e.into_response()
+            // Errors, too, say which decisions this node routed with.
+            let mut resp = e.into_response();
+            let version = gw.view.borrow().decision_version.to_string();
+            forward::set_header(resp.headers_mut(), "x-zonegate-decision-version", &version);
+            resp
         }
     }
 }

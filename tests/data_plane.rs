@@ -208,6 +208,9 @@ async fn bad_input_gets_openai_errors_and_the_node_keeps_serving() {
     for (what, req, status, code) in cases {
         let resp = req.send().await.unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(resp.status().as_u16(), status, "{what}");
+        if !matches!(what, "unknown path" | "wrong method") {
+            assert_eq!(resp.headers()["x-zonegate-decision-version"], "0", "{what}");
+        }
         let v: Value = resp
             .json()
             .await
