@@ -288,3 +288,51 @@ async fn two_zones_get_their_quorum_from_a_witness_that_serves_no_traffic() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_and_restarted_from_its_data_dir_catches_up() {
+    let mut cluster = TestCluster::start(1, "").await;
+    let leader = cluster.leader().await;
+    let victim = (1..=3).find(|id| *id != leader).unwrap();
+    let admin = cluster.node(leader).admin.clone();
+    assert_eq!(ctl_json(&admin, &["freeze"]).await["version"], 1);
+    cluster.all_at(1).await;
+
+    // kill -9 a follower; the others keep deciding without it.
+    let dir = cluster.nodes[victim as usize - 1]
+        .take()
+        .unwrap()
+        .kill_keeping_data()
+        .await;
+    assert_eq!(
+        ctl_json(&admin, &["failover", "--from", "az-a", "--to", "az-b"]).await["version"],
+        2
+    );
+    assert_eq!(
+        ctl_json(&admin, &["failback", "--zone", "az-a"]).await["version"],
+        3
+    );
+
+    // Restarted on the same data_dir, it resumes (no second initialisation)
+    // and catches up on what it missed.
+    let me = cluster.members[victim as usize - 1].clone();
+    let rest: String = ZONES
+        .iter()
+        .map(|z| cluster.mocks[&format!("{z}-1")].backend_toml(&[MODEL]))
+        .collect();
+    let node = Gateway::start_member_in(dir, &me, &cluster.members, &rest).await;
+    cluster.nodes[victim as usize - 1] = Some(node);
+    cluster.all_at(3).await;
+    let history = get_json(
+        &format!("{}/admin/v1/decisions", cluster.node(victim).admin),
+        Some(ADMIN_TOKEN),
+    )
+    .await;
+    let kinds: Vec<&str> = history["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, vec!["failback", "failover", "freeze"]);
+}

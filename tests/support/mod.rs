@@ -222,6 +222,17 @@ impl Gateway {
     /// Starts cluster member `me` of `members`, with `rest` (backends…).
     pub async fn start_member(me: &MemberSpec, members: &[MemberSpec], rest: &str) -> Gateway {
         let dir = tempfile::tempdir().expect("temp dir");
+        Self::start_member_in(dir, me, members, rest).await
+    }
+
+    /// Starts member `me` with its config and `data_dir` under `dir`; a
+    /// directory kept from [`Gateway::kill_keeping_data`] restarts it.
+    pub async fn start_member_in(
+        dir: tempfile::TempDir,
+        me: &MemberSpec,
+        members: &[MemberSpec],
+        rest: &str,
+    ) -> Gateway {
         let base = base_toml(&me.zone, &dir.path().join("data"), "")
             .replace("id = 1\n", &format!("id = {}\n", me.id))
             .replace(
@@ -248,6 +259,12 @@ impl Gateway {
     /// kill -9, and wait for the process to be gone.
     pub async fn kill(mut self) {
         let _ = self.proc.child.kill().await;
+    }
+
+    /// kill -9, keeping the node's directory (config and `data_dir`).
+    pub async fn kill_keeping_data(mut self) -> tempfile::TempDir {
+        let _ = self.proc.child.kill().await;
+        self.dir
     }
 
     pub fn chat(&self) -> reqwest::RequestBuilder {
