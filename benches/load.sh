@@ -95,7 +95,7 @@ CONF
   export ZONEGATE_CLUSTER_SECRET=bench-secret
 fi
 # Access lines off for the throughput run, as nginx's access_log is off.
-RUST_LOG=warn TOKIO_WORKER_THREADS=${ZG_THREADS:-2} "$BIN" serve --config "$WORK/zonegate.toml" >"$WORK/zonegate.log" 2>&1 &
+RUST_LOG=warn "$BIN" serve --config "$WORK/zonegate.toml" >"$WORK/zonegate.log" 2>&1 &
 ZG_PID=$!
 PIDS+=($ZG_PID)
 

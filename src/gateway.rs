@@ -24,7 +24,6 @@ pub struct Gateway {
     pub routes: ArcSwap<Routes>,
     /// The control plane's latest view; the data plane never waits on it.
     pub view: watch::Receiver<Arc<ClusterView>>,
-    pub client: Upstream,
     pub budget: Mutex<RetryBudget>,
     pub metrics: Metrics,
     pub events: Arc<EventLog>,
@@ -38,7 +37,23 @@ pub struct Gateway {
     pub zone_stats: ZoneStats,
 }
 
+thread_local! {
+    /// This thread's upstream pool. Data-plane threads each run their own
+    /// single-threaded runtime, so a pooled connection, its task and the
+    /// requests that use it stay on one thread: no cross-thread wake-ups.
+    static UPSTREAM: std::cell::RefCell<Option<Upstream>> = const { std::cell::RefCell::new(None) };
+}
+
 impl Gateway {
+    /// The upstream pool of the calling thread.
+    pub fn upstream(&self) -> Upstream {
+        UPSTREAM.with(|u| {
+            u.borrow_mut()
+                .get_or_insert_with(|| forward::client(self.cfg.retry.connect_timeout, 256))
+                .clone()
+        })
+    }
+
     /// This period's observations of every zone, for the leader's detector:
     /// request results since the last call (see `observe`) and the share
     /// of each zone's backends that can take traffic, as seen from here
@@ -95,7 +110,6 @@ impl Gateway {
             u64::from(cfg.retry.min_retries_per_window),
         );
         Self {
-            client: forward::client(cfg.retry.connect_timeout, 256),
             routes: ArcSwap::from_pointee(routes),
             view,
             budget: Mutex::new(budget),

@@ -251,7 +251,7 @@ async fn serve(
                 forward::set_header(&mut headers, "x-request-id", &req.request_id);
                 let payload = rewrite_model(&body, &meta.model, &backend, &model.cfg.name);
                 let result = forward::attempt(
-                    &gw.client,
+                    &gw.upstream(),
                     uri,
                     headers,
                     payload,

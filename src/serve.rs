@@ -43,9 +43,10 @@ async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
 /// Binds and starts everything a node runs; returns once it is serving.
 pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
     let cfg = Arc::new(cfg);
-    let data = bind(cfg.node.listen, "node.listen").await?;
+    let data = data_listeners(cfg.node.listen)?;
     let admin_l = bind(cfg.node.admin_listen, "node.admin_listen").await?;
-    let (data_addr, admin_addr) = (data.local_addr()?, admin_l.local_addr()?);
+    let data_addr = data[0].local_addr()?;
+    let admin_addr = admin_l.local_addr()?;
 
     let (cluster, view_rx) = match start_cluster(&cfg).await? {
         Some(node) => {
@@ -84,25 +85,31 @@ pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
 
     let (stop, _) = watch::channel(false);
     let mut tasks = JoinSet::new();
-    let data_app = proxy::router(Arc::clone(&gateway));
-    let admin_app = admin::router(Arc::clone(&gateway));
-    for (listener, app) in [(data, data_app), (admin_l, admin_app)] {
-        let mut stopped = stop.subscribe();
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        tasks.spawn(async move {
-            let shutdown = async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            };
-            if let Err(e) = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-            {
-                tracing::error!("listener failed: {e}");
-            }
-        });
+    let mut threads = Vec::new();
+    for (i, listener) in data.into_iter().enumerate() {
+        let app = proxy::router(Arc::clone(&gateway));
+        let stopped = stop.subscribe();
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("zonegate-data-{i}"))
+                .spawn(move || data_plane_thread(listener, app, stopped))
+                .context("cannot start a data-plane thread")?,
+        );
     }
+    // The admin API shares the main runtime with probes and Raft.
+    let admin_app = admin::router(Arc::clone(&gateway));
+    let mut stopped = stop.subscribe();
+    tasks.spawn(async move {
+        let shutdown = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        if let Err(e) = axum::serve(admin_l, admin_app)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!("admin listener failed: {e}");
+        }
+    });
     if let Some(node) = &gateway.cluster {
         let gw = Arc::downgrade(&gateway);
         node.set_observation_source(Arc::new(move || {
@@ -122,6 +129,11 @@ pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
             }
         }
     });
+    tasks.spawn(async move {
+        for t in threads {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+    });
     Ok(RunningNode {
         data_addr,
         admin_addr,
@@ -129,6 +141,73 @@ pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
         stop,
         tasks,
     })
+}
+
+/// One data-plane listener per core on the same address (SO_REUSEPORT, so
+/// the kernel spreads connections over them), the nginx worker model: each
+/// is served by its own thread and single-threaded runtime.
+fn data_listeners(addr: SocketAddr) -> anyhow::Result<Vec<std::net::TcpListener>> {
+    use socket2::{Domain, Socket, Type};
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // A plain bind first: SO_REUSEPORT would let a second zonegate (same
+    // user) join an existing group silently and take half its traffic; a
+    // socket without it fails with "address in use" instead.
+    let mut at = std::net::TcpListener::bind(addr)
+        .with_context(|| format!("cannot listen on {addr} (node.listen)"))?
+        .local_addr()?;
+    let mut out: Vec<std::net::TcpListener> = Vec::new();
+    for _ in 0..n {
+        let socket = Socket::new(Domain::for_address(at), Type::STREAM, None)?;
+        socket.set_reuse_address(true)?;
+        socket.set_reuse_port(true)?;
+        socket.set_nonblocking(true)?;
+        socket
+            .bind(&at.into())
+            .with_context(|| format!("cannot listen on {at} (node.listen)"))?;
+        socket.listen(1024)?;
+        let listener: std::net::TcpListener = socket.into();
+        at = listener.local_addr()?;
+        out.push(listener);
+    }
+    Ok(out)
+}
+
+/// Serves one data-plane listener on this thread until `stopped`.
+fn data_plane_thread(
+    listener: std::net::TcpListener,
+    app: axum::Router,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!("cannot start a data-plane runtime: {e}");
+            return;
+        }
+    };
+    runtime.block_on(async move {
+        let listener = match TcpListener::from_std(listener) {
+            Ok(l) => l.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            }),
+            Err(e) => {
+                tracing::error!("data-plane listener failed: {e}");
+                return;
+            }
+        };
+        let shutdown = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!("data-plane listener failed: {e}");
+        }
+    });
 }
 
 /// Env var holding the secret every Raft RPC carries.

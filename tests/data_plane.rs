@@ -545,3 +545,40 @@ async fn only_short_requests_cross_zones_when_the_home_zone_cannot_serve() {
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["error"]["code"], "zone_unavailable", "{v}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_node_on_a_taken_address_refuses_to_start() {
+    let mock = Mock::start("m1", "az-a", &[MODEL]).await;
+    let gw = Gateway::start("az-a", &mock.backend_toml(&[MODEL])).await;
+    let taken = gw.data.trim_start_matches("http://").to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{}{}",
+        base_toml("az-a", &dir.path().join("data"), ""),
+        mock.backend_toml(&[MODEL])
+    )
+    .replacen(
+        "listen = \"127.0.0.1:0\"",
+        &format!("listen = \"{taken}\""),
+        1,
+    );
+    let path = dir.path().join("second.toml");
+    std::fs::write(&path, config).unwrap();
+    let out = tokio::process::Command::new(bin())
+        .args(["serve", "--config"])
+        .arg(&path)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "the data-plane listeners use SO_REUSEPORT; a second node must not join them"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("node.listen") && err.contains("in use"),
+        "{err}"
+    );
+    let resp = gw.chat().json(&chat_body(4, false)).send().await.unwrap();
+    assert_eq!(resp.status(), 200, "the first node keeps serving");
+}
