@@ -213,11 +213,23 @@ pub fn render(verb: &Verb, v: &Value) -> String {
                 .as_object()
                 .map(|z| {
                     z.iter()
-                        .map(|(name, st)| vec![name.clone(), s(&st["status"]), s(&st["target"])])
+                        .map(|(name, st)| {
+                            let score = st["score"]
+                                .as_f64()
+                                .map_or("-".into(), |x| format!("{x:.2}"));
+                            let bad = match st["bad_periods"].as_u64() {
+                                Some(n) if n > 0 => format!("{n} bad"),
+                                _ => String::new(),
+                            };
+                            vec![name.clone(), s(&st["status"]), s(&st["target"]), score, bad]
+                        })
                         .collect()
                 })
                 .unwrap_or_default();
-            out.push_str(&table(&["ZONE", "STATUS", "TARGET"], &zones));
+            out.push_str(&table(
+                &["ZONE", "STATUS", "TARGET", "SCORE", "PERIODS"],
+                &zones,
+            ));
             let nodes = rows(&v["nodes"], |n| {
                 vec![
                     s(&n["id"]),
@@ -325,6 +337,9 @@ mod tests {
         assert!(out.contains("az-a  failed_over  az-b"), "{out}");
         assert!(out.contains("az-b  active"), "{out}");
         assert!(out.contains("NODE  ZONE  ROLE"), "{out}");
+        let v2 = json!({"zones": {"az-a": {"status": "active", "score": 0.31, "bad_periods": 2}}});
+        let out = render(&Verb::Status, &v2);
+        assert!(out.contains("0.31") && out.contains("2 bad"), "{out}");
     }
 
     #[test]
