@@ -26,25 +26,15 @@ pub enum Verb {
         from: String,
         #[arg(long)]
         to: String,
-        #[arg(long)]
-        reason: Option<String>,
-        /// Refuse unless the current decision version is this one.
-        #[arg(long)]
-        if_version: Option<u64>,
-        /// Show what would move, or which rule would refuse it.
-        #[arg(long)]
-        dry_run: bool,
+        #[command(flatten)]
+        opts: DecideOpts,
     },
     /// Give a failed-over zone its own traffic back.
     Failback {
         #[arg(long)]
         zone: String,
-        #[arg(long)]
-        reason: Option<String>,
-        #[arg(long)]
-        if_version: Option<u64>,
-        #[arg(long)]
-        dry_run: bool,
+        #[command(flatten)]
+        opts: DecideOpts,
     },
     /// Stop automatic decisions (operators still decide).
     Freeze {
@@ -56,6 +46,20 @@ pub enum Verb {
         #[arg(long)]
         reason: Option<String>,
     },
+}
+
+/// What every zone decision takes besides its zones.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DecideOpts {
+    /// Why, for the decision history and the audit log.
+    #[arg(long)]
+    reason: Option<String>,
+    /// Refuse unless the current decision version is this one.
+    #[arg(long)]
+    if_version: Option<u64>,
+    /// Show what would move, or which rule would refuse it.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 /// Runs one verb against `admin` (a URL like `http://127.0.0.1:9090`).
@@ -117,30 +121,15 @@ fn request_of(verb: &Verb) -> (reqwest::Method, String, Option<Value>) {
             format!("/admin/v1/decisions?limit={limit}"),
             None,
         ),
-        Verb::Failover {
-            from,
-            to,
-            reason,
-            if_version,
-            dry_run,
-        } => (
+        Verb::Failover { from, to, opts } => (
             Method::POST,
             "/admin/v1/failover".into(),
-            Some(
-                json!({"from": from, "to": to, "reason": reason, "if_version": if_version, "dry_run": dry_run}),
-            ),
+            Some(opts.body(json!({"from": from, "to": to}))),
         ),
-        Verb::Failback {
-            zone,
-            reason,
-            if_version,
-            dry_run,
-        } => (
+        Verb::Failback { zone, opts } => (
             Method::POST,
             "/admin/v1/failback".into(),
-            Some(
-                json!({"zone": zone, "reason": reason, "if_version": if_version, "dry_run": dry_run}),
-            ),
+            Some(opts.body(json!({"zone": zone}))),
         ),
         Verb::Freeze { reason } => (
             Method::POST,
@@ -152,6 +141,15 @@ fn request_of(verb: &Verb) -> (reqwest::Method, String, Option<Value>) {
             "/admin/v1/unfreeze".into(),
             Some(json!({"reason": reason})),
         ),
+    }
+}
+
+impl DecideOpts {
+    fn body(&self, mut zones: Value) -> Value {
+        zones["reason"] = json!(self.reason);
+        zones["if_version"] = json!(self.if_version);
+        zones["dry_run"] = json!(self.dry_run);
+        zones
     }
 }
 
@@ -298,7 +296,7 @@ pub fn render(verb: &Verb, v: &Value) -> String {
                 &list,
             )
         }
-        Verb::Failover { dry_run: true, .. } | Verb::Failback { dry_run: true, .. } => {
+        Verb::Failover { opts, .. } | Verb::Failback { opts, .. } if opts.dry_run => {
             let changes = rows(&v["preview"]["changes"], |c| {
                 let st = |x: &Value| match x["target"].as_str() {
                     Some(t) => format!("{} → {t}", s(&x["status"])),
