@@ -281,3 +281,80 @@ async fn the_leader_fails_a_broken_zone_over_while_short_requests_keep_succeedin
     );
     assert_eq!(decisions(&a_admin).await.len(), 1, "no automatic failback");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_auto_failback_on_a_recovered_zone_is_failed_back_by_the_leader() {
+    // Test-sized times: 1 s periods and probes, a 2 s dwell and watch time.
+    let extra = r#"
+[failover]
+period = "1s"
+auto_failback = true
+failback_periods = 2
+dwell = "2s"
+
+[health]
+interval = "1s"
+stable_interval = "2s"
+ejection_time = "2s"
+watch_interval = "1s"
+max_watch_interval = "2s"
+healthy_threshold = 2
+"#;
+    let cluster = TestCluster::start(2, extra).await;
+    let a = cluster.in_zone("az-a");
+    let admin = a.admin.clone();
+    cluster.leader().await;
+
+    // Short requests entering at az-a while both its backends fail.
+    for name in ["az-a-1", "az-a-2"] {
+        cluster.mocks[name].faults(json!({"error_rate": 1.0})).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !decisions(&admin)
+        .await
+        .iter()
+        .any(|d| d["kind"] == "failover")
+    {
+        assert!(Instant::now() < deadline, "no automatic failover of az-a");
+        let _ = a.chat().json(&chat_body(16, false)).send().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // az-a heals: its backends rejoin on their probes, and after two good
+    // periods (and the dwell) the leader gives az-a its traffic back.
+    for name in ["az-a-1", "az-a-2"] {
+        cluster.mocks[name].faults(json!({"error_rate": 0.0})).await;
+    }
+    let mut failback = None;
+    while failback.is_none() {
+        assert!(
+            Instant::now() < deadline + Duration::from_secs(60),
+            "no automatic failback"
+        );
+        failback = decisions(&admin)
+            .await
+            .into_iter()
+            .find(|d| d["kind"] == "failback");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let failback = failback.unwrap();
+    assert_eq!(failback["origin"], "automatic", "{failback}");
+    assert!(
+        failback["evidence"]
+            .as_str()
+            .is_some_and(|e| e.contains("above_failback_threshold")),
+        "{failback}"
+    );
+    cluster.all_at(2).await;
+    let resp = a
+        .chat()
+        .json(&json!({"model": MODEL, "messages": []}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        header(&resp, "x-zonegate-zone"),
+        "az-a",
+        "a long request is served at home again"
+    );
+}
