@@ -170,6 +170,35 @@ async fn with_the_home_zone_down_only_short_requests_cross_zones() {
     );
 }
 
+/// Polls a node's history (every 100 ms, up to `within`) for the first
+/// decision of `kind`.
+async fn await_decision(admin: &str, kind: &str, within: Duration) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(d) = decisions(admin)
+            .await
+            .into_iter()
+            .find(|d| d["kind"] == kind)
+        {
+            return d;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {kind} decision within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Sets the error rate of every mock backend of `zone`.
+async fn set_zone_error_rate(cluster: &TestCluster, zone: &str, rate: f64) {
+    for (name, mock) in &cluster.mocks {
+        if name.starts_with(&format!("{zone}-")) {
+            mock.faults(json!({"error_rate": rate})).await;
+        }
+    }
+}
+
 /// The decisions a node has applied, newest first.
 async fn decisions(admin: &str) -> Vec<Value> {
     get_json(&format!("{admin}/admin/v1/decisions"), Some(ADMIN_TOKEN)).await["decisions"]
@@ -215,24 +244,10 @@ async fn the_leader_fails_a_broken_zone_over_while_short_requests_keep_succeedin
 
     // Both az-a backends start failing everything.
     let fault_at = Instant::now();
-    for name in ["az-a-1", "az-a-2"] {
-        cluster.mocks[name].faults(json!({"error_rate": 1.0})).await;
-    }
-    let mut failover = None;
-    while failover.is_none() {
-        assert!(
-            fault_at.elapsed() < Duration::from_secs(60),
-            "no automatic failover of az-a"
-        );
-        failover = decisions(&a_admin)
-            .await
-            .into_iter()
-            .find(|d| d["kind"] == "failover");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    set_zone_error_rate(&cluster, "az-a", 1.0).await;
+    let failover = await_decision(&a_admin, "failover", Duration::from_secs(60)).await;
     let detected = fault_at.elapsed();
     eprintln!("automatic failover of az-a committed {detected:?} after the fault");
-    let failover = failover.unwrap();
     assert_eq!(
         failover["decision"]["failover"]["from"], "az-a",
         "{failover}"
@@ -270,9 +285,7 @@ async fn the_leader_fails_a_broken_zone_over_while_short_requests_keep_succeedin
     );
 
     // az-a recovers; with auto_failback off nothing fails back on its own.
-    for name in ["az-a-1", "az-a-2"] {
-        cluster.mocks[name].faults(json!({"error_rate": 0.0})).await;
-    }
+    set_zone_error_rate(&cluster, "az-a", 0.0).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     let cluster_view = get_json(&format!("{a_admin}/admin/v1/cluster"), Some(ADMIN_TOKEN)).await;
     assert_eq!(
@@ -306,9 +319,7 @@ healthy_threshold = 2
     cluster.leader().await;
 
     // Short requests entering at az-a while both its backends fail.
-    for name in ["az-a-1", "az-a-2"] {
-        cluster.mocks[name].faults(json!({"error_rate": 1.0})).await;
-    }
+    set_zone_error_rate(&cluster, "az-a", 1.0).await;
     let deadline = Instant::now() + Duration::from_secs(60);
     while !decisions(&admin)
         .await
@@ -322,22 +333,8 @@ healthy_threshold = 2
 
     // az-a heals: its backends rejoin on their probes, and after two good
     // periods (and the dwell) the leader gives az-a its traffic back.
-    for name in ["az-a-1", "az-a-2"] {
-        cluster.mocks[name].faults(json!({"error_rate": 0.0})).await;
-    }
-    let mut failback = None;
-    while failback.is_none() {
-        assert!(
-            Instant::now() < deadline + Duration::from_secs(60),
-            "no automatic failback"
-        );
-        failback = decisions(&admin)
-            .await
-            .into_iter()
-            .find(|d| d["kind"] == "failback");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let failback = failback.unwrap();
+    set_zone_error_rate(&cluster, "az-a", 0.0).await;
+    let failback = await_decision(&admin, "failback", Duration::from_secs(60)).await;
     assert_eq!(failback["origin"], "automatic", "{failback}");
     assert!(
         failback["evidence"]
