@@ -170,7 +170,7 @@ async fn backends(State(gw): State<Arc<Gateway>>) -> Json<serde_json::Value> {
                     "elapsed_ms": now.saturating_sub(r.start_ms),
                 })),
                 "in_flight": b.in_flight(),
-                "latency_ewma_ms": round(b.latency_ewma_ms(now)),
+                "latency_ewma_ms": round(b.latency_ewma_ms()),
                 "cooling_down_ms": b.cooldown_until_ms().saturating_sub(now),
                 "ejections": m.ejections,
                 "ejected": (m.state == crate::health::state::State::Down).then(|| json!({

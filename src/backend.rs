@@ -45,10 +45,10 @@ const LATENCY_ALPHA: f64 = 0.2;
 /// What a backend without samples is assumed to take, so new backends are
 /// neither starved nor flooded by p2c.
 const INITIAL_LATENCY_MS: f64 = 50.0;
-/// Without fresh samples the EWMA drifts back to the prior with this time
-/// constant, so a backend that was slow once is tried again eventually
-/// instead of being shunned forever on stale evidence.
-const LATENCY_DECAY_MS: f64 = 10_000.0;
+/// How long a latency sample counts as evidence. Older than this, a
+/// backend is judged by its pool's typical latency instead (see
+/// [`Backend::fresh_latency_ms`]), and its next sample starts afresh.
+const LATENCY_FRESH_MS: u64 = 10_000;
 
 #[derive(Debug)]
 pub struct Backend {
@@ -222,17 +222,14 @@ impl Backend {
         self.hot.in_flight.load(Ordering::Relaxed)
     }
 
-    /// The latency EWMA as of `now_ms`, decayed toward the prior for the
-    /// time since its last sample.
-    pub fn latency_ewma_ms(&self, now_ms: u64) -> f64 {
-        let stored = f64::from_bits(self.hot.latency_ewma_ms.load(Ordering::Relaxed));
-        let age =
-            now_ms.saturating_sub(self.hot.latency_sampled_at_ms.load(Ordering::Relaxed)) as f64;
-        INITIAL_LATENCY_MS + (stored - INITIAL_LATENCY_MS) * (-age / LATENCY_DECAY_MS).exp()
+    /// The latency EWMA as last sampled (the prior before any sample),
+    /// however old; for display and as the last-resort cost.
+    pub fn latency_ewma_ms(&self) -> f64 {
+        f64::from_bits(self.hot.latency_ewma_ms.load(Ordering::Relaxed))
     }
 
-    /// The latency EWMA if a request sampled it within the decay time
-    /// constant; `None` for a backend without recent evidence (new,
+    /// The latency EWMA if a request sampled it within
+    /// [`LATENCY_FRESH_MS`]; `None` for a backend without recent evidence (new,
     /// rejoined, or idle), which the pickers then judge by its pool's
     /// typical latency instead of a fixed prior: a 50 ms prior makes a
     /// backend look 50× slower than 1 ms peers (never picked by p2c, so a
@@ -240,8 +237,8 @@ impl Backend {
     /// (flooded).
     pub fn fresh_latency_ms(&self, now_ms: u64) -> Option<f64> {
         let at = self.hot.latency_sampled_at_ms.load(Ordering::Relaxed);
-        let fresh = at != 0 && now_ms.saturating_sub(at) as f64 <= LATENCY_DECAY_MS;
-        fresh.then(|| self.latency_ewma_ms(now_ms))
+        let fresh = at != 0 && now_ms.saturating_sub(at) <= LATENCY_FRESH_MS;
+        fresh.then(|| self.latency_ewma_ms())
     }
 
     pub fn cooldown_until_ms(&self) -> u64 {
@@ -263,11 +260,6 @@ impl Backend {
             .map_or(1.0, |s| (s / 100.0).clamp(0.0, 1.0))
     }
 
-    /// p2c's load figure: requests in flight (this one included) × latency.
-    pub fn cost(&self, now_ms: u64) -> f64 {
-        (self.in_flight() + 1) as f64 * self.latency_ewma_ms(now_ms)
-    }
-
     /// Counts a request in flight until the guard drops.
     pub fn start_request(self: &Arc<Self>) -> InFlight {
         self.hot.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -282,7 +274,7 @@ impl Backend {
         // A lost update between two racing requests only drops one sample.
         // The first sample after a silence stands alone: blending it with
         // stale evidence (or the prior) would misjudge the backend for
-        // another decay period, starving it under p2c.
+        // another freshness period, starving it under p2c.
         let new = match self.fresh_latency_ms(now_ms) {
             Some(old) => old + LATENCY_ALPHA * (sample - old),
             None => sample,
@@ -416,16 +408,23 @@ mod tests {
     }
 
     #[test]
-    fn latency_ewma_moves_toward_samples_and_decays_without_them() {
+    fn latency_ewma_moves_toward_samples_and_stale_evidence_is_set_aside() {
         let b = backend();
+        assert_eq!(b.fresh_latency_ms(1_000), None, "no sample yet");
+        assert_eq!(b.latency_ewma_ms(), INITIAL_LATENCY_MS);
         for _ in 0..50 {
             b.record_success(Duration::from_millis(200), 1_000);
         }
-        assert!((b.latency_ewma_ms(1_000) - 200.0).abs() < 1.0);
-        let later = b.latency_ewma_ms(1_000 + 10 * LATENCY_DECAY_MS as u64);
-        assert!(
-            (later - INITIAL_LATENCY_MS).abs() < 1.0,
-            "stale evidence fades: {later}"
+        let fresh = b.fresh_latency_ms(1_000).unwrap();
+        assert!((fresh - 200.0).abs() < 1.0, "{fresh}");
+        let later = 1_000 + LATENCY_FRESH_MS + 1;
+        assert_eq!(
+            b.fresh_latency_ms(later),
+            None,
+            "stale evidence is not used"
         );
+        // The first sample after the silence stands alone.
+        b.record_success(Duration::from_millis(10), later);
+        assert_eq!(b.fresh_latency_ms(later), Some(10.0));
     }
 }

@@ -35,6 +35,8 @@ pub struct Gateway {
     pub pins: PinTable,
     /// This period's per-zone request results, reported to the leader.
     pub zone_stats: ZoneStats,
+    /// Decided once from config: checked on every request.
+    witness: bool,
 }
 
 thread_local! {
@@ -84,10 +86,7 @@ impl Gateway {
 
     /// A witness votes in the Raft group but serves no data-plane traffic.
     pub fn is_witness(&self) -> bool {
-        self.cfg
-            .members
-            .iter()
-            .any(|m| m.id == self.cfg.node.id && m.role == zonegate_cluster::Role::Witness)
+        self.witness
     }
 
     pub fn new(
@@ -118,6 +117,10 @@ impl Gateway {
             cluster,
             pin_signer: PinSigner::new(pin_secret),
             pins: PinTable::new(cfg.affinity.pin_capacity, cfg.affinity.pin_ttl),
+            witness: cfg
+                .members
+                .iter()
+                .any(|m| m.id == cfg.node.id && m.role == zonegate_cluster::Role::Witness),
             zone_stats: ZoneStats::new(
                 cfg.backends
                     .iter()

@@ -203,7 +203,6 @@ async fn serve(
             class,
             gw.cfg.affinity.cross_zone_fallback,
         );
-        let fallbacks = order_fallbacks(gw, model, &plan.effective, plan.fallbacks.clone());
         home_zone.zone.get_or_insert_with(|| plan.effective.clone());
         // A session keeps its backend within its zone by consistent hashing.
         let balance = if session.is_some() && gw.cfg.affinity.zone_pin {
@@ -212,9 +211,14 @@ async fn serve(
             model.cfg.balance
         };
         let mut model_attempts = 0;
-        let zone_order = std::iter::once(&plan.effective).chain(&fallbacks);
+        // The fallback order is only worked out if the effective zone
+        // cannot answer: most requests never need it.
+        let fallbacks = std::iter::once_with(|| {
+            order_fallbacks(gw, model, &plan.effective, plan.fallbacks.clone())
+        });
+        let zone_order = std::iter::once(plan.effective.clone()).chain(fallbacks.flatten());
         for (zone_pos, zone) in zone_order.enumerate() {
-            let Some(pool) = model.pool(zone) else {
+            let Some(pool) = model.pool(&zone) else {
                 continue;
             };
             while model_attempts < gw.cfg.retry.max_attempts {

@@ -121,7 +121,7 @@ impl Candidates for PickView<'_> {
         let latency = match b.fresh_latency_ms(self.now_ms) {
             Some(l) => l,
             None if self.typical_latency_ms > 0.0 => self.typical_latency_ms,
-            None => b.latency_ewma_ms(self.now_ms),
+            None => b.latency_ewma_ms(),
         };
         (b.in_flight() + 1) as f64 * latency
     }
