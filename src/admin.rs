@@ -53,18 +53,7 @@ async fn require_token(State(gw): State<Arc<Gateway>>, mut req: Request, next: N
             });
             next.run(req).await
         }
-        Ok(t) => {
-            let msg = format!("token `{}` is a viewer and may not change anything", t.name);
-            (
-                http::StatusCode::FORBIDDEN,
-                Json(crate::error::error_body(
-                    &msg,
-                    "permission_error",
-                    "forbidden",
-                )),
-            )
-                .into_response()
-        }
+        Ok(t) => cluster::AdminError::Forbidden(t.name.clone()).into_response(),
         Err(e) => e.into_response(),
     }
 }

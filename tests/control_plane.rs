@@ -59,6 +59,8 @@ async fn operators_fail_over_and_back_and_every_node_follows() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 403);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "forbidden", "{v}");
     // Raft RPCs without the cluster secret are refused too.
     let raft = &cluster.members[0].raft;
     let resp = client()

@@ -27,12 +27,14 @@ pub struct Identity {
 /// Header a forwarded write carries, so it is never forwarded twice.
 const FORWARDED: &str = "x-zonegate-forwarded-by";
 
-/// Why an admin write did not (knowingly) commit; rendered once, in
-/// OpenAI's error shape.
+/// Why an admin request was refused or a write did not (knowingly)
+/// commit; rendered once, in OpenAI's error shape.
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
     #[error("{0}")]
     BadRequest(String),
+    #[error("token `{0}` is a viewer and may not change anything")]
+    Forbidden(String),
     #[error(
         "this node runs standalone (no [[cluster.members]]): there is no control plane to decide"
     )]
@@ -53,6 +55,7 @@ impl AdminError {
     fn status(&self) -> StatusCode {
         match self {
             AdminError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            AdminError::Forbidden(_) => StatusCode::FORBIDDEN,
             AdminError::NoControlPlane | AdminError::NoLeader(_) => StatusCode::SERVICE_UNAVAILABLE,
             AdminError::Rejected { .. } => StatusCode::CONFLICT,
             AdminError::OutcomeUnknown(_) => StatusCode::GATEWAY_TIMEOUT,
@@ -65,6 +68,7 @@ impl AdminError {
     fn code(&self) -> &'static str {
         match self {
             AdminError::BadRequest(_) => "invalid_request",
+            AdminError::Forbidden(_) => "forbidden",
             AdminError::NoControlPlane => "no_control_plane",
             AdminError::NoLeader(_) => "no_leader",
             AdminError::Rejected { rule, .. } => rule,
@@ -89,6 +93,7 @@ impl IntoResponse for AdminError {
     fn into_response(self) -> Response {
         let kind = match self {
             AdminError::BadRequest(_) => "invalid_request_error",
+            AdminError::Forbidden(_) => "permission_error",
             AdminError::Rejected { .. } => "decision_rejected",
             _ => "server_error",
         };
