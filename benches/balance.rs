@@ -5,10 +5,10 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use zonegate::backend::now_ms;
-use zonegate::balance::hash_key;
+use zonegate::dataplane::backend::now_ms;
+use zonegate::dataplane::balance::hash_key;
 use zonegate::config::{Balance, Config};
-use zonegate::routing::Routes;
+use zonegate::dataplane::routing::Routes;
 use zonegate_cluster::ZoneId;
 
 fn config(backends: usize, balance: Balance) -> Config {

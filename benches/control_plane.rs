@@ -13,9 +13,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use tokio::process::Command;
-use zonegate::demo::{
-    concrete_addr, demo_config, spawn_listening, spawn_mocks, DemoNode, DEMO_ADMIN_TOKEN, ZONES,
-};
+use zonegate::tools::demo::{demo_config, spawn_mocks, DemoNode, DEMO_ADMIN_TOKEN, ZONES};
+use zonegate::tools::spawn::{concrete_addr, spawn_listening};
 
 const DECISIONS: usize = 100;
 
@@ -67,7 +66,7 @@ async fn run() -> anyhow::Result<()> {
         std::fs::write(&path, config)?;
         let mut cmd = Command::new(exe);
         cmd.env("RUST_LOG", "error,openraft=off");
-        cmd.env(zonegate::serve::SECRET_ENV, "bench-secret");
+        cmd.env(zonegate::node::start::SECRET_ENV, "bench-secret");
         cmd.arg("serve").arg("--config").arg(&path);
         gateways.push(Some(
             spawn_listening(cmd, 2, Duration::from_secs(30)).await?,

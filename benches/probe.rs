@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use zonegate::config::Config;
-use zonegate::gateway::Gateway;
-use zonegate::mock::{self, MockOptions};
+use zonegate::node::gateway::Gateway;
+use zonegate::tools::mock::{self, MockOptions};
 use zonegate::telemetry::Metrics;
 use zonegate_cluster::ClusterView;
 

@@ -13,10 +13,10 @@ use axum::{Json, Router};
 use http::{header, Method, Uri};
 use serde_json::json;
 
-use crate::auth;
-use crate::backend::now_ms;
-use crate::error::ApiError;
-use crate::gateway::Gateway;
+use crate::dataplane::auth;
+use crate::dataplane::backend::now_ms;
+use crate::dataplane::error::ApiError;
+use crate::node::gateway::Gateway;
 
 pub fn router(gw: Arc<Gateway>) -> Router {
     let api = Router::new()

@@ -24,8 +24,8 @@ use hyper_util::rt::TokioExecutor;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
-use crate::backend::{tokio_now_ms, Backend, ProbeRecord};
-use crate::gateway::Gateway;
+use crate::dataplane::backend::{tokio_now_ms, Backend, ProbeRecord};
+use crate::node::gateway::Gateway;
 use score::{components, raw_score, Signals};
 use scrape::Scraped;
 use state::{Cause, Change};
@@ -465,7 +465,7 @@ mod tests {
         let ramp = b.health().machine.ramp.unwrap();
         let at = |offset_s: u64| ramp.start_ms + offset_s * 1000;
         let wait_until = |ms: u64| {
-            let now = crate::backend::tokio_now_ms();
+            let now = crate::dataplane::backend::tokio_now_ms();
             tokio::time::sleep(Duration::from_millis(ms.saturating_sub(now)))
         };
         wait_until(at(10)).await;

@@ -61,7 +61,7 @@ enum Command {
         #[arg(long)]
         json: bool,
         #[command(subcommand)]
-        verb: zonegate::ctl::Verb,
+        verb: zonegate::cli::ctl::Verb,
     },
     /// An OpenAI-compatible fake inference server with injectable faults.
     MockBackend {
@@ -82,7 +82,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     telemetry::init_tracing(cli.log_format);
     if cli.exit_with_parent {
-        zonegate::demo::exit_when_stdin_closes();
+        zonegate::node::lifecycle::exit_when_stdin_closes();
     }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -93,7 +93,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve { config } => zonegate::serve::run(Config::load(&config)?).await,
+            Command::Serve { config } => zonegate::node::start::run(Config::load(&config)?).await,
             Command::CheckConfig { file } => {
                 let cfg = Config::load(&file)?;
                 println!(
@@ -109,7 +109,7 @@ fn main() -> ExitCode {
                 listen,
                 admin_listen,
             } => {
-                zonegate::demo::run(zonegate::demo::DemoOptions {
+                zonegate::tools::demo::run(zonegate::tools::demo::DemoOptions {
                     listen,
                     admin_listen,
                 })
@@ -120,7 +120,7 @@ fn main() -> ExitCode {
                 token,
                 json,
                 verb,
-            } => zonegate::ctl::run(&admin, token.as_deref(), json, verb).await,
+            } => zonegate::cli::ctl::run(&admin, token.as_deref(), json, verb).await,
             Command::MockBackend {
                 listen,
                 name,
@@ -128,7 +128,7 @@ fn main() -> ExitCode {
                 models,
             } => {
                 let name = name.unwrap_or_else(|| listen.to_string());
-                zonegate::mock::run(zonegate::mock::MockOptions {
+                zonegate::tools::mock::run(zonegate::tools::mock::MockOptions {
                     listen,
                     name,
                     zone,

@@ -15,8 +15,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use zonegate_cluster::{ClusterNode, Command, Decision, ProposeError, ZoneId};
 
-use crate::error::error_body;
-use crate::gateway::Gateway;
+use crate::dataplane::error::error_body;
+use crate::node::gateway::Gateway;
 
 /// The admin token that authorised a request (set by the auth layer).
 #[derive(Clone, Debug)]

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::process::Command;
 use zonegate::config::sha256_hex;
-use zonegate::demo::{spawn_listening, Spawned};
+use zonegate::tools::spawn::{spawn_listening, Spawned};
 
 pub const API_KEY: &str = "test-key-deptA";
 pub const ADMIN_TOKEN: &str = "test-admin-token";
@@ -162,7 +162,7 @@ pub struct MemberSpec {
 
 impl MemberSpec {
     pub fn new(id: u64, zone: &str) -> Self {
-        let addr = || zonegate::demo::concrete_addr("127.0.0.1:0").expect("a free port");
+        let addr = || zonegate::tools::spawn::concrete_addr("127.0.0.1:0").expect("a free port");
         MemberSpec {
             id,
             zone: zone.into(),

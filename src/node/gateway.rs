@@ -9,13 +9,13 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use zonegate_cluster::{ClusterNode, ClusterView, ZoneObservation};
 
-use crate::affinity::{PinSigner, PinTable};
+use crate::dataplane::affinity::{PinSigner, PinTable};
 use crate::config::Config;
-use crate::events::EventLog;
-use crate::forward::{self, Upstream};
-use crate::observe::ZoneStats;
-use crate::retry::RetryBudget;
-use crate::routing::Routes;
+use crate::telemetry::events::EventLog;
+use crate::dataplane::forward::{self, Upstream};
+use crate::dataplane::observe::ZoneStats;
+use crate::dataplane::retry::RetryBudget;
+use crate::dataplane::routing::Routes;
 use crate::telemetry::Metrics;
 
 pub struct Gateway {

@@ -22,7 +22,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::time::Sleep;
 
-use crate::error::error_body;
+use crate::dataplane::error::error_body;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

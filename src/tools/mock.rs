@@ -201,7 +201,7 @@ pub async fn run(opts: MockOptions) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {listen}: {e}"))?;
     println!("mock-backend listening on http://{}", handle.addr);
-    crate::serve::shutdown_signal().await;
+    crate::node::lifecycle::shutdown_signal().await;
     Ok(())
 }
 
@@ -251,7 +251,7 @@ fn json_resp(status: StatusCode, v: &serde_json::Value) -> Response<MockBody> {
 fn openai_error(status: StatusCode, message: &str, code: &str) -> Response<MockBody> {
     json_resp(
         status,
-        &crate::error::error_body(message, "invalid_request_error", code),
+        &crate::dataplane::error::error_body(message, "invalid_request_error", code),
     )
 }
 
@@ -513,7 +513,7 @@ impl Mock {
             .iter()
             .enumerate()
             .map(|(i, s)| {
-                let h = crate::balance::hash_key(s.as_bytes());
+                let h = crate::dataplane::balance::hash_key(s.as_bytes());
                 let v: Vec<f64> = (0..8)
                     .map(|k| ((h >> (k * 8)) & 0xff) as f64 / 255.0)
                     .collect();

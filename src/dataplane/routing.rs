@@ -11,10 +11,10 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use zonegate_cluster::{ClusterView, ZoneId};
 
-use crate::backend::{now_ms, Backend};
-use crate::balance::{self, Candidates, Ring, SmoothWrr};
+use crate::dataplane::backend::{now_ms, Backend};
+use crate::dataplane::balance::{self, Candidates, Ring, SmoothWrr};
 use crate::config::{Balance, Config, CrossZone, HealthConfig, ModelConfig};
-use crate::request::RequestClass;
+use crate::dataplane::request::RequestClass;
 
 /// Every model's pools, and every backend once (for health and admin).
 #[derive(Debug)]

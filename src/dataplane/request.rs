@@ -4,7 +4,7 @@
 use serde::Deserialize;
 
 use crate::config::AffinityConfig;
-use crate::error::ApiError;
+use crate::dataplane::error::ApiError;
 
 /// The routing-relevant fields of an OpenAI request body.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use crate::backend::Backend;
+use crate::dataplane::backend::Backend;
 use crate::health::state::{Change, State};
 use crate::telemetry::Metrics;
 

@@ -12,9 +12,9 @@ use tokio::task::JoinSet;
 use zonegate_cluster::{ClusterConfig, ClusterNode, ClusterView, RaftListen, Timing};
 
 use crate::config::Config;
-use crate::gateway::Gateway;
+use crate::node::gateway::Gateway;
 use crate::telemetry::Metrics;
-use crate::{admin, health, proxy};
+use crate::{admin, health, dataplane::proxy};
 
 /// A node that is serving; dropping it or calling [`RunningNode::shutdown`]
 /// stops its listeners and probes.
@@ -260,30 +260,8 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     );
     println!("zonegate: admin listening on http://{}", node.admin_addr);
     tracing::info!(node = id, zone = %zone, data = %node.data_addr, admin = %node.admin_addr, "node serving");
-    shutdown_signal().await;
+    super::lifecycle::shutdown_signal().await;
     tracing::info!("shutting down");
     node.shutdown().await;
     Ok(())
-}
-
-/// Resolves on Ctrl-C or (on Unix) SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
-    }
 }

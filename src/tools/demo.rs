@@ -1,15 +1,12 @@
 //! `zonegate demo`: mock backends in two zones and one gateway node, all on
 //! loopback, each a child process of this binary; Ctrl-C stops them all.
-//! Also holds the child-process helpers the black-box tests use.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, ChildStdin, Command};
+use anyhow::{anyhow, Context};
 
+use super::spawn::{child_command, concrete_addr, spawn_listening, Spawned};
 use crate::config::sha256_hex;
 
 /// The demo's API key and admin token: fixed, so the README's tour can be
@@ -18,84 +15,6 @@ pub const DEMO_API_KEY: &str = "sk-zonegate-demo";
 pub const DEMO_ADMIN_TOKEN: &str = "zonegate-demo-admin";
 pub const DEMO_MODEL: &str = "qwen25-7b-instruct";
 pub const DEMO_SMALL_MODEL: &str = "qwen25-3b-instruct";
-
-/// A child process of ours that is killed when dropped, and the addresses
-/// it announced on stdout.
-pub struct Spawned {
-    pub child: Child,
-    pub urls: Vec<String>,
-    /// The child's stdin; when we die this closes and a child started with
-    /// `--exit-with-parent` exits too.
-    pub stdin: Option<ChildStdin>,
-}
-
-/// Exits the process when stdin reaches end of file (see `--exit-with-parent`).
-pub fn exit_when_stdin_closes() {
-    std::thread::spawn(|| {
-        let mut buf = [0u8; 64];
-        loop {
-            match std::io::Read::read(&mut std::io::stdin(), &mut buf) {
-                Ok(0) | Err(_) => std::process::exit(0),
-                Ok(_) => {}
-            }
-        }
-    });
-}
-
-/// Starts `cmd` (with `--exit-with-parent`, so it never outlives us) and waits (up to `timeout`) until it has printed `count`
-/// lines containing `listening on http://`; returns those URLs. The rest of
-/// its stdout is drained in the background so it never blocks on a pipe.
-pub async fn spawn_listening(
-    mut cmd: Command,
-    count: usize,
-    timeout: Duration,
-) -> anyhow::Result<Spawned> {
-    cmd.arg("--exit-with-parent")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn().context("cannot start child process")?;
-    let stdin = child.stdin.take();
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| anyhow!("child has no stdout"))?;
-    let mut lines = BufReader::new(stdout).lines();
-    let mut urls = Vec::new();
-    let read = async {
-        while urls.len() < count {
-            match lines.next_line().await? {
-                Some(line) => {
-                    if let Some((_, url)) = line.split_once("listening on ") {
-                        urls.push(url.trim().to_owned());
-                    }
-                }
-                None => bail!("child exited before announcing its address"),
-            }
-        }
-        Ok(())
-    };
-    match tokio::time::timeout(timeout, read).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            let status = child.wait().await.ok();
-            bail!("{e} (exit status {status:?})");
-        }
-        Err(_) => bail!("child did not announce its address within {timeout:?}"),
-    }
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Ok(Spawned { child, urls, stdin })
-}
-
-fn child_command(exe: &Path) -> Command {
-    let mut cmd = Command::new(exe);
-    if std::env::var_os("RUST_LOG").is_none() {
-        // Peers that are still starting make openraft log connection
-        // errors; the demo's console is for the operator's own output.
-        cmd.env("RUST_LOG", "warn,openraft=off");
-    }
-    cmd
-}
 
 pub struct DemoOptions {
     pub listen: String,
@@ -109,33 +28,6 @@ pub struct DemoNode {
     pub listen: String,
     pub admin: String,
     pub raft: String,
-}
-
-/// A loopback address with a port nobody uses right now; `127.0.0.1:0`
-/// is resolved to a concrete port because cluster members must know each
-/// other's addresses before they start.
-///
-/// The port is drawn below Linux's ephemeral range (32768+), where the
-/// kernel never hands out ports for `bind(0)` or outgoing connections, so
-/// between the check here and the child binding it, no other process's
-/// port-0 listener or client socket can take it.
-pub fn concrete_addr(addr: &str) -> anyhow::Result<String> {
-    let parsed: std::net::SocketAddr = addr
-        .parse()
-        .with_context(|| format!("`{addr}` is not IP:port"))?;
-    if parsed.port() != 0 {
-        return Ok(addr.to_owned());
-    }
-    for _ in 0..64 {
-        let mut candidate = parsed;
-        candidate.set_port(fastrand::u16(20_000..32_000));
-        if let Ok(probe) = std::net::TcpListener::bind(candidate) {
-            return Ok(probe.local_addr()?.to_string());
-        }
-    }
-    let probe =
-        std::net::TcpListener::bind(parsed).with_context(|| format!("cannot bind {addr}"))?;
-    Ok(probe.local_addr()?.to_string())
 }
 
 /// The config of one demo node: every node knows every backend (in all
@@ -276,7 +168,7 @@ async fn run_in(exe: &Path, dir: &Path, opts: &DemoOptions) -> anyhow::Result<()
         let data = dir.join(format!("data-{}", node.id));
         std::fs::write(&path, demo_config(node, &nodes, &data, &backends))?;
         let mut cmd = child_command(exe);
-        cmd.env(crate::serve::SECRET_ENV, &secret);
+        cmd.env(crate::node::start::SECRET_ENV, &secret);
         cmd.arg("serve").arg("--config").arg(&path);
         let gw = spawn_listening(cmd, 2, Duration::from_secs(30)).await?;
         urls.push((gw.urls[0].clone(), gw.urls[1].clone()));
@@ -314,7 +206,7 @@ async fn run_in(exe: &Path, dir: &Path, opts: &DemoOptions) -> anyhow::Result<()
     // Stop on Ctrl-C, or as soon as any child dies on its own.
     let died = futures_util::future::select_all(children.iter_mut().map(|c| Box::pin(c.wait())));
     let outcome = tokio::select! {
-        () = crate::serve::shutdown_signal() => Ok(()),
+        () = crate::node::lifecycle::shutdown_signal() => Ok(()),
         (status, idx, _) = died => Err(anyhow!("demo process #{idx} exited unexpectedly: {status:?}")),
     };
     drop(pipes);

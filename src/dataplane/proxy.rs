@@ -16,16 +16,16 @@ use http_body_util::{BodyExt, Limited};
 use serde_json::json;
 use zonegate_cluster::ZoneId;
 
-use crate::affinity::{unix_now_s, PIN_HEADER};
-use crate::auth;
-use crate::backend::{now_ms, Backend};
+use crate::dataplane::affinity::{unix_now_s, PIN_HEADER};
+use crate::dataplane::auth;
+use crate::dataplane::backend::{now_ms, Backend};
 use crate::config::Tenant;
-use crate::error::ApiError;
-use crate::forward::{self, AttemptError, ProxyBody, StreamEnd};
-use crate::gateway::Gateway;
-use crate::observe::ZoneResult;
-use crate::request::{classify, RequestClass, RequestMeta};
-use crate::routing::{plan_zones, ModelRoute, Routes};
+use crate::dataplane::error::ApiError;
+use crate::dataplane::forward::{self, AttemptError, ProxyBody, StreamEnd};
+use crate::node::gateway::Gateway;
+use crate::dataplane::observe::ZoneResult;
+use crate::dataplane::request::{classify, RequestClass, RequestMeta};
+use crate::dataplane::routing::{plan_zones, ModelRoute, Routes};
 
 /// The data-plane router: OpenAI endpoints, liveness and readiness; any
 /// other path is an OpenAI-shaped 404.
@@ -162,7 +162,7 @@ async fn serve(
     let embeddings = parts.uri.path() == "/v1/embeddings";
     let class = classify(&meta, body.len(), embeddings, &gw.cfg.affinity);
     let session =
-        session_key(&parts.headers, &meta).map(|s| crate::balance::hash_key(s.as_bytes()));
+        session_key(&parts.headers, &meta).map(|s| crate::dataplane::balance::hash_key(s.as_bytes()));
     let pinned = session.and_then(|s| pinned_zone(gw, &parts.headers, s));
     let home = pinned.clone().unwrap_or_else(|| gw.cfg.node.zone.clone());
     let request_id = parts
@@ -322,7 +322,7 @@ struct RequestFacts<'a> {
 
 /// How the answering backend was reached.
 struct How {
-    reason: crate::routing::PickReason,
+    reason: crate::dataplane::routing::PickReason,
     cross_zone: bool,
     link: Link,
     attempts: u32,
@@ -671,7 +671,7 @@ fn pin(gw: &Gateway, session: u64, zone: &ZoneId) -> Option<String> {
 /// pool for this model can take traffic now (the healthiest first).
 fn order_fallbacks(
     gw: &Gateway,
-    model: &crate::routing::ModelRoute,
+    model: &crate::dataplane::routing::ModelRoute,
     effective: &ZoneId,
     mut zones: Vec<ZoneId>,
 ) -> Vec<ZoneId> {
@@ -706,7 +706,7 @@ fn respond(
     committed: forward::Committed,
     ctx: Served,
     started: Instant,
-    guards: (crate::backend::InFlight, crate::routing::PoolGuard),
+    guards: (crate::dataplane::backend::InFlight, crate::dataplane::routing::PoolGuard),
 ) -> Response {
     let status = committed.status;
     let mut committed = committed;

@@ -1,0 +1,18 @@
+//! The request path, one stage per module: `auth` → `request` (read) →
+//! `routing` (resolve, plan zones) → `affinity` (pin) → `balance` (pick) →
+//! `forward` (with `retry`'s budget) → respond; `proxy` strings the stages
+//! together and `error` is where its errors become HTTP. `backend` holds
+//! each backend's live signals, `observe` the per-zone results the node
+//! reports to the leader.
+
+pub mod affinity;
+pub mod auth;
+pub mod backend;
+pub mod balance;
+pub mod error;
+pub mod forward;
+pub mod observe;
+pub mod proxy;
+pub mod request;
+pub mod retry;
+pub mod routing;
