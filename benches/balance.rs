@@ -5,9 +5,9 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use zonegate::dataplane::backend::now_ms;
-use zonegate::dataplane::balance::hash_key;
+use zonegate::clock::now_ms;
 use zonegate::config::{Balance, Config};
+use zonegate::dataplane::balance::hash_key;
 use zonegate::dataplane::routing::Routes;
 use zonegate_cluster::ZoneId;
 

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use zonegate::config::Config;
 use zonegate::node::gateway::Gateway;
-use zonegate::tools::mock::{self, MockOptions};
 use zonegate::telemetry::Metrics;
+use zonegate::tools::mock::{self, MockOptions};
 use zonegate_cluster::ClusterView;
 
 /// CPU seconds (user + system) of the calling thread, from procfs.

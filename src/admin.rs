@@ -13,8 +13,8 @@ use axum::{Json, Router};
 use http::{header, Method, Uri};
 use serde_json::json;
 
+use crate::clock::now_ms;
 use crate::dataplane::auth;
-use crate::dataplane::backend::now_ms;
 use crate::dataplane::error::ApiError;
 use crate::node::gateway::Gateway;
 

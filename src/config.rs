@@ -1029,10 +1029,8 @@ impl Validator<'_> {
         Ok((good, bad))
     }
 
-    fn health(&self, raw: RawHealth, models: &[ModelConfig]) -> Result<HealthConfig, ConfigError> {
-        let d = |key: &str, v: &Option<String>, secs: u64| {
-            self.duration(key, v.as_deref(), Duration::from_secs(secs))
-        };
+    /// `[health]`'s score weights and bounds (see `health::score`).
+    fn health_score(&self, raw: &RawHealth) -> Result<ScoreConfig, ConfigError> {
         let weight = |key: &str, v: Option<f64>, default: f64| {
             let v = v.unwrap_or(default);
             if !(v.is_finite() && v >= 0.0) {
@@ -1069,6 +1067,14 @@ impl Validator<'_> {
                 "the four weights must not all be 0",
             ));
         }
+        Ok(score)
+    }
+
+    fn health(&self, raw: RawHealth, models: &[ModelConfig]) -> Result<HealthConfig, ConfigError> {
+        let d = |key: &str, v: &Option<String>, secs: u64| {
+            self.duration(key, v.as_deref(), Duration::from_secs(secs))
+        };
+        let score = self.health_score(&raw)?;
         let eject_below = self.score_value("health.eject_below", raw.eject_below, 30.0)?;
         let rejoin_above = self.score_value("health.rejoin_above", raw.rejoin_above, 70.0)?;
         if rejoin_above <= eject_below {

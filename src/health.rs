@@ -24,7 +24,8 @@ use hyper_util::rt::TokioExecutor;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
-use crate::dataplane::backend::{tokio_now_ms, Backend, ProbeRecord};
+use crate::clock::tokio_now_ms;
+use crate::dataplane::backend::{Backend, ProbeRecord};
 use crate::node::gateway::Gateway;
 use score::{components, raw_score, Signals};
 use scrape::Scraped;
@@ -33,7 +34,8 @@ use state::{Cause, Change};
 /// How often the sweeper republishes weights when nothing kicks it: fine
 /// enough that a ramp moves smoothly, cheap at thousands of backends.
 const SWEEP_EVERY: Duration = Duration::from_millis(250);
-/// Metrics pages larger than this are cut off (and what was read is used).
+/// A metrics page larger than this is discarded whole: the probe then has
+/// no scrape, as if the backend exported no metrics.
 const MAX_SCRAPE_BYTES: usize = 1024 * 1024;
 
 /// What one active probe saw.
@@ -465,7 +467,7 @@ mod tests {
         let ramp = b.health().machine.ramp.unwrap();
         let at = |offset_s: u64| ramp.start_ms + offset_s * 1000;
         let wait_until = |ms: u64| {
-            let now = crate::dataplane::backend::tokio_now_ms();
+            let now = crate::clock::tokio_now_ms();
             tokio::time::sleep(Duration::from_millis(ms.saturating_sub(now)))
         };
         wait_until(at(10)).await;

@@ -94,17 +94,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Serve { config } => zonegate::node::start::run(Config::load(&config)?).await,
-            Command::CheckConfig { file } => {
-                let cfg = Config::load(&file)?;
-                println!(
-                    "{}: ok ({} backends, {} models, {} tenants)",
-                    file.display(),
-                    cfg.backends.len(),
-                    cfg.models.len(),
-                    cfg.tenants.len()
-                );
-                Ok(())
-            }
+            Command::CheckConfig { file } => zonegate::cli::check_config(&file),
             Command::Demo {
                 listen,
                 admin_listen,

@@ -239,9 +239,9 @@ async fn two_zones_get_their_quorum_from_a_witness_that_serves_no_traffic() {
         MemberSpec::new(2, "az-b"),
         MemberSpec::new(3, "az-w").with_role("witness"),
     ];
-    let node_a = Gateway::start_member(&members[0], &members, &backends).await;
-    let _node_b = Gateway::start_member(&members[1], &members, &backends).await;
-    let witness = Gateway::start_member(&members[2], &members, "").await;
+    let node_a = NodeProcess::start_member(&members[0], &members, &backends).await;
+    let _node_b = NodeProcess::start_member(&members[1], &members, &backends).await;
+    let witness = NodeProcess::start_member(&members[2], &members, "").await;
 
     let resp = client()
         .get(format!("{}/readyz", witness.data))
@@ -322,7 +322,7 @@ async fn a_node_killed_and_restarted_from_its_data_dir_catches_up() {
         .iter()
         .map(|z| cluster.mocks[&format!("{z}-1")].backend_toml(&[MODEL]))
         .collect();
-    let node = Gateway::start_member_in(dir, &me, &cluster.members, &rest).await;
+    let node = NodeProcess::start_member_in(dir, &me, &cluster.members, &rest).await;
     cluster.nodes[victim as usize - 1] = Some(node);
     cluster.all_at(3).await;
     let history = get_json(

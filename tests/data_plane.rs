@@ -19,7 +19,7 @@ const SMALL: &str = "qwen25-3b-instruct";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_chat_completions_embeddings_and_models_through_the_mock() {
     let mock = Mock::start("m1", "az-a", &[MODEL]).await;
-    let gw = Gateway::start("az-a", &mock.backend_toml(&[MODEL])).await;
+    let gw = NodeProcess::start("az-a", &mock.backend_toml(&[MODEL])).await;
 
     let resp = gw.chat().json(&chat_body(4, false)).send().await.unwrap();
     assert_eq!(resp.status(), 200);
@@ -104,7 +104,7 @@ async fn first_streamed_chunk_reaches_the_client_before_the_backend_finishes() {
     let mock = Mock::start("m1", "az-a", &[MODEL]).await;
     // 8 chunks, 400 ms apart: the backend needs about 3 s to finish.
     mock.faults(json!({"stream_interval_ms": 400})).await;
-    let gw = Gateway::start("az-a", &mock.backend_toml(&[MODEL])).await;
+    let gw = NodeProcess::start("az-a", &mock.backend_toml(&[MODEL])).await;
 
     let mut resp = gw.chat().json(&chat_body(8, true)).send().await.unwrap();
     let first = resp.chunk().await.unwrap().expect("a first chunk");
@@ -126,7 +126,7 @@ async fn first_streamed_chunk_reaches_the_client_before_the_backend_finishes() {
 async fn bad_input_gets_openai_errors_and_the_node_keeps_serving() {
     let mock = Mock::start("m1", "az-a", &[MODEL]).await;
     // A small body limit to test 413 cheaply.
-    let gw = Gateway::start_with(
+    let gw = NodeProcess::start_with(
         "az-a",
         "max_body_bytes = 4096",
         &mock.backend_toml(&[MODEL]),
@@ -245,7 +245,7 @@ async fn a_killed_backend_and_a_failing_one_never_fail_a_request() {
         .iter()
         .map(|m| m.backend_toml(&[MODEL]))
         .collect();
-    let gw = Arc::new(Gateway::start("az-a", &rest).await);
+    let gw = Arc::new(NodeProcess::start("az-a", &rest).await);
 
     let killed = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();
@@ -322,7 +322,7 @@ async fn a_429_cools_the_backend_down_without_counting_as_a_failure() {
         busy.backend_toml(&[MODEL]),
         calm.backend_toml(&[MODEL])
     );
-    let gw = Gateway::start("az-a", &rest).await;
+    let gw = NodeProcess::start("az-a", &rest).await;
 
     for _ in 0..30 {
         let resp = gw.chat().json(&chat_body(4, false)).send().await.unwrap();
@@ -358,7 +358,7 @@ async fn a_429_cools_the_backend_down_without_counting_as_a_failure() {
 async fn a_stream_cut_midway_ends_with_an_error_event_and_no_done() {
     let mock = Mock::start("m1", "az-a", &[MODEL]).await;
     mock.faults(json!({"stream_cut_after": 2})).await;
-    let gw = Gateway::start("az-a", &mock.backend_toml(&[MODEL])).await;
+    let gw = NodeProcess::start("az-a", &mock.backend_toml(&[MODEL])).await;
 
     let mut resp = gw.chat().json(&chat_body(8, true)).send().await.unwrap();
     assert_eq!(
@@ -419,7 +419,7 @@ async fn the_model_fallback_chain_answers_when_the_primary_has_no_backend() {
         primary.backend_toml(&[MODEL]),
         small.backend_toml(&[SMALL]),
     );
-    let gw = Gateway::start("az-a", &rest).await;
+    let gw = NodeProcess::start("az-a", &rest).await;
     primary.kill().await;
 
     for _ in 0..10 {
@@ -443,7 +443,7 @@ async fn no_backend_left_is_a_502_that_says_how_many_were_tried() {
             .await;
     }
     let rest = format!("{}{}", a.backend_toml(&[MODEL]), b.backend_toml(&[MODEL]));
-    let gw = Gateway::start("az-a", &rest).await;
+    let gw = NodeProcess::start("az-a", &rest).await;
     let resp = gw.chat().json(&chat_body(4, false)).send().await.unwrap();
     assert_eq!(resp.status(), 502);
     let v: Value = resp.json().await.unwrap();
@@ -464,7 +464,7 @@ async fn a_backend_model_name_is_rewritten_only_where_it_differs() {
         "metrics_path",
         &format!("model_names = {{ \"{MODEL}\" = \"Qwen/Qwen2.5-7B-Instruct\" }}\nmetrics_path"),
     );
-    let gw = Gateway::start("az-a", &rest).await;
+    let gw = NodeProcess::start("az-a", &rest).await;
     let resp = gw.chat().json(&chat_body(2, false)).send().await.unwrap();
     assert_eq!(resp.status(), 200, "the mock only knows the physical name");
     let v: Value = resp.json().await.unwrap();
@@ -480,7 +480,7 @@ async fn ring_balance_keeps_a_session_on_one_backend() {
         a.backend_toml(&[MODEL]),
         b.backend_toml(&[MODEL])
     );
-    let gw = Gateway::start("az-a", &rest).await;
+    let gw = NodeProcess::start("az-a", &rest).await;
     let mut seen = std::collections::HashSet::new();
     for session in 0..20 {
         let mut first = None;
@@ -517,7 +517,7 @@ async fn only_short_requests_cross_zones_when_the_home_zone_cannot_serve() {
         home.backend_toml(&[MODEL]),
         away.backend_toml(&[MODEL])
     );
-    let gw = Gateway::start("az-a", &rest).await;
+    let gw = NodeProcess::start("az-a", &rest).await;
 
     let resp = gw.chat().json(&chat_body(4, false)).send().await.unwrap();
     assert_eq!(
@@ -549,7 +549,7 @@ async fn only_short_requests_cross_zones_when_the_home_zone_cannot_serve() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_node_on_a_taken_address_refuses_to_start() {
     let mock = Mock::start("m1", "az-a", &[MODEL]).await;
-    let gw = Gateway::start("az-a", &mock.backend_toml(&[MODEL])).await;
+    let gw = NodeProcess::start("az-a", &mock.backend_toml(&[MODEL])).await;
     let taken = gw.data.trim_start_matches("http://").to_owned();
     let dir = tempfile::tempdir().unwrap();
     let config = format!(

@@ -32,7 +32,7 @@ canary_time = "5s"
 rejoin_ramp = "10s"
 "#;
 
-async fn backend(gw: &Gateway, name: &str) -> Value {
+async fn backend(gw: &NodeProcess, name: &str) -> Value {
     let v = gw.admin_get("/admin/v1/backends").await;
     v["backends"]
         .as_array()
@@ -63,7 +63,7 @@ impl Served {
 
 /// Steady load: `workers` loops of small chat requests until `stop`.
 fn load(
-    gw: &Arc<Gateway>,
+    gw: &Arc<NodeProcess>,
     workers: usize,
     stop: &Arc<AtomicBool>,
 ) -> (Arc<Served>, Vec<tokio::task::JoinHandle<()>>) {
@@ -104,7 +104,7 @@ async fn a_brownout_is_ejected_fast_and_rejoins_slowly_without_failing_a_request
         .iter()
         .map(|m| m.backend_toml(&[MODEL]))
         .collect();
-    let gw = Arc::new(Gateway::start("az-a", &format!("{rest}{HEALTH}")).await);
+    let gw = Arc::new(NodeProcess::start("az-a", &format!("{rest}{HEALTH}")).await);
     let stop = Arc::new(AtomicBool::new(false));
     let (served, workers) = load(&gw, 4, &stop);
 
@@ -213,7 +213,7 @@ async fn a_deep_queue_gets_less_traffic_than_its_peers_and_is_never_ejected() {
     // sub-millisecond latency noise (a real deep queue shows in latency
     // too, which p2c then avoids on its own).
     let model = format!("[[models]]\nname = \"{MODEL}\"\nbalance = \"random\"\n");
-    let gw = Gateway::start("az-a", &format!("{rest}{model}{HEALTH}")).await;
+    let gw = NodeProcess::start("az-a", &format!("{rest}{model}{HEALTH}")).await;
 
     eventually(
         Duration::from_secs(30),
@@ -283,7 +283,7 @@ async fn a_429_storm_never_ejects() {
         busy.backend_toml(&[MODEL]),
         calm.backend_toml(&[MODEL])
     );
-    let gw = Gateway::start("az-a", &rest).await;
+    let gw = NodeProcess::start("az-a", &rest).await;
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(6) {
         let resp = gw.chat().json(&chat_body(2, false)).send().await.unwrap();
@@ -318,7 +318,7 @@ async fn more_than_half_the_pool_bad_is_panic_mode_not_an_outage() {
     let rest: String = mocks.iter().map(|m| m.backend_toml(&[MODEL])).collect();
     // Weighted random, so the test sees the panic weights themselves.
     let model = format!("[[models]]\nname = \"{MODEL}\"\nbalance = \"random\"\n");
-    let gw = Gateway::start("az-a", &format!("{rest}{model}{HEALTH}")).await;
+    let gw = NodeProcess::start("az-a", &format!("{rest}{model}{HEALTH}")).await;
 
     eventually(Duration::from_secs(30), "panic mode", || async {
         metric_sum(
@@ -384,7 +384,7 @@ async fn a_fallback_below_the_required_tier_is_skipped_with_no_capable_model() {
         big.backend_toml(&[BIG]),
         small.backend_toml(&[SMALL]),
     );
-    let gw = Gateway::start("az-a", &rest).await;
+    let gw = NodeProcess::start("az-a", &rest).await;
     let ask = |tier: Option<&str>| {
         let mut req = gw
             .chat()
@@ -432,7 +432,7 @@ async fn the_breaker_sends_models_without_a_healthy_backend_to_the_floor_model()
         other.backend_toml(&[OTHER]),
         floor.backend_toml(&[SMALL]),
     );
-    let gw = Gateway::start("az-a", &rest).await;
+    let gw = NodeProcess::start("az-a", &rest).await;
     let resp = gw.chat().json(&chat_body(2, false)).send().await.unwrap();
     assert_eq!(resp.headers()["x-zonegate-model"], MODEL);
 

@@ -149,14 +149,6 @@ impl PinTable {
     }
 }
 
-/// Seconds since the Unix epoch (pin expiries travel between nodes, so they
-/// use wall-clock time).
-pub fn unix_now_s() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

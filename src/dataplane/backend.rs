@@ -6,8 +6,8 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use http::uri::{Authority, Scheme};
 use zonegate_cluster::ZoneId;
@@ -19,26 +19,6 @@ use crate::config::{BackendConfig, HealthConfig};
 use crate::health::score::Components;
 use crate::health::scrape::Scraped;
 use crate::health::state::{Cause, Change, Machine, State};
-
-/// Milliseconds on a process-wide monotonic clock (never goes backwards,
-/// unaffected by wall-clock jumps).
-pub fn now_ms() -> u64 {
-    u64::try_from(origin().elapsed().as_millis()).unwrap_or(u64::MAX)
-}
-
-fn origin() -> Instant {
-    static START: OnceLock<Instant> = OnceLock::new();
-    *START.get_or_init(Instant::now)
-}
-
-/// The same clock as [`now_ms`], read through tokio's time source: equal to
-/// it in production, and moved by a paused test clock (`tokio::time::
-/// advance`), so the health task's timers and ramps can be tested without
-/// waiting. The request path keeps [`now_ms`], the cheaper read.
-pub fn tokio_now_ms() -> u64 {
-    let now = tokio::time::Instant::now().into_std();
-    u64::try_from(now.saturating_duration_since(origin()).as_millis()).unwrap_or(u64::MAX)
-}
 
 /// Smoothing of the latency EWMA: each sample moves it by this share.
 const LATENCY_ALPHA: f64 = 0.2;
@@ -99,7 +79,7 @@ pub struct Health {
 /// The most recent active probe, for the admin API.
 #[derive(Clone, Debug, Serialize)]
 pub struct ProbeRecord {
-    /// On the monotonic clock of [`now_ms`].
+    /// On the monotonic clock of [`crate::clock::now_ms`].
     pub at_ms: u64,
     pub ok: bool,
     pub latency_ms: f64,
@@ -229,7 +209,7 @@ impl Backend {
     }
 
     /// The latency EWMA if a request sampled it within
-    /// [`LATENCY_FRESH_MS`]; `None` for a backend without recent evidence (new,
+    /// `LATENCY_FRESH_MS`; `None` for a backend without recent evidence (new,
     /// rejoined, or idle), which the pickers then judge by its pool's
     /// typical latency instead of a fixed prior: a 50 ms prior makes a
     /// backend look 50× slower than 1 ms peers (never picked by p2c, so a

@@ -11,9 +11,10 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use zonegate_cluster::{ClusterView, ZoneId};
 
-use crate::dataplane::backend::{now_ms, Backend};
-use crate::dataplane::balance::{self, Candidates, Ring, SmoothWrr};
+use crate::clock::now_ms;
 use crate::config::{Balance, Config, CrossZone, HealthConfig, ModelConfig};
+use crate::dataplane::backend::Backend;
+use crate::dataplane::balance::{self, Candidates, Ring, SmoothWrr};
 use crate::dataplane::request::RequestClass;
 
 /// Every model's pools, and every backend once (for health and admin).

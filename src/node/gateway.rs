@@ -9,18 +9,19 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use zonegate_cluster::{ClusterNode, ClusterView, ZoneObservation};
 
-use crate::dataplane::affinity::{PinSigner, PinTable};
 use crate::config::Config;
-use crate::telemetry::events::EventLog;
+use crate::dataplane::affinity::{PinSigner, PinTable};
 use crate::dataplane::forward::{self, Upstream};
 use crate::dataplane::observe::ZoneStats;
 use crate::dataplane::retry::RetryBudget;
 use crate::dataplane::routing::Routes;
+use crate::telemetry::events::EventLog;
 use crate::telemetry::Metrics;
 
 pub struct Gateway {
     pub cfg: Arc<Config>,
-    /// Swapped whole when routing config changes; read per request.
+    /// Built once at start (nothing replaces it yet; replicated config
+    /// will swap it whole); read per request without a lock.
     pub routes: ArcSwap<Routes>,
     /// The control plane's latest view; the data plane never waits on it.
     pub view: watch::Receiver<Arc<ClusterView>>,

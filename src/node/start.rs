@@ -14,7 +14,7 @@ use zonegate_cluster::{ClusterConfig, ClusterNode, ClusterView, RaftListen, Timi
 use crate::config::Config;
 use crate::node::gateway::Gateway;
 use crate::telemetry::Metrics;
-use crate::{admin, health, dataplane::proxy};
+use crate::{admin, dataplane::proxy, health};
 
 /// A node that is serving; dropping it or calling [`RunningNode::shutdown`]
 /// stops its listeners and probes.
@@ -48,26 +48,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
     let data_addr = data[0].local_addr()?;
     let admin_addr = admin_l.local_addr()?;
 
-    let (cluster, view_rx) = match start_cluster(&cfg).await? {
-        Some(node) => {
-            let view = node.view();
-            (Some(Arc::new(node)), view)
-        }
-        None => {
-            if cfg.node.raft_listen.is_some() {
-                tracing::warn!(
-                    "node.raft_listen is set but no [[cluster.members]]: running standalone"
-                );
-            }
-            // Standalone: one view, version 0, every zone active; nothing
-            // will ever change it, so the sender can go.
-            let zones = cfg.backends.iter().map(|b| &b.zone).chain([&cfg.node.zone]);
-            (
-                None,
-                watch::channel(Arc::new(ClusterView::initial(zones))).1,
-            )
-        }
-    };
+    let (cluster, view_rx) = control_plane(&cfg).await?;
     // Pins are signed with the cluster secret, so every node honours every
     // other node's pins; a standalone node without one signs with a random
     // key of its own (its pins are only ever read by itself).
@@ -97,19 +78,11 @@ pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
         );
     }
     // The admin API shares the main runtime with probes and Raft.
-    let admin_app = admin::router(Arc::clone(&gateway));
-    let mut stopped = stop.subscribe();
-    tasks.spawn(async move {
-        let shutdown = async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        };
-        if let Err(e) = axum::serve(admin_l, admin_app)
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            tracing::error!("admin listener failed: {e}");
-        }
-    });
+    tasks.spawn(serve_admin(
+        admin_l,
+        admin::router(Arc::clone(&gateway)),
+        stop.subscribe(),
+    ));
     if let Some(node) = &gateway.cluster {
         let gw = Arc::downgrade(&gateway);
         node.set_observation_source(Arc::new(move || {
@@ -141,6 +114,40 @@ pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
         stop,
         tasks,
     })
+}
+
+/// The Raft member when `[[cluster.members]]` is set, and the view the
+/// data plane reads either way.
+async fn control_plane(
+    cfg: &Config,
+) -> anyhow::Result<(Option<Arc<ClusterNode>>, watch::Receiver<Arc<ClusterView>>)> {
+    if let Some(node) = start_cluster(cfg).await? {
+        let view = node.view();
+        return Ok((Some(Arc::new(node)), view));
+    }
+    if cfg.node.raft_listen.is_some() {
+        tracing::warn!("node.raft_listen is set but no [[cluster.members]]: running standalone");
+    }
+    // Standalone: one view, version 0, every zone active; nothing will ever
+    // change it, so the sender can go.
+    let zones = cfg.backends.iter().map(|b| &b.zone).chain([&cfg.node.zone]);
+    Ok((
+        None,
+        watch::channel(Arc::new(ClusterView::initial(zones))).1,
+    ))
+}
+
+/// Serves the admin API until `stop` turns true.
+async fn serve_admin(listener: TcpListener, app: axum::Router, mut stop: watch::Receiver<bool>) {
+    let shutdown = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+    {
+        tracing::error!("admin listener failed: {e}");
+    }
 }
 
 /// One data-plane listener per core on the same address (SO_REUSEPORT, so

@@ -4,7 +4,6 @@
 //! rejoin, refused ejection, panic, breaker), keeps it for the admin API.
 
 use std::collections::VecDeque;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -37,12 +36,6 @@ pub struct Event {
 #[derive(Debug, Default)]
 pub struct EventLog {
     events: Mutex<VecDeque<Event>>,
-}
-
-fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl EventLog {
@@ -78,7 +71,7 @@ impl EventLog {
             .set(i64::from(b.is_up()));
         if listed {
             self.keep(Event {
-                at_ms: wall_ms(),
+                at_ms: crate::clock::unix_ms(),
                 kind,
                 backend: b.name.clone(),
                 zone: zone.to_owned(),
@@ -100,7 +93,7 @@ impl EventLog {
             .with_label_values(&[model, zone])
             .set(i64::from(on));
         self.keep(Event {
-            at_ms: wall_ms(),
+            at_ms: crate::clock::unix_ms(),
             kind,
             backend: String::new(),
             zone: zone.to_owned(),
@@ -122,7 +115,7 @@ impl EventLog {
         metrics.health_events.with_label_values(&[kind]).inc();
         metrics.breaker_open.set(i64::from(open));
         self.keep(Event {
-            at_ms: wall_ms(),
+            at_ms: crate::clock::unix_ms(),
             kind,
             backend: String::new(),
             zone: String::new(),

@@ -8,7 +8,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::stream;
@@ -443,9 +443,7 @@ impl Mock {
             return resp;
         }
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
-        let created = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let created = crate::clock::unix_s();
         if path == "/v1/embeddings" {
             return self.embeddings(&head, &model);
         }

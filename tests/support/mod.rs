@@ -107,7 +107,7 @@ impl Mock {
 }
 
 /// A gateway node child process with its config in a temp dir.
-pub struct Gateway {
+pub struct NodeProcess {
     pub data: String,
     pub admin: String,
     pub dir: tempfile::TempDir,
@@ -190,15 +190,15 @@ pub fn members_toml(members: &[MemberSpec]) -> String {
         .collect()
 }
 
-impl Gateway {
+impl NodeProcess {
     /// Starts `zonegate serve` with the base config plus `rest` (backends,
     /// models, sections).
-    pub async fn start(zone: &str, rest: &str) -> Gateway {
+    pub async fn start(zone: &str, rest: &str) -> NodeProcess {
         Self::start_with(zone, "", rest).await
     }
 
-    /// Like [`Gateway::start`], with extra keys for the `[node]` table.
-    pub async fn start_with(zone: &str, node_extra: &str, rest: &str) -> Gateway {
+    /// Like [`NodeProcess::start`], with extra keys for the `[node]` table.
+    pub async fn start_with(zone: &str, node_extra: &str, rest: &str) -> NodeProcess {
         let dir = tempfile::tempdir().expect("temp dir");
         let config = format!(
             "{}{rest}",
@@ -211,7 +211,7 @@ impl Gateway {
         let proc = spawn_listening(cmd, 2, Duration::from_secs(30))
             .await
             .expect("gateway starts");
-        Gateway {
+        NodeProcess {
             data: proc.urls[0].clone(),
             admin: proc.urls[1].clone(),
             dir,
@@ -220,19 +220,19 @@ impl Gateway {
     }
 
     /// Starts cluster member `me` of `members`, with `rest` (backends…).
-    pub async fn start_member(me: &MemberSpec, members: &[MemberSpec], rest: &str) -> Gateway {
+    pub async fn start_member(me: &MemberSpec, members: &[MemberSpec], rest: &str) -> NodeProcess {
         let dir = tempfile::tempdir().expect("temp dir");
         Self::start_member_in(dir, me, members, rest).await
     }
 
     /// Starts member `me` with its config and `data_dir` under `dir`; a
-    /// directory kept from [`Gateway::kill_keeping_data`] restarts it.
+    /// directory kept from [`NodeProcess::kill_keeping_data`] restarts it.
     pub async fn start_member_in(
         dir: tempfile::TempDir,
         me: &MemberSpec,
         members: &[MemberSpec],
         rest: &str,
-    ) -> Gateway {
+    ) -> NodeProcess {
         let base = base_toml(&me.zone, &dir.path().join("data"), "")
             .replace("id = 1\n", &format!("id = {}\n", me.id))
             .replace(
@@ -248,7 +248,7 @@ impl Gateway {
         let proc = spawn_listening(cmd, 2, Duration::from_secs(30))
             .await
             .expect("gateway member starts");
-        Gateway {
+        NodeProcess {
             data: proc.urls[0].clone(),
             admin: proc.urls[1].clone(),
             dir,
@@ -360,7 +360,7 @@ pub const ZONES: [&str; 3] = ["az-a", "az-b", "az-c"];
 pub struct TestCluster {
     pub members: Vec<MemberSpec>,
     /// `None` once a test killed that node.
-    pub nodes: Vec<Option<Gateway>>,
+    pub nodes: Vec<Option<NodeProcess>>,
     pub mocks: std::collections::HashMap<String, Mock>,
 }
 
@@ -385,7 +385,7 @@ impl TestCluster {
             .collect();
         let mut nodes = Vec::new();
         for m in &members {
-            nodes.push(Some(Gateway::start_member(m, &members, &rest).await));
+            nodes.push(Some(NodeProcess::start_member(m, &members, &rest).await));
         }
         TestCluster {
             members,
@@ -394,18 +394,18 @@ impl TestCluster {
         }
     }
 
-    pub fn node(&self, id: u64) -> &Gateway {
+    pub fn node(&self, id: u64) -> &NodeProcess {
         self.nodes[id as usize - 1]
             .as_ref()
             .expect("node is running")
     }
 
-    pub fn in_zone(&self, zone: &str) -> &Gateway {
+    pub fn in_zone(&self, zone: &str) -> &NodeProcess {
         let i = ZONES.iter().position(|z| *z == zone).expect("a test zone");
         self.node(i as u64 + 1)
     }
 
-    pub fn running(&self) -> impl Iterator<Item = &Gateway> {
+    pub fn running(&self) -> impl Iterator<Item = &NodeProcess> {
         self.nodes.iter().flatten()
     }
 
