@@ -66,6 +66,8 @@ pub enum PickReason {
     RoundRobin,
     Random,
     Ring,
+    /// A half-open trial of an ejected backend.
+    Trial,
 }
 
 impl PickReason {
@@ -75,6 +77,7 @@ impl PickReason {
             PickReason::RoundRobin => "round_robin",
             PickReason::Random => "random",
             PickReason::Ring => "ring",
+            PickReason::Trial => "trial",
         }
     }
 }
@@ -116,13 +119,15 @@ impl Candidates for PickView<'_> {
 
     /// In flight (this one included) × latency, where a backend without
     /// recent latency samples is taken to be as fast as its pool typically
-    /// is, so its weight alone decides how often it is tried.
+    /// is, so its weight alone decides how often it is tried; before the
+    /// pool has a typical latency, an untried backend is worth a trial
+    /// (like Peak-EWMA's decay toward zero), so p2c learns its latency
+    /// instead of judging it by a prior.
     fn cost(&self, i: usize) -> f64 {
         let b = &self.pool.backends[i];
         let latency = match b.fresh_latency_ms(self.now_ms) {
             Some(l) => l,
-            None if self.typical_latency_ms > 0.0 => self.typical_latency_ms,
-            None => b.latency_ewma_ms(),
+            None => self.typical_latency_ms,
         };
         (b.in_flight() + 1) as f64 * latency
     }
