@@ -316,8 +316,9 @@ pub fn passive_failure(gw: &Gateway, backend: &Backend, error: &str, now_ms: u64
     let routes = gw.routes.load();
     // Serialised with every other ejection, so two racing ones cannot both
     // see room under the cap.
-    let change = routes
-        .serialised(|| backend.record_failure(now_ms, cfg, || routes.may_eject(backend, cfg)));
+    let change = routes.serialised(|| {
+        backend.record_failure(now_ms, cfg, || routes.may_eject_passive(backend, cfg))
+    });
     let Some(change) = change else { return };
     let reason = match change {
         Change::Ejected(Cause::Passive) => format!(

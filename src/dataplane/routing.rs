@@ -318,11 +318,25 @@ impl Routes {
     /// Whether ejecting `backend` now keeps every pool it serves within
     /// `max_ejected_percent`. Call inside [`Routes::serialised`].
     pub fn may_eject(&self, backend: &Backend, cfg: &HealthConfig) -> bool {
+        self.pools_of(backend)
+            .all(|p| p.ejected() < allowed_ejections(p.backends.len(), cfg))
+    }
+
+    /// Whether failing real requests may eject `backend`: within the same
+    /// cap, except that a pool may always lose one (Envoy's outlier
+    /// detection does the same), so a lone backend that fails every request
+    /// is taken out and its model served by the fallback chain while
+    /// half-open trials watch for its recovery.
+    pub fn may_eject_passive(&self, backend: &Backend, cfg: &HealthConfig) -> bool {
+        self.pools_of(backend)
+            .all(|p| p.ejected() < allowed_ejections(p.backends.len(), cfg).max(1))
+    }
+
+    fn pools_of<'a>(&'a self, backend: &'a Backend) -> impl Iterator<Item = &'a ZonePool> + 'a {
         self.models
             .values()
             .flat_map(|m| &m.pools)
-            .filter(|p| p.backends.iter().any(|b| std::ptr::eq(&**b, backend)))
-            .all(|p| p.ejected() < allowed_ejections(p.backends.len(), cfg))
+            .filter(move |p| p.backends.iter().any(|b| std::ptr::eq(&**b, backend)))
     }
 
     /// Republishes every backend's weights as of `now_ms` (ramps move with

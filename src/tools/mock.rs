@@ -31,6 +31,9 @@ type MockBody = BoxBody<Bytes, std::io::Error>;
 pub struct Faults {
     /// Delay before the response head, on inference and health endpoints.
     pub latency_ms: u64,
+    /// Delay before the response head of inference requests only: a long
+    /// generation on a healthy server (its health endpoint answers at once).
+    pub generation_ms: u64,
     /// Share of inference requests answered with `error_status`.
     pub error_rate: f64,
     pub error_status: u16,
@@ -77,6 +80,7 @@ impl Default for Faults {
     fn default() -> Self {
         Self {
             latency_ms: 0,
+            generation_ms: 0,
             error_rate: 0.0,
             error_status: 500,
             queue_depth: 0,
@@ -106,6 +110,7 @@ impl Default for Faults {
 #[serde(deny_unknown_fields)]
 pub struct FaultsPatch {
     latency_ms: Option<u64>,
+    generation_ms: Option<u64>,
     error_rate: Option<f64>,
     error_status: Option<u16>,
     queue_depth: Option<u64>,
@@ -169,6 +174,7 @@ impl Faults {
         }
         copy!(
             latency_ms,
+            generation_ms,
             queue_depth,
             hang,
             reset,
@@ -530,6 +536,9 @@ impl Mock {
         let faults = if applies { faults } else { &clean };
         if let Some(resp) = self.scripted_error(faults, &head) {
             return resp;
+        }
+        if faults.generation_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(faults.generation_ms)).await;
         }
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
         let created = crate::clock::unix_s();
