@@ -4,14 +4,18 @@
 //!
 //! Entry point: [`ClusterNode::start`]. Pure cores: [`state`] (decisions and
 //! safety rules) and [`command`] (what a log entry carries). The map and
-//! invariants are in `cluster/ARCHITECTURE.md`.
+//! invariants are in the `cluster/` section of the repository's
+//! ARCHITECTURE.md.
 
+mod clock;
 pub mod codec;
 pub mod command;
 pub mod detect;
 pub mod failover;
+mod lock;
 pub mod network;
 pub mod node;
+pub mod propose;
 pub mod state;
 pub mod store;
 pub mod types;

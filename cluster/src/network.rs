@@ -10,7 +10,9 @@
 
 pub mod fault;
 pub mod server;
+pub mod wire;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,27 +22,17 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 pub use fault::FaultTable;
+pub use wire::{NODE_HEADER, PATH_APPEND, PATH_REPORT, PATH_SNAPSHOT, PATH_VOTE, SECRET_HEADER};
 
 use crate::codec;
+use crate::detect::Report;
+use crate::failover::{ReportAck, SendReport};
 use crate::types::alias::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
 use crate::types::{Member, TypeConfig};
 use crate::view::NodeId;
-
-/// Header carrying the shared cluster secret.
-pub const SECRET_HEADER: &str = "x-zonegate-cluster-secret";
-/// Header carrying the sending node's id.
-pub const NODE_HEADER: &str = "x-zonegate-node-id";
-
-pub const PATH_APPEND: &str = "/raft/v1/append";
-pub const PATH_VOTE: &str = "/raft/v1/vote";
-pub const PATH_SNAPSHOT: &str = "/raft/v1/snapshot";
-/// Zone observations for the leader's detector (not a Raft RPC, same
-/// authentication): body [`crate::detect::Report`], answer
-/// [`crate::failover::ReportAck`].
-pub const PATH_REPORT: &str = "/raft/v1/report";
 
 /// The failure of one RPC before a Raft answer came back.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +49,8 @@ pub enum TransportError {
         "node {to} refused the call with HTTP {status} (check the cluster secret and member ids)"
     )]
     Refused { to: NodeId, status: u16 },
+    #[error("node {to} is not a configured member")]
+    UnknownPeer { to: NodeId },
     #[error("body from node {to}: {source}")]
     Body {
         to: NodeId,
@@ -99,20 +93,32 @@ impl Network {
     }
 }
 
-impl Network {
-    /// Send this node's report to `to` (the leader) at `addr`, honouring
-    /// the fault table like every Raft RPC.
-    pub(crate) async fn send_report(
+/// Sends zone reports to the leader's Raft address, through the same
+/// client and fault table as every Raft RPC.
+#[derive(Clone)]
+pub(crate) struct ReportClient {
+    pub net: Network,
+    pub members: Arc<BTreeMap<NodeId, Member>>,
+}
+
+impl SendReport for ReportClient {
+    type Error = TransportError;
+
+    async fn send_report(
         &self,
         to: NodeId,
-        addr: &str,
-        report: &crate::detect::Report,
+        report: &Report,
         ttl: Duration,
-    ) -> Result<crate::failover::ReportAck, TransportError> {
+    ) -> Result<ReportAck, TransportError> {
+        let addr = self
+            .members
+            .get(&to)
+            .map(|m| m.raft_addr.clone())
+            .ok_or(TransportError::UnknownPeer { to })?;
         let peer = PeerClient {
-            net: self.clone(),
+            net: self.net.clone(),
             target: to,
-            addr: addr.to_string(),
+            addr,
         };
         peer.send(PATH_REPORT, report, ttl).await
     }

@@ -56,7 +56,13 @@ pub enum ZoneStatus {
     Active,
     /// A committed decision moved this zone's traffic to `target`.
     FailedOver { target: ZoneId },
-    /// Takes no new sessions; existing ones finish.
+    /// Reserved for draining a zone (no new sessions, existing ones
+    /// finish), as the design describes. No decision produces it yet, and
+    /// nothing drains: were it to appear, [`ClusterView::effective_zone`]
+    /// would still send the zone its own traffic and
+    /// [`ClusterView::is_active`] would keep it out of cross-zone
+    /// fallback. Kept so the wire format need not change when a decision
+    /// that drains arrives.
     Draining,
 }
 

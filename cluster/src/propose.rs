@@ -1,0 +1,194 @@
+//! Proposing a command on the leader: the check-quorum guard, the leader's
+//! time stamp, and waiting for the applied outcome. The node's `propose`
+//! and the failover leader loop both go through [`Proposer`]; the loop sees
+//! it only as [`Propose`], so it depends on no node or network code.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::ServerState;
+use serde::{Deserialize, Serialize};
+
+use crate::clock::{millis, now_ms};
+use crate::command::{Command, Outcome, RejectRule};
+use crate::types::alias::{Raft, RaftMetrics};
+use crate::types::Member;
+use crate::view::NodeId;
+
+/// A committed, applied decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Applied {
+    pub version: u64,
+}
+
+/// Why a proposal did not (knowingly) apply.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProposeError {
+    /// Another node leads; forward to its admin address.
+    #[error("node {leader} is the leader; send the decision there")]
+    NotLeader {
+        leader: NodeId,
+        admin_addr: Option<String>,
+    },
+    /// No leader that can commit is known (election under way, or this
+    /// leader has lost its quorum). Nothing was written.
+    #[error("no leader with a quorum right now; retry shortly")]
+    NoLeader,
+    /// Committed and applied, and a safety rule refused it on every node.
+    #[error("refused by rule {rule}: {message}")]
+    Rejected { rule: RejectRule, message: String },
+    /// The entry was submitted but did not apply in time: it may still
+    /// commit. Never report this as a failure.
+    #[error("outcome unknown: the decision was submitted but not confirmed within {0:?}")]
+    OutcomeUnknown(Duration),
+    /// The Raft node stopped or its storage failed.
+    #[error("raft node failed: {0}")]
+    Fatal(String),
+}
+
+impl ProposeError {
+    /// The rule name when a safety rule refused the decision.
+    pub fn rule(&self) -> Option<RejectRule> {
+        match self {
+            ProposeError::Rejected { rule, .. } => Some(*rule),
+            _ => None,
+        }
+    }
+}
+
+/// The check-quorum guard. openraft 0.9 has no check-quorum: a leader cut
+/// off from its quorum still believes it leads. `millis_since_quorum_ack`
+/// is `Some` only on a leader that a quorum has acknowledged at least once
+/// in its term, so `None` on a leader means "not yet heard from a quorum":
+/// it must not propose either. Followers are not judged here (openraft
+/// itself answers them with `ForwardToLeader`).
+pub(crate) fn quorum_lost(m: &RaftMetrics, election_timeout_max: Duration) -> bool {
+    m.state == ServerState::Leader
+        && m.millis_since_quorum_ack
+            .is_none_or(|ms| ms > millis(election_timeout_max))
+}
+
+/// What the failover leader loop needs to commit a decision.
+pub(crate) trait Propose: Send + Sync + 'static {
+    /// Propose `cmd`; `Ok` means committed and applied as that version.
+    fn propose(&self, cmd: Command) -> impl Future<Output = Result<Applied, ProposeError>> + Send;
+}
+
+/// Proposes on the local Raft node.
+#[derive(Clone)]
+pub(crate) struct Proposer {
+    pub raft: Raft,
+    /// How long to wait for the entry to apply before `OutcomeUnknown`.
+    pub propose_timeout: Duration,
+    /// The check-quorum window (the election timeout's upper bound).
+    pub election_timeout_max: Duration,
+    /// Where to point callers when another node leads.
+    pub members: Arc<BTreeMap<NodeId, Member>>,
+}
+
+impl Proposer {
+    /// Refuse on a leader without a recent quorum ack. A leader elected
+    /// moments ago has not heard its first ack yet: wait for it, at most one
+    /// election timeout, rather than answer `NoLeader` to every write in
+    /// the first milliseconds of a term.
+    async fn check_quorum(&self) -> Result<(), ProposeError> {
+        let mut metrics = self.raft.metrics();
+        let first_ack = metrics
+            .wait_for(|m| m.state != ServerState::Leader || m.millis_since_quorum_ack.is_some());
+        // A timeout or a stopped node: the check below decides.
+        let _ = tokio::time::timeout(self.election_timeout_max, first_ack).await;
+        let m = metrics.borrow();
+        if quorum_lost(&m, self.election_timeout_max) {
+            return Err(ProposeError::NoLeader);
+        }
+        Ok(())
+    }
+
+    fn not_leader(&self, leader: Option<NodeId>, node: Option<Member>) -> ProposeError {
+        match leader {
+            Some(leader) => ProposeError::NotLeader {
+                leader,
+                admin_addr: self
+                    .members
+                    .get(&leader)
+                    .map(|m| m.admin_addr.clone())
+                    .or_else(|| node.map(|n| n.admin_addr)),
+            },
+            None => ProposeError::NoLeader,
+        }
+    }
+
+    async fn write(&self, cmd: Command) -> Result<Applied, ProposeError> {
+        self.check_quorum().await?;
+        let cmd = cmd.stamped(now_ms());
+        let write = self.raft.client_write(cmd);
+        let answer = match tokio::time::timeout(self.propose_timeout, write).await {
+            Err(_) => return Err(ProposeError::OutcomeUnknown(self.propose_timeout)),
+            Ok(answer) => answer,
+        };
+        match answer {
+            Ok(resp) => match resp.data.outcome {
+                Some(Outcome::Applied { version }) => Ok(Applied { version }),
+                Some(Outcome::Rejected { rule, message }) => {
+                    Err(ProposeError::Rejected { rule, message })
+                }
+                None => Err(ProposeError::Fatal(
+                    "a command entry applied without an outcome".into(),
+                )),
+            },
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Err(self.not_leader(f.leader_id, f.leader_node))
+            }
+            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
+                Err(ProposeError::Fatal(e.to_string()))
+            }
+            Err(RaftError::Fatal(e)) => Err(ProposeError::Fatal(e.to_string())),
+        }
+    }
+}
+
+impl Propose for Proposer {
+    async fn propose(&self, cmd: Command) -> Result<Applied, ProposeError> {
+        let kind = cmd.kind();
+        let result = self.write(cmd).await;
+        match &result {
+            Ok(a) => tracing::info!(kind, version = a.version, "decision committed"),
+            Err(e) => tracing::info!(kind, error = %e, "decision not committed"),
+        }
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_leader_without_a_recent_quorum_ack_must_not_propose() {
+        let max = Duration::from_millis(600);
+        let metrics = |state, ack| {
+            let mut m = RaftMetrics::new_initial(1);
+            m.state = state;
+            m.millis_since_quorum_ack = ack;
+            m
+        };
+        let cases = [
+            (ServerState::Leader, None, true),
+            (ServerState::Leader, Some(0), false),
+            (ServerState::Leader, Some(600), false),
+            (ServerState::Leader, Some(601), true),
+            (ServerState::Follower, None, false),
+            (ServerState::Candidate, None, false),
+        ];
+        for (state, ack, lost) in cases {
+            assert_eq!(
+                quorum_lost(&metrics(state, ack), max),
+                lost,
+                "{state:?} {ack:?}"
+            );
+        }
+    }
+}
