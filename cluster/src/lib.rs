@@ -16,6 +16,8 @@ mod lock;
 pub mod network;
 pub mod node;
 pub mod propose;
+#[cfg(test)]
+mod samples;
 pub mod state;
 pub mod store;
 pub mod types;

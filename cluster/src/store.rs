@@ -26,11 +26,10 @@ use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, 
 use openraft::{
     AnyError, EntryPayload, OptionalSend, RaftLogReader, RaftSnapshotBuilder, StorageIOError,
 };
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::codec;
+use crate::codec::{self, Bounded};
 use crate::command::{Outcome, Response};
 use crate::state::ClusterState;
 use crate::types::alias::{Entry, LogId, SnapshotMeta, StorageError, StoredMembership, Vote};
@@ -132,7 +131,7 @@ fn write_err(e: impl std::error::Error + 'static) -> StorageError {
     StorageIOError::write(AnyError::new(&e)).into()
 }
 
-fn get<T: DeserializeOwned>(tree: &sled::Tree, key: &[u8]) -> Result<Option<T>, StorageError> {
+fn get<T: Bounded>(tree: &sled::Tree, key: &[u8]) -> Result<Option<T>, StorageError> {
     match tree.get(key).map_err(read_err)? {
         Some(bytes) => Ok(Some(codec::decode(&bytes).map_err(read_err)?)),
         None => Ok(None),
@@ -294,17 +293,22 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 /// Everything the state machine persists: the applied pointer, the last
 /// applied membership and the replicated cluster state.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-struct Applied {
-    last_applied: Option<LogId>,
-    last_membership: StoredMembership,
-    state: ClusterState,
+pub(crate) struct Applied {
+    pub(crate) last_applied: Option<LogId>,
+    pub(crate) last_membership: StoredMembership,
+    pub(crate) state: ClusterState,
 }
 
 /// A snapshot as persisted: its metadata and the encoded [`ClusterState`].
 #[derive(Clone, Debug, Serialize, Deserialize)]
-struct StoredSnapshot {
-    meta: SnapshotMeta,
-    data: Vec<u8>,
+pub(crate) struct StoredSnapshot {
+    pub(crate) meta: SnapshotMeta,
+    pub(crate) data: Vec<u8>,
+}
+
+codec::bounded! {
+    Applied => codec::limits::STATE,
+    StoredSnapshot => codec::limits::STATE,
 }
 
 /// The applied state machine. After each applied batch it publishes a new

@@ -972,3 +972,92 @@ async fn zone_reports_need_the_secret_and_their_own_sender() {
     })
     .await;
 }
+
+/// Bodies no Raft endpoint may choke on: empty, garbage, issue 10's
+/// 12-byte report whose zone name claims 2^50 bytes, a length bomb at the
+/// front, a valid vote request cut short, and one a byte too long.
+fn hostile_bodies() -> Vec<(&'static str, Vec<u8>)> {
+    let vote = codec::encode(&openraft::raft::VoteRequest::<NodeId> {
+        vote: openraft::Vote::new(1, 1),
+        last_log_id: None,
+    })
+    .unwrap();
+    let mut long = vote.clone();
+    long.push(0);
+    vec![
+        ("empty", Vec::new()),
+        ("garbage", b"\x07\x07\x07 not bincode at all".to_vec()),
+        (
+            "issue 10's 12 bytes",
+            vec![0x03, 0x00, 0x01, 0xfd, 0, 0, 0, 0, 0, 0, 0x04, 0x00],
+        ),
+        (
+            "length bomb up front",
+            [0xfd].into_iter().chain([0xff; 8]).chain([0; 4]).collect(),
+        ),
+        ("truncated", vote[..vote.len() - 1].to_vec()),
+        ("trailing byte", long),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_bodies_on_every_raft_endpoint_get_400_and_the_node_keeps_committing() {
+    use zonegate_cluster::network::{PATH_APPEND, PATH_SNAPSHOT};
+    with_timeout(async {
+        let cluster = TestCluster::start(&three_zones()).await;
+        let ids = cluster.ids();
+        let leader = cluster.wait_leader(&ids).await;
+        let follower = *ids.iter().find(|id| **id != leader).unwrap();
+        let client = reqwest::Client::new();
+        for target in [leader, follower] {
+            let addr = cluster.node(target).raft_addr();
+            for path in [PATH_APPEND, PATH_VOTE, PATH_SNAPSHOT, PATH_REPORT] {
+                for (name, body) in hostile_bodies() {
+                    let resp = client
+                        .post(format!("http://{addr}{path}"))
+                        .header(SECRET_HEADER, SECRET)
+                        .header(NODE_HEADER, leader.to_string())
+                        .body(body)
+                        .send()
+                        .await
+                        .unwrap();
+                    assert_eq!(resp.status().as_u16(), 400, "{name} on {path} of {target}");
+                }
+            }
+        }
+        let version = cluster.must_propose(freeze()).await;
+        cluster.wait_version(&ids, version).await;
+        cluster.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_answering_length_bombs_does_not_take_the_leader_down() {
+    with_timeout(async {
+        let mut cluster = TestCluster::start(&three_zones()).await;
+        let ids = cluster.ids();
+        let leader = cluster.wait_leader(&ids).await;
+        let follower = *ids.iter().find(|id| **id != leader).unwrap();
+        // Whatever now listens on the stopped member's port answers every
+        // call with 200 and issue 10's 12 bytes.
+        let addr = cluster.stop(follower).await;
+        let impostor = tokio::net::TcpListener::bind(addr).await.unwrap();
+        let app = axum::Router::new()
+            .fallback(|| async { vec![0x03u8, 0x00, 0x01, 0xfd, 0, 0, 0, 0, 0, 0, 0x04, 0x00] });
+        let server = tokio::spawn(async move { axum::serve(impostor, app).await });
+        let majority: Vec<NodeId> = ids.iter().copied().filter(|id| *id != follower).collect();
+        // Long enough for many replication attempts at the impostor.
+        for cmd in [freeze(), unfreeze(), failover("az-a", "az-b")] {
+            cluster.propose_on(&majority, cmd).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        cluster.wait_version(&majority, 3).await;
+        server.abort();
+        let _ = server.await;
+        cluster.restart(follower, addr).await;
+        cluster.wait_version(&ids, 3).await;
+        cluster.shutdown().await;
+    })
+    .await;
+}

@@ -14,13 +14,12 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use serde::de::DeserializeOwned;
 use serde::Serialize;
 use subtle::ConstantTimeEq;
 
 use super::wire::{NODE_HEADER, PATH_APPEND, PATH_REPORT, PATH_SNAPSHOT, PATH_VOTE, SECRET_HEADER};
 use crate::clock::now_ms;
-use crate::codec;
+use crate::codec::{self, Bounded};
 use crate::detect::Report;
 use crate::failover::Failover;
 use crate::types::alias::{AppendEntriesRequest, InstallSnapshotRequest, Raft, Vote, VoteRequest};
@@ -163,7 +162,7 @@ fn check_vote(sender: NodeId, vote: &Vote) -> Result<(), Refusal> {
     }
 }
 
-fn decode<T: DeserializeOwned>(body: &Bytes) -> Result<T, Refusal> {
+fn decode<T: Bounded>(body: &Bytes) -> Result<T, Refusal> {
     codec::decode(body).map_err(Refusal::BadBody)
 }
 
