@@ -214,6 +214,12 @@ pub fn period_end(ms: u64, period_ms: u64) -> u64 {
     ms.div_ceil(period_ms).saturating_mul(period_ms)
 }
 
+/// The most periods an automatic decision's evidence lists (the newest
+/// ones), so the command stays within
+/// [`crate::command::MAX_EVIDENCE_BYTES`]; the reason still states the whole
+/// run's length.
+pub const MAX_EVIDENCE_PERIODS: usize = 32;
+
 /// One zone in one period, aggregated over reporters.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PeriodScore {
@@ -694,17 +700,18 @@ impl Judge<'_> {
         let Some(to) = self.target(&from) else {
             return Some(Err(from));
         };
-        let periods = runs.remove(&from).unwrap_or_default().bad;
+        let mut periods = runs.remove(&from).unwrap_or_default().bad;
         let (from_score, to_score) = (self.score_of(&from), self.score_of(&to));
+        let (run, first_bad_ms) = (periods.len(), self.run_start(&periods));
+        periods.truncate(MAX_EVIDENCE_PERIODS);
         Some(Ok(Proposal {
             reason: format!(
-                "zone {from} scored below {} for {} consecutive periods (latest {:.2}); {to} scores {:.2}",
+                "zone {from} scored below {} for {run} consecutive periods (latest {:.2}); {to} scores {:.2}",
                 cfg.cutoff,
-                periods.len(),
                 from_score.unwrap_or(0.0),
                 to_score.unwrap_or(0.0),
             ),
-            first_bad_ms: self.run_start(&periods),
+            first_bad_ms,
             evidence: Evidence {
                 zone: from.clone(),
                 trigger: "below_cutoff".into(),
@@ -728,15 +735,16 @@ impl Judge<'_> {
             .find(|h| h.good_periods >= cfg.failback_periods)?
             .zone
             .clone();
-        let periods = runs.remove(&zone).unwrap_or_default().good;
+        let mut periods = runs.remove(&zone).unwrap_or_default().good;
+        let (run, first_bad_ms) = (periods.len(), self.run_start(&periods));
+        periods.truncate(MAX_EVIDENCE_PERIODS);
         Some(Proposal {
             reason: format!(
-                "zone {zone} scored above {} for {} consecutive periods (latest {:.2})",
+                "zone {zone} scored above {} for {run} consecutive periods (latest {:.2})",
                 cfg.failback_threshold,
-                periods.len(),
                 self.score_of(&zone).unwrap_or(0.0),
             ),
-            first_bad_ms: self.run_start(&periods),
+            first_bad_ms,
             evidence: Evidence {
                 zone: zone.clone(),
                 trigger: "above_failback_threshold".into(),
@@ -1241,6 +1249,36 @@ mod tests {
         assert_eq!(a.zones[0].bad_periods, 2, "10 snaps to 1000");
         d.prune(&c, 2000 + 20 * P);
         assert_eq!(d.reporters(), 0);
+    }
+
+    #[test]
+    fn evidence_of_the_most_periods_fits_a_command() {
+        let worst = PeriodScore {
+            period_end_ms: u64::MAX,
+            score: Some(0.123_456_789_012_345_67),
+            gw_error_rate: Some(0.987_654_321_098_765_4),
+            timeout_rate: Some(f64::MIN_POSITIVE),
+            gpu_health: Some(0.333_333_333_333_333_3),
+            requests: u64::MAX,
+            reporters: u32::MAX,
+            silent: false,
+        };
+        let long = ZoneId::new(&"z".repeat(crate::command::MAX_ZONE_BYTES));
+        let evidence = Evidence {
+            zone: long.clone(),
+            trigger: "above_failback_threshold".into(),
+            threshold: 0.123_456_789_012_345_67,
+            periods: vec![worst; MAX_EVIDENCE_PERIODS],
+            target: Some(long),
+            target_score: Some(0.123_456_789_012_345_67),
+            assessed_at_ms: u64::MAX,
+        };
+        let json = serde_json::to_string(&evidence).unwrap();
+        assert!(
+            json.len() <= crate::command::MAX_EVIDENCE_BYTES,
+            "{}",
+            json.len()
+        );
     }
 
     #[test]

@@ -190,6 +190,9 @@ pub struct ClusterNode {
     liveness: StoreLiveness,
 }
 
+/// The most entries in one append RPC.
+pub const MAX_PAYLOAD_ENTRIES: u64 = 64;
+
 /// How long `shutdown` waits for the store to close.
 const STORE_CLOSE_WAIT: Duration = Duration::from_secs(10);
 
@@ -305,6 +308,7 @@ impl ClusterNode {
             propose_timeout: timing.propose_timeout,
             election_timeout_max: timing.election_timeout_max,
             members: members.clone(),
+            state_rx: state_rx.clone(),
         };
         let reporter = ReportLoop {
             failover: failover.clone(),
@@ -422,15 +426,20 @@ impl ClusterNode {
         self.state_rx.borrow().decisions(limit)
     }
 
-    /// What `cmd` would do against this node's applied state (`--dry-run`).
-    /// Advisory: the leader's apply is the authority.
+    /// What `cmd` would do against this node's applied state (`--dry-run`),
+    /// or why it would be refused (a bound of [`Command::validate`] or a
+    /// safety rule). Advisory: the leader's apply is the authority.
     pub fn dry_run(&self, cmd: &Command) -> Result<Preview, Rejection> {
+        cmd.validate()?;
         self.state_rx.borrow().check(cmd)
     }
 
     /// Propose a decision. Only the leader can; others answer `NotLeader`
     /// with the leader to forward to. The leader stamps `at_ms` with its
     /// wall clock. `Ok` means committed and applied as that version.
+    /// A command over its bounds ([`Command::validate`]) or one the safety
+    /// rules refuse against everything committed so far is answered
+    /// `Rejected` without entering the log.
     pub async fn propose(&self, cmd: Command) -> Result<Applied, ProposeError> {
         self.proposer.propose(cmd).await
     }
@@ -562,6 +571,10 @@ fn raft_config(timing: &Timing) -> Result<openraft::Config, ClusterError> {
         election_timeout_max: millis(timing.election_timeout_max),
         // Keep snapshot chunks well under the RPC body limit.
         snapshot_max_chunk_size: 1024 * 1024,
+        // With every entry bounded (`Command::validate`), a batch of this
+        // many entries stays far below the append decode limit and the
+        // RPC body limit, so a lagging follower can always catch up.
+        max_payload_entries: MAX_PAYLOAD_ENTRIES,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(timing.snapshot_every_logs),
         max_in_snapshot_log_to_keep: timing.snapshot_every_logs / 2,
         ..Default::default()
@@ -664,6 +677,47 @@ mod tests {
         let printed = format!("{config:?}");
         assert!(!printed.contains("hunter2"));
         assert!(printed.contains("<redacted>"));
+    }
+
+    #[test]
+    fn a_full_append_batch_of_the_largest_valid_entries_decodes_within_its_limit() {
+        use crate::codec::{self, limits};
+        use crate::command::{
+            AutoLimits, Decision, MAX_ACTOR_BYTES, MAX_EVIDENCE_BYTES, MAX_REASON_BYTES,
+            MAX_ZONE_BYTES,
+        };
+        use crate::types::alias::{AppendEntriesRequest, Entry};
+        let zone = |c: &str| ZoneId::new(&c.repeat(MAX_ZONE_BYTES));
+        let largest = Command::automatic(
+            Decision::Failover {
+                from: zone("a"),
+                to: zone("b"),
+            },
+            "x".repeat(MAX_ACTOR_BYTES),
+            "y".repeat(MAX_REASON_BYTES),
+            AutoLimits::default(),
+        )
+        .if_version(u64::MAX)
+        .with_evidence("z".repeat(MAX_EVIDENCE_BYTES))
+        .stamped(u64::MAX);
+        assert_eq!(largest.validate(), Ok(()));
+        let log_id = |i| openraft::LogId::new(openraft::CommittedLeaderId::new(u64::MAX, 1), i);
+        let request = AppendEntriesRequest {
+            vote: openraft::Vote::new_committed(u64::MAX, 1),
+            prev_log_id: Some(log_id(u64::MAX - 100)),
+            entries: (0..MAX_PAYLOAD_ENTRIES)
+                .map(|i| Entry {
+                    log_id: log_id(u64::MAX - 64 + i),
+                    payload: openraft::EntryPayload::Normal(largest.clone()),
+                })
+                .collect(),
+            leader_commit: Some(log_id(u64::MAX - 1)),
+        };
+        let bytes = codec::encode(&request).unwrap();
+        // Far below the limit, so the body limit and timeouts never bite.
+        assert!(bytes.len() * 16 < limits::APPEND, "{} bytes", bytes.len());
+        let back: AppendEntriesRequest = codec::decode(&bytes).unwrap();
+        assert_eq!(back.entries.len(), MAX_PAYLOAD_ENTRIES as usize);
     }
 
     #[test]

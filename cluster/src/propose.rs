@@ -8,12 +8,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::ServerState;
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 
 use crate::clock::{millis, now_ms};
-use crate::command::{Command, Outcome, RejectRule};
+use crate::command::{Command, Outcome, RejectRule, Rejection};
+use crate::state::ClusterState;
 use crate::types::alias::{Raft, RaftMetrics};
 use crate::types::Member;
 use crate::view::NodeId;
@@ -87,6 +89,17 @@ pub(crate) struct Proposer {
     pub election_timeout_max: Duration,
     /// Where to point callers when another node leads.
     pub members: Arc<BTreeMap<NodeId, Member>>,
+    /// The applied state, for the dry run before proposing.
+    pub state_rx: watch::Receiver<Arc<ClusterState>>,
+}
+
+impl From<Rejection> for ProposeError {
+    fn from(r: Rejection) -> Self {
+        ProposeError::Rejected {
+            rule: r.rule,
+            message: r.message,
+        }
+    }
 }
 
 impl Proposer {
@@ -121,9 +134,32 @@ impl Proposer {
         }
     }
 
+    /// Dry-run `cmd` against everything committed before now: confirm
+    /// leadership with a quorum and wait until this node applied up to its
+    /// commit index (openraft's linearizable read), then check the rules.
+    /// A command the rules refuse is refused here and never enters the log.
+    async fn dry_run(&self, cmd: &Command) -> Result<(), ProposeError> {
+        let read = tokio::time::timeout(self.propose_timeout, self.raft.ensure_linearizable());
+        match read.await {
+            Ok(Ok(_)) => {}
+            // Nothing was written: no leader that can commit right now.
+            Err(_) | Ok(Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_)))) => {
+                return Err(ProposeError::NoLeader)
+            }
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
+                return Err(self.not_leader(f.leader_id, f.leader_node))
+            }
+            Ok(Err(RaftError::Fatal(e))) => return Err(ProposeError::Fatal(e.to_string())),
+        }
+        self.state_rx.borrow().check(cmd)?;
+        Ok(())
+    }
+
     async fn write(&self, cmd: Command) -> Result<Applied, ProposeError> {
+        cmd.validate()?;
         self.check_quorum().await?;
         let cmd = cmd.stamped(now_ms());
+        self.dry_run(&cmd).await?;
         let write = self.raft.client_write(cmd);
         let answer = match tokio::time::timeout(self.propose_timeout, write).await {
             Err(_) => return Err(ProposeError::OutcomeUnknown(self.propose_timeout)),

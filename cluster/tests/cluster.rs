@@ -1061,3 +1061,68 @@ async fn a_peer_answering_length_bombs_does_not_take_the_leader_down() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_and_oversized_writes_never_enter_the_log_and_a_follower_down_meanwhile_catches_up()
+{
+    with_timeout(async {
+        let mut cluster = TestCluster::start(&three_zones()).await;
+        let ids = cluster.ids();
+        let leader = cluster.wait_leader(&ids).await;
+        let version = cluster.must_propose(freeze()).await;
+        cluster.wait_version(&ids, version).await;
+        let follower = *ids.iter().find(|id| **id != leader).unwrap();
+        let addr = cluster.stop(follower).await;
+        let majority: Vec<NodeId> = ids.iter().copied().filter(|id| *id != follower).collect();
+        let log_index = || {
+            let leader = majority
+                .iter()
+                .find(|id| cluster.node(**id).status().is_leader)
+                .unwrap();
+            cluster.node(*leader).status().last_log_index
+        };
+        let before = log_index();
+        // Issue 10's 40 refused failovers, each with a 1.9 MiB reason.
+        let huge = "r".repeat(1_900_000);
+        for i in 0..40 {
+            let cmd = Command::decide(
+                Decision::Failover {
+                    from: z("az-a"),
+                    to: z("az-a"),
+                },
+                "test",
+                huge.clone(),
+            );
+            match cluster.propose_on(&majority, cmd).await {
+                Err(e) => assert_eq!(e.rule(), Some(RejectRule::TooLong), "write {i}: {e}"),
+                Ok(v) => panic!("an oversized write applied as version {v}"),
+            }
+        }
+        // Small writes the safety rules refuse are refused before the log.
+        for (cmd, rule) in [
+            (freeze(), RejectRule::AlreadyFrozen),
+            (failback("az-b"), RejectRule::NotFailedOver),
+            (failover("az-a", "az-a"), RejectRule::SameZone),
+            (failover("az-a", "az-x"), RejectRule::UnknownZone),
+            (unfreeze().if_version(0), RejectRule::StaleVersion),
+        ] {
+            match cluster.propose_on(&majority, cmd.clone()).await {
+                Err(e) => assert_eq!(e.rule(), Some(rule), "{cmd:?}: {e}"),
+                Ok(v) => panic!("{cmd:?} applied as version {v}"),
+            }
+        }
+        assert_eq!(log_index(), before, "no refused write entered the log");
+
+        let started = Instant::now();
+        cluster.restart(follower, addr).await;
+        let version = cluster.must_propose(unfreeze()).await;
+        cluster.wait_version(&ids, version).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "caught up in {:?}",
+            started.elapsed()
+        );
+        cluster.shutdown().await;
+    })
+    .await;
+}
