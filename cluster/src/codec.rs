@@ -14,6 +14,17 @@
 //! in-memory size (8 for a u64 sent as one varint byte), a string or byte
 //! vector its length; so limits are generous multiples of the largest
 //! valid message and far below what could hurt the process.
+//!
+//! Every encoded value carries its format version: `0xFF, version`, then
+//! the bincode body. Version 0 is the unversioned bincode written before
+//! versions existed; no value of ours can start with `0xFF` (it is not a
+//! valid bincode varint, and the types whose encoding starts with a bool or
+//! an option tag start with 0 or 1), so such bytes are read as version 0.
+//! A node decodes [`FORMAT_VERSION`] and [`OLDEST_READ_VERSION`]..; a newer
+//! version is refused ([`CodecError::NewerFormat`]) with a WARN and a
+//! count ([`newer_format_refusals`]), never misread.
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -66,15 +77,63 @@ pub enum CodecError {
     TrailingBytes(usize),
     #[error("decode: {len} bytes exceed the {limit}-byte limit of the type")]
     TooLarge { len: usize, limit: usize },
+    #[error(
+        "decode: format version {version} is newer than this build reads (up to {FORMAT_VERSION}); upgrade this node"
+    )]
+    NewerFormat { version: u8 },
+}
+
+/// First byte of a versioned encoding.
+pub const FORMAT_MAGIC: u8 = 0xFF;
+/// The format version this build writes. Version 1 is version 0's bincode
+/// layout behind the version header.
+pub const FORMAT_VERSION: u8 = 1;
+/// The oldest format version this build reads (0: unversioned).
+pub const OLDEST_READ_VERSION: u8 = 0;
+
+static NEWER_FORMAT_REFUSALS: AtomicU64 = AtomicU64::new(0);
+
+/// How many values this process refused because their format version is
+/// newer than it reads (for `zonegate_raft_rpc_refused_total{reason=
+/// "newer_format"}`).
+pub fn newer_format_refusals() -> u64 {
+    NEWER_FORMAT_REFUSALS.load(Ordering::Relaxed)
+}
+
+/// The format version of `bytes` and its body.
+fn split_version(bytes: &[u8]) -> Result<(u8, &[u8]), CodecError> {
+    match bytes {
+        [FORMAT_MAGIC, version, body @ ..] if *version <= FORMAT_VERSION => Ok((*version, body)),
+        [FORMAT_MAGIC, version, ..] => {
+            let n = NEWER_FORMAT_REFUSALS.fetch_add(1, Ordering::Relaxed) + 1;
+            // A newer peer retries every heartbeat: log the first refusal
+            // and then every power of two, the count says the rest.
+            if n.is_power_of_two() {
+                tracing::warn!(
+                    version,
+                    reads_up_to = FORMAT_VERSION,
+                    refusals = n,
+                    "refusing a value in a newer format version: upgrade this node"
+                );
+            }
+            Err(CodecError::NewerFormat { version: *version })
+        }
+        [FORMAT_MAGIC] => Err(CodecError::Decode(
+            bincode::error::DecodeError::UnexpectedEnd { additional: 1 },
+        )),
+        body => Ok((0, body)),
+    }
 }
 
 fn config() -> bincode::config::Configuration {
     bincode::config::standard()
 }
 
-/// Encode a value to bytes.
+/// Encode a value to bytes, in format version [`FORMAT_VERSION`].
 pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, CodecError> {
-    Ok(bincode::serde::encode_to_vec(value, config())?)
+    let mut out = vec![FORMAT_MAGIC, FORMAT_VERSION];
+    bincode::serde::encode_into_std_write(value, &mut out, config())?;
+    Ok(out)
 }
 
 /// A type that may be decoded, with the limit that fits it.
@@ -107,9 +166,12 @@ pub fn decode_with_limit<T: DeserializeOwned, const N: usize>(
             limit: N,
         });
     }
-    let (value, used) = bincode::serde::decode_from_slice(bytes, config().with_limit::<N>())?;
-    if used != bytes.len() {
-        return Err(CodecError::TrailingBytes(bytes.len() - used));
+    // Versions 0 and 1 share one body layout; a later layout change
+    // dispatches on the version here.
+    let (_version, body) = split_version(bytes)?;
+    let (value, used) = bincode::serde::decode_from_slice(body, config().with_limit::<N>())?;
+    if used != body.len() {
+        return Err(CodecError::TrailingBytes(body.len() - used));
     }
     Ok(value)
 }
@@ -205,8 +267,9 @@ mod tests {
         // entries written before automatic decisions existed still decode.
         let cmd = Command::decide(Decision::Freeze, "ops", "r");
         let bytes = encode(&cmd).unwrap();
-        assert_eq!(bytes[0], 0, "Decide stays the first variant");
-        let expected: Vec<u8> = [0u8, 2, 3]
+        assert_eq!(bytes[..2], [FORMAT_MAGIC, FORMAT_VERSION]);
+        assert_eq!(bytes[2], 0, "Decide stays the first variant");
+        let expected: Vec<u8> = [FORMAT_MAGIC, FORMAT_VERSION, 0u8, 2, 3]
             .into_iter()
             .chain(*b"ops")
             .chain([1])
@@ -215,7 +278,7 @@ mod tests {
             .collect();
         assert_eq!(bytes, expected);
         // Old rule indices are unchanged.
-        assert_eq!(encode(&RejectRule::NotFrozen).unwrap(), vec![8]);
+        assert_eq!(encode(&RejectRule::NotFrozen).unwrap()[2..], [8]);
     }
 
     #[test]
@@ -271,6 +334,66 @@ mod tests {
                 bincode::error::DecodeError::LimitExceeded
             ))
         ));
+    }
+
+    fn fixture(version: u8, name: &str, i: usize) -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("tests/fixtures/v{version}/{name}-{i}.bin"))
+    }
+
+    /// Golden bytes of the current version: a change to any encoding
+    /// fails here. After a deliberate format change (with a new
+    /// `FORMAT_VERSION`), write the new fixtures with
+    /// `ZONEGATE_BLESS_FIXTURES=1 cargo test -p zonegate-cluster golden`.
+    #[test]
+    fn golden_bytes_of_the_current_format_are_unchanged() {
+        let bless = std::env::var_os("ZONEGATE_BLESS_FIXTURES").is_some();
+        for d in DECODERS.iter() {
+            for (i, bytes) in d.samples.iter().enumerate() {
+                let path = fixture(FORMAT_VERSION, d.name, i);
+                if bless && !path.exists() {
+                    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                    std::fs::write(&path, bytes).unwrap();
+                }
+                let golden =
+                    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                assert!(golden == *bytes, "{} changed its encoding", path.display());
+                assert!((d.decode)(&golden).is_ok(), "{}", path.display());
+            }
+        }
+    }
+
+    /// Every older version this build claims to read still decodes from
+    /// the bytes that version wrote (v0: before format versions existed).
+    #[test]
+    fn golden_bytes_of_every_older_readable_format_decode() {
+        for version in OLDEST_READ_VERSION..FORMAT_VERSION {
+            for d in DECODERS.iter() {
+                for i in 0..d.samples.len() {
+                    let path = fixture(version, d.name, i);
+                    let golden =
+                        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                    let decoded = (d.decode)(&golden);
+                    assert!(decoded.is_ok(), "{}: {decoded:?}", path.display());
+                }
+            }
+        }
+        // v0 and v1 share the layout: v0's bytes are v1's body.
+        let v0 = std::fs::read(fixture(0, "command", 0)).unwrap();
+        let v1 = std::fs::read(fixture(1, "command", 0)).unwrap();
+        assert_eq!(v1[2..], v0[..]);
+    }
+
+    #[test]
+    fn a_newer_format_is_refused_and_counted() {
+        let mut bytes = encode(&Some(LogId::default())).unwrap();
+        bytes[1] = FORMAT_VERSION + 1;
+        let before = newer_format_refusals();
+        assert!(matches!(
+            decode::<Option<LogId>>(&bytes),
+            Err(CodecError::NewerFormat { version }) if version == FORMAT_VERSION + 1
+        ));
+        assert!(newer_format_refusals() > before);
     }
 
     #[test]
