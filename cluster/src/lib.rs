@@ -36,6 +36,7 @@ pub use node::{
     Applied, ClusterConfig, ClusterError, ClusterNode, ClusterStatus, MemberStatus, ProposeError,
     RaftListen, Timing,
 };
+pub use propose::Unconfirmed;
 pub use state::{ClusterState, DecisionRecord, Preview, ZoneChange, ZoneControl, HISTORY_LIMIT};
 pub use types::{Member, Role, TypeConfig};
 pub use view::{Automation, ClusterView, NodeId, ZoneId, ZoneStatus};

@@ -42,13 +42,38 @@ pub enum ProposeError {
     /// Committed and applied, and a safety rule refused it on every node.
     #[error("refused by rule {rule}: {message}")]
     Rejected { rule: RejectRule, message: String },
-    /// The entry was submitted but did not apply in time: it may still
-    /// commit. Never report this as a failure.
-    #[error("outcome unknown: the decision was submitted but not confirmed within {0:?}")]
-    OutcomeUnknown(Duration),
+    /// The entry was handed to Raft but its commit could not be confirmed
+    /// (no answer in time, or the leader stopped or lost its leadership
+    /// before answering): it may have committed, or may still. Never
+    /// report this as a failure; the payload says which version to check.
+    #[error("outcome unknown: {0}")]
+    OutcomeUnknown(Unconfirmed),
     /// The Raft node stopped or its storage failed.
     #[error("raft node failed: {0}")]
     Fatal(String),
+}
+
+/// A write whose outcome is unknown, and how to find it out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unconfirmed {
+    /// Why the commit was not confirmed.
+    pub why: &'static str,
+    /// How long the proposer waited.
+    pub waited: Duration,
+    /// The decision version the write takes if it committed and nothing
+    /// else came first: look for it (or a later one with this write's
+    /// actor and reason) in the decision history.
+    pub check_version: u64,
+}
+
+impl std::fmt::Display for Unconfirmed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the decision was submitted but {} (after {:?}); it may have committed as version {} or later: check `zonegate ctl decisions` before retrying",
+            self.why, self.waited, self.check_version
+        )
+    }
 }
 
 impl ProposeError {
@@ -138,7 +163,8 @@ impl Proposer {
     /// leadership with a quorum and wait until this node applied up to its
     /// commit index (openraft's linearizable read), then check the rules.
     /// A command the rules refuse is refused here and never enters the log.
-    async fn dry_run(&self, cmd: &Command) -> Result<(), ProposeError> {
+    /// Returns the version the command would take.
+    async fn dry_run(&self, cmd: &Command) -> Result<u64, ProposeError> {
         let read = tokio::time::timeout(self.propose_timeout, self.raft.ensure_linearizable());
         match read.await {
             Ok(Ok(_)) => {}
@@ -151,22 +177,34 @@ impl Proposer {
             }
             Ok(Err(RaftError::Fatal(e))) => return Err(ProposeError::Fatal(e.to_string())),
         }
-        self.state_rx.borrow().check(cmd)?;
-        Ok(())
+        Ok(self.state_rx.borrow().check(cmd)?.version)
     }
 
     async fn write(&self, cmd: Command) -> Result<Applied, ProposeError> {
         cmd.validate()?;
         self.check_quorum().await?;
         let cmd = cmd.stamped(now_ms());
-        self.dry_run(&cmd).await?;
-        let write = self.raft.client_write(cmd);
-        let answer = match tokio::time::timeout(self.propose_timeout, write).await {
-            Err(_) => return Err(ProposeError::OutcomeUnknown(self.propose_timeout)),
-            Ok(answer) => answer,
+        let check_version = self.dry_run(&cmd).await?;
+        // Until Raft has the entry nothing is written: a failure here is
+        // what it says. From then on, only an answer from Raft is a fact.
+        let answer = self
+            .raft
+            .client_write_ff(cmd)
+            .await
+            .map_err(|e| ProposeError::Fatal(e.to_string()))?;
+        let started = tokio::time::Instant::now();
+        let answer = tokio::time::timeout(self.propose_timeout, answer).await;
+        let unknown = |why| {
+            ProposeError::OutcomeUnknown(Unconfirmed {
+                why,
+                waited: started.elapsed(),
+                check_version,
+            })
         };
         match answer {
-            Ok(resp) => match resp.data.outcome {
+            Err(_) => Err(unknown("no commit was confirmed in time")),
+            Ok(Err(_)) => Err(unknown("the raft node stopped before confirming it")),
+            Ok(Ok(Ok(resp))) => match resp.data.outcome {
                 Some(Outcome::Applied { version }) => Ok(Applied { version }),
                 Some(Outcome::Rejected { rule, message }) => {
                     Err(ProposeError::Rejected { rule, message })
@@ -175,13 +213,15 @@ impl Proposer {
                     "a command entry applied without an outcome".into(),
                 )),
             },
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+            // openraft answers this for an entry it never appended (not the
+            // leader) or one it removed from its log as conflicting, which
+            // therefore never committed: not written, forward.
+            Ok(Ok(Err(ClientWriteError::ForwardToLeader(f)))) => {
                 Err(self.not_leader(f.leader_id, f.leader_node))
             }
-            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
+            Ok(Ok(Err(ClientWriteError::ChangeMembershipError(e)))) => {
                 Err(ProposeError::Fatal(e.to_string()))
             }
-            Err(RaftError::Fatal(e)) => Err(ProposeError::Fatal(e.to_string())),
         }
     }
 }

@@ -1126,3 +1126,75 @@ async fn refused_and_oversized_writes_never_enter_the_log_and_a_follower_down_me
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_stopped_mid_write_never_answers_failed_for_a_committed_write() {
+    with_timeout(async {
+        let mut cluster = TestCluster::start(&three_zones()).await;
+        let ids = cluster.ids();
+        let mut rng = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+            | 1;
+        let (mut applied, mut unknown, mut not_written) = (0, 0, 0);
+        for round in 0..20 {
+            let leader = cluster.wait_leader(&ids).await;
+            let node = cluster.nodes.get_mut(&leader).unwrap().take().unwrap();
+            let addr = node.raft_addr();
+            let reason = format!("race {round}");
+            let decision = match node.view().borrow().automation {
+                zonegate_cluster::Automation::Frozen => Decision::Unfreeze,
+                zonegate_cluster::Automation::Auto => Decision::Freeze,
+            };
+            let cmd = Command::decide(decision, "race", reason.clone());
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            // Stop the leader 0-4 ms into the write: before, during or
+            // after its commit.
+            let delay = Duration::from_micros(rng % 4000);
+            let (answer, stopped) = tokio::join!(node.propose(cmd), async {
+                tokio::time::sleep(delay).await;
+                node.shutdown().await
+            });
+            stopped.unwrap();
+            drop(node);
+            cluster.restart(leader, addr).await;
+
+            // Settle: a leader, and every node applied everything it has.
+            let now_leader = cluster.wait_leader(&ids).await;
+            eventually("every node applied the leader's log", || {
+                let last = cluster.node(now_leader).status().last_log_index;
+                ids.iter()
+                    .all(|id| cluster.node(*id).status().last_applied_index == last)
+                    .then_some(())
+            })
+            .await;
+            let committed = cluster
+                .node(now_leader)
+                .decisions(100)
+                .iter()
+                .any(|d| d.reason == reason);
+            match answer {
+                Ok(_) => {
+                    assert!(committed, "round {round}: applied but not in the history");
+                    applied += 1;
+                }
+                Err(ProposeError::OutcomeUnknown(u)) => {
+                    assert!(u.check_version > 0, "round {round}: {u}");
+                    unknown += 1;
+                }
+                Err(e) => {
+                    assert!(!committed, "round {round}: answered `{e}` but it committed");
+                    not_written += 1;
+                }
+            }
+        }
+        eprintln!(
+            "20 races: {applied} applied, {unknown} outcome unknown, {not_written} not written"
+        );
+        cluster.shutdown().await;
+    })
+    .await;
+}
