@@ -5,7 +5,7 @@
 //! The deciding happens in [`crate::detect`] (scores) and
 //! [`crate::state`] (safety rules); this module only moves observations,
 //! keeps counters and proposes. It knows neither the node nor the network:
-//! the loops are handed a [`Propose`] and a [`SendReport`] at start.
+//! the loops are handed a `Propose` and a `SendReport` at start.
 
 use std::collections::VecDeque;
 use std::future::Future;

@@ -1,7 +1,7 @@
 //! Proposing a command on the leader: the check-quorum guard, the leader's
 //! time stamp, and waiting for the applied outcome. The node's `propose`
-//! and the failover leader loop both go through [`Proposer`]; the loop sees
-//! it only as [`Propose`], so it depends on no node or network code.
+//! and the failover leader loop both go through `Proposer`; the loop sees
+//! it only as `Propose`, so it depends on no node or network code.
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -8,7 +8,7 @@
 //! truncate and purge are durable before they return; applied state is
 //! durable before `apply` returns, so a restarted node never re-applies a
 //! decision against an older state. Durable means sled's `flush_async`
-//! and then [`durable::Durable::sync`] (`fdatasync`/`fsync` of sled's
+//! and then `durable::Durable::sync` (`fdatasync`/`fsync` of sled's
 //! files: sled alone only `sync_file_range`s).
 //!
 //! sled's reads and in-memory inserts are quick synchronous calls and are
