@@ -43,6 +43,8 @@ pub struct Backend {
     hot: Hot,
     /// Consecutive failed requests (any success resets it).
     passive_streak: AtomicU32,
+    /// `[health] passive_failures`: a streak this long means "failing now".
+    passive_threshold: u32,
     /// Requests and failures since the health task last looked.
     window_requests: AtomicU64,
     window_failures: AtomicU64,
@@ -122,6 +124,7 @@ impl Backend {
                 panic_weight: AtomicU64::new(weight.to_bits()),
             },
             passive_streak: AtomicU32::new(0),
+            passive_threshold: health.passive_failures,
             window_requests: AtomicU64::new(0),
             window_failures: AtomicU64::new(0),
             trial_at_ms: AtomicU64::new(0),
@@ -251,6 +254,11 @@ impl Backend {
             .machine
             .score
             .map_or(1.0, |s| (s / 100.0).clamp(0.0, 1.0))
+    }
+
+    /// Its last `passive_failures` real requests all failed.
+    pub fn failing_now(&self) -> bool {
+        self.passive_streak.load(Ordering::Relaxed) >= self.passive_threshold
     }
 
     /// Counts a request in flight until the guard drops.

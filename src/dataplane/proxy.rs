@@ -204,6 +204,8 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
 #[derive(Clone)]
 struct RequestFacts {
     tenant: String,
+    /// The tenant's place in config (for cached metric handles).
+    tenant_index: usize,
     session: Option<u64>,
     /// The zone the session is pinned to, else this node's.
     home: ZoneId,
@@ -231,9 +233,15 @@ impl RequestFacts {
         let session = session_key(&parts.headers, meta).map(|s| hash_key(s.as_bytes()));
         let pinned = session.and_then(|s| pinned_zone(gw, &parts.headers, s));
         let view = gw.view.borrow().clone();
-        gw.budget.lock().record_request(now_ms() / 1000);
+        gw.with_budget(|b| b.record_request(now_ms() / 1000));
         RequestFacts {
             tenant: tenant.name.clone(),
+            tenant_index: gw
+                .cfg
+                .tenants
+                .iter()
+                .position(|t| std::ptr::eq(t, tenant))
+                .unwrap_or(0),
             session,
             home: pinned.unwrap_or_else(|| gw.cfg.node.zone.clone()),
             request_id: request_id(&parts.headers),

@@ -6,9 +6,10 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
+use prometheus::{Histogram, IntCounter};
 use zonegate_cluster::{ClusterView, ZoneId};
 
 use crate::clock::now_ms;
@@ -16,6 +17,7 @@ use crate::config::{Balance, Config, CrossZone, HealthConfig, ModelConfig};
 use crate::dataplane::backend::Backend;
 use crate::dataplane::balance::{self, Candidates, Ring, SmoothWrr};
 use crate::dataplane::request::RequestClass;
+use crate::telemetry::Metrics;
 
 /// Every model's pools, and every backend once (for health and admin).
 #[derive(Debug)]
@@ -35,6 +37,11 @@ pub struct ModelRoute {
     pub cfg: ModelConfig,
     /// One pool per zone that has a backend for this model, by zone name.
     pub pools: Vec<ZonePool>,
+    /// The zones of `pools`, in the same order.
+    pub zones: Vec<ZoneId>,
+    /// Metric handles of this model, made on first use: the request path
+    /// bumps them without a label lookup.
+    handles: OnceLock<ModelHandles>,
     /// No backend of this model in any zone is healthy (all ejected or due
     /// for ejection), as of the last health sweep.
     unhealthy: AtomicBool,
@@ -57,6 +64,23 @@ pub struct ZonePool {
     wrr: Mutex<SmoothWrr>,
     /// Requests in flight through this pool, for the ring's load bound.
     in_flight: Arc<AtomicU64>,
+    /// Per backend (same order): its metric handles for this model.
+    handles: Vec<OnceLock<AttemptHandles>>,
+}
+
+/// A model's metric handles, by tenant where the label has one.
+#[derive(Debug)]
+pub struct ModelHandles {
+    pub duration: Histogram,
+    /// `zonegate_requests_total{outcome="ok"}`, by tenant index.
+    pub ok_by_tenant: Vec<IntCounter>,
+}
+
+/// One backend's metric handles for one model.
+#[derive(Debug)]
+pub struct AttemptHandles {
+    pub ok: IntCounter,
+    pub first_byte: Histogram,
 }
 
 /// How a backend was chosen; becomes part of `x-zonegate-route`.
@@ -81,6 +105,10 @@ impl PickReason {
         }
     }
 }
+
+/// The share of its panic weight a backend that is failing every real
+/// request keeps.
+const FAILING_SHARE: f64 = 0.01;
 
 /// The pickers' view of a pool for one request. A backend weighs its
 /// effective weight (config × state × ramp, 0 while ejected), or in panic
@@ -107,7 +135,11 @@ impl Candidates for PickView<'_> {
             return 0.0;
         }
         if self.panic {
-            b.panic_weight()
+            // Panic mode spreads load over every backend by score; one that
+            // is failing real requests right now (its last
+            // `passive_failures` all failed) keeps a sliver of its share, so
+            // it is still sampled but retries are not spent on it.
+            b.panic_weight() * if b.failing_now() { FAILING_SHARE } else { 1.0 }
         } else {
             b.effective_weight()
         }
@@ -148,6 +180,22 @@ impl Drop for PoolGuard {
 }
 
 impl ZonePool {
+    /// The metric handles of backend `i` of this pool for `model`.
+    pub fn handles(&self, i: usize, model: &str, metrics: &Metrics) -> &AttemptHandles {
+        self.handles[i].get_or_init(|| {
+            let b = &self.backends[i];
+            AttemptHandles {
+                ok: metrics.forward_attempts.with_label_values(&[
+                    model,
+                    &b.name,
+                    b.zone.as_str(),
+                    "ok",
+                ]),
+                first_byte: metrics.first_byte.with_label_values(&[model, &b.name]),
+            }
+        })
+    }
+
     fn new(zone: ZoneId, backends: Vec<Arc<Backend>>, balance: Balance, cfg: &Config) -> Self {
         // Sessions use the ring whatever the model's policy when zone pins
         // are on, so every pool needs one then.
@@ -170,6 +218,7 @@ impl ZonePool {
             panic: AtomicBool::new(false),
             typical_latency_ms: AtomicU64::new(0),
             wrr: Mutex::new(SmoothWrr::new(backends.len())),
+            handles: backends.iter().map(|_| OnceLock::new()).collect(),
             backends,
             ring,
             in_flight: Arc::new(AtomicU64::new(0)),
@@ -229,7 +278,7 @@ impl ZonePool {
         now_ms: u64,
         tried: &[usize],
         rng: &mut fastrand::Rng,
-    ) -> Option<(Arc<Backend>, PickReason)> {
+    ) -> Option<(usize, PickReason)> {
         let view = self.view(now_ms, tried);
         let (i, reason) = match (balance, &self.ring, session) {
             (Balance::Ring, Some(ring), Some(key)) => {
@@ -240,7 +289,7 @@ impl ZonePool {
             (Balance::Random, ..) => (balance::weighted_draw(&view, rng)?, PickReason::Random),
             _ => (balance::p2c(&view, rng)?, PickReason::P2c),
         };
-        Some((Arc::clone(&self.backends[i]), reason))
+        Some((i, reason))
     }
 
     pub fn enter(&self) -> PoolGuard {
@@ -283,11 +332,14 @@ impl Routes {
                     .into_iter()
                     .map(|(zone, list)| ZonePool::new(zone, list, m.balance, cfg))
                     .collect();
+                let pools: Vec<ZonePool> = pools;
                 (
                     m.name.clone(),
                     ModelRoute {
                         cfg: m.clone(),
+                        zones: pools.iter().map(|p| p.zone.clone()).collect(),
                         pools,
+                        handles: OnceLock::new(),
                         unhealthy: AtomicBool::new(false),
                     },
                 )
@@ -429,6 +481,20 @@ impl Routes {
 }
 
 impl ModelRoute {
+    /// This model's metric handles (`tenants` in config order).
+    pub fn handles(&self, metrics: &Metrics, tenants: &[crate::config::Tenant]) -> &ModelHandles {
+        self.handles.get_or_init(|| {
+            let name = self.cfg.name.as_str();
+            ModelHandles {
+                duration: metrics.request_duration.with_label_values(&[name]),
+                ok_by_tenant: tenants
+                    .iter()
+                    .map(|t| metrics.requests.with_label_values(&[&t.name, name, "ok"]))
+                    .collect(),
+            }
+        })
+    }
+
     pub fn pool(&self, zone: &ZoneId) -> Option<&ZonePool> {
         self.pools.iter().find(|p| &p.zone == zone)
     }

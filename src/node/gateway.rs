@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use parking_lot::Mutex;
 use tokio::sync::watch;
 use zonegate_cluster::{ClusterNode, ClusterView, ZoneObservation};
 
@@ -26,7 +25,9 @@ pub struct Gateway {
     pub routes: ArcSwap<Routes>,
     /// The control plane's latest view; the data plane never waits on it.
     pub view: watch::Receiver<Arc<ClusterView>>,
-    pub budget: Mutex<RetryBudget>,
+    /// The retry budget's settings; each data-plane thread keeps its own
+    /// budget from them (see [`Gateway::with_budget`]).
+    budget: BudgetSettings,
     pub metrics: Metrics,
     pub events: Arc<EventLog>,
     /// This node's Raft member, or `None` when it runs standalone.
@@ -41,7 +42,23 @@ pub struct Gateway {
     witness: bool,
 }
 
+/// How each thread's retry budget is made: the ratio and window of
+/// `[retry]`, and the floor split over the data-plane threads, so the node
+/// as a whole allows what the config says.
+#[derive(Clone, Copy, Debug)]
+struct BudgetSettings {
+    ratio: f64,
+    window_s: u64,
+    floor_per_thread: u64,
+}
+
 thread_local! {
+    /// This thread's retry budget, and the gateway it belongs to. A
+    /// request, its retries and its continuations run on one data-plane
+    /// thread, so a budget per thread needs no lock on the request path
+    /// (the nginx worker model again).
+    static BUDGET: std::cell::RefCell<Option<(usize, RetryBudget)>> = const { std::cell::RefCell::new(None) };
+
     /// This thread's upstream pools, one per connect timeout in use (models
     /// may set their own; most share the default). Data-plane threads each
     /// run their own single-threaded runtime, so a pooled connection, its
@@ -51,6 +68,27 @@ thread_local! {
 }
 
 impl Gateway {
+    /// Runs `f` on the calling thread's retry budget.
+    pub fn with_budget<R>(&self, f: impl FnOnce(&mut RetryBudget) -> R) -> R {
+        let me = self as *const Gateway as usize;
+        BUDGET.with(|cell| {
+            let mut cell = cell.borrow_mut();
+            let budget = match &mut *cell {
+                Some((owner, budget)) if *owner == me => budget,
+                slot => {
+                    let b = self.budget;
+                    &mut slot
+                        .insert((
+                            me,
+                            RetryBudget::new(b.ratio, b.window_s, b.floor_per_thread),
+                        ))
+                        .1
+                }
+            };
+            f(budget)
+        })
+    }
+
     /// The calling thread's upstream pool for `connect_timeout`.
     pub fn upstream(&self, connect_timeout: Duration) -> Upstream {
         UPSTREAM.with(|pools| {
@@ -111,15 +149,16 @@ impl Gateway {
                 .with_label_values(&[&b.name, b.zone.as_str()])
                 .set(1);
         }
-        let budget = RetryBudget::new(
-            cfg.retry.budget_ratio,
-            cfg.retry.budget_window.as_secs().max(1),
-            u64::from(cfg.retry.min_retries_per_window),
-        );
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+        let budget = BudgetSettings {
+            ratio: cfg.retry.budget_ratio,
+            window_s: cfg.retry.budget_window.as_secs().max(1),
+            floor_per_thread: u64::from(cfg.retry.min_retries_per_window).div_ceil(threads),
+        };
         Self {
             routes: ArcSwap::from_pointee(routes),
             view,
-            budget: Mutex::new(budget),
+            budget,
             metrics,
             events: Arc::new(EventLog::default()),
             cluster,

@@ -43,6 +43,9 @@ pub(super) struct Outgoing<'a> {
 pub(super) struct Winner<'a> {
     pub committed: Committed,
     pub model: &'a ModelRoute,
+    pub pool: &'a ZonePool,
+    /// The backend's place in `pool`.
+    pub index: usize,
     pub backend: Arc<Backend>,
     pub reason: PickReason,
     pub cross_zone: bool,
@@ -68,6 +71,16 @@ pub(super) struct Attempts {
     zone_recorded: bool,
 }
 
+/// A backend chosen for the next attempt.
+struct Pick {
+    backend: Arc<Backend>,
+    /// Its place in its pool.
+    index: usize,
+    reason: PickReason,
+    /// A half-open trial of an ejected backend.
+    trial: bool,
+}
+
 /// Where a model may be tried once more after every candidate failed.
 struct Revisit {
     backend: Arc<Backend>,
@@ -90,9 +103,8 @@ pub(super) async fn forward_chain<'a>(
     let mut next = 0;
     while let Some(&(model, link)) = queue.get(next) {
         next += 1;
-        let zones: Vec<ZoneId> = model.pools.iter().map(|p| p.zone.clone()).collect();
         let cross_zone_ok = gw.cfg.affinity.cross_zone_fallback;
-        let plan = plan_zones(&req.home, &req.view, &zones, req.class, cross_zone_ok);
+        let plan = plan_zones(&req.home, &req.view, &model.zones, req.class, cross_zone_ok);
         zone_watch
             .zone
             .get_or_insert_with(|| plan.effective.clone());
@@ -105,7 +117,13 @@ pub(super) async fn forward_chain<'a>(
                 let Some(pool) = model.pool(&zone) else {
                     continue;
                 };
-                while let Some((backend, reason, trial)) = on_model.pick(pool, attempts) {
+                while let Some(Pick {
+                    backend,
+                    index,
+                    reason,
+                    trial,
+                }) = on_model.pick(pool, attempts)
+                {
                     if attempts.count > 0 && !take_retry(gw, model, now_ms()) {
                         attempts.budget_exhausted = true;
                         zone_watch.finish(gw, None, attempts);
@@ -126,6 +144,8 @@ pub(super) async fn forward_chain<'a>(
                             return Ok(Winner {
                                 committed,
                                 model,
+                                pool,
+                                index,
                                 backend,
                                 reason,
                                 cross_zone: zone != plan.effective,
@@ -249,34 +269,29 @@ impl ModelAttempts {
 
     /// The next backend to try in `pool`, and whether it is a half-open
     /// trial of an ejected one (only when the pool has nothing usable left).
-    fn pick(
-        &mut self,
-        pool: &ZonePool,
-        attempts: &Attempts,
-    ) -> Option<(Arc<Backend>, PickReason, bool)> {
+    fn pick(&mut self, pool: &ZonePool, attempts: &Attempts) -> Option<Pick> {
         if self.made >= self.max {
             return None;
         }
         let now = now_ms();
+        let tried = &attempts.tried;
         let picked = pool
-            .pick(
-                self.balance,
-                self.session,
-                now,
-                &attempts.tried,
-                &mut self.rng,
-            )
-            .map(|(b, r)| (b, r, false))
+            .pick(self.balance, self.session, now, tried, &mut self.rng)
+            .map(|(index, reason)| (index, reason, false))
             .or_else(|| {
-                let trial = pool.backends.iter().find(|b| {
-                    !attempts.tried.contains(&(Arc::as_ptr(b) as usize)) && b.claim_trial(now)
+                let index = pool.backends.iter().position(|b| {
+                    !tried.contains(&(Arc::as_ptr(b) as usize)) && b.claim_trial(now)
                 })?;
-                Some((Arc::clone(trial), PickReason::Trial, true))
+                Some((index, PickReason::Trial, true))
             });
-        if picked.is_some() {
-            self.made += 1;
-        }
-        picked
+        let (index, reason, trial) = picked?;
+        self.made += 1;
+        Some(Pick {
+            backend: Arc::clone(&pool.backends[index]),
+            index,
+            reason,
+            trial,
+        })
     }
 
     fn failed(&mut self, backend: &Arc<Backend>, e: &AttemptError) {
@@ -318,7 +333,7 @@ impl ModelAttempts {
 /// A retry takes from the retry budget; false when it is spent.
 fn take_retry(gw: &Gateway, model: &ModelRoute, now: u64) -> bool {
     let name = [model.cfg.name.as_str()];
-    if !gw.budget.lock().try_retry(now / 1000) {
+    if !gw.with_budget(|b| b.try_retry(now / 1000)) {
         gw.metrics
             .retry_budget_exhausted
             .with_label_values(&name)

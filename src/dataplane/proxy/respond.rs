@@ -31,26 +31,26 @@ fn served(gw: &Gateway, req: RequestFacts, w: &Winner<'_>, attempts: u32) -> Ser
     let (model, backend, committed) = (w.model, Arc::clone(&w.backend), &w.committed);
     backend.record_success(committed.first_byte, now_ms());
     let m = &gw.metrics;
-    m.first_byte
-        .with_label_values(&[&model.cfg.name, &backend.name])
+    let handles = w.pool.handles(w.index, &model.cfg.name, m);
+    handles
+        .first_byte
         .observe(committed.first_byte.as_secs_f64());
-    m.forward_attempts
-        .with_label_values(&[&model.cfg.name, &backend.name, backend.zone.as_str(), "ok"])
-        .inc();
+    handles.ok.inc();
     let class = req.class.as_str();
-    let mut route = vec![w.reason.as_str().to_owned()];
+    let mut route = String::from(w.reason.as_str());
     if w.cross_zone {
-        route.push("fallback:cross-zone".into());
+        route.push_str(", fallback:cross-zone");
         m.fallbacks.with_label_values(&["cross_zone", class]).inc();
     }
     if w.link != Link::Primary {
-        route.push(w.link.as_str().into());
+        route.push_str(", ");
+        route.push_str(w.link.as_str());
         m.fallbacks
             .with_label_values(&[w.link.metric_kind(), class])
             .inc();
     }
     if attempts > 1 {
-        route.push(format!("retry:{}", attempts - 1));
+        route.push_str(&format!(", retry:{}", attempts - 1));
     }
     // A session is pinned to its home zone: the zone that served it first,
     // never the zone a short request crossed to (that would lose the home
@@ -64,7 +64,7 @@ fn served(gw: &Gateway, req: RequestFacts, w: &Winner<'_>, attempts: u32) -> Ser
         tenant: req.tenant,
         model: model.cfg.name.clone(),
         backend,
-        route: route.join(", "),
+        route,
         decision_version: req.decision_version,
         request_id: req.request_id,
         class: req.class,
@@ -99,6 +99,11 @@ pub(super) fn respond(
     attempts: u32,
     continuer: Option<Continuer>,
 ) -> Response {
+    let model_handles = winner.model.handles(&gw.metrics, &gw.cfg.tenants);
+    let winner_handles = (
+        model_handles.ok_by_tenant.get(req.tenant_index).cloned(),
+        model_handles.duration.clone(),
+    );
     let ctx = served(gw, req, &winner, attempts);
     let Winner {
         mut committed,
@@ -121,6 +126,7 @@ pub(super) fn respond(
     if let Some(token) = &ctx.pin_token {
         forward::set_header(&mut headers, PIN_HEADER, token);
     }
+    let handles = winner_handles;
     let opts = RelayOptions {
         sse,
         continuable: sse && status.is_success() && continuer.is_some(),
@@ -130,6 +136,8 @@ pub(super) fn respond(
     };
     let hooks = Hooks {
         gw: Arc::clone(gw),
+        ok: handles.0,
+        duration: handles.1,
         current: Arc::clone(&ctx.backend),
         answered_by: ctx.model.clone(),
         ttft: started.elapsed(),
@@ -149,6 +157,10 @@ pub(super) fn respond(
 /// is streaming, continuations, and the final metrics and access line.
 struct Hooks {
     gw: Arc<Gateway>,
+    /// This tenant's and model's `requests_total{outcome="ok"}` and the
+    /// model's duration histogram, looked up once per route table.
+    ok: Option<prometheus::IntCounter>,
+    duration: prometheus::Histogram,
     ctx: Served,
     /// The backend streaming now (it changes with a continuation).
     current: Arc<Backend>,
@@ -212,14 +224,15 @@ impl RelayHooks for Hooks {
             StreamEnd::ClientGone => "client_gone",
             StreamEnd::Aborted(_) => "stream_aborted",
         };
-        gw.metrics
-            .requests
-            .with_label_values(&[&ctx.tenant, &ctx.model, outcome])
-            .inc();
-        gw.metrics
-            .request_duration
-            .with_label_values(&[&ctx.model])
-            .observe(self.started.elapsed().as_secs_f64());
+        match (&self.ok, outcome) {
+            (Some(ok), "ok") => ok.inc(),
+            _ => gw
+                .metrics
+                .requests
+                .with_label_values(&[&ctx.tenant, &ctx.model, outcome])
+                .inc(),
+        }
+        self.duration.observe(self.started.elapsed().as_secs_f64());
         tracing::info!(
             target: "zonegate::access",
             request_id = %ctx.request_id,
