@@ -194,3 +194,31 @@ pub fn metric_names(text: &str) -> Vec<String> {
     }
     out
 }
+
+/// docs/metrics.md documents exactly the declared metrics, each with the
+/// type the table gives it.
+#[test]
+fn metrics_doc_lists_every_declared_metric() {
+    let doc = read(&root().join("docs/metrics.md"));
+    let rows: Vec<(&str, &str)> = doc
+        .lines()
+        .filter_map(|l| {
+            let mut cells = l.split('|').map(str::trim).skip(1);
+            let name = cells.next()?.strip_prefix('`')?.strip_suffix('`')?;
+            Some((name, cells.next()?))
+        })
+        .filter(|(n, _)| n.starts_with("zonegate_"))
+        .collect();
+    for (name, kind, _) in zonegate::telemetry::metrics::DECLARED {
+        assert!(
+            rows.contains(&(*name, kind.prometheus_type())),
+            "docs/metrics.md lacks `{name}` ({})",
+            kind.prometheus_type()
+        );
+    }
+    assert_eq!(
+        rows.len(),
+        zonegate::telemetry::metrics::DECLARED.len(),
+        "{rows:?}"
+    );
+}
