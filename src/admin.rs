@@ -1,7 +1,10 @@
-//! The admin listener: Prometheus `/metrics` (open, for scrapers) and the
-//! `/admin/v1/*` API behind bearer tokens with viewer/operator roles.
+//! The admin listener: Prometheus `/metrics` (open, for scrapers), the
+//! `/dashboard` page (open; it asks for a token and calls the API with
+//! it), and the `/admin/v1/*` API behind bearer tokens with
+//! viewer/operator roles.
 
 mod cluster;
+mod dashboard;
 
 use std::sync::Arc;
 
@@ -28,12 +31,14 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/admin/v1/unfreeze", post(cluster::write))
         .route("/admin/v1/backends", get(backends))
         .route("/admin/v1/events", get(events))
+        .route("/admin/v1/whoami", get(whoami))
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&gw),
             require_token,
         ));
     Router::new()
         .route("/metrics", get(metrics))
+        .merge(dashboard::router())
         .merge(api)
         .method_not_allowed_fallback(|m: Method| async move {
             ApiError::MethodNotAllowed(m.to_string())
@@ -50,6 +55,7 @@ async fn require_token(State(gw): State<Arc<Gateway>>, mut req: Request, next: N
         Ok(t) if auth::allows(t.role, req.method()) => {
             req.extensions_mut().insert(cluster::Identity {
                 name: t.name.clone(),
+                role: t.role,
             });
             next.run(req).await
         }
@@ -237,6 +243,18 @@ async fn backends(State(gw): State<Arc<Gateway>>) -> Json<serde_json::Value> {
         "floor_model": gw.cfg.health.floor_model,
         "backends": list,
     }))
+}
+
+/// `GET /admin/v1/whoami`: the token's name and role (the dashboard shows
+/// the operators' actions only to operators).
+async fn whoami(
+    axum::Extension(who): axum::Extension<cluster::Identity>,
+) -> Json<serde_json::Value> {
+    let role = match who.role {
+        crate::config::Role::Viewer => "viewer",
+        crate::config::Role::Operator => "operator",
+    };
+    Json(json!({ "name": who.name, "role": role }))
 }
 
 /// Recent eject, rejoin, refused-ejection, panic and breaker events,
