@@ -168,6 +168,11 @@ fn refresh_metrics(gw: &Gateway) {
             m.pool_backends_up
                 .with_label_values(&labels)
                 .set(i64::try_from(up).unwrap_or(i64::MAX));
+            // Also set by the panic events; read here too so every pool
+            // exports 0 until it panics.
+            m.pool_panic
+                .with_label_values(&labels)
+                .set(i64::from(p.in_panic()));
         }
     }
     let known = |b: &str| routes.backends.iter().any(|x| x.name == b);
