@@ -213,8 +213,17 @@ struct RawModel {
     balance: Balance,
     #[serde(default)]
     fallback: Vec<String>,
+    #[serde(default)]
+    context_fallback: Vec<String>,
+    connect_timeout: Option<String>,
+    ttft_timeout: Option<String>,
+    /// Deprecated alias of `ttft_timeout`.
     first_byte_timeout: Option<String>,
+    generation_timeout: Option<String>,
+    idle_timeout: Option<String>,
     total_timeout: Option<String>,
+    #[serde(default)]
+    continuation: Continuation,
     tier: Option<u32>,
 }
 
@@ -227,6 +236,7 @@ struct RawRetry {
     min_retries_per_window: Option<u32>,
     default_cooldown: Option<String>,
     connect_timeout: Option<String>,
+    max_retry_after_wait: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -391,13 +401,30 @@ pub struct BackendConfig {
     pub model_names: HashMap<String, String>,
 }
 
+/// How a stream that broke after bytes reached the client is continued
+/// on this model (`[[models]] continuation`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Continuation {
+    /// Resend with the text delivered so far as an assistant prefill.
+    #[default]
+    Prefill,
+    /// Resend the original request and stream on only if the regenerated
+    /// text begins with exactly what was delivered (deterministic decoding).
+    Restart,
+    /// Never continue: the client gets the SSE error event.
+    None,
+}
+
 #[derive(Clone, Debug)]
 pub struct ModelConfig {
     pub name: String,
     pub balance: Balance,
     pub fallback: Vec<String>,
-    pub first_byte_timeout: Duration,
-    pub total_timeout: Duration,
+    /// Larger-context models a `context_length_exceeded` answer goes to.
+    pub context_fallback: Vec<String>,
+    pub timeouts: Timeouts,
+    pub continuation: Continuation,
     /// Capability tier (higher is more capable); `None` when undeclared,
     /// which counts as tier 0 against a request's minimum.
     pub tier: Option<u32>,
@@ -415,6 +442,38 @@ pub struct RetryConfig {
     /// Cooldown after a 429 without `Retry-After`.
     pub default_cooldown: Duration,
     pub connect_timeout: Duration,
+    /// A 429 whose `Retry-After` is at most this is waited out on the same
+    /// model when no other backend of it is free.
+    pub max_retry_after_wait: Duration,
+}
+
+/// A model's timeouts, fitted to LLM work: a long generation is work, not
+/// a failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// To open a connection to a backend.
+    pub connect: Duration,
+    /// Streams: from sending to the first body byte (time to first token).
+    pub ttft: Duration,
+    /// Non-streaming: to the first byte of the response, which servers
+    /// send only when the generation is complete.
+    pub generation: Duration,
+    /// Between two chunks of a response body.
+    pub idle: Duration,
+    /// One deadline over every attempt, retry and fallback of a request.
+    pub total: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(2),
+            ttft: Duration::from_secs(30),
+            generation: Duration::from_secs(600),
+            idle: Duration::from_secs(30),
+            total: Duration::from_secs(600),
+        }
+    }
 }
 
 /// Health model settings (`[health]`). Scores are 0–100; shares and
@@ -624,8 +683,8 @@ impl Validator<'_> {
             .any(|m| m.id == node.id && m.role == MemberRole::Witness);
         let tenants = self.tenants(raw.tenants)?;
         let backends = self.backends(raw.backends, witness)?;
-        let models = self.models(raw.models, &backends)?;
         let retry = self.retry(raw.retry)?;
+        let models = self.models(raw.models, &backends, retry.connect_timeout)?;
         let health = self.health(raw.health, &models)?;
         let affinity = AffinityConfig {
             zone_pin: raw.affinity.zone_pin.unwrap_or(true),
@@ -923,10 +982,55 @@ impl Validator<'_> {
             .collect()
     }
 
+    /// A model's timeouts; `first_byte_timeout` is read as the deprecated
+    /// alias of `ttft_timeout` (with a warning).
+    fn timeouts(
+        &self,
+        key: &str,
+        m: &RawModel,
+        default_connect: Duration,
+    ) -> Result<Timeouts, ConfigError> {
+        let d = Timeouts::default();
+        let ttft = match (&m.ttft_timeout, &m.first_byte_timeout) {
+            (Some(_), Some(_)) => {
+                return Err(self.err(
+                    format!("{key}.first_byte_timeout"),
+                    "set only ttft_timeout (first_byte_timeout is its deprecated alias)",
+                ))
+            }
+            (None, Some(old)) => {
+                tracing::warn!(
+                    file = %self.file,
+                    "{key}.first_byte_timeout is deprecated: it is now ttft_timeout, and applies to streams only"
+                );
+                self.duration(&format!("{key}.first_byte_timeout"), Some(old), d.ttft)?
+            }
+            (new, None) => self.duration(&format!("{key}.ttft_timeout"), new.as_deref(), d.ttft)?,
+        };
+        let field = |name: &str, v: &Option<String>, default| {
+            self.duration(&format!("{key}.{name}"), v.as_deref(), default)
+        };
+        let t = Timeouts {
+            connect: field("connect_timeout", &m.connect_timeout, default_connect)?,
+            ttft,
+            generation: field("generation_timeout", &m.generation_timeout, d.generation)?,
+            idle: field("idle_timeout", &m.idle_timeout, d.idle)?,
+            total: field("total_timeout", &m.total_timeout, d.total)?,
+        };
+        if t.total < t.ttft {
+            return Err(self.err(
+                format!("{key}.total_timeout"),
+                "must be at least ttft_timeout: the deadline bounds every attempt",
+            ));
+        }
+        Ok(t)
+    }
+
     fn models(
         &self,
         raw: Vec<RawModel>,
         backends: &[BackendConfig],
+        default_connect: Duration,
     ) -> Result<Vec<ModelConfig>, ConfigError> {
         let served: Vec<&str> = {
             let mut seen = HashSet::new();
@@ -959,20 +1063,22 @@ impl Validator<'_> {
                     ));
                 }
             }
+            for (j, f) in m.context_fallback.iter().enumerate() {
+                if !served.contains(&f.as_str()) || *f == m.name {
+                    return Err(self.err(
+                        format!("{key}.context_fallback[{j}]"),
+                        format!("`{f}` is not another model served by some backend"),
+                    ));
+                }
+            }
+            let timeouts = self.timeouts(&key, &m, default_connect)?;
             out.push(ModelConfig {
-                first_byte_timeout: self.duration(
-                    &format!("{key}.first_byte_timeout"),
-                    m.first_byte_timeout.as_deref(),
-                    Duration::from_secs(30),
-                )?,
-                total_timeout: self.duration(
-                    &format!("{key}.total_timeout"),
-                    m.total_timeout.as_deref(),
-                    Duration::from_secs(600),
-                )?,
                 name: m.name,
                 balance: m.balance,
                 fallback: m.fallback,
+                context_fallback: m.context_fallback,
+                timeouts,
+                continuation: m.continuation,
                 tier: m.tier,
             });
         }
@@ -982,8 +1088,12 @@ impl Validator<'_> {
                     name: name.to_owned(),
                     balance: Balance::default(),
                     fallback: Vec::new(),
-                    first_byte_timeout: Duration::from_secs(30),
-                    total_timeout: Duration::from_secs(600),
+                    context_fallback: Vec::new(),
+                    timeouts: Timeouts {
+                        connect: default_connect,
+                        ..Timeouts::default()
+                    },
+                    continuation: Continuation::default(),
                     tier: None,
                 });
             }
@@ -1014,6 +1124,11 @@ impl Validator<'_> {
                 "retry.connect_timeout",
                 raw.connect_timeout.as_deref(),
                 Duration::from_secs(2),
+            )?,
+            max_retry_after_wait: self.duration(
+                "retry.max_retry_after_wait",
+                raw.max_retry_after_wait.as_deref(),
+                Duration::from_secs(3),
             )?,
         })
     }
@@ -1276,8 +1391,7 @@ mod tests {
         let c = Config::parse("test.toml", MINIMAL).unwrap();
         assert_eq!(c.models.len(), 1);
         assert_eq!(c.models[0].balance, Balance::P2c);
-        assert_eq!(c.models[0].first_byte_timeout, Duration::from_secs(30));
-        assert_eq!(c.models[0].total_timeout, Duration::from_secs(600));
+        assert_eq!(c.models[0].timeouts, Timeouts::default());
         assert_eq!(c.node.max_body_bytes, 32 * 1024 * 1024);
         assert_eq!(c.retry.max_attempts, 3);
         assert_eq!(c.tenants[0].priority, Priority::P0);

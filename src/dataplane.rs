@@ -1,7 +1,8 @@
 //! The request path, one stage per module: `auth` → `request` (read) →
 //! `routing` (resolve, plan zones) → `affinity` (pin) → `balance` (pick) →
-//! `forward` (with `retry`'s budget) → respond; `proxy` strings the stages
-//! together and `error` is where its errors become HTTP. `backend` holds
+//! `forward` (with `retry`'s budget) → respond (`relay` streams the body,
+//! `sse` reads event streams); `proxy` strings the stages together and
+//! `error` is where its errors become HTTP. `backend` holds
 //! each backend's live signals, `observe` the per-zone results the node
 //! reports to the leader.
 
@@ -13,6 +14,8 @@ pub mod error;
 pub mod forward;
 pub mod observe;
 pub mod proxy;
+pub mod relay;
 pub mod request;
 pub mod retry;
 pub mod routing;
+pub mod sse;

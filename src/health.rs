@@ -280,13 +280,16 @@ pub fn evaluate(
         "probe failed".to_owned()
     };
     let reason = match change {
-        Change::Ejected(_) => format!(
-            "score {:.0} under {} for {} evaluations ({probe}); out for at least {:?}",
-            eval.score,
-            cfg.eject_below,
-            cfg.unhealthy_threshold,
-            backend.health().machine.watch_time(cfg)
-        ),
+        Change::Ejected(_) => {
+            backend.arm_trials(now_ms);
+            format!(
+                "score {:.0} under {} for {} evaluations ({probe}); out for at least {:?}",
+                eval.score,
+                cfg.eject_below,
+                cfg.unhealthy_threshold,
+                backend.health().machine.watch_time(cfg)
+            )
+        }
         Change::Rejoined => {
             backend.forget_past();
             format!(
@@ -310,16 +313,51 @@ pub fn evaluate(
     (next, true)
 }
 
-/// Reports a passive ejection (called by the request path).
-pub fn passive_ejection(gw: &Gateway, backend: &Backend, change: Change, error: &str) {
+/// A real request failed on `backend` (called by the request path): its
+/// passive signal, which ejects it after `passive_failures` in a row
+/// unless the pool-wide cap says no. Every change is an event.
+pub fn passive_failure(gw: &Gateway, backend: &Backend, error: &str, now_ms: u64) {
+    let cfg = &gw.cfg.health;
+    let routes = gw.routes.load();
+    // Serialised with every other ejection, so two racing ones cannot both
+    // see room under the cap.
+    let change = routes.serialised(|| {
+        backend.record_failure(now_ms, cfg, || routes.may_eject_passive(backend, cfg))
+    });
+    let Some(change) = change else { return };
     let reason = match change {
         Change::Ejected(Cause::Passive) => format!(
-            "{} consecutive failed requests, the last: {error}",
-            gw.cfg.health.passive_failures
+            "{} consecutive failed requests, the last: {error}; half-open trials from 1s",
+            cfg.passive_failures
+        ),
+        Change::EjectionRefused => format!(
+            "{} consecutive failed requests, but ejecting it would take more than \
+             max_ejected_percent ({}%) of a pool out: kept in, the pool routes in panic mode",
+            cfg.passive_failures, cfg.max_ejected_percent
         ),
         _ => error.to_owned(),
     };
     gw.events.backend(&gw.metrics, backend, change, &reason);
+}
+
+/// A half-open trial on an ejected backend ended. A success brings it back
+/// early, as a canary; a failure doubles the wait for the next trial.
+pub fn trial_ended(gw: &Gateway, backend: &Backend, ok: bool, now_ms: u64) {
+    backend.end_trial(ok, now_ms);
+    if !ok {
+        return;
+    }
+    let cfg = &gw.cfg.health;
+    if let Some(change) =
+        backend.with_health(now_ms, cfg, |h| h.machine.trial_succeeded(now_ms, cfg))
+    {
+        backend.forget_past();
+        let reason = format!(
+            "a trial request succeeded while it was out; canary at {}% of its share",
+            cfg.canary_share * 100.0
+        );
+        gw.events.backend(&gw.metrics, backend, change, &reason);
+    }
 }
 
 #[cfg(test)]

@@ -133,7 +133,64 @@ pub enum Command {
     },
 }
 
+/// The most bytes a command's `reason` may hold.
+pub const MAX_REASON_BYTES: usize = 1024;
+/// The most bytes a command's `actor` may hold.
+pub const MAX_ACTOR_BYTES: usize = 128;
+/// The most bytes a command's `evidence` may hold (the detector's JSON of
+/// at most [`crate::detect::MAX_EVIDENCE_PERIODS`] periods fits).
+pub const MAX_EVIDENCE_BYTES: usize = 16 * 1024;
+/// The most bytes a zone name in a decision may hold.
+pub const MAX_ZONE_BYTES: usize = 64;
+
 impl Command {
+    /// Check the bounds that keep every entry small, so a log entry and an
+    /// append batch always fit their decode limits and a lagging follower
+    /// can always catch up. Pure; checked on the leader before a command
+    /// is proposed (and by dry runs), never in `apply`, so entries written
+    /// before these bounds still apply the same everywhere.
+    pub fn validate(&self) -> Result<(), Rejection> {
+        let (Command::Decide {
+            decision,
+            actor,
+            reason,
+            evidence,
+            ..
+        }
+        | Command::Auto {
+            decision,
+            actor,
+            reason,
+            evidence,
+            ..
+        }) = self;
+        let zones = decision.zones();
+        let fields = [
+            ("reason", reason.len(), MAX_REASON_BYTES),
+            ("actor", actor.len(), MAX_ACTOR_BYTES),
+        ]
+        .into_iter()
+        .chain(
+            evidence
+                .as_ref()
+                .map(|e| ("evidence", e.len(), MAX_EVIDENCE_BYTES)),
+        )
+        .chain(
+            zones
+                .iter()
+                .map(|z| ("zone name", z.as_str().len(), MAX_ZONE_BYTES)),
+        );
+        for (field, len, max) in fields {
+            if len > max {
+                return Err(Rejection::new(
+                    RejectRule::TooLong,
+                    format!("{field} is {len} bytes; at most {max} are allowed"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// A decision by `actor` with a reason, no CAS, no evidence; `at_ms` is
     /// stamped by the leader on propose.
     pub fn decide(decision: Decision, actor: impl Into<String>, reason: impl Into<String>) -> Self {
@@ -253,6 +310,9 @@ pub enum RejectRule {
     OperatorDecided,
     /// A decision kind that only operators make (freeze, unfreeze).
     NotAutomatable,
+    /// A field is longer than its bound (see [`Command::validate`]).
+    /// Checked before proposing, never in `apply`.
+    TooLong,
 }
 
 impl RejectRule {
@@ -273,13 +333,14 @@ impl RejectRule {
             RejectRule::AutoFailoverLimit => "auto_failover_limit",
             RejectRule::OperatorDecided => "operator_decided",
             RejectRule::NotAutomatable => "not_automatable",
+            RejectRule::TooLong => "too_long",
         }
     }
 }
 
 impl RejectRule {
     /// Every rule, in declaration order (for tables, docs and metrics).
-    pub const ALL: [RejectRule; 14] = [
+    pub const ALL: [RejectRule; 15] = [
         RejectRule::StaleVersion,
         RejectRule::UnknownZone,
         RejectRule::SameZone,
@@ -294,6 +355,7 @@ impl RejectRule {
         RejectRule::AutoFailoverLimit,
         RejectRule::OperatorDecided,
         RejectRule::NotAutomatable,
+        RejectRule::TooLong,
     ];
 }
 
@@ -345,4 +407,62 @@ impl From<Rejection> for Outcome {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Response {
     pub outcome: Option<Outcome>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(reason: usize, actor: usize, evidence: Option<usize>, zone: usize) -> Command {
+        let cmd = Command::decide(
+            Decision::Failback {
+                zone: ZoneId::new(&"z".repeat(zone)),
+            },
+            "a".repeat(actor),
+            "r".repeat(reason),
+        );
+        match evidence {
+            Some(n) => cmd.with_evidence("e".repeat(n)),
+            None => cmd,
+        }
+    }
+
+    #[test]
+    fn commands_are_bounded_field_by_field() {
+        // (reason, actor, evidence, zone name) lengths, and the field refused.
+        let cases = [
+            (1024, 128, Some(16 * 1024), 64, None),
+            (0, 0, None, 1, None),
+            (1025, 1, None, 4, Some("reason is 1025 bytes")),
+            (1, 129, None, 4, Some("actor is 129 bytes")),
+            (
+                1,
+                1,
+                Some(16 * 1024 + 1),
+                4,
+                Some("evidence is 16385 bytes"),
+            ),
+            (1, 1, None, 65, Some("zone name is 65 bytes")),
+            (2 * 1024 * 1024, 1, None, 4, Some("reason is 2097152 bytes")),
+        ];
+        for (reason, actor, evidence, zone, refused) in cases {
+            let got = with(reason, actor, evidence, zone).validate();
+            match refused {
+                None => assert_eq!(got, Ok(()), "{reason} {actor} {evidence:?} {zone}"),
+                Some(text) => {
+                    let r = got.expect_err(text);
+                    assert_eq!(r.rule, RejectRule::TooLong);
+                    assert!(r.message.starts_with(text), "{}", r.message);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rule_names_are_unique_and_stable() {
+        let names: std::collections::BTreeSet<_> =
+            RejectRule::ALL.iter().map(|r| r.name()).collect();
+        assert_eq!(names.len(), RejectRule::ALL.len());
+        assert_eq!(RejectRule::TooLong.name(), "too_long");
+    }
 }

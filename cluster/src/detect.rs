@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::clock::millis;
 use crate::command::{AutoLimits, Decision};
 use crate::view::{NodeId, ZoneId, ZoneStatus};
 
@@ -207,15 +208,17 @@ impl FailoverConfig {
     }
 }
 
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// The end of the aligned period that `ms` falls in (a period ending
 /// exactly at `ms` included).
 pub fn period_end(ms: u64, period_ms: u64) -> u64 {
     ms.div_ceil(period_ms).saturating_mul(period_ms)
 }
+
+/// The most periods an automatic decision's evidence lists (the newest
+/// ones), so the command stays within
+/// [`crate::command::MAX_EVIDENCE_BYTES`]; the reason still states the whole
+/// run's length.
+pub const MAX_EVIDENCE_PERIODS: usize = 32;
 
 /// One zone in one period, aggregated over reporters.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -466,49 +469,19 @@ impl Detector {
             .map_while(|i| newest.checked_sub(i * p))
             .filter(|e| *e > 0)
             .collect();
-
-        let mut health = Vec::new();
-        let mut runs: BTreeMap<ZoneId, (Vec<PeriodScore>, Vec<PeriodScore>)> = BTreeMap::new();
-        for zone in zones.keys() {
-            let scores: Vec<PeriodScore> = ends
-                .iter()
-                .map(|e| self.score(cfg, zone, *e, newest, now_ms))
-                .collect();
-            // The newest period may lack reports still in flight: when it
-            // says nothing, the one before speaks for now.
-            let skip = usize::from(scores.first().is_some_and(|s| s.score.is_none()));
-            let current = scores.get(skip).cloned();
-            let verdict = |s: &PeriodScore| match s.score {
-                None => Verdict::Unknown,
-                Some(x) if x < cfg.cutoff => Verdict::Bad,
-                Some(x) if x > cfg.failback_threshold => Verdict::Healthy,
-                Some(_) => Verdict::Fair,
-            };
-            let run = |want: Verdict| -> Vec<PeriodScore> {
-                scores
+        let mut runs = BTreeMap::new();
+        let health: Vec<ZoneHealth> = zones
+            .keys()
+            .map(|zone| {
+                let scores: Vec<PeriodScore> = ends
                     .iter()
-                    .skip(skip)
-                    .take_while(|s| verdict(s) == want)
-                    .cloned()
-                    .collect()
-            };
-            let (bad, good) = (run(Verdict::Bad), run(Verdict::Healthy));
-            let c = current.unwrap_or_else(|| PeriodScore::unknown(newest));
-            health.push(ZoneHealth {
-                zone: zone.clone(),
-                score: c.score,
-                gw_error_rate: c.gw_error_rate,
-                timeout_rate: c.timeout_rate,
-                gpu_health: c.gpu_health,
-                bad_periods: bad.len() as u32,
-                good_periods: good.len() as u32,
-                reporters: c.reporters,
-                silent: c.silent,
-                period_end_ms: c.score.map(|_| c.period_end_ms),
-            });
-            runs.insert(zone.clone(), (bad, good));
-        }
-
+                    .map(|e| self.score(cfg, zone, *e, newest, now_ms))
+                    .collect();
+                let (health, run) = zone_runs(cfg, zone, &scores, newest);
+                runs.insert(zone.clone(), run);
+                health
+            })
+            .collect();
         let mut out = Assessment {
             period_end_ms: newest,
             fail_static: !health.is_empty()
@@ -522,113 +495,18 @@ impl Detector {
         if out.fail_static {
             return out;
         }
-        let score_of = |z: &ZoneId| {
-            out.zones
-                .iter()
-                .find(|h| &h.zone == z)
-                .and_then(|h| h.score)
+        let judge = Judge {
+            cfg,
+            zones,
+            health: &out.zones,
+            newest,
+            now_ms,
         };
-        let status = |z: &ZoneId| zones.get(z).cloned().unwrap_or(ZoneStatus::Draining);
-
-        // Failover: the worst active zone with a long enough bad run.
-        let worst = out
-            .zones
-            .iter()
-            .filter(|h| status(&h.zone) == ZoneStatus::Active)
-            .filter(|h| h.bad_periods >= cfg.min_periods)
-            .min_by(|a, b| {
-                let (x, y) = (a.score.unwrap_or(0.0), b.score.unwrap_or(0.0));
-                x.total_cmp(&y).then_with(|| a.zone.cmp(&b.zone))
-            })
-            .map(|h| h.zone.clone());
-        if let Some(from) = worst {
-            let eligible = |z: &ZoneId| {
-                *z != from
-                    && status(z) == ZoneStatus::Active
-                    && score_of(z).is_some_and(|s| s >= cfg.cutoff)
-            };
-            let preferred = cfg
-                .fallback_order
-                .get(&from)
-                .and_then(|order| order.iter().find(|z| eligible(z)).cloned());
-            let target = preferred.or_else(|| {
-                zones
-                    .keys()
-                    .filter(|z| eligible(z))
-                    .max_by(|a, b| {
-                        let (x, y) = (score_of(a).unwrap_or(0.0), score_of(b).unwrap_or(0.0));
-                        // Ties go to the first zone by name.
-                        x.total_cmp(&y).then_with(|| b.cmp(a))
-                    })
-                    .cloned()
-            });
-            let Some(to) = target else {
-                out.no_target = Some(from);
-                return out;
-            };
-            let periods = runs.remove(&from).map(|r| r.0).unwrap_or_default();
-            let first_bad_ms = periods
-                .last()
-                .map(|s| s.period_end_ms.saturating_sub(p))
-                .unwrap_or(newest);
-            out.proposal = Some(Proposal {
-                reason: format!(
-                    "zone {from} scored below {} for {} consecutive periods (latest {:.2}); {to} scores {:.2}",
-                    cfg.cutoff,
-                    periods.len(),
-                    score_of(&from).unwrap_or(0.0),
-                    score_of(&to).unwrap_or(0.0),
-                ),
-                evidence: Evidence {
-                    zone: from.clone(),
-                    trigger: "below_cutoff".into(),
-                    threshold: cfg.cutoff,
-                    periods,
-                    target_score: score_of(&to),
-                    target: Some(to.clone()),
-                    assessed_at_ms: now_ms,
-                },
-                decision: Decision::Failover { from, to },
-                first_bad_ms,
-            });
-            return out;
-        }
-
-        // Failback: only when enabled, the first failed-over zone that
-        // stayed healthy long enough.
-        if cfg.auto_failback {
-            let back = out
-                .zones
-                .iter()
-                .filter(|h| matches!(status(&h.zone), ZoneStatus::FailedOver { .. }))
-                .find(|h| h.good_periods >= cfg.failback_periods)
-                .map(|h| h.zone.clone());
-            if let Some(zone) = back {
-                let periods = runs.remove(&zone).map(|r| r.1).unwrap_or_default();
-                let first_bad_ms = periods
-                    .last()
-                    .map(|s| s.period_end_ms.saturating_sub(p))
-                    .unwrap_or(newest);
-                out.proposal = Some(Proposal {
-                    reason: format!(
-                        "zone {zone} scored above {} for {} consecutive periods (latest {:.2})",
-                        cfg.failback_threshold,
-                        periods.len(),
-                        score_of(&zone).unwrap_or(0.0),
-                    ),
-                    evidence: Evidence {
-                        zone: zone.clone(),
-                        trigger: "above_failback_threshold".into(),
-                        threshold: cfg.failback_threshold,
-                        periods,
-                        target: None,
-                        target_score: None,
-                        assessed_at_ms: now_ms,
-                    },
-                    decision: Decision::Failback { zone },
-                    first_bad_ms,
-                });
-            }
+        match judge.failover(&mut runs) {
+            Some(Ok(proposal)) => out.proposal = Some(proposal),
+            Some(Err(no_target)) => out.no_target = Some(no_target),
+            None if cfg.auto_failback => out.proposal = judge.failback(&mut runs),
+            None => {}
         }
         out
     }
@@ -689,6 +567,196 @@ fn aggregate<'a>(
     out.requests = req;
     out.reporters = n;
     out
+}
+
+/// A zone's consecutive bad and healthy periods up to the latest one,
+/// newest first.
+#[derive(Default)]
+struct Runs {
+    bad: Vec<PeriodScore>,
+    good: Vec<PeriodScore>,
+}
+
+/// One zone's health and runs from its period `scores` (newest first).
+fn zone_runs(
+    cfg: &FailoverConfig,
+    zone: &ZoneId,
+    scores: &[PeriodScore],
+    newest: u64,
+) -> (ZoneHealth, Runs) {
+    // The newest period may lack reports still in flight: when it says
+    // nothing, the one before speaks for now.
+    let skip = usize::from(scores.first().is_some_and(|s| s.score.is_none()));
+    let verdict = |s: &PeriodScore| match s.score {
+        None => Verdict::Unknown,
+        Some(x) if x < cfg.cutoff => Verdict::Bad,
+        Some(x) if x > cfg.failback_threshold => Verdict::Healthy,
+        Some(_) => Verdict::Fair,
+    };
+    let run = |want: Verdict| -> Vec<PeriodScore> {
+        scores
+            .iter()
+            .skip(skip)
+            .take_while(|s| verdict(s) == want)
+            .cloned()
+            .collect()
+    };
+    let runs = Runs {
+        bad: run(Verdict::Bad),
+        good: run(Verdict::Healthy),
+    };
+    let c = scores
+        .get(skip)
+        .cloned()
+        .unwrap_or_else(|| PeriodScore::unknown(newest));
+    let health = ZoneHealth {
+        zone: zone.clone(),
+        score: c.score,
+        gw_error_rate: c.gw_error_rate,
+        timeout_rate: c.timeout_rate,
+        gpu_health: c.gpu_health,
+        bad_periods: runs.bad.len() as u32,
+        good_periods: runs.good.len() as u32,
+        reporters: c.reporters,
+        silent: c.silent,
+        period_end_ms: c.score.map(|_| c.period_end_ms),
+    };
+    (health, runs)
+}
+
+/// Picks the decision of one assessment from its zones' health.
+struct Judge<'a> {
+    cfg: &'a FailoverConfig,
+    zones: &'a BTreeMap<ZoneId, ZoneStatus>,
+    health: &'a [ZoneHealth],
+    newest: u64,
+    now_ms: u64,
+}
+
+impl Judge<'_> {
+    fn score_of(&self, z: &ZoneId) -> Option<f64> {
+        self.health
+            .iter()
+            .find(|h| &h.zone == z)
+            .and_then(|h| h.score)
+    }
+
+    fn status(&self, z: &ZoneId) -> ZoneStatus {
+        // A zone missing from the applied state is never a candidate.
+        self.zones.get(z).cloned().unwrap_or(ZoneStatus::Draining)
+    }
+
+    /// Start of the first period of a run (newest first): detection latency
+    /// is measured from here.
+    fn run_start(&self, periods: &[PeriodScore]) -> u64 {
+        periods
+            .last()
+            .map(|s| s.period_end_ms.saturating_sub(self.cfg.period_ms()))
+            .unwrap_or(self.newest)
+    }
+
+    /// The failover target for `from`: the first eligible zone of its
+    /// fallback order, else the healthiest eligible zone (ties to the
+    /// first by name).
+    fn target(&self, from: &ZoneId) -> Option<ZoneId> {
+        let eligible = |z: &ZoneId| {
+            z != from
+                && self.status(z) == ZoneStatus::Active
+                && self.score_of(z).is_some_and(|s| s >= self.cfg.cutoff)
+        };
+        let preferred = self
+            .cfg
+            .fallback_order
+            .get(from)
+            .and_then(|order| order.iter().find(|z| eligible(z)).cloned());
+        preferred.or_else(|| {
+            self.zones
+                .keys()
+                .filter(|z| eligible(z))
+                .max_by(|a, b| {
+                    let score = |z| self.score_of(z).unwrap_or(0.0);
+                    score(a).total_cmp(&score(b)).then_with(|| b.cmp(a))
+                })
+                .cloned()
+        })
+    }
+
+    /// The worst active zone with a long enough bad run, failed over to
+    /// its target; `Err(zone)` when it has none; `None` when no zone is bad
+    /// for long enough.
+    fn failover(&self, runs: &mut BTreeMap<ZoneId, Runs>) -> Option<Result<Proposal, ZoneId>> {
+        let cfg = self.cfg;
+        let from = self
+            .health
+            .iter()
+            .filter(|h| self.status(&h.zone) == ZoneStatus::Active)
+            .filter(|h| h.bad_periods >= cfg.min_periods)
+            .min_by(|a, b| {
+                let (x, y) = (a.score.unwrap_or(0.0), b.score.unwrap_or(0.0));
+                x.total_cmp(&y).then_with(|| a.zone.cmp(&b.zone))
+            })?
+            .zone
+            .clone();
+        let Some(to) = self.target(&from) else {
+            return Some(Err(from));
+        };
+        let mut periods = runs.remove(&from).unwrap_or_default().bad;
+        let (from_score, to_score) = (self.score_of(&from), self.score_of(&to));
+        let (run, first_bad_ms) = (periods.len(), self.run_start(&periods));
+        periods.truncate(MAX_EVIDENCE_PERIODS);
+        Some(Ok(Proposal {
+            reason: format!(
+                "zone {from} scored below {} for {run} consecutive periods (latest {:.2}); {to} scores {:.2}",
+                cfg.cutoff,
+                from_score.unwrap_or(0.0),
+                to_score.unwrap_or(0.0),
+            ),
+            first_bad_ms,
+            evidence: Evidence {
+                zone: from.clone(),
+                trigger: "below_cutoff".into(),
+                threshold: cfg.cutoff,
+                periods,
+                target_score: to_score,
+                target: Some(to.clone()),
+                assessed_at_ms: self.now_ms,
+            },
+            decision: Decision::Failover { from, to },
+        }))
+    }
+
+    /// The first failed-over zone that stayed healthy long enough.
+    fn failback(&self, runs: &mut BTreeMap<ZoneId, Runs>) -> Option<Proposal> {
+        let cfg = self.cfg;
+        let zone = self
+            .health
+            .iter()
+            .filter(|h| matches!(self.status(&h.zone), ZoneStatus::FailedOver { .. }))
+            .find(|h| h.good_periods >= cfg.failback_periods)?
+            .zone
+            .clone();
+        let mut periods = runs.remove(&zone).unwrap_or_default().good;
+        let (run, first_bad_ms) = (periods.len(), self.run_start(&periods));
+        periods.truncate(MAX_EVIDENCE_PERIODS);
+        Some(Proposal {
+            reason: format!(
+                "zone {zone} scored above {} for {run} consecutive periods (latest {:.2})",
+                cfg.failback_threshold,
+                self.score_of(&zone).unwrap_or(0.0),
+            ),
+            first_bad_ms,
+            evidence: Evidence {
+                zone: zone.clone(),
+                trigger: "above_failback_threshold".into(),
+                threshold: cfg.failback_threshold,
+                periods,
+                target: None,
+                target_score: None,
+                assessed_at_ms: self.now_ms,
+            },
+            decision: Decision::Failback { zone },
+        })
+    }
 }
 
 #[cfg(test)]
@@ -1181,6 +1249,36 @@ mod tests {
         assert_eq!(a.zones[0].bad_periods, 2, "10 snaps to 1000");
         d.prune(&c, 2000 + 20 * P);
         assert_eq!(d.reporters(), 0);
+    }
+
+    #[test]
+    fn evidence_of_the_most_periods_fits_a_command() {
+        let worst = PeriodScore {
+            period_end_ms: u64::MAX,
+            score: Some(0.123_456_789_012_345_67),
+            gw_error_rate: Some(0.987_654_321_098_765_4),
+            timeout_rate: Some(f64::MIN_POSITIVE),
+            gpu_health: Some(0.333_333_333_333_333_3),
+            requests: u64::MAX,
+            reporters: u32::MAX,
+            silent: false,
+        };
+        let long = ZoneId::new(&"z".repeat(crate::command::MAX_ZONE_BYTES));
+        let evidence = Evidence {
+            zone: long.clone(),
+            trigger: "above_failback_threshold".into(),
+            threshold: 0.123_456_789_012_345_67,
+            periods: vec![worst; MAX_EVIDENCE_PERIODS],
+            target: Some(long),
+            target_score: Some(0.123_456_789_012_345_67),
+            assessed_at_ms: u64::MAX,
+        };
+        let json = serde_json::to_string(&evidence).unwrap();
+        assert!(
+            json.len() <= crate::command::MAX_EVIDENCE_BYTES,
+            "{}",
+            json.len()
+        );
     }
 
     #[test]

@@ -4,25 +4,28 @@
 //!
 //! The deciding happens in [`crate::detect`] (scores) and
 //! [`crate::state`] (safety rules); this module only moves observations,
-//! keeps counters and proposes.
+//! keeps counters and proposes. It knows neither the node nor the network:
+//! the loops are handed a `Propose` and a `SendReport` at start.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use openraft::ServerState;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::command::{Command, Origin, RejectRule};
+use crate::clock::now_ms;
+use crate::command::{Command, Decision, Origin, RejectRule, Rejection};
 use crate::detect::{
-    period_end, Detector, FailoverConfig, PeriodObservations, Report, ZoneHealth, ZoneObservation,
+    period_end, Assessment, Detector, FailoverConfig, PeriodObservations, Proposal, Report,
+    ZoneHealth, ZoneObservation,
 };
-use crate::network::Network;
-use crate::node::{propose_with, ProposeError, Timing};
+use crate::lock::lock;
+use crate::propose::{quorum_lost, Propose, ProposeError};
 use crate::state::ClusterState;
-use crate::types::alias::Raft;
-use crate::types::Member;
+use crate::types::alias::RaftMetrics;
 use crate::view::{NodeId, ZoneId};
 
 /// Where a node's per-period observations come from: called once per
@@ -70,6 +73,20 @@ pub struct FailoverStatus {
     pub reports_received: u64,
 }
 
+/// Sends this node's report to the leader: what the reporter needs from
+/// the network.
+pub(crate) trait SendReport: Send + Sync + 'static {
+    type Error: std::fmt::Display + Send;
+
+    /// Deliver `report` to node `to` within `ttl`.
+    fn send_report(
+        &self,
+        to: NodeId,
+        report: &Report,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<ReportAck, Self::Error>> + Send;
+}
+
 /// What the reporter, the leader loop and the report RPC share.
 pub struct Failover {
     me: NodeId,
@@ -80,21 +97,6 @@ pub struct Failover {
     /// evidence).
     detector: Mutex<Option<(u64, Detector)>>,
     status: Mutex<FailoverStatus>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every update under these locks is a plain assignment; a panic while
-    // holding one cannot leave a half-made value worth refusing to read.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Milliseconds since the Unix epoch (the leader's stamp, the reporters'
-/// period ends).
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 impl Failover {
@@ -166,17 +168,64 @@ impl Failover {
             period_end_ms: status.period_end_ms,
         }
     }
+
+    /// Assess the window of `term` against the applied `state` and record
+    /// the result in the status. Entering and leaving fail static is one
+    /// event each: the warning or info line here, with the counter that
+    /// moves every fail-static period.
+    fn assess(
+        &self,
+        term: u64,
+        config: &FailoverConfig,
+        state: &ClusterState,
+        now: u64,
+    ) -> Assessment {
+        let assessment = self.with_detector(term, now, |d| {
+            d.prune(config, now);
+            d.assess(config, state.zones(), now)
+        });
+        let mut status = lock(&self.status);
+        status.assessed_here = true;
+        status.zones = assessment.zones.clone();
+        status.period_end_ms = Some(assessment.period_end_ms);
+        if assessment.fail_static {
+            status.fail_static_periods += 1;
+            if !status.fail_static {
+                tracing::warn!(
+                    period_end_ms = assessment.period_end_ms,
+                    cutoff = config.cutoff,
+                    "every zone scores below the cutoff: failing static, no automatic decision"
+                );
+            }
+        } else if status.fail_static {
+            tracing::info!("a zone scores above the cutoff again: fail static ends");
+        }
+        status.fail_static = assessment.fail_static;
+        assessment
+    }
+
+    /// A report was delivered (`Ok`) or not.
+    fn note_sent<E: std::fmt::Display>(&self, leader: NodeId, result: Result<ReportAck, E>) {
+        let mut status = lock(&self.status);
+        match result {
+            Ok(ack) => {
+                status.reports_sent += 1;
+                if ack.leader && !status.assessed_here {
+                    status.zones = ack.zones;
+                    status.period_end_ms = ack.period_end_ms;
+                }
+            }
+            Err(e) => {
+                status.reports_failed += 1;
+                tracing::debug!(leader, error = %e, "zone report not delivered");
+            }
+        }
+    }
 }
 
-/// What the two loops need from the node.
-pub(crate) struct Loops {
-    pub failover: Arc<Failover>,
-    pub raft: Raft,
-    pub network: Network,
-    pub members: Arc<BTreeMap<NodeId, Member>>,
-    pub timing: Timing,
-    pub state_rx: watch::Receiver<Arc<ClusterState>>,
-    pub stop: watch::Receiver<bool>,
+/// The leader's term, when this node leads.
+fn leading_term(m: &RaftMetrics) -> Option<u64> {
+    (m.state == ServerState::Leader).then_some(m.current_term)
 }
 
 /// Sleep until `offset_ms` after the next aligned period boundary; returns
@@ -195,18 +244,20 @@ async fn next_tick(
     }
 }
 
-impl Loops {
-    fn me(&self) -> NodeId {
-        self.failover.me
-    }
+/// Every node's reporter: every period, this node's observations with
+/// their history go to the leader (or straight into the detector, on the
+/// leader).
+pub(crate) struct ReportLoop<S> {
+    pub failover: Arc<Failover>,
+    pub sender: S,
+    pub metrics: watch::Receiver<RaftMetrics>,
+    /// This node's zone: the zone its reports come from.
+    pub zone: ZoneId,
+    pub stop: watch::Receiver<bool>,
+}
 
-    fn zone_of(&self, id: NodeId) -> Option<ZoneId> {
-        self.members.get(&id).map(|m| m.zone.clone())
-    }
-
-    /// Every period: collect this node's observations and send them with
-    /// their history to the leader (or ingest them, on the leader).
-    pub(crate) async fn report(self) {
+impl<S: SendReport> ReportLoop<S> {
+    pub(crate) async fn run(self) {
         let mut history: VecDeque<PeriodObservations> = VecDeque::new();
         let mut stop = self.stop.clone();
         loop {
@@ -221,7 +272,7 @@ impl Loops {
             let zones = source.map(|f| f()).unwrap_or_default();
             let end = period_end(boundary, config.period_ms());
             let report = Report {
-                node: self.me(),
+                node: self.failover.me,
                 period_end_ms: end,
                 zones: zones.clone(),
                 history: history.iter().cloned().collect(),
@@ -238,174 +289,161 @@ impl Loops {
     }
 
     async fn send(&self, report: Report, config: &FailoverConfig) {
-        let (leader, term, leading) = {
-            let m = self.raft.metrics();
-            let m = m.borrow();
-            (
-                m.current_leader,
-                m.current_term,
-                m.state == ServerState::Leader,
-            )
+        let (leader, term) = {
+            let m = self.metrics.borrow();
+            (m.current_leader, leading_term(&m))
         };
-        let Some(my_zone) = self.zone_of(self.me()) else {
-            return;
-        };
-        if leading {
-            self.failover
-                .receive(Some(term), &my_zone, &report, now_ms());
+        if term.is_some() {
+            self.failover.receive(term, &self.zone, &report, now_ms());
             return;
         }
         let Some(leader) = leader else { return };
-        let Some(addr) = self.members.get(&leader).map(|m| m.raft_addr.clone()) else {
-            return;
-        };
         // A report later than a period is worthless; the next one carries
         // this one as history.
         let ttl = config.period.min(Duration::from_secs(2));
-        match self.network.send_report(leader, &addr, &report, ttl).await {
-            Ok(ack) => {
-                let mut status = lock(&self.failover.status);
-                status.reports_sent += 1;
-                if ack.leader && !status.assessed_here {
-                    status.zones = ack.zones;
-                    status.period_end_ms = ack.period_end_ms;
-                }
+        let result = self.sender.send_report(leader, &report, ttl).await;
+        self.failover.note_sent(leader, result);
+    }
+}
+
+/// The leader loop: every period, a grace after its end, on the leader
+/// only: assess, dry-run and propose at most one automatic decision.
+pub(crate) struct LeadLoop<P> {
+    pub failover: Arc<Failover>,
+    pub proposer: P,
+    pub metrics: watch::Receiver<RaftMetrics>,
+    /// The check-quorum window.
+    pub election_timeout_max: Duration,
+    pub state_rx: watch::Receiver<Arc<ClusterState>>,
+    pub stop: watch::Receiver<bool>,
+}
+
+/// What the leader loop already logged, so a condition that lasts many
+/// periods is one log line.
+#[derive(Default)]
+struct Logged {
+    refusal: Option<(String, RejectRule)>,
+    no_target: Option<ZoneId>,
+}
+
+impl Logged {
+    fn no_target(&mut self, zone: &Option<ZoneId>) {
+        if *zone != self.no_target {
+            if let Some(zone) = zone {
+                tracing::warn!(%zone, "zone should fail over but no active zone is healthy enough to take it");
             }
-            Err(e) => {
-                lock(&self.failover.status).reports_failed += 1;
-                tracing::debug!(leader, error = %e, "zone report not delivered");
-            }
+            self.no_target = zone.clone();
         }
     }
 
-    /// Every period, a grace after its end, on the leader only: assess and
-    /// propose at most one automatic decision.
-    pub(crate) async fn lead(self) {
+    fn refusal(&mut self, decision: &Decision, r: &Rejection) {
+        let zone = decision
+            .zones()
+            .first()
+            .map(ZoneId::to_string)
+            .unwrap_or_default();
+        let key = (zone, r.rule);
+        if self.refusal.as_ref() != Some(&key) {
+            tracing::info!(
+                ?decision,
+                rule = r.rule.name(),
+                message = r.message,
+                "automatic decision held back by a safety rule"
+            );
+            self.refusal = Some(key);
+        }
+    }
+}
+
+impl<P: Propose> LeadLoop<P> {
+    pub(crate) async fn run(self) {
         let mut stop = self.stop.clone();
-        let mut last_refusal: Option<(String, RejectRule)> = None;
-        let mut last_no_target: Option<ZoneId> = None;
+        let mut logged = Logged::default();
         loop {
             let config = self.failover.config();
             let Some(_) = next_tick(&mut stop, config.period_ms(), config.grace_ms()).await else {
                 return;
             };
-            let (leading, term, quorum_ms) = {
-                let m = self.raft.metrics();
-                let m = m.borrow();
-                (
-                    m.state == ServerState::Leader,
-                    m.current_term,
-                    m.millis_since_quorum_ack,
-                )
+            let (term, no_quorum) = {
+                let m = self.metrics.borrow();
+                (leading_term(&m), quorum_lost(&m, self.election_timeout_max))
             };
-            if !leading || !config.enabled {
+            let Some(term) = term.filter(|_| config.enabled) else {
                 self.failover.stop_leading();
                 continue;
-            }
+            };
             let now = now_ms();
             let state = self.state_rx.borrow().clone();
-            let assessment = self.failover.with_detector(term, now, |d| {
-                d.prune(&config, now);
-                d.assess(&config, state.zones(), now)
-            });
-            {
-                let mut status = lock(&self.failover.status);
-                status.assessed_here = true;
-                status.zones = assessment.zones.clone();
-                status.period_end_ms = Some(assessment.period_end_ms);
-                if assessment.fail_static {
-                    // One event, one place: the counter the binary exports
-                    // moves every period; the warning is logged on entry.
-                    status.fail_static_periods += 1;
-                    if !status.fail_static {
-                        tracing::warn!(
-                            period_end_ms = assessment.period_end_ms,
-                            cutoff = config.cutoff,
-                            "every zone scores below the cutoff: failing static, no automatic decision"
-                        );
-                    }
-                } else if status.fail_static {
-                    tracing::info!("a zone scores above the cutoff again: fail static ends");
-                }
-                status.fail_static = assessment.fail_static;
-            }
-            if assessment.no_target != last_no_target {
-                if let Some(zone) = &assessment.no_target {
-                    tracing::warn!(%zone, "zone should fail over but no active zone is healthy enough to take it");
-                }
-                last_no_target = assessment.no_target.clone();
-            }
+            let assessment = self.failover.assess(term, &config, &state, now);
+            logged.no_target(&assessment.no_target);
             let Some(proposal) = assessment.proposal else {
-                last_refusal = None;
+                logged.refusal = None;
                 continue;
             };
-            // 0.9 has no check-quorum: a leader cut off from its quorum
-            // still believes it leads. Decide only while a quorum answered
-            // within the election timeout.
-            let max_ms =
-                u64::try_from(self.timing.election_timeout_max.as_millis()).unwrap_or(u64::MAX);
-            if quorum_ms.is_none_or(|ms| ms > max_ms) {
+            if no_quorum {
                 tracing::info!(
                     decision = ?proposal.decision,
-                    ?quorum_ms,
                     "not proposing: no quorum heard within the election timeout"
                 );
                 continue;
             }
-            let evidence = serde_json::to_string(&proposal.evidence).unwrap_or_default();
-            let cmd = Command::automatic(
-                proposal.decision.clone(),
-                format!("detector:{}", self.me()),
-                proposal.reason.clone(),
-                config.limits(),
-            )
-            .if_version(state.decision_version())
-            .with_evidence(evidence);
+            let cmd = self.command(&proposal, &config, &state);
             // Dry run against the applied state first: a decision the rules
             // refuse (frozen, dwell, limit) would otherwise be committed as
             // a refusal every period.
             if let Err(r) = state.check(&cmd.clone().stamped(now)) {
-                let key = (
-                    proposal
-                        .decision
-                        .zones()
-                        .first()
-                        .map(ZoneId::to_string)
-                        .unwrap_or_default(),
-                    r.rule,
-                );
-                if last_refusal.as_ref() != Some(&key) {
-                    tracing::info!(decision = ?proposal.decision, rule = r.rule.name(), message = r.message, "automatic decision held back by a safety rule");
-                    last_refusal = Some(key);
-                }
+                logged.refusal(&proposal.decision, &r);
                 continue;
             }
-            last_refusal = None;
-            lock(&self.failover.status).auto_proposed += 1;
-            tracing::info!(decision = ?proposal.decision, reason = proposal.reason, "proposing automatic decision");
-            match propose_with(&self.raft, &self.timing, &self.members, cmd).await {
-                Ok(applied) => {
-                    let latency =
-                        Duration::from_millis(now_ms().saturating_sub(proposal.first_bad_ms));
-                    let mut status = lock(&self.failover.status);
-                    status.auto_applied += 1;
-                    if matches!(proposal.decision, crate::command::Decision::Failover { .. }) {
-                        status.last_detect_latency = Some(latency);
-                    }
-                    tracing::info!(
-                        version = applied.version,
-                        decision = ?proposal.decision,
-                        origin = Origin::Automatic.name(),
-                        detect_seconds = latency.as_secs_f64(),
-                        "automatic decision committed"
-                    );
+            logged.refusal = None;
+            self.commit(proposal, cmd).await;
+        }
+    }
+
+    /// The automatic command for `proposal`, checked against `config`'s
+    /// limits and compare-and-set on the version it assessed.
+    fn command(
+        &self,
+        proposal: &Proposal,
+        config: &FailoverConfig,
+        state: &ClusterState,
+    ) -> Command {
+        let evidence = serde_json::to_string(&proposal.evidence).unwrap_or_default();
+        Command::automatic(
+            proposal.decision.clone(),
+            format!("detector:{}", self.failover.me),
+            proposal.reason.clone(),
+            config.limits(),
+        )
+        .if_version(state.decision_version())
+        .with_evidence(evidence)
+    }
+
+    /// Propose `cmd` and count what came of it.
+    async fn commit(&self, proposal: Proposal, cmd: Command) {
+        lock(&self.failover.status).auto_proposed += 1;
+        tracing::info!(decision = ?proposal.decision, reason = proposal.reason, "proposing automatic decision");
+        match self.proposer.propose(cmd).await {
+            Ok(applied) => {
+                let latency = Duration::from_millis(now_ms().saturating_sub(proposal.first_bad_ms));
+                let mut status = lock(&self.failover.status);
+                status.auto_applied += 1;
+                if matches!(proposal.decision, Decision::Failover { .. }) {
+                    status.last_detect_latency = Some(latency);
                 }
-                Err(ProposeError::Rejected { rule, message }) => {
-                    lock(&self.failover.status).auto_refused += 1;
-                    tracing::info!(rule = rule.name(), message, "automatic decision refused");
-                }
-                Err(e) => tracing::warn!(error = %e, "automatic decision not committed"),
+                tracing::info!(
+                    version = applied.version,
+                    decision = ?proposal.decision,
+                    origin = Origin::Automatic.name(),
+                    detect_seconds = latency.as_secs_f64(),
+                    "automatic decision committed"
+                );
             }
+            Err(ProposeError::Rejected { rule, message }) => {
+                lock(&self.failover.status).auto_refused += 1;
+                tracing::info!(rule = rule.name(), message, "automatic decision refused");
+            }
+            Err(e) => tracing::warn!(error = %e, "automatic decision not committed"),
         }
     }
 }

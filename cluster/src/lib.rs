@@ -4,14 +4,20 @@
 //!
 //! Entry point: [`ClusterNode::start`]. Pure cores: [`state`] (decisions and
 //! safety rules) and [`command`] (what a log entry carries). The map and
-//! invariants are in `cluster/ARCHITECTURE.md`.
+//! invariants are in the `cluster/` section of the repository's
+//! ARCHITECTURE.md.
 
+mod clock;
 pub mod codec;
 pub mod command;
 pub mod detect;
 pub mod failover;
+mod lock;
 pub mod network;
 pub mod node;
+pub mod propose;
+#[cfg(test)]
+mod samples;
 pub mod state;
 pub mod store;
 pub mod types;
@@ -30,6 +36,7 @@ pub use node::{
     Applied, ClusterConfig, ClusterError, ClusterNode, ClusterStatus, MemberStatus, ProposeError,
     RaftListen, Timing,
 };
+pub use propose::Unconfirmed;
 pub use state::{ClusterState, DecisionRecord, Preview, ZoneChange, ZoneControl, HISTORY_LIMIT};
 pub use types::{Member, Role, TypeConfig};
 pub use view::{Automation, ClusterView, NodeId, ZoneId, ZoneStatus};

@@ -13,20 +13,24 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::RaftError;
 use openraft::ServerState;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::command::{Command, Outcome, RejectRule, Rejection};
+use crate::clock::millis;
+use crate::command::{Command, Rejection};
 use crate::detect::{FailoverConfig, FailoverConfigError, ZoneHealth};
-use crate::failover::{Failover, FailoverStatus, Loops, ObservationSource};
+use crate::failover::{Failover, FailoverStatus, LeadLoop, ObservationSource, ReportLoop};
+use crate::lock::lock;
 use crate::network::server::{self, RaftService};
-use crate::network::{FaultTable, Network};
+use crate::network::{FaultTable, Network, ReportClient};
+pub use crate::propose::{Applied, ProposeError};
+use crate::propose::{Propose, Proposer};
 use crate::state::{ClusterState, DecisionRecord, Preview};
 use crate::store::{self, StoreError, StoreLiveness};
 use crate::types::alias::Raft;
@@ -132,47 +136,6 @@ pub enum ClusterError {
     StoreStillOpen(PathBuf, Duration),
 }
 
-/// A committed, applied decision.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Applied {
-    pub version: u64,
-}
-
-/// Why a proposal did not (knowingly) apply.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ProposeError {
-    /// Another node leads; forward to its admin address.
-    #[error("node {leader} is the leader; send the decision there")]
-    NotLeader {
-        leader: NodeId,
-        admin_addr: Option<String>,
-    },
-    /// No leader that can commit is known (election under way, or this
-    /// leader has lost its quorum). Nothing was written.
-    #[error("no leader with a quorum right now; retry shortly")]
-    NoLeader,
-    /// Committed and applied, and a safety rule refused it on every node.
-    #[error("refused by rule {rule}: {message}")]
-    Rejected { rule: RejectRule, message: String },
-    /// The entry was submitted but did not apply in time: it may still
-    /// commit. Never report this as a failure.
-    #[error("outcome unknown: the decision was submitted but not confirmed within {0:?}")]
-    OutcomeUnknown(Duration),
-    /// The Raft node stopped or its storage failed.
-    #[error("raft node failed: {0}")]
-    Fatal(String),
-}
-
-impl ProposeError {
-    /// The rule name when a safety rule refused the decision.
-    pub fn rule(&self) -> Option<RejectRule> {
-        match self {
-            ProposeError::Rejected { rule, .. } => Some(*rule),
-            _ => None,
-        }
-    }
-}
-
 /// One member as this node sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemberStatus {
@@ -216,7 +179,7 @@ pub struct ClusterNode {
     role: Role,
     raft: Raft,
     members: Arc<BTreeMap<NodeId, Member>>,
-    timing: Timing,
+    proposer: Proposer,
     raft_addr: SocketAddr,
     failover: Arc<Failover>,
     data_dir: PathBuf,
@@ -226,6 +189,9 @@ pub struct ClusterNode {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     liveness: StoreLiveness,
 }
+
+/// The most entries in one append RPC.
+pub const MAX_PAYLOAD_ENTRIES: u64 = 64;
 
 /// How long `shutdown` waits for the store to close.
 const STORE_CLOSE_WAIT: Duration = Duration::from_secs(10);
@@ -272,17 +238,6 @@ fn validate(config: &ClusterConfig) -> Result<BTreeMap<NodeId, Member>, ClusterE
     Ok(members)
 }
 
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(millis)
-        .unwrap_or(0)
-}
-
 async fn bind(listen: RaftListen) -> Result<tokio::net::TcpListener, ClusterError> {
     match listen {
         RaftListen::Listener(l) => {
@@ -313,7 +268,7 @@ impl ClusterNode {
     /// and join the group. Starting every member forms the cluster; a node
     /// restarted with its `data_dir` resumes where it stopped.
     pub async fn start(config: ClusterConfig) -> Result<ClusterNode, ClusterError> {
-        let members = validate(&config)?;
+        let members = Arc::new(validate(&config)?);
         let ClusterConfig {
             node_id,
             zone,
@@ -336,87 +291,73 @@ impl ClusterNode {
         let (log_store, sm_store, liveness) = store::open(&data_dir)?;
         let view_rx = sm_store.subscribe_view();
         let state_rx = sm_store.subscribe_state();
-
-        let raft_config = openraft::Config {
-            cluster_name: "zonegate".into(),
-            heartbeat_interval: millis(timing.heartbeat),
-            election_timeout_min: millis(timing.election_timeout_min),
-            election_timeout_max: millis(timing.election_timeout_max),
-            // Keep snapshot chunks well under the RPC body limit.
-            snapshot_max_chunk_size: 1024 * 1024,
-            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(timing.snapshot_every_logs),
-            max_in_snapshot_log_to_keep: timing.snapshot_every_logs / 2,
-            ..Default::default()
-        }
-        .validate()
-        .map_err(|e| ClusterError::InvalidConfig(e.to_string()))?;
-
         let secret: Arc<str> = Arc::from(secret);
         let network = Network::new(node_id, secret.clone(), timing.election_timeout_min, faults)?;
-        let report_network = network.clone();
-        let raft = Raft::new(node_id, Arc::new(raft_config), network, log_store, sm_store)
+        let raft_config = Arc::new(raft_config(&timing)?);
+        let raft = Raft::new(node_id, raft_config, network.clone(), log_store, sm_store)
             .await
             .map_err(|e| ClusterError::Raft(e.to_string()))?;
 
         let (stop_tx, stop_rx) = watch::channel(false);
         let failover = Arc::new(Failover::new(node_id, FailoverConfig::default()));
-        let service = Arc::new(
-            RaftService::new(raft.clone(), secret, members.clone()).with_failover(failover.clone()),
-        );
-        let app = server::router(service);
-        let mut server_stop = stop_rx.clone();
-        let server_task = tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = server_stop.wait_for(|stop| *stop).await;
-            };
-            if let Err(e) = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-            {
-                tracing::error!(error = %e, "raft rpc server stopped");
-            }
-        });
-
-        let members = Arc::new(members);
-        let loops = || Loops {
-            failover: failover.clone(),
+        let service = RaftService::new(raft.clone(), secret, (*members).clone())
+            .with_failover(failover.clone());
+        let app = server::router(Arc::new(service));
+        let proposer = Proposer {
             raft: raft.clone(),
-            network: report_network.clone(),
+            propose_timeout: timing.propose_timeout,
+            election_timeout_max: timing.election_timeout_max,
             members: members.clone(),
-            timing: timing.clone(),
+            state_rx: state_rx.clone(),
+        };
+        let reporter = ReportLoop {
+            failover: failover.clone(),
+            sender: ReportClient {
+                net: network,
+                members: members.clone(),
+            },
+            metrics: raft.metrics(),
+            zone: zone.clone(),
+            stop: stop_rx.clone(),
+        };
+        let leader_loop = LeadLoop {
+            failover: failover.clone(),
+            proposer: proposer.clone(),
+            metrics: raft.metrics(),
+            election_timeout_max: timing.election_timeout_max,
             state_rx: state_rx.clone(),
             stop: stop_rx.clone(),
         };
-        let reporter = tokio::spawn(loops().report());
-        let leader_loop = tokio::spawn(loops().lead());
+        let tasks = vec![
+            tokio::spawn(serve(listener, app, stop_rx.clone())),
+            tokio::spawn(reporter.run()),
+            tokio::spawn(leader_loop.run()),
+        ];
         let node = ClusterNode {
             id: node_id,
             zone,
             role,
             raft,
             members,
-            timing,
+            proposer,
             raft_addr,
             failover,
             data_dir,
             view_rx,
             state_rx,
             stop_tx,
-            tasks: Mutex::new(vec![server_task, reporter, leader_loop]),
+            tasks: Mutex::new(tasks),
             liveness,
         };
         node.initialize_if_first().await?;
-        let keeper = tokio::spawn(keep_learners(
+        let learners = node.members.values().filter(|m| m.role == Role::Learner);
+        let keeper = keep_learners(
             node.raft.clone(),
             node_id,
-            node.members
-                .values()
-                .filter(|m| m.role == Role::Learner)
-                .cloned()
-                .collect(),
+            learners.cloned().collect(),
             stop_rx,
-        ));
-        node.tasks_lock().push(keeper);
+        );
+        node.tasks_lock().push(tokio::spawn(keeper));
         tracing::info!(node_id, zone = %node.zone, role = role.name(), %raft_addr, "cluster node started");
         Ok(node)
     }
@@ -453,7 +394,7 @@ impl ClusterNode {
     }
 
     fn tasks_lock(&self) -> std::sync::MutexGuard<'_, Vec<JoinHandle<()>>> {
-        self.tasks.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.tasks)
     }
 
     pub fn id(&self) -> NodeId {
@@ -485,17 +426,22 @@ impl ClusterNode {
         self.state_rx.borrow().decisions(limit)
     }
 
-    /// What `cmd` would do against this node's applied state (`--dry-run`).
-    /// Advisory: the leader's apply is the authority.
+    /// What `cmd` would do against this node's applied state (`--dry-run`),
+    /// or why it would be refused (a bound of [`Command::validate`] or a
+    /// safety rule). Advisory: the leader's apply is the authority.
     pub fn dry_run(&self, cmd: &Command) -> Result<Preview, Rejection> {
+        cmd.validate()?;
         self.state_rx.borrow().check(cmd)
     }
 
     /// Propose a decision. Only the leader can; others answer `NotLeader`
     /// with the leader to forward to. The leader stamps `at_ms` with its
     /// wall clock. `Ok` means committed and applied as that version.
+    /// A command over its bounds ([`Command::validate`]) or one the safety
+    /// rules refuse against everything committed so far is answered
+    /// `Rejected` without entering the log.
     pub async fn propose(&self, cmd: Command) -> Result<Applied, ProposeError> {
-        propose_with(&self.raft, &self.timing, &self.members, cmd).await
+        self.proposer.propose(cmd).await
     }
 
     /// Use `config` for this node's reporter and detector from the next
@@ -616,62 +562,42 @@ impl ClusterNode {
     }
 }
 
-/// [`ClusterNode::propose`], for the node and its leader loop.
-pub(crate) async fn propose_with(
-    raft: &Raft,
-    timing: &Timing,
-    members: &BTreeMap<NodeId, Member>,
-    cmd: Command,
-) -> Result<Applied, ProposeError> {
-    {
-        // openraft 0.9 has no check-quorum: a leader cut off from its
-        // quorum still believes it leads. Refuse before writing an entry
-        // that could not commit.
-        let m = raft.metrics().borrow().clone();
-        if m.state == ServerState::Leader {
-            if let Some(ms) = m.millis_since_quorum_ack {
-                if ms > millis(timing.election_timeout_max) {
-                    return Err(ProposeError::NoLeader);
-                }
-            }
-        }
+/// openraft's settings from [`Timing`].
+fn raft_config(timing: &Timing) -> Result<openraft::Config, ClusterError> {
+    openraft::Config {
+        cluster_name: "zonegate".into(),
+        heartbeat_interval: millis(timing.heartbeat),
+        election_timeout_min: millis(timing.election_timeout_min),
+        election_timeout_max: millis(timing.election_timeout_max),
+        // Keep snapshot chunks well under the RPC body limit.
+        snapshot_max_chunk_size: 1024 * 1024,
+        // With every entry bounded (`Command::validate`), a batch of this
+        // many entries stays far below the append decode limit and the
+        // RPC body limit, so a lagging follower can always catch up.
+        max_payload_entries: MAX_PAYLOAD_ENTRIES,
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(timing.snapshot_every_logs),
+        max_in_snapshot_log_to_keep: timing.snapshot_every_logs / 2,
+        ..Default::default()
     }
-    let cmd = cmd.stamped(now_ms());
-    let kind = cmd.kind();
-    let write = raft.client_write(cmd);
-    let result = match tokio::time::timeout(timing.propose_timeout, write).await {
-        Err(_) => Err(ProposeError::OutcomeUnknown(timing.propose_timeout)),
-        Ok(Ok(resp)) => match resp.data.outcome {
-            Some(Outcome::Applied { version }) => Ok(Applied { version }),
-            Some(Outcome::Rejected { rule, message }) => {
-                Err(ProposeError::Rejected { rule, message })
-            }
-            None => Err(ProposeError::Fatal(
-                "a command entry applied without an outcome".into(),
-            )),
-        },
-        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
-            Err(match f.leader_id {
-                Some(leader) => ProposeError::NotLeader {
-                    leader,
-                    admin_addr: members
-                        .get(&leader)
-                        .map(|m| m.admin_addr.clone())
-                        .or_else(|| f.leader_node.map(|n| n.admin_addr)),
-                },
-                None => ProposeError::NoLeader,
-            })
-        }
-        Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
-            Err(ProposeError::Fatal(e.to_string()))
-        }
-        Ok(Err(RaftError::Fatal(e))) => Err(ProposeError::Fatal(e.to_string())),
+    .validate()
+    .map_err(|e| ClusterError::InvalidConfig(e.to_string()))
+}
+
+/// Serve Raft RPC on `listener` until `stop` turns true.
+async fn serve(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    mut stop: watch::Receiver<bool>,
+) {
+    let shutdown = async move {
+        let _ = stop.wait_for(|stop| *stop).await;
     };
-    match &result {
-        Ok(a) => tracing::info!(kind, version = a.version, "decision committed"),
-        Err(e) => tracing::info!(kind, error = %e, "decision not committed"),
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+    {
+        tracing::error!(error = %e, "raft rpc server stopped");
     }
-    result
 }
 
 /// On the leader, add configured learners missing from the membership, one
@@ -751,6 +677,47 @@ mod tests {
         let printed = format!("{config:?}");
         assert!(!printed.contains("hunter2"));
         assert!(printed.contains("<redacted>"));
+    }
+
+    #[test]
+    fn a_full_append_batch_of_the_largest_valid_entries_decodes_within_its_limit() {
+        use crate::codec::{self, limits};
+        use crate::command::{
+            AutoLimits, Decision, MAX_ACTOR_BYTES, MAX_EVIDENCE_BYTES, MAX_REASON_BYTES,
+            MAX_ZONE_BYTES,
+        };
+        use crate::types::alias::{AppendEntriesRequest, Entry};
+        let zone = |c: &str| ZoneId::new(&c.repeat(MAX_ZONE_BYTES));
+        let largest = Command::automatic(
+            Decision::Failover {
+                from: zone("a"),
+                to: zone("b"),
+            },
+            "x".repeat(MAX_ACTOR_BYTES),
+            "y".repeat(MAX_REASON_BYTES),
+            AutoLimits::default(),
+        )
+        .if_version(u64::MAX)
+        .with_evidence("z".repeat(MAX_EVIDENCE_BYTES))
+        .stamped(u64::MAX);
+        assert_eq!(largest.validate(), Ok(()));
+        let log_id = |i| openraft::LogId::new(openraft::CommittedLeaderId::new(u64::MAX, 1), i);
+        let request = AppendEntriesRequest {
+            vote: openraft::Vote::new_committed(u64::MAX, 1),
+            prev_log_id: Some(log_id(u64::MAX - 100)),
+            entries: (0..MAX_PAYLOAD_ENTRIES)
+                .map(|i| Entry {
+                    log_id: log_id(u64::MAX - 64 + i),
+                    payload: openraft::EntryPayload::Normal(largest.clone()),
+                })
+                .collect(),
+            leader_commit: Some(log_id(u64::MAX - 1)),
+        };
+        let bytes = codec::encode(&request).unwrap();
+        // Far below the limit, so the body limit and timeouts never bite.
+        assert!(bytes.len() * 16 < limits::APPEND, "{} bytes", bytes.len());
+        let back: AppendEntriesRequest = codec::decode(&bytes).unwrap();
+        assert_eq!(back.entries.len(), MAX_PAYLOAD_ENTRIES as usize);
     }
 
     #[test]

@@ -2,19 +2,24 @@
 //! last-purged pointers ([`LogStore`]), and the applied state machine with
 //! its snapshots ([`StateMachineStore`]), all under one data directory.
 //!
-//! Architecture Invariant: nothing is acknowledged before it is on disk. A
-//! saved vote is flushed before `save_vote` returns; appended entries are
-//! flushed before the append callback fires; applied state is flushed
-//! before `apply` returns, so a restarted node never re-applies a decision
-//! against an older state.
+//! Architecture Invariant: nothing is acknowledged before it is on disk,
+//! power loss included. A saved vote is durable before `save_vote`
+//! returns; appended entries are durable before the append callback fires;
+//! truncate and purge are durable before they return; applied state is
+//! durable before `apply` returns, so a restarted node never re-applies a
+//! decision against an older state. Durable means sled's `flush_async`
+//! and then `durable::Durable::sync` (`fdatasync`/`fsync` of sled's
+//! files: sled alone only `sync_file_range`s).
 //!
 //! sled's reads and in-memory inserts are quick synchronous calls and are
-//! made inline; only flushes (fsync) go through `flush_async`, which runs on
-//! sled's own thread pool and keeps the async runtime free.
+//! made inline; flushes go through `flush_async` (sled's thread pool) and
+//! the syncs through tokio's blocking pool, keeping the runtime free.
 
 // openraft's trait signatures fix the (large) `StorageError`; the helpers
 // return it too rather than boxing and unboxing at every call.
 #![allow(clippy::result_large_err)]
+
+mod durable;
 
 use std::fmt::Debug;
 use std::io::Cursor;
@@ -26,11 +31,11 @@ use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, 
 use openraft::{
     AnyError, EntryPayload, OptionalSend, RaftLogReader, RaftSnapshotBuilder, StorageIOError,
 };
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::codec;
+use self::durable::Durable;
+use crate::codec::{self, Bounded};
 use crate::command::{Outcome, Response};
 use crate::state::ClusterState;
 use crate::types::alias::{Entry, LogId, SnapshotMeta, StorageError, StoredMembership, Vote};
@@ -56,6 +61,11 @@ const CACHE_BYTES: u64 = 32 * 1024 * 1024;
 pub enum StoreError {
     #[error("cannot open the raft store at {path}: {source}")]
     Open { path: PathBuf, source: sled::Error },
+    #[error("cannot sync the raft store at {path} to disk: {source}")]
+    Sync {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("raft store at {path} holds unreadable {what}: {source}")]
     Corrupt {
         path: PathBuf,
@@ -94,6 +104,10 @@ pub fn open(dir: &Path) -> Result<(LogStore, StateMachineStore, StoreLiveness), 
     let log = db.open_tree(TREE_LOG).map_err(open_err)?;
     let meta = db.open_tree(TREE_META).map_err(open_err)?;
     let sm = db.open_tree(TREE_SM).map_err(open_err)?;
+    let durable = Durable::open(&path).map_err(|source| StoreError::Sync {
+        path: path.clone(),
+        source,
+    })?;
 
     let data: Applied = match sm.get(KEY_APPLIED).map_err(open_err)? {
         Some(bytes) => codec::decode(&bytes).map_err(|source| StoreError::Corrupt {
@@ -109,12 +123,14 @@ pub fn open(dir: &Path) -> Result<(LogStore, StateMachineStore, StoreLiveness), 
     let liveness = StoreLiveness(Arc::downgrade(&open_token));
     let log_store = LogStore {
         db: db.clone(),
+        durable: durable.clone(),
         log,
         meta,
         _open: open_token.clone(),
     };
     let sm_store = StateMachineStore {
         db,
+        durable,
         tree: sm,
         data,
         view_tx,
@@ -132,7 +148,7 @@ fn write_err(e: impl std::error::Error + 'static) -> StorageError {
     StorageIOError::write(AnyError::new(&e)).into()
 }
 
-fn get<T: DeserializeOwned>(tree: &sled::Tree, key: &[u8]) -> Result<Option<T>, StorageError> {
+fn get<T: Bounded>(tree: &sled::Tree, key: &[u8]) -> Result<Option<T>, StorageError> {
     match tree.get(key).map_err(read_err)? {
         Some(bytes) => Ok(Some(codec::decode(&bytes).map_err(read_err)?)),
         None => Ok(None),
@@ -155,14 +171,44 @@ fn log_key(index: u64) -> [u8; 8] {
 #[derive(Clone)]
 pub struct LogStore {
     db: sled::Db,
+    durable: Durable,
     log: sled::Tree,
     meta: sled::Tree,
     _open: Arc<()>,
 }
 
+/// Flush sled and make what it flushed durable.
+async fn flush(db: &sled::Db, durable: &Durable) -> std::io::Result<()> {
+    db.flush_async().await.map_err(std::io::Error::other)?;
+    durable.sync().await
+}
+
 impl LogStore {
-    async fn flush(&self) -> Result<(), sled::Error> {
-        self.db.flush_async().await.map(|_| ())
+    async fn flush(&self) -> std::io::Result<()> {
+        flush(&self.db, &self.durable).await
+    }
+
+    /// Write `entries` and make them durable: what [`RaftLogStorage::append`]
+    /// does before it acknowledges. Public for the crash test and the
+    /// append benchmark, which cannot build openraft's callback.
+    #[doc(hidden)]
+    pub async fn append_durably(
+        &mut self,
+        entries: impl IntoIterator<Item = Entry>,
+    ) -> Result<(), StorageError> {
+        self.write_entries(entries)?;
+        self.flush()
+            .await
+            .map_err(|e| StorageIOError::write_logs(AnyError::new(&e)).into())
+    }
+
+    fn write_entries(&self, entries: impl IntoIterator<Item = Entry>) -> Result<(), StorageError> {
+        let mut batch = sled::Batch::default();
+        for entry in entries {
+            let bytes = codec::encode(&entry).map_err(write_err)?;
+            batch.insert(&log_key(entry.log_id.index), bytes);
+        }
+        self.log.apply_batch(batch).map_err(write_err)
     }
 
     fn last_log_id(&self) -> Result<Option<LogId>, StorageError> {
@@ -257,14 +303,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut batch = sled::Batch::default();
-        for entry in entries {
-            let bytes = codec::encode(&entry).map_err(write_err)?;
-            batch.insert(&log_key(entry.log_id.index), bytes);
-        }
-        self.log.apply_batch(batch).map_err(write_err)?;
+        self.write_entries(entries)?;
         // The callback is the acknowledgement: it fires only once the
-        // entries are on disk, whatever the outcome.
+        // entries are durable, whatever the outcome.
         match self.flush().await {
             Ok(()) => {
                 callback.log_io_completed(Ok(()));
@@ -294,23 +335,29 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 /// Everything the state machine persists: the applied pointer, the last
 /// applied membership and the replicated cluster state.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-struct Applied {
-    last_applied: Option<LogId>,
-    last_membership: StoredMembership,
-    state: ClusterState,
+pub(crate) struct Applied {
+    pub(crate) last_applied: Option<LogId>,
+    pub(crate) last_membership: StoredMembership,
+    pub(crate) state: ClusterState,
 }
 
 /// A snapshot as persisted: its metadata and the encoded [`ClusterState`].
 #[derive(Clone, Debug, Serialize, Deserialize)]
-struct StoredSnapshot {
-    meta: SnapshotMeta,
-    data: Vec<u8>,
+pub(crate) struct StoredSnapshot {
+    pub(crate) meta: SnapshotMeta,
+    pub(crate) data: Vec<u8>,
+}
+
+codec::bounded! {
+    Applied => codec::limits::STATE,
+    StoredSnapshot => codec::limits::STATE,
 }
 
 /// The applied state machine. After each applied batch it publishes a new
 /// [`ClusterView`] (for the data plane) and [`ClusterState`] (for queries).
 pub struct StateMachineStore {
     db: sled::Db,
+    durable: Durable,
     tree: sled::Tree,
     data: Applied,
     view_tx: watch::Sender<Arc<ClusterView>>,
@@ -332,8 +379,7 @@ impl StateMachineStore {
     async fn persist(&self) -> Result<(), StorageError> {
         put(&self.tree, KEY_APPLIED, &self.data)
             .map_err(|e| StorageIOError::write_state_machine(AnyError::new(&e)))?;
-        self.db
-            .flush_async()
+        flush(&self.db, &self.durable)
             .await
             .map_err(|e| StorageIOError::write_state_machine(AnyError::new(&e)))?;
         Ok(())
@@ -353,6 +399,7 @@ impl StateMachineStore {
 /// applying may go on while the snapshot is written.
 pub struct SnapshotBuilder {
     db: sled::Db,
+    durable: Durable,
     tree: sled::Tree,
     data: Applied,
     _open: Arc<()>,
@@ -380,7 +427,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             data: data.clone(),
         };
         put(&self.tree, KEY_SNAPSHOT, &stored)?;
-        self.db.flush_async().await.map_err(|e| {
+        flush(&self.db, &self.durable).await.map_err(|e| {
             StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e))
         })?;
         Ok(Snapshot {
@@ -451,6 +498,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         SnapshotBuilder {
             db: self.db.clone(),
+            durable: self.durable.clone(),
             tree: self.tree.clone(),
             data: self.data.clone(),
             _open: self._open.clone(),

@@ -972,3 +972,229 @@ async fn zone_reports_need_the_secret_and_their_own_sender() {
     })
     .await;
 }
+
+/// Bodies no Raft endpoint may choke on: empty, garbage, issue 10's
+/// 12-byte report whose zone name claims 2^50 bytes, a length bomb at the
+/// front, a valid vote request cut short, and one a byte too long.
+fn hostile_bodies() -> Vec<(&'static str, Vec<u8>)> {
+    let vote = codec::encode(&openraft::raft::VoteRequest::<NodeId> {
+        vote: openraft::Vote::new(1, 1),
+        last_log_id: None,
+    })
+    .unwrap();
+    let mut long = vote.clone();
+    long.push(0);
+    vec![
+        ("empty", Vec::new()),
+        ("garbage", b"\x07\x07\x07 not bincode at all".to_vec()),
+        (
+            "issue 10's 12 bytes",
+            vec![0x03, 0x00, 0x01, 0xfd, 0, 0, 0, 0, 0, 0, 0x04, 0x00],
+        ),
+        (
+            "length bomb up front",
+            [0xfd].into_iter().chain([0xff; 8]).chain([0; 4]).collect(),
+        ),
+        ("truncated", vote[..vote.len() - 1].to_vec()),
+        ("trailing byte", long),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_bodies_on_every_raft_endpoint_get_400_and_the_node_keeps_committing() {
+    use zonegate_cluster::network::{PATH_APPEND, PATH_SNAPSHOT};
+    with_timeout(async {
+        let cluster = TestCluster::start(&three_zones()).await;
+        let ids = cluster.ids();
+        let leader = cluster.wait_leader(&ids).await;
+        let follower = *ids.iter().find(|id| **id != leader).unwrap();
+        let client = reqwest::Client::new();
+        for target in [leader, follower] {
+            let addr = cluster.node(target).raft_addr();
+            for path in [PATH_APPEND, PATH_VOTE, PATH_SNAPSHOT, PATH_REPORT] {
+                for (name, body) in hostile_bodies() {
+                    let resp = client
+                        .post(format!("http://{addr}{path}"))
+                        .header(SECRET_HEADER, SECRET)
+                        .header(NODE_HEADER, leader.to_string())
+                        .body(body)
+                        .send()
+                        .await
+                        .unwrap();
+                    assert_eq!(resp.status().as_u16(), 400, "{name} on {path} of {target}");
+                }
+            }
+        }
+        let version = cluster.must_propose(freeze()).await;
+        cluster.wait_version(&ids, version).await;
+        cluster.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_answering_length_bombs_does_not_take_the_leader_down() {
+    with_timeout(async {
+        let mut cluster = TestCluster::start(&three_zones()).await;
+        let ids = cluster.ids();
+        let leader = cluster.wait_leader(&ids).await;
+        let follower = *ids.iter().find(|id| **id != leader).unwrap();
+        // Whatever now listens on the stopped member's port answers every
+        // call with 200 and issue 10's 12 bytes.
+        let addr = cluster.stop(follower).await;
+        let impostor = tokio::net::TcpListener::bind(addr).await.unwrap();
+        let app = axum::Router::new()
+            .fallback(|| async { vec![0x03u8, 0x00, 0x01, 0xfd, 0, 0, 0, 0, 0, 0, 0x04, 0x00] });
+        let server = tokio::spawn(async move { axum::serve(impostor, app).await });
+        let majority: Vec<NodeId> = ids.iter().copied().filter(|id| *id != follower).collect();
+        // Long enough for many replication attempts at the impostor.
+        for cmd in [freeze(), unfreeze(), failover("az-a", "az-b")] {
+            cluster.propose_on(&majority, cmd).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        cluster.wait_version(&majority, 3).await;
+        server.abort();
+        let _ = server.await;
+        cluster.restart(follower, addr).await;
+        cluster.wait_version(&ids, 3).await;
+        cluster.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_and_oversized_writes_never_enter_the_log_and_a_follower_down_meanwhile_catches_up()
+{
+    with_timeout(async {
+        let mut cluster = TestCluster::start(&three_zones()).await;
+        let ids = cluster.ids();
+        let leader = cluster.wait_leader(&ids).await;
+        let version = cluster.must_propose(freeze()).await;
+        cluster.wait_version(&ids, version).await;
+        let follower = *ids.iter().find(|id| **id != leader).unwrap();
+        let addr = cluster.stop(follower).await;
+        let majority: Vec<NodeId> = ids.iter().copied().filter(|id| *id != follower).collect();
+        let log_index = || {
+            let leader = majority
+                .iter()
+                .find(|id| cluster.node(**id).status().is_leader)
+                .unwrap();
+            cluster.node(*leader).status().last_log_index
+        };
+        let before = log_index();
+        // Issue 10's 40 refused failovers, each with a 1.9 MiB reason.
+        let huge = "r".repeat(1_900_000);
+        for i in 0..40 {
+            let cmd = Command::decide(
+                Decision::Failover {
+                    from: z("az-a"),
+                    to: z("az-a"),
+                },
+                "test",
+                huge.clone(),
+            );
+            match cluster.propose_on(&majority, cmd).await {
+                Err(e) => assert_eq!(e.rule(), Some(RejectRule::TooLong), "write {i}: {e}"),
+                Ok(v) => panic!("an oversized write applied as version {v}"),
+            }
+        }
+        // Small writes the safety rules refuse are refused before the log.
+        for (cmd, rule) in [
+            (freeze(), RejectRule::AlreadyFrozen),
+            (failback("az-b"), RejectRule::NotFailedOver),
+            (failover("az-a", "az-a"), RejectRule::SameZone),
+            (failover("az-a", "az-x"), RejectRule::UnknownZone),
+            (unfreeze().if_version(0), RejectRule::StaleVersion),
+        ] {
+            match cluster.propose_on(&majority, cmd.clone()).await {
+                Err(e) => assert_eq!(e.rule(), Some(rule), "{cmd:?}: {e}"),
+                Ok(v) => panic!("{cmd:?} applied as version {v}"),
+            }
+        }
+        assert_eq!(log_index(), before, "no refused write entered the log");
+
+        let started = Instant::now();
+        cluster.restart(follower, addr).await;
+        let version = cluster.must_propose(unfreeze()).await;
+        cluster.wait_version(&ids, version).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "caught up in {:?}",
+            started.elapsed()
+        );
+        cluster.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_stopped_mid_write_never_answers_failed_for_a_committed_write() {
+    with_timeout(async {
+        let mut cluster = TestCluster::start(&three_zones()).await;
+        let ids = cluster.ids();
+        let mut rng = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+            | 1;
+        let (mut applied, mut unknown, mut not_written) = (0, 0, 0);
+        for round in 0..20 {
+            let leader = cluster.wait_leader(&ids).await;
+            let node = cluster.nodes.get_mut(&leader).unwrap().take().unwrap();
+            let addr = node.raft_addr();
+            let reason = format!("race {round}");
+            let decision = match node.view().borrow().automation {
+                zonegate_cluster::Automation::Frozen => Decision::Unfreeze,
+                zonegate_cluster::Automation::Auto => Decision::Freeze,
+            };
+            let cmd = Command::decide(decision, "race", reason.clone());
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            // Stop the leader 0-4 ms into the write: before, during or
+            // after its commit.
+            let delay = Duration::from_micros(rng % 4000);
+            let (answer, stopped) = tokio::join!(node.propose(cmd), async {
+                tokio::time::sleep(delay).await;
+                node.shutdown().await
+            });
+            stopped.unwrap();
+            drop(node);
+            cluster.restart(leader, addr).await;
+
+            // Settle: a leader, and every node applied everything it has.
+            let now_leader = cluster.wait_leader(&ids).await;
+            eventually("every node applied the leader's log", || {
+                let last = cluster.node(now_leader).status().last_log_index;
+                ids.iter()
+                    .all(|id| cluster.node(*id).status().last_applied_index == last)
+                    .then_some(())
+            })
+            .await;
+            let committed = cluster
+                .node(now_leader)
+                .decisions(100)
+                .iter()
+                .any(|d| d.reason == reason);
+            match answer {
+                Ok(_) => {
+                    assert!(committed, "round {round}: applied but not in the history");
+                    applied += 1;
+                }
+                Err(ProposeError::OutcomeUnknown(u)) => {
+                    assert!(u.check_version > 0, "round {round}: {u}");
+                    unknown += 1;
+                }
+                Err(e) => {
+                    assert!(!committed, "round {round}: answered `{e}` but it committed");
+                    not_written += 1;
+                }
+            }
+        }
+        eprintln!(
+            "20 races: {applied} applied, {unknown} outcome unknown, {not_written} not written"
+        );
+        cluster.shutdown().await;
+    })
+    .await;
+}

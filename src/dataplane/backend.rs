@@ -46,8 +46,18 @@ pub struct Backend {
     /// Requests and failures since the health task last looked.
     window_requests: AtomicU64,
     window_failures: AtomicU64,
+    /// Half-open trials while ejected: when the next may start (ms on the
+    /// monotonic clock), the current interval, and whether one is running.
+    trial_at_ms: AtomicU64,
+    trial_interval_ms: AtomicU64,
+    trial_running: AtomicBool,
     health: Mutex<Health>,
 }
+
+/// The first half-open trial comes this long after an ejection; each
+/// failed one doubles the wait, up to [`TRIAL_MAX_MS`].
+const TRIAL_FIRST_MS: u64 = 1_000;
+const TRIAL_MAX_MS: u64 = 30_000;
 
 /// Everything a pick reads, in one cache line: at thousands of backends a
 /// pick touches a few random ones, and one miss each beats several.
@@ -114,6 +124,9 @@ impl Backend {
             passive_streak: AtomicU32::new(0),
             window_requests: AtomicU64::new(0),
             window_failures: AtomicU64::new(0),
+            trial_at_ms: AtomicU64::new(0),
+            trial_interval_ms: AtomicU64::new(TRIAL_FIRST_MS),
+            trial_running: AtomicBool::new(false),
             health: Mutex::new(Health {
                 machine,
                 components: Components::default(),
@@ -268,18 +281,55 @@ impl Backend {
             .store(now_ms.max(1), Ordering::Relaxed);
     }
 
-    /// A request failed (connect error, reset, 5xx, first-byte timeout, a
-    /// stream cut). Returns the ejection it caused, if any.
-    pub fn record_failure(&self, now_ms: u64, cfg: &HealthConfig) -> Option<Change> {
+    /// A request failed (connect error, reset, 5xx, time-to-first-token
+    /// timeout, a stream that broke). Returns the ejection it caused, if
+    /// any; `may_eject` (the pool-wide cap) is asked only when one is due.
+    pub fn record_failure(
+        &self,
+        now_ms: u64,
+        cfg: &HealthConfig,
+        may_eject: impl FnOnce() -> bool,
+    ) -> Option<Change> {
         self.window_requests.fetch_add(1, Ordering::Relaxed);
         self.window_failures.fetch_add(1, Ordering::Relaxed);
         let streak = self.passive_streak.fetch_add(1, Ordering::Relaxed) + 1;
         if streak < cfg.passive_failures || !self.is_up() {
             return None;
         }
-        self.with_health(now_ms, cfg, |h| {
-            h.machine.passive_failures(streak, now_ms, cfg)
-        })
+        let change = self.with_health(now_ms, cfg, |h| {
+            h.machine.passive_failures(streak, now_ms, cfg, may_eject)
+        });
+        if change.is_some_and(|c| matches!(c, Change::Ejected(_))) {
+            self.arm_trials(now_ms);
+        }
+        change
+    }
+
+    /// Starts the half-open schedule of a backend just ejected.
+    pub fn arm_trials(&self, now_ms: u64) {
+        self.trial_interval_ms
+            .store(TRIAL_FIRST_MS, Ordering::Relaxed);
+        self.trial_at_ms
+            .store(now_ms + TRIAL_FIRST_MS, Ordering::Relaxed);
+    }
+
+    /// Claims the one trial request an ejected backend may take now (its
+    /// model has nothing better than a fallback); `false` when it is not
+    /// out, not due, or a trial is already running.
+    pub fn claim_trial(&self, now_ms: u64) -> bool {
+        !self.is_up()
+            && self.trial_at_ms.load(Ordering::Relaxed) <= now_ms
+            && !self.trial_running.swap(true, Ordering::AcqRel)
+    }
+
+    /// Ends a claimed trial. A failed one doubles the wait for the next.
+    pub fn end_trial(&self, ok: bool, now_ms: u64) {
+        if !ok {
+            let next = (self.trial_interval_ms.load(Ordering::Relaxed) * 2).min(TRIAL_MAX_MS);
+            self.trial_interval_ms.store(next, Ordering::Relaxed);
+            self.trial_at_ms.store(now_ms + next, Ordering::Relaxed);
+        }
+        self.trial_running.store(false, Ordering::Release);
     }
 
     /// Forgets the failure streak and the latency seen before an
@@ -341,14 +391,14 @@ mod tests {
         let b = backend();
         let h = HealthConfig::default();
         for _ in 0..4 {
-            assert_eq!(b.record_failure(1, &h), None);
+            assert_eq!(b.record_failure(1, &h, || true), None);
         }
         b.record_success(Duration::from_millis(5), 1);
         for _ in 0..4 {
-            assert_eq!(b.record_failure(1, &h), None);
+            assert_eq!(b.record_failure(1, &h, || true), None);
         }
         assert_eq!(
-            b.record_failure(1, &h),
+            b.record_failure(1, &h, || true),
             Some(Change::Ejected(Cause::Passive))
         );
         assert!(!b.is_up());
@@ -359,7 +409,7 @@ mod tests {
             "failing real traffic: not even in panic"
         );
         assert_eq!(
-            b.record_failure(1, &h),
+            b.record_failure(1, &h, || true),
             None,
             "already out: no second event"
         );

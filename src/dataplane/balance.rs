@@ -70,8 +70,15 @@ pub fn weighted_scan<C: Candidates + ?Sized>(c: &C, rng: &mut fastrand::Rng) -> 
     last
 }
 
+/// Costs closer than this share are a tie: a latency EWMA moves more than
+/// that on noise alone, and treating noise as a difference sends all
+/// sequential traffic to one of two equal backends.
+const TIE_BAND: f64 = 0.25;
+
 /// Power of two choices: draw two distinct candidates by weight, keep the
-/// cheaper one.
+/// clearly cheaper one; a tie goes to the first draw, which is random by
+/// weight, so equal backends share even sequential traffic (as nginx's
+/// least_conn and Envoy's least-request do).
 pub fn p2c<C: Candidates + ?Sized>(c: &C, rng: &mut fastrand::Rng) -> Option<usize> {
     let a = weighted_draw(c, rng)?;
     let b = weighted_draw(
@@ -82,7 +89,7 @@ pub fn p2c<C: Candidates + ?Sized>(c: &C, rng: &mut fastrand::Rng) -> Option<usi
         rng,
     );
     match b {
-        Some(b) if c.cost(b) < c.cost(a) => Some(b),
+        Some(b) if c.cost(b) < c.cost(a) * (1.0 - TIE_BAND) => Some(b),
         _ => Some(a),
     }
 }

@@ -39,12 +39,16 @@ pub enum ApiError {
     NoCapableModel(String),
     #[error("internal error: {0}")]
     Internal(String),
+    /// A backend's 400 `context_length_exceeded`, passed on as it sent it
+    /// when no larger-context model could take the request.
+    #[error("the prompt exceeds the context length of every model that could take it")]
+    ContextLength(bytes::Bytes),
 }
 
 impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::BadRequest(_) | ApiError::ContextLength(_) => StatusCode::BAD_REQUEST,
             ApiError::MissingKey | ApiError::WrongKey => StatusCode::UNAUTHORIZED,
             ApiError::ModelNotFound(_) | ApiError::UnknownPath(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
@@ -64,6 +68,7 @@ impl ApiError {
     pub fn kind(&self) -> &'static str {
         match self {
             ApiError::BadRequest(_)
+            | ApiError::ContextLength(_)
             | ApiError::ModelNotFound(_)
             | ApiError::UnknownPath(_)
             | ApiError::MethodNotAllowed(_)
@@ -92,6 +97,7 @@ impl ApiError {
             ApiError::NotReady(_) => "not_ready",
             ApiError::NoCapableModel(_) => "no_capable_model",
             ApiError::Internal(_) => "internal_error",
+            ApiError::ContextLength(_) => "context_length_exceeded",
         }
     }
 
@@ -111,6 +117,14 @@ pub fn error_body(message: &str, kind: &str, code: &str) -> serde_json::Value {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        if let ApiError::ContextLength(body) = self {
+            let mut resp = (StatusCode::BAD_REQUEST, body).into_response();
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            return resp;
+        }
         let body = error_body(&self.to_string(), self.kind(), self.code());
         let mut resp = (self.status(), axum::Json(body)).into_response();
         if let Some(s) = self.retry_after() {

@@ -1,28 +1,20 @@
-//! One attempt on one backend over the pooled keep-alive client, and the
-//! response body that streams the backend's bytes to the client.
+//! One attempt on one backend over the pooled keep-alive client.
 //!
 //! An attempt is "committed" only once the backend's first body byte has
-//! arrived: until then any failure can be retried elsewhere. After it, a
-//! failure ends the stream with an SSE error event (never `[DONE]`) and an
-//! aborted connection, so a truncated answer never looks complete.
+//! arrived: until then any failure can be retried elsewhere. What follows
+//! the first byte is the relay's (`relay`).
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, StatusCode, Uri};
-use http_body::{Body, Frame};
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use tokio::time::Sleep;
-
-use crate::dataplane::error::error_body;
+use tokio::time::Instant;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -52,17 +44,47 @@ pub enum AttemptError {
     Reset(String),
     #[error("backend answered {0}")]
     Status(StatusCode),
-    #[error("no first byte within {0:?}")]
-    FirstByteTimeout(Duration),
+    /// A stream's first token did not come in time.
+    #[error("no first token within {0:?}")]
+    TtftTimeout(Duration),
+    /// A non-streaming generation outlasted `generation_timeout`: long
+    /// work, not a broken backend.
+    #[error("no complete answer within {0:?}")]
+    GenerationTimeout(Duration),
+    /// The request's overall deadline passed during the attempt.
+    #[error("the request's deadline passed")]
+    Deadline,
     /// 429: busy, not broken.
     #[error("backend busy (429), retry after {0:?}")]
     Busy(Option<Duration>),
+    /// 400 `context_length_exceeded`: the request's fault for this model;
+    /// the body is kept for the client in case no larger model can take it.
+    #[error("the prompt exceeds the model's context length")]
+    ContextLength(Bytes),
 }
 
 impl AttemptError {
-    /// Whether the failure says the backend is unhealthy (429 does not).
+    /// Whether the failure says the backend is unhealthy: connect errors,
+    /// resets, 5xx and a stream's time-to-first-token timeout. A 429, a
+    /// long generation, the request's own deadline or its context length
+    /// say nothing about the backend.
     pub fn counts_against_health(&self) -> bool {
-        !matches!(self, AttemptError::Busy(_))
+        matches!(
+            self,
+            AttemptError::Connect(_)
+                | AttemptError::Reset(_)
+                | AttemptError::Status(_)
+                | AttemptError::TtftTimeout(_)
+        )
+    }
+
+    /// Whether retrying the same backend after a short backoff may help
+    /// (never for timeouts: the time is better spent elsewhere).
+    pub fn worth_same_backend_retry(&self) -> bool {
+        matches!(
+            self,
+            AttemptError::Connect(_) | AttemptError::Reset(_) | AttemptError::Status(_)
+        )
     }
 
     /// The `outcome` label of attempt metrics.
@@ -71,10 +93,26 @@ impl AttemptError {
             AttemptError::Connect(_) => "connect_error",
             AttemptError::Reset(_) => "reset",
             AttemptError::Status(_) => "status_5xx",
-            AttemptError::FirstByteTimeout(_) => "first_byte_timeout",
+            AttemptError::TtftTimeout(_) => "ttft_timeout",
+            AttemptError::GenerationTimeout(_) => "generation_timeout",
+            AttemptError::Deadline => "deadline",
             AttemptError::Busy(_) => "busy",
+            AttemptError::ContextLength(_) => "context_length",
         }
     }
+}
+
+/// The limits of one attempt.
+#[derive(Clone, Copy, Debug)]
+pub struct AttemptLimits {
+    /// Time to the first body byte: the model's `ttft_timeout` for streams,
+    /// its `generation_timeout` otherwise.
+    pub first_byte: Duration,
+    pub stream: bool,
+    /// The request's overall deadline.
+    pub deadline: Instant,
+    /// Read a 400's body to tell `context_length_exceeded` apart.
+    pub detect_context_length: bool,
 }
 
 /// A backend response whose first body chunk has arrived.
@@ -82,7 +120,10 @@ pub struct Committed {
     pub status: StatusCode,
     pub headers: HeaderMap,
     pub first: Option<Bytes>,
-    pub rest: Incoming,
+    /// The rest of the body; `None` when `first` was all of it.
+    pub rest: Option<Incoming>,
+    /// The upstream `Content-Length`, if any.
+    pub content_length: Option<u64>,
     pub first_byte: Duration,
 }
 
@@ -168,16 +209,19 @@ fn source_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// Sends one request and waits, within `first_byte_timeout`, for the
-/// response head and its first body chunk.
+/// The largest 400 body read to look for `context_length_exceeded`.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// Sends one request and waits, within its limits, for the response head
+/// and its first body chunk.
 pub async fn attempt(
     client: &Upstream,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
-    first_byte_timeout: Duration,
+    limits: AttemptLimits,
 ) -> Result<Committed, AttemptError> {
-    let started = Instant::now();
+    let started = std::time::Instant::now();
     let mut req = Request::post(uri)
         .body(Full::new(body))
         .map_err(|e| AttemptError::Connect(format!("bad upstream request: {e}")))?;
@@ -191,7 +235,14 @@ pub async fn attempt(
         if status.is_server_error() {
             return Err(AttemptError::Status(status));
         }
+        let content_length = resp
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse().ok());
         let (parts, mut rest) = resp.into_parts();
+        if status == StatusCode::BAD_REQUEST && limits.detect_context_length {
+            return whole_error_body(parts, rest, started).await;
+        }
         let first = loop {
             match rest.frame().await {
                 None => break None,
@@ -207,13 +258,47 @@ pub async fn attempt(
             status: parts.status,
             headers: parts.headers,
             first,
-            rest,
+            rest: Some(rest),
+            content_length,
             first_byte: started.elapsed(),
         })
     };
-    tokio::time::timeout(first_byte_timeout, exchange)
-        .await
-        .map_err(|_| AttemptError::FirstByteTimeout(first_byte_timeout))?
+    let timeout_at = (Instant::now() + limits.first_byte).min(limits.deadline);
+    match tokio::time::timeout_at(timeout_at, exchange).await {
+        Ok(result) => result,
+        Err(_) if timeout_at == limits.deadline => Err(AttemptError::Deadline),
+        Err(_) if limits.stream => Err(AttemptError::TtftTimeout(limits.first_byte)),
+        Err(_) => Err(AttemptError::GenerationTimeout(limits.first_byte)),
+    }
+}
+
+/// A 400 read whole: `context_length_exceeded` (OpenAI's code, or vLLM's
+/// "maximum context length" message) becomes an error the retry loop can
+/// act on; any other 400 is committed as the backend sent it.
+async fn whole_error_body(
+    parts: http::response::Parts,
+    rest: Incoming,
+    started: std::time::Instant,
+) -> Result<Committed, AttemptError> {
+    {
+        let body = Limited::new(rest, MAX_ERROR_BODY)
+            .collect()
+            .await
+            .map_err(|e| AttemptError::Reset(format!("reading a 400 body: {e}")))?
+            .to_bytes();
+        let text = String::from_utf8_lossy(&body);
+        if text.contains("context_length_exceeded") || text.contains("maximum context length") {
+            return Err(AttemptError::ContextLength(body));
+        }
+        Ok(Committed {
+            status: parts.status,
+            content_length: Some(body.len() as u64),
+            headers: parts.headers,
+            first: (!body.is_empty()).then_some(body),
+            rest: None,
+            first_byte: started.elapsed(),
+        })
+    }
 }
 
 /// Whether a response is a server-sent event stream.
@@ -222,138 +307,6 @@ pub fn is_sse(headers: &HeaderMap) -> bool {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"))
-}
-
-/// How a streamed response ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StreamEnd {
-    Complete,
-    /// The backend failed after the first byte, or the total timeout hit.
-    Aborted(&'static str),
-    /// The client went away first.
-    ClientGone,
-}
-
-/// Streams a committed response to the client, frame by frame, never
-/// buffering it whole, and reports how it ended exactly once.
-pub struct ProxyBody {
-    first: Option<Bytes>,
-    rest: Incoming,
-    deadline: Pin<Box<Sleep>>,
-    sse: bool,
-    state: BodyState,
-    on_end: Option<Box<dyn FnOnce(StreamEnd) + Send + Sync>>,
-}
-
-#[derive(PartialEq, Eq)]
-enum BodyState {
-    Streaming,
-    /// The SSE error event was handed to hyper; yield once so it is flushed.
-    ErrorSent(&'static str),
-    /// Flushed; the next poll aborts the connection.
-    ErrorFlushed(&'static str),
-    Done,
-}
-
-impl ProxyBody {
-    /// `sse` says whether the response is an event stream (see [`is_sse`]);
-    /// the committed response's headers are the caller's to send.
-    pub fn new(
-        committed: Committed,
-        sse: bool,
-        deadline: tokio::time::Instant,
-        on_end: impl FnOnce(StreamEnd) + Send + Sync + 'static,
-    ) -> Self {
-        Self {
-            first: committed.first,
-            rest: committed.rest,
-            deadline: Box::pin(tokio::time::sleep_until(deadline)),
-            sse,
-            state: BodyState::Streaming,
-            on_end: Some(Box::new(on_end)),
-        }
-    }
-
-    fn finish(&mut self, end: StreamEnd) {
-        if let Some(f) = self.on_end.take() {
-            f(end);
-        }
-    }
-
-    fn abort(&mut self, reason: &'static str) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        self.finish(StreamEnd::Aborted(reason));
-        if self.sse {
-            self.state = BodyState::ErrorSent(reason);
-            let event = error_body(
-                &format!(
-                    "the upstream stream was interrupted ({reason}); the response is incomplete"
-                ),
-                "server_error",
-                "stream_interrupted",
-            );
-            Poll::Ready(Some(Ok(Frame::data(Bytes::from(format!(
-                "data: {event}\n\n"
-            ))))))
-        } else {
-            self.state = BodyState::Done;
-            Poll::Ready(Some(Err(reason.into())))
-        }
-    }
-}
-
-impl Body for ProxyBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = &mut *self;
-        match this.state {
-            BodyState::Done => return Poll::Ready(None),
-            BodyState::ErrorSent(reason) => {
-                // hyper flushes its write buffer when the body is pending;
-                // without this the event would die with the connection.
-                this.state = BodyState::ErrorFlushed(reason);
-                cx.waker().wake_by_ref();
-                return Poll::Pending;
-            }
-            BodyState::ErrorFlushed(reason) => {
-                this.state = BodyState::Done;
-                // Aborting the connection (no terminating chunk) tells HTTP
-                // clients too that the body is incomplete.
-                return Poll::Ready(Some(Err(reason.into())));
-            }
-            BodyState::Streaming => {}
-        }
-        if let Some(first) = this.first.take() {
-            return Poll::Ready(Some(Ok(Frame::data(first))));
-        }
-        if this.deadline.as_mut().poll(cx).is_ready() {
-            return this.abort("total timeout");
-        }
-        match Pin::new(&mut this.rest).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(frame))),
-            Poll::Ready(Some(Err(_))) => this.abort("upstream connection failed"),
-            Poll::Ready(None) => {
-                this.state = BodyState::Done;
-                this.finish(StreamEnd::Complete);
-                Poll::Ready(None)
-            }
-            Poll::Pending => Poll::Pending,
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.state == BodyState::Done
-    }
-}
-
-impl Drop for ProxyBody {
-    fn drop(&mut self) {
-        self.finish(StreamEnd::ClientGone);
-    }
 }
 
 /// Sets a response header from a string, skipping values that are not
@@ -397,9 +350,15 @@ mod tests {
     }
 
     #[test]
-    fn busy_is_not_a_health_failure() {
+    fn only_signs_of_a_broken_backend_count_against_its_health() {
+        let s = Duration::from_secs(1);
         assert!(!AttemptError::Busy(None).counts_against_health());
+        assert!(!AttemptError::GenerationTimeout(s).counts_against_health());
+        assert!(!AttemptError::Deadline.counts_against_health());
+        assert!(!AttemptError::ContextLength(Bytes::new()).counts_against_health());
         assert!(AttemptError::Status(StatusCode::BAD_GATEWAY).counts_against_health());
-        assert!(AttemptError::FirstByteTimeout(Duration::from_secs(1)).counts_against_health());
+        assert!(AttemptError::TtftTimeout(s).counts_against_health());
+        assert!(!AttemptError::TtftTimeout(s).worth_same_backend_retry());
+        assert!(AttemptError::Reset("x".into()).worth_same_backend_retry());
     }
 }

@@ -1,10 +1,12 @@
 //! The data plane's request path, stage by stage (`serve` is one line per
 //! stage): authenticate → read → resolve → pin → plan → pick and forward
 //! (retry on another; `attempts`) → respond (`respond`). `chain` plans the
-//! models a request may be answered by.
+//! models a request may be answered by; `continuation` resumes a stream
+//! that broke after bytes reached the client.
 
 mod attempts;
 mod chain;
+mod continuation;
 mod respond;
 
 use std::sync::Arc;
@@ -21,7 +23,8 @@ use http_body_util::{BodyExt, Limited};
 use serde_json::json;
 use zonegate_cluster::{ClusterView, ZoneId};
 
-use self::attempts::Outgoing;
+use self::attempts::{Attempts, Outgoing};
+use self::continuation::Continuer;
 use crate::clock::now_ms;
 use crate::clock::unix_s;
 use crate::config::Tenant;
@@ -140,7 +143,8 @@ async fn serve(
     let primary = routes
         .model(&meta.model)
         .ok_or_else(|| failed(ApiError::ModelNotFound(meta.model.clone())))?;
-    let facts = RequestFacts::new(gw, tenant, &parts, &meta, body.len());
+    let deadline = tokio::time::Instant::from_std(started + primary.cfg.timeouts.total);
+    let facts = RequestFacts::new(gw, tenant, &parts, &meta, body.len(), deadline);
     let min_tier =
         chain::min_tier(&parts.headers, body.len(), &gw.cfg.prompt_tiers).map_err(failed)?;
     let (models, skipped) = chain::model_chain(gw, &routes, primary, min_tier);
@@ -157,11 +161,19 @@ async fn serve(
         body: &body,
         model: &meta.model,
     };
-    match attempts::forward_chain(gw, &facts, models, &out).await {
-        Ok(winner) => Ok(respond::respond(gw, &facts, winner, started)),
+    let mut attempts = Attempts::default();
+    match attempts::forward_chain(gw, &routes, &facts, models.clone(), &out, &mut attempts).await {
+        Ok(winner) => {
+            let count = attempts.count;
+            let continuer =
+                Continuer::for_stream(gw, &parts, &body, &meta, &models, &facts, attempts);
+            Ok(respond::respond(
+                gw, facts, winner, started, count, continuer,
+            ))
+        }
         Err(gave_up) => {
             let blocked = gave_up.withheld_zones && facts.class == RequestClass::Long;
-            let a = &gave_up.attempts;
+            let a = &attempts;
             Err(failed(
                 if !a.budget_exhausted && !blocked && !skipped.is_empty() {
                     // Only models below the required tier could still have
@@ -187,27 +199,33 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
     }
 }
 
-/// What stays the same across one request's attempts.
-struct RequestFacts<'a> {
+/// What stays the same across one request's attempts (and its
+/// continuations, which hold a copy).
+#[derive(Clone)]
+struct RequestFacts {
+    tenant: String,
+    session: Option<u64>,
     /// The zone the session is pinned to, else this node's.
     home: ZoneId,
     view: Arc<ClusterView>,
-    tenant: &'a Tenant,
-    session: Option<u64>,
-    pinned: Option<ZoneId>,
     request_id: String,
     class: RequestClass,
+    stream: bool,
+    /// One deadline over every attempt, retry, fallback and continuation:
+    /// the requested model's `total_timeout` from arrival.
+    deadline: tokio::time::Instant,
     decision_version: u64,
 }
 
-impl<'a> RequestFacts<'a> {
+impl RequestFacts {
     /// The pin stage: the session, its home zone and the request's class.
     fn new(
         gw: &Gateway,
-        tenant: &'a Tenant,
+        tenant: &Tenant,
         parts: &http::request::Parts,
         meta: &RequestMeta,
         body_len: usize,
+        deadline: tokio::time::Instant,
     ) -> Self {
         let embeddings = parts.uri.path() == "/v1/embeddings";
         let session = session_key(&parts.headers, meta).map(|s| hash_key(s.as_bytes()));
@@ -215,12 +233,13 @@ impl<'a> RequestFacts<'a> {
         let view = gw.view.borrow().clone();
         gw.budget.lock().record_request(now_ms() / 1000);
         RequestFacts {
-            tenant,
+            tenant: tenant.name.clone(),
             session,
-            home: pinned.clone().unwrap_or_else(|| gw.cfg.node.zone.clone()),
-            pinned,
+            home: pinned.unwrap_or_else(|| gw.cfg.node.zone.clone()),
             request_id: request_id(&parts.headers),
             class: classify(meta, body_len, embeddings, &gw.cfg.affinity),
+            stream: meta.stream,
+            deadline,
             decision_version: view.decision_version,
             view,
         }

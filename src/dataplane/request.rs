@@ -1,6 +1,7 @@
 //! What routing needs from a request, read without touching the rest of the
 //! body: model, stream flag, output-token cap, user, and the request class.
 
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 
 use crate::config::AffinityConfig;
@@ -14,6 +15,9 @@ pub struct RequestMeta {
     /// `max_completion_tokens`, else `max_tokens`.
     pub max_tokens: Option<u64>,
     pub user: Option<String>,
+    /// A plain-text answer, one choice, no log probabilities and no tools:
+    /// a stream of it that breaks can be continued on another backend.
+    pub plain_text: bool,
 }
 
 #[derive(Deserialize)]
@@ -23,13 +27,26 @@ struct Head {
     max_tokens: Option<u64>,
     max_completion_tokens: Option<u64>,
     user: Option<String>,
+    n: Option<u64>,
+    logprobs: Option<serde_json::Value>,
+    tools: Option<IgnoredAny>,
+    functions: Option<IgnoredAny>,
     // Unknown fields are skipped by serde (still validated as JSON).
 }
 
 impl RequestMeta {
-    /// Parses the fields routing needs; a body that is not a JSON object, or
-    /// whose known fields have the wrong type, is a 400.
+    /// Parses the fields routing needs; a body that is not a JSON object in
+    /// UTF-8, or whose known fields have the wrong type, is a 400. (serde
+    /// skips unknown fields without checking the UTF-8 of their strings, so
+    /// the whole body is checked first: bytes a backend cannot decode never
+    /// reach it.)
     pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
+        if let Err(e) = std::str::from_utf8(body) {
+            return Err(ApiError::BadRequest(format!(
+                "the request body is not valid UTF-8 (at byte {})",
+                e.valid_up_to()
+            )));
+        }
         let first = body.iter().find(|b| !b.is_ascii_whitespace());
         if first != Some(&b'{') {
             return Err(ApiError::BadRequest(
@@ -42,11 +59,19 @@ impl RequestMeta {
             .model
             .filter(|m| !m.is_empty())
             .ok_or_else(|| ApiError::BadRequest("you must provide a `model` parameter".into()))?;
+        let logprobs = match head.logprobs {
+            None | Some(serde_json::Value::Null | serde_json::Value::Bool(false)) => false,
+            Some(_) => true,
+        };
         Ok(Self {
             model,
             stream: head.stream.unwrap_or(false),
             max_tokens: head.max_completion_tokens.or(head.max_tokens),
             user: head.user,
+            plain_text: head.n.unwrap_or(1) <= 1
+                && !logprobs
+                && head.tools.is_none()
+                && head.functions.is_none(),
         })
     }
 }
@@ -104,11 +129,34 @@ mod tests {
                 model: "m".into(),
                 stream: true,
                 max_tokens: Some(5),
-                user: Some("u".into())
+                user: Some("u".into()),
+                plain_text: true,
             }
+        );
+        for body in [
+            r#"{"model":"m","n":2}"#,
+            r#"{"model":"m","logprobs":true}"#,
+            r#"{"model":"m","logprobs":3}"#,
+            r#"{"model":"m","tools":[]}"#,
+        ] {
+            assert!(!meta(body).unwrap().plain_text, "{body}");
+        }
+        assert!(
+            meta(r#"{"model":"m","logprobs":false,"n":1}"#)
+                .unwrap()
+                .plain_text
         );
         let m = meta(r#"{"model":"m","max_tokens":5,"max_completion_tokens":9}"#).unwrap();
         assert_eq!(m.max_tokens, Some(9), "max_completion_tokens wins");
+    }
+
+    #[test]
+    fn invalid_utf8_anywhere_is_a_400() {
+        let mut body = br#"{"model":"m","messages":[{"role":"user","content":"caf"#.to_vec();
+        body.extend_from_slice(&[0xC3, 0x28]);
+        body.extend_from_slice(br#""}]}"#);
+        let e = RequestMeta::parse(&body).expect_err("invalid UTF-8");
+        assert!(matches!(e, ApiError::BadRequest(m) if m.contains("UTF-8")));
     }
 
     #[test]
@@ -144,6 +192,7 @@ mod tests {
             stream: false,
             max_tokens: t,
             user: None,
+            plain_text: true,
         };
         let cases = [
             (Some(512), 100, false, RequestClass::Short),

@@ -66,6 +66,8 @@ pub enum PickReason {
     RoundRobin,
     Random,
     Ring,
+    /// A half-open trial of an ejected backend.
+    Trial,
 }
 
 impl PickReason {
@@ -75,6 +77,7 @@ impl PickReason {
             PickReason::RoundRobin => "round_robin",
             PickReason::Random => "random",
             PickReason::Ring => "ring",
+            PickReason::Trial => "trial",
         }
     }
 }
@@ -116,13 +119,15 @@ impl Candidates for PickView<'_> {
 
     /// In flight (this one included) × latency, where a backend without
     /// recent latency samples is taken to be as fast as its pool typically
-    /// is, so its weight alone decides how often it is tried.
+    /// is, so its weight alone decides how often it is tried; before the
+    /// pool has a typical latency, an untried backend is worth a trial
+    /// (like Peak-EWMA's decay toward zero), so p2c learns its latency
+    /// instead of judging it by a prior.
     fn cost(&self, i: usize) -> f64 {
         let b = &self.pool.backends[i];
         let latency = match b.fresh_latency_ms(self.now_ms) {
             Some(l) => l,
-            None if self.typical_latency_ms > 0.0 => self.typical_latency_ms,
-            None => b.latency_ewma_ms(),
+            None => self.typical_latency_ms,
         };
         (b.in_flight() + 1) as f64 * latency
     }
@@ -313,11 +318,25 @@ impl Routes {
     /// Whether ejecting `backend` now keeps every pool it serves within
     /// `max_ejected_percent`. Call inside [`Routes::serialised`].
     pub fn may_eject(&self, backend: &Backend, cfg: &HealthConfig) -> bool {
+        self.pools_of(backend)
+            .all(|p| p.ejected() < allowed_ejections(p.backends.len(), cfg))
+    }
+
+    /// Whether failing real requests may eject `backend`: within the same
+    /// cap, except that a pool may always lose one (Envoy's outlier
+    /// detection does the same), so a lone backend that fails every request
+    /// is taken out and its model served by the fallback chain while
+    /// half-open trials watch for its recovery.
+    pub fn may_eject_passive(&self, backend: &Backend, cfg: &HealthConfig) -> bool {
+        self.pools_of(backend)
+            .all(|p| p.ejected() < allowed_ejections(p.backends.len(), cfg).max(1))
+    }
+
+    fn pools_of<'a>(&'a self, backend: &'a Backend) -> impl Iterator<Item = &'a ZonePool> + 'a {
         self.models
             .values()
             .flat_map(|m| &m.pools)
-            .filter(|p| p.backends.iter().any(|b| std::ptr::eq(&**b, backend)))
-            .all(|p| p.ejected() < allowed_ejections(p.backends.len(), cfg))
+            .filter(move |p| p.backends.iter().any(|b| std::ptr::eq(&**b, backend)))
     }
 
     /// Republishes every backend's weights as of `now_ms` (ramps move with

@@ -294,21 +294,55 @@ impl Machine {
         Some(Change::Moved { from, to })
     }
 
-    /// `streak` consecutive real requests have failed. Ejects at once when
-    /// it reaches `passive_failures`; the pool cap does not apply (see
-    /// ARCHITECTURE.md: these backends fail real traffic, so routing to
-    /// them would only turn retries into client errors).
+    /// `streak` consecutive real requests have failed. Ejects when it
+    /// reaches `passive_failures`, within the pool-wide cap like a score
+    /// ejection (`may_eject`, Envoy's outlier detection does the same): one
+    /// tenant's poison requests must not take a whole model down. Beyond
+    /// the cap the backend stays in as UNSTABLE and its pool routes in
+    /// panic mode.
     pub fn passive_failures(
         &mut self,
         streak: u32,
         now_ms: u64,
         cfg: &HealthConfig,
+        may_eject: impl FnOnce() -> bool,
     ) -> Option<Change> {
         if self.state == State::Down || streak < cfg.passive_failures {
             return None;
         }
-        self.eject(Cause::Passive, now_ms);
-        Some(Change::Ejected(Cause::Passive))
+        if may_eject() {
+            self.eject(Cause::Passive, now_ms);
+            return Some(Change::Ejected(Cause::Passive));
+        }
+        let (was_refused, from) = (self.refused, self.state);
+        self.refused = true;
+        self.state = State::Unstable;
+        if !was_refused {
+            Some(Change::EjectionRefused)
+        } else if from != State::Unstable {
+            Some(Change::Moved {
+                from,
+                to: State::Unstable,
+            })
+        } else {
+            None
+        }
+    }
+
+    /// A trial request (half-open, see `Backend::claim_trial`) succeeded
+    /// while the backend was out: it rejoins early, as a canary.
+    pub fn trial_succeeded(&mut self, now_ms: u64, cfg: &HealthConfig) -> Option<Change> {
+        if self.state != State::Down {
+            return None;
+        }
+        let score = self.score.unwrap_or(cfg.rejoin_above).max(cfg.rejoin_above);
+        self.state = band(State::Unknown, score, cfg);
+        self.ramp = Some(Ramp::canary(now_ms, cfg));
+        self.high = 0;
+        self.low = 0;
+        self.cause = None;
+        self.watch_failures = 0;
+        Some(Change::Rejoined)
     }
 
     fn eject(&mut self, cause: Cause, now_ms: u64) {
@@ -540,13 +574,40 @@ mod tests {
     fn passive_failures_eject_at_once_and_only_once() {
         let c = cfg();
         let mut m = Machine::new(0, &c);
-        assert_eq!(m.passive_failures(4, 10, &c), None);
+        assert_eq!(m.passive_failures(4, 10, &c, || true), None);
         assert_eq!(
-            m.passive_failures(5, 10, &c),
+            m.passive_failures(5, 10, &c, || true),
             Some(Change::Ejected(Cause::Passive))
         );
-        assert_eq!(m.passive_failures(6, 11, &c), None, "already out");
+        assert_eq!(m.passive_failures(6, 11, &c, || true), None, "already out");
         assert_eq!(m.ejections, 1);
+    }
+
+    #[test]
+    fn passive_failures_beyond_the_cap_keep_the_backend_in_as_unstable() {
+        let c = cfg();
+        let mut m = Machine::new(0, &c);
+        assert_eq!(
+            m.passive_failures(5, 10, &c, || false),
+            Some(Change::EjectionRefused)
+        );
+        assert_eq!((m.state, m.refused, m.ejections), (Unstable, true, 0));
+        assert_eq!(
+            m.passive_failures(6, 11, &c, || false),
+            None,
+            "refused once, said once"
+        );
+    }
+
+    #[test]
+    fn a_successful_trial_rejoins_an_ejected_backend_as_a_canary() {
+        let c = cfg();
+        let mut m = Machine::new(0, &c);
+        assert_eq!(m.trial_succeeded(5, &c), None, "not out");
+        m.passive_failures(5, 10, &c, || true);
+        assert_eq!(m.trial_succeeded(1_000, &c), Some(Change::Rejoined));
+        assert_ne!(m.state, State::Down);
+        assert_eq!(m.ramp, Some(Ramp::canary(1_000, &c)));
     }
 
     #[test]
@@ -555,7 +616,7 @@ mod tests {
         let mut m = Machine::new(0, &c);
         let mut times = Vec::new();
         for n in 1..=12u64 {
-            m.passive_failures(5, n, &c);
+            m.passive_failures(5, n, &c, || true);
             times.push(m.watch_time(&c).as_secs());
             m.state = Healthy;
         }

@@ -48,19 +48,25 @@ pub struct Gateway {
 }
 
 thread_local! {
-    /// This thread's upstream pool. Data-plane threads each run their own
-    /// single-threaded runtime, so a pooled connection, its task and the
-    /// requests that use it stay on one thread: no cross-thread wake-ups.
-    static UPSTREAM: std::cell::RefCell<Option<Upstream>> = const { std::cell::RefCell::new(None) };
+    /// This thread's upstream pools, one per connect timeout in use (models
+    /// may set their own; most share the default). Data-plane threads each
+    /// run their own single-threaded runtime, so a pooled connection, its
+    /// task and the requests that use it stay on one thread: no
+    /// cross-thread wake-ups.
+    static UPSTREAM: std::cell::RefCell<Vec<(Duration, Upstream)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Gateway {
-    /// The upstream pool of the calling thread.
-    pub fn upstream(&self) -> Upstream {
-        UPSTREAM.with(|u| {
-            u.borrow_mut()
-                .get_or_insert_with(|| forward::client(self.cfg.retry.connect_timeout, 256))
-                .clone()
+    /// The calling thread's upstream pool for `connect_timeout`.
+    pub fn upstream(&self, connect_timeout: Duration) -> Upstream {
+        UPSTREAM.with(|pools| {
+            let mut pools = pools.borrow_mut();
+            if let Some((_, pool)) = pools.iter().find(|(t, _)| *t == connect_timeout) {
+                return pool.clone();
+            }
+            let pool = forward::client(connect_timeout, 256);
+            pools.push((connect_timeout, pool.clone()));
+            pool
         })
     }
 

@@ -191,7 +191,9 @@ metrics! {
     retries: IntCounterVec = "zonegate_forward_retries_total", "Attempts after the first, per model", ["model"];
     retry_budget_exhausted: IntCounterVec = "zonegate_retry_budget_exhausted_total", "Retries refused by the retry budget", ["model"];
     fallbacks: IntCounterVec = "zonegate_fallbacks_total", "Requests served by a fallback (model or cross-zone)", ["kind", "class"];
-    stream_aborts: IntCounterVec = "zonegate_stream_aborts_total", "Responses cut after the first byte (never retried)", ["model", "backend", "reason"];
+    stream_aborts: IntCounterVec = "zonegate_stream_aborts_total", "Upstream streams that broke after the first byte, by reason", ["model", "backend", "reason"];
+    /// Continuations of broken streams (`continued`, `unavailable`).
+    stream_continuations: IntCounterVec = "zonegate_stream_continuations_total", "Broken streams continued on another backend or model, by outcome", ["model", "outcome"];
     backend_in_flight: IntGaugeVec = "zonegate_backend_in_flight_requests", "Requests in flight per backend", ["backend", "zone"];
     backend_up: IntGaugeVec = "zonegate_backend_up", "1 while a backend takes traffic, 0 while ejected", ["backend", "zone"];
     /// Ejections by cause (`score`, `passive`).

@@ -31,6 +31,9 @@ type MockBody = BoxBody<Bytes, std::io::Error>;
 pub struct Faults {
     /// Delay before the response head, on inference and health endpoints.
     pub latency_ms: u64,
+    /// Delay before the response head of inference requests only: a long
+    /// generation on a healthy server (its health endpoint answers at once).
+    pub generation_ms: u64,
     /// Share of inference requests answered with `error_status`.
     pub error_rate: f64,
     pub error_status: u16,
@@ -50,12 +53,34 @@ pub struct Faults {
     pub stream_interval_ms: u64,
     /// `/health` answers 503.
     pub unhealthy: bool,
+    /// Statuses for the next inference requests, one each (200 serves
+    /// normally), e.g. `[500, 200]`; consumed as requests arrive.
+    pub status_sequence: Vec<u16>,
+    /// Stop sending (connection kept open) after this many stream chunks.
+    pub stream_stall_after: Option<u64>,
+    /// With `stream_cut_after`: send half of the next event before the cut.
+    pub cut_inside_event: bool,
+    /// Send a chunk that is not JSON after this many stream chunks.
+    pub malformed_chunk_after: Option<u64>,
+    /// Send an SSE error event (and end) after this many stream chunks.
+    pub error_event_after: Option<u64>,
+    /// Answer 400 to a chat whose last message is the assistant's (a
+    /// server without prefill support).
+    pub reject_prefill: bool,
+    /// Answer 400 `context_length_exceeded`.
+    pub context_length_exceeded: bool,
+    /// Prefixes every generated word: a different salt is a different
+    /// (non-deterministic) answer.
+    pub answer_salt: String,
+    /// Faults apply only to requests for these models (empty: all).
+    pub only_models: Vec<String>,
 }
 
 impl Default for Faults {
     fn default() -> Self {
         Self {
             latency_ms: 0,
+            generation_ms: 0,
             error_rate: 0.0,
             error_status: 500,
             queue_depth: 0,
@@ -66,6 +91,15 @@ impl Default for Faults {
             retry_after: None,
             stream_interval_ms: 0,
             unhealthy: false,
+            status_sequence: Vec::new(),
+            stream_stall_after: None,
+            cut_inside_event: false,
+            malformed_chunk_after: None,
+            error_event_after: None,
+            reject_prefill: false,
+            context_length_exceeded: false,
+            answer_salt: String::new(),
+            only_models: Vec::new(),
         }
     }
 }
@@ -76,6 +110,7 @@ impl Default for Faults {
 #[serde(deny_unknown_fields)]
 pub struct FaultsPatch {
     latency_ms: Option<u64>,
+    generation_ms: Option<u64>,
     error_rate: Option<f64>,
     error_status: Option<u16>,
     queue_depth: Option<u64>,
@@ -88,6 +123,18 @@ pub struct FaultsPatch {
     retry_after: Option<Option<u64>>,
     stream_interval_ms: Option<u64>,
     unhealthy: Option<bool>,
+    status_sequence: Option<Vec<u16>>,
+    #[serde(default, deserialize_with = "present")]
+    stream_stall_after: Option<Option<u64>>,
+    cut_inside_event: Option<bool>,
+    #[serde(default, deserialize_with = "present")]
+    malformed_chunk_after: Option<Option<u64>>,
+    #[serde(default, deserialize_with = "present")]
+    error_event_after: Option<Option<u64>>,
+    reject_prefill: Option<bool>,
+    context_length_exceeded: Option<bool>,
+    answer_salt: Option<String>,
+    only_models: Option<Vec<String>>,
 }
 
 /// Tells "key absent" (outer `None`) from "key: null" (`Some(None)`).
@@ -117,18 +164,33 @@ impl Faults {
             }
             self.error_status = s;
         }
+        if let Some(seq) = &p.status_sequence {
+            if seq.iter().any(|s| StatusCode::from_u16(*s).is_err()) {
+                return Err("status_sequence must hold HTTP status codes".into());
+            }
+        }
         macro_rules! copy {
             ($($f:ident),*) => { $( if let Some(v) = p.$f { self.$f = v; } )* };
         }
         copy!(
             latency_ms,
+            generation_ms,
             queue_depth,
             hang,
             reset,
             stream_cut_after,
             retry_after,
             stream_interval_ms,
-            unhealthy
+            unhealthy,
+            status_sequence,
+            stream_stall_after,
+            cut_inside_event,
+            malformed_chunk_after,
+            error_event_after,
+            reject_prefill,
+            context_length_exceeded,
+            answer_salt,
+            only_models
         );
         Ok(())
     }
@@ -262,6 +324,43 @@ struct InferenceHead {
     max_tokens: Option<u64>,
     max_completion_tokens: Option<u64>,
     input: Option<serde_json::Value>,
+    messages: Option<Vec<Message>>,
+    prompt: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct Message {
+    role: Option<String>,
+    content: Option<serde_json::Value>,
+}
+
+impl InferenceHead {
+    /// Text the client put in the answer's place already: a final
+    /// assistant message (chat prefill) or the end of a completion prompt.
+    fn prefill(&self) -> Option<&str> {
+        if let Some(last) = self.messages.as_ref().and_then(|m| m.last()) {
+            return (last.role.as_deref() == Some("assistant"))
+                .then(|| last.content.as_ref().and_then(|c| c.as_str()))
+                .flatten();
+        }
+        self.prompt.as_ref().and_then(|p| p.as_str())
+    }
+}
+
+/// The mock's answer is a fixed word sequence (`{salt}tok0 `, `{salt}tok1 `,
+/// …), so a continuation can be checked word for word: with a prefill that
+/// ends in its first `k` words, it goes on from word `k`.
+fn words_done(prefill: Option<&str>, salt: &str) -> u64 {
+    let Some(text) = prefill else { return 0 };
+    let mut answer = String::new();
+    let mut best = 0;
+    for k in 1..=64u64 {
+        answer.push_str(&format!("{salt}tok{} ", k - 1));
+        if text.ends_with(&answer) {
+            best = k;
+        }
+    }
+    best
 }
 
 /// Counts a request in flight for `vllm:num_requests_running`, until its
@@ -432,15 +531,14 @@ impl Mock {
                 "model_not_found",
             );
         }
-        if faults.error_rate > 0.0 && fastrand::f64() < faults.error_rate {
-            let status = StatusCode::from_u16(faults.error_status)
-                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let mut resp = openai_error(status, "mock fault: injected error", "mock_error");
-            if let Some(s) = faults.retry_after {
-                resp.headers_mut()
-                    .insert(header::RETRY_AFTER, header::HeaderValue::from(s));
-            }
+        let applies = faults.only_models.is_empty() || faults.only_models.contains(&model);
+        let clean = Faults::default();
+        let faults = if applies { faults } else { &clean };
+        if let Some(resp) = self.scripted_error(faults, &head) {
             return resp;
+        }
+        if faults.generation_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(faults.generation_ms)).await;
         }
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
         let created = crate::clock::unix_s();
@@ -454,9 +552,22 @@ impl Mock {
             .unwrap_or(8)
             .clamp(1, 64);
         if head.stream.unwrap_or(false) {
-            return self.stream(chat, &model, n, created, tokens, faults, running);
+            let from = words_done(head.prefill(), &faults.answer_salt);
+            return self.stream(
+                chat,
+                &model,
+                n,
+                created,
+                from..from + tokens,
+                faults,
+                running,
+            );
         }
-        let text: String = (0..tokens).map(|i| format!("tok{i} ")).collect();
+        let from = words_done(head.prefill(), &faults.answer_salt);
+        let salt = &faults.answer_salt;
+        let text: String = (from..from + tokens)
+            .map(|i| format!("{salt}tok{i} "))
+            .collect();
         let choice = if chat {
             json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"})
         } else {
@@ -495,6 +606,50 @@ impl Mock {
         }
     }
 
+    /// The error faults ask for this request, if any: the next status of
+    /// `status_sequence`, context length, a refused prefill, `error_rate`.
+    fn scripted_error(&self, faults: &Faults, head: &InferenceHead) -> Option<Response<MockBody>> {
+        let scripted = {
+            let mut live = self.faults.lock();
+            (!live.status_sequence.is_empty() && faults.status_sequence == live.status_sequence)
+                .then(|| live.status_sequence.remove(0))
+        };
+        if faults.context_length_exceeded {
+            return Some(openai_error(
+                StatusCode::BAD_REQUEST,
+                "This model's maximum context length is 4096 tokens. However, you requested more.",
+                "context_length_exceeded",
+            ));
+        }
+        let prefilled = head
+            .messages
+            .as_ref()
+            .and_then(|m| m.last())
+            .is_some_and(|m| m.role.as_deref() == Some("assistant"));
+        if faults.reject_prefill && prefilled {
+            return Some(openai_error(
+                StatusCode::BAD_REQUEST,
+                "the final message must be the user's: assistant prefill is not supported",
+                "invalid_request",
+            ));
+        }
+        let status = match scripted {
+            Some(200) => return None,
+            Some(s) => StatusCode::from_u16(s).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            None if faults.error_rate > 0.0 && fastrand::f64() < faults.error_rate => {
+                StatusCode::from_u16(faults.error_status)
+                    .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+            }
+            None => return None,
+        };
+        let mut resp = openai_error(status, "mock fault: injected error", "mock_error");
+        if let Some(s) = faults.retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(s));
+        }
+        Some(resp)
+    }
+
     fn embeddings(&self, head: &InferenceHead, model: &str) -> Response<MockBody> {
         let inputs: Vec<String> = match &head.input {
             Some(serde_json::Value::String(s)) => vec![s.clone()],
@@ -531,7 +686,7 @@ impl Mock {
         model: &str,
         n: u64,
         created: u64,
-        tokens: u64,
+        words: std::ops::Range<u64>,
         faults: &Faults,
         running: Running,
     ) -> Response<MockBody> {
@@ -541,40 +696,74 @@ impl Mock {
         } else {
             "text_completion"
         };
-        let mut events: Vec<String> = (0..tokens)
+        let salt = &faults.answer_salt;
+        let last = words.end.saturating_sub(1);
+        let mut events: Vec<String> = words
             .map(|i| {
-                let last = i + 1 == tokens;
-                let finish = if last { json!("stop") } else { json!(null) };
+                let finish = if i == last { json!("stop") } else { json!(null) };
+                let word = format!("{salt}tok{i} ");
                 let choice = if chat {
-                    json!({"index": 0, "delta": {"content": format!("tok{i} ")}, "finish_reason": finish})
+                    json!({"index": 0, "delta": {"content": word}, "finish_reason": finish})
                 } else {
-                    json!({"index": 0, "text": format!("tok{i} "), "finish_reason": finish})
+                    json!({"index": 0, "text": word, "finish_reason": finish})
                 };
                 let chunk = json!({"id": id, "object": object, "created": created, "model": model, "choices": [choice]});
                 format!("data: {chunk}\n\n")
             })
             .collect();
         events.push("data: [DONE]\n\n".to_owned());
-        let interval = Duration::from_millis(faults.stream_interval_ms);
-        let cut = faults.stream_cut_after;
+        let plan = StreamPlan::from(faults);
         // The stream owns `running`, so the request counts until its last chunk.
         let state = (events.into_iter(), 0u64, running);
         let frames = stream::unfold(state, move |(mut it, sent, running)| async move {
             if sent == u64::MAX {
                 return None;
             }
-            if cut.is_some_and(|c| sent >= c) {
-                // Let the chunks already sent reach the wire first, as they
-                // would from a backend that crashes mid-generation.
+            match plan.at(sent) {
+                Step::Send => {}
+                Step::Stall => std::future::pending::<()>().await,
+                Step::Malformed => {
+                    let bad =
+                        Bytes::from_static(b"data: {\"choices\": [{\"delta\": {\"content\n\n");
+                    return Some((Ok(Frame::data(bad)), (it, sent + 1, running)));
+                }
+                Step::ErrorEvent => {
+                    let e = crate::dataplane::error::error_body(
+                        "mock fault: generation failed",
+                        "server_error",
+                        "mock_error",
+                    );
+                    let event = Bytes::from(format!("data: {e}\n\n"));
+                    return Some((Ok(Frame::data(event)), (it, u64::MAX, running)));
+                }
+                Step::Cut { inside_event } => {
+                    // Let the chunks already sent reach the wire first, as
+                    // they would from a backend that crashes mid-generation.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    if inside_event {
+                        if let Some(next) = it.next() {
+                            let next = Bytes::from(next);
+                            let half = next.slice(..next.len() / 2);
+                            return Some((Ok(Frame::data(half)), (it, u64::MAX - 1, running)));
+                        }
+                    }
+                    let err = std::io::Error::new(
+                        std::io::ErrorKind::ConnectionAborted,
+                        "mock stream cut",
+                    );
+                    // One error ends the body; hyper aborts the connection.
+                    return Some((Err(err), (it, u64::MAX, running)));
+                }
+            }
+            if sent == u64::MAX - 1 {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 let err =
                     std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "mock stream cut");
-                // One error ends the body; hyper aborts the connection.
                 return Some((Err(err), (it, u64::MAX, running)));
             }
             let event = it.next()?;
-            if sent > 0 && !interval.is_zero() {
-                tokio::time::sleep(interval).await;
+            if sent > 0 && !plan.interval.is_zero() {
+                tokio::time::sleep(plan.interval).await;
             }
             Some((Ok(Frame::data(Bytes::from(event))), (it, sent + 1, running)))
         });
@@ -589,6 +778,61 @@ impl Mock {
             header::HeaderValue::from_static("no-cache"),
         );
         resp
+    }
+}
+
+/// What a faulty stream does at each chunk.
+#[derive(Clone, Copy)]
+struct StreamPlan {
+    interval: Duration,
+    cut: Option<u64>,
+    inside_event: bool,
+    stall: Option<u64>,
+    malformed: Option<u64>,
+    error_event: Option<u64>,
+}
+
+enum Step {
+    Send,
+    Stall,
+    Malformed,
+    ErrorEvent,
+    Cut { inside_event: bool },
+}
+
+impl From<&Faults> for StreamPlan {
+    fn from(f: &Faults) -> Self {
+        Self {
+            interval: Duration::from_millis(f.stream_interval_ms),
+            cut: f.stream_cut_after,
+            inside_event: f.cut_inside_event,
+            stall: f.stream_stall_after,
+            malformed: f.malformed_chunk_after,
+            error_event: f.error_event_after,
+        }
+    }
+}
+
+impl StreamPlan {
+    /// The step before sending chunk number `sent` (0-based).
+    fn at(&self, sent: u64) -> Step {
+        if sent >= u64::MAX - 1 {
+            return Step::Send;
+        }
+        let due = |n: Option<u64>| n == Some(sent);
+        if due(self.stall) {
+            Step::Stall
+        } else if due(self.malformed) {
+            Step::Malformed
+        } else if due(self.error_event) {
+            Step::ErrorEvent
+        } else if self.cut.is_some_and(|c| sent >= c) {
+            Step::Cut {
+                inside_event: self.inside_event,
+            }
+        } else {
+            Step::Send
+        }
     }
 }
 

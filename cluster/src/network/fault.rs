@@ -2,8 +2,9 @@
 //! In-process cluster tests share one table between all nodes' clients.
 
 use std::collections::HashSet;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 
+use crate::lock::lock;
 use crate::view::NodeId;
 
 /// Directed links that drop traffic. A blocked `(from, to)` makes every RPC
@@ -20,9 +21,7 @@ impl FaultTable {
     }
 
     fn blocked(&self) -> MutexGuard<'_, HashSet<(NodeId, NodeId)>> {
-        // A panic while holding this lock cannot leave the set half-updated
-        // in a way that matters (each update is one insert or remove).
-        self.blocked.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.blocked)
     }
 
     /// Drop traffic from `from` to `to` (one direction).

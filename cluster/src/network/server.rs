@@ -14,20 +14,21 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use serde::de::DeserializeOwned;
 use serde::Serialize;
 use subtle::ConstantTimeEq;
 
-use super::{NODE_HEADER, PATH_APPEND, PATH_REPORT, PATH_SNAPSHOT, PATH_VOTE, SECRET_HEADER};
-use crate::codec;
+use super::wire::{NODE_HEADER, PATH_APPEND, PATH_REPORT, PATH_SNAPSHOT, PATH_VOTE, SECRET_HEADER};
+use crate::clock::now_ms;
+use crate::codec::{self, Bounded};
 use crate::detect::Report;
 use crate::failover::Failover;
 use crate::types::alias::{AppendEntriesRequest, InstallSnapshotRequest, Raft, Vote, VoteRequest};
 use crate::types::Member;
 use crate::view::NodeId;
 
-/// Snapshot chunks are the largest bodies; openraft's default chunk is
-/// 3 MiB, above axum's 2 MiB default limit.
+/// A ceiling on every RPC body, above axum's 2 MiB default: the largest
+/// bodies are snapshot chunks (the node sets openraft's
+/// `snapshot_max_chunk_size` to 1 MiB) and append batches.
 const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 
 /// What the RPC handlers share.
@@ -55,7 +56,7 @@ impl RaftService {
     }
 }
 
-/// The router serving the three Raft RPCs.
+/// The router serving the three Raft RPCs and zone reports.
 pub fn router(service: Arc<RaftService>) -> Router {
     Router::new()
         .route(PATH_APPEND, post(append))
@@ -161,7 +162,7 @@ fn check_vote(sender: NodeId, vote: &Vote) -> Result<(), Refusal> {
     }
 }
 
-fn decode<T: DeserializeOwned>(body: &Bytes) -> Result<T, Refusal> {
+fn decode<T: Bounded>(body: &Bytes) -> Result<T, Refusal> {
     codec::decode(body).map_err(Refusal::BadBody)
 }
 
@@ -243,6 +244,6 @@ async fn report(
         leading_term,
         &zone,
         &report,
-        crate::failover::now_ms(),
+        now_ms(),
     )))
 }

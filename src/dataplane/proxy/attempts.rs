@@ -1,13 +1,22 @@
 //! The pick and forward stages: the chain's models in order, each in its
 //! effective zone and then its allowed fallback zones, one backend at a
 //! time, until one commits (its first body byte arrived) or the attempts,
-//! the retry budget or the candidates run out.
+//! the retry budget, the deadline or the candidates run out.
+//!
+//! Every backend of a model comes before the next model. A model whose
+//! only backend failed with a 5xx, reset or connect error gets it once
+//! more after a short jittered backoff; a 429 with a short `Retry-After`
+//! is waited out when no other backend of the model is free. An ejected
+//! backend of a model that has nothing better gets one half-open trial at a
+//! time. A `context_length_exceeded` answer moves the request to the
+//! model's `context_fallback` models, never back to the same model.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, Uri};
+use tokio::time::Instant;
 use zonegate_cluster::ZoneId;
 
 use super::chain::{Chain, Link};
@@ -16,9 +25,9 @@ use crate::clock::now_ms;
 use crate::config::Balance;
 use crate::dataplane::backend::{Backend, InFlight};
 use crate::dataplane::error::ApiError;
-use crate::dataplane::forward::{self, AttemptError, Committed};
+use crate::dataplane::forward::{self, AttemptError, AttemptLimits, Committed};
 use crate::dataplane::observe::ZoneResult;
-use crate::dataplane::routing::{plan_zones, ModelRoute, PickReason, PoolGuard};
+use crate::dataplane::routing::{plan_zones, ModelRoute, PickReason, PoolGuard, Routes, ZonePool};
 use crate::node::gateway::Gateway;
 
 /// The client's request as every attempt resends it.
@@ -26,7 +35,7 @@ pub(super) struct Outgoing<'a> {
     pub uri: &'a Uri,
     pub headers: &'a HeaderMap,
     pub body: &'a Bytes,
-    /// The model the client named.
+    /// The model the body names.
     pub model: &'a str,
 }
 
@@ -38,19 +47,16 @@ pub(super) struct Winner<'a> {
     pub reason: PickReason,
     pub cross_zone: bool,
     pub link: Link,
-    /// Attempts this request made, the winning one included.
-    pub attempts: u32,
     pub guards: (InFlight, PoolGuard),
 }
 
-/// Why no attempt committed.
+/// No attempt committed.
 pub(super) struct GaveUp {
-    pub attempts: Attempts,
     /// A zone this request's class may not cross to had a usable backend.
     pub withheld_zones: bool,
 }
 
-/// What one request's attempts have seen so far.
+/// What one request's attempts have seen so far (continuations included).
 #[derive(Default)]
 pub(super) struct Attempts {
     /// Identities (addresses) of the backends already tried.
@@ -58,93 +64,236 @@ pub(super) struct Attempts {
     pub count: u32,
     pub failures: Vec<(String, AttemptError)>,
     pub budget_exhausted: bool,
+    /// The effective zone's result went into the zone reports already.
+    zone_recorded: bool,
+}
+
+/// Where a model may be tried once more after every candidate failed.
+struct Revisit {
+    backend: Arc<Backend>,
+    wait: Duration,
 }
 
 /// Tries the chain until an attempt commits. Records the effective zone's
-/// result for the zone reports either way.
+/// result for the zone reports either way (once per request).
 pub(super) async fn forward_chain<'a>(
     gw: &Gateway,
-    req: &RequestFacts<'_>,
+    routes: &'a Routes,
+    req: &RequestFacts,
     chain: Chain<'a>,
     out: &Outgoing<'_>,
+    attempts: &mut Attempts,
 ) -> Result<Winner<'a>, GaveUp> {
-    let mut attempts = Attempts::default();
-    let mut home_zone = ZoneWatch::default();
+    let mut zone_watch = ZoneWatch::default();
     let mut withheld_zones = false;
-    let mut rng = fastrand::Rng::new();
-    for (model, link) in chain {
+    let mut queue = chain;
+    let mut next = 0;
+    while let Some(&(model, link)) = queue.get(next) {
+        next += 1;
         let zones: Vec<ZoneId> = model.pools.iter().map(|p| p.zone.clone()).collect();
         let cross_zone_ok = gw.cfg.affinity.cross_zone_fallback;
         let plan = plan_zones(&req.home, &req.view, &zones, req.class, cross_zone_ok);
-        home_zone.zone.get_or_insert_with(|| plan.effective.clone());
-        // A session keeps its backend within its zone by consistent hashing.
-        let balance = if req.session.is_some() && gw.cfg.affinity.zone_pin {
-            Balance::Ring
-        } else {
-            model.cfg.balance
-        };
-        let mut model_attempts = 0;
-        // The fallback order is only worked out if the effective zone
-        // cannot answer: most requests never need it.
-        let fallbacks = std::iter::once_with(|| {
-            order_fallbacks(gw, model, &plan.effective, plan.fallbacks.clone())
-        });
-        let zone_order = std::iter::once(plan.effective.clone()).chain(fallbacks.flatten());
-        for (zone_pos, zone) in zone_order.enumerate() {
-            let Some(pool) = model.pool(&zone) else {
-                continue;
-            };
-            while model_attempts < gw.cfg.retry.max_attempts {
-                let now = now_ms();
-                let Some((backend, reason)) =
-                    pool.pick(balance, req.session, now, &attempts.tried, &mut rng)
-                else {
-                    break;
+        zone_watch
+            .zone
+            .get_or_insert_with(|| plan.effective.clone());
+        let mut on_model = ModelAttempts::new(gw, req, model);
+        let mut revisited = false;
+        let mut out_of_context = false;
+        loop {
+            // The fallback order is only worked out if the effective zone
+            // cannot answer: most requests never need it.
+            let fallbacks = std::iter::once_with(|| {
+                order_fallbacks(gw, model, &plan.effective, plan.fallbacks.clone())
+            });
+            let zone_order = std::iter::once(plan.effective.clone()).chain(fallbacks.flatten());
+            for (zone_pos, zone) in zone_order.enumerate() {
+                let Some(pool) = model.pool(&zone) else {
+                    continue;
                 };
-                if attempts.count > 0 && !take_retry(gw, model, now) {
-                    attempts.budget_exhausted = true;
-                    home_zone.finish(gw, None);
-                    return Err(GaveUp {
-                        attempts,
-                        withheld_zones: false,
-                    });
-                }
-                attempts.tried.push(Arc::as_ptr(&backend) as usize);
-                attempts.count += 1;
-                model_attempts += 1;
-                let guards = (backend.start_request(), pool.enter());
-                match attempt(gw, req, out, model, &backend).await {
-                    Ok(committed) => {
-                        home_zone.finish(gw, Some(&backend.zone));
-                        return Ok(Winner {
-                            committed,
-                            model,
-                            backend,
-                            reason,
-                            cross_zone: zone_pos > 0,
-                            link,
-                            attempts: attempts.count,
-                            guards,
+                while let Some((backend, reason, trial)) = on_model.pick(pool, attempts) {
+                    if attempts.count > 0 && !take_retry(gw, model, now_ms()) {
+                        attempts.budget_exhausted = true;
+                        zone_watch.finish(gw, None, attempts);
+                        return Err(GaveUp {
+                            withheld_zones: false,
                         });
                     }
-                    Err(e) => {
-                        note_failure(gw, model, &backend, &e, now);
-                        home_zone.saw(&backend.zone, &e);
-                        attempts.failures.push((backend.name.clone(), e));
+                    attempts.tried.push(Arc::as_ptr(&backend) as usize);
+                    attempts.count += 1;
+                    let guards = (backend.start_request(), pool.enter());
+                    let result = attempt(gw, req, out, model, &backend).await;
+                    if trial {
+                        crate::health::trial_ended(gw, &backend, result.is_ok(), now_ms());
+                    }
+                    match result {
+                        Ok(committed) => {
+                            zone_watch.finish(gw, Some(&backend.zone), attempts);
+                            return Ok(Winner {
+                                committed,
+                                model,
+                                backend,
+                                reason,
+                                cross_zone: zone_pos > 0,
+                                link,
+                                guards,
+                            });
+                        }
+                        Err(e) => {
+                            note_failure(gw, model, &backend, &e, now_ms());
+                            if matches!(e, AttemptError::ContextLength(_)) {
+                                // Never the same model again: its larger-
+                                // context fallbacks (configured, or this 400
+                                // would have been committed) replace the
+                                // rest of the chain.
+                                queue.truncate(next);
+                                queue.extend(
+                                    model
+                                        .cfg
+                                        .context_fallback
+                                        .iter()
+                                        .filter_map(|name| routes.model(name))
+                                        .map(|m| (m, Link::ContextFallback)),
+                                );
+                                out_of_context = true;
+                            } else {
+                                zone_watch.saw(&backend.zone, &e);
+                                on_model.failed(&backend, &e);
+                            }
+                            attempts.failures.push((backend.name.clone(), e));
+                            if out_of_context {
+                                break;
+                            }
+                        }
                     }
                 }
+                if out_of_context {
+                    break;
+                }
             }
+            if revisited || out_of_context {
+                break;
+            }
+            let Some(revisit) = on_model.revisit(req.deadline) else {
+                break;
+            };
+            tokio::time::sleep(revisit.wait).await;
+            let ptr = Arc::as_ptr(&revisit.backend) as usize;
+            attempts.tried.retain(|t| *t != ptr);
+            on_model.allow_one_more();
+            revisited = true;
         }
         withheld_zones |= plan
             .withheld
             .iter()
             .any(|z| model.pool(z).is_some_and(|p| p.has_usable(now_ms())));
     }
-    home_zone.finish(gw, None);
-    Err(GaveUp {
-        attempts,
-        withheld_zones,
-    })
+    zone_watch.finish(gw, None, attempts);
+    Err(GaveUp { withheld_zones })
+}
+
+/// One model's share of a request's attempts.
+struct ModelAttempts {
+    max: u32,
+    made: u32,
+    balance: Balance,
+    session: Option<u64>,
+    /// Backends of the model in all its zones.
+    backends: usize,
+    rng: fastrand::Rng,
+    /// The last failure, if it is worth the same backend again.
+    same_again: Option<Arc<Backend>>,
+    /// The shortest `Retry-After` a backend of the model asked for.
+    busy: Option<(Arc<Backend>, Duration)>,
+    max_retry_after_wait: Duration,
+}
+
+impl ModelAttempts {
+    fn new(gw: &Gateway, req: &RequestFacts, model: &ModelRoute) -> Self {
+        // A session keeps its backend within its zone by consistent hashing.
+        let balance = if req.session.is_some() && gw.cfg.affinity.zone_pin {
+            Balance::Ring
+        } else {
+            model.cfg.balance
+        };
+        Self {
+            max: gw.cfg.retry.max_attempts,
+            made: 0,
+            balance,
+            session: req.session,
+            backends: model.pools.iter().map(|p| p.backends.len()).sum(),
+            rng: fastrand::Rng::new(),
+            same_again: None,
+            busy: None,
+            max_retry_after_wait: gw.cfg.retry.max_retry_after_wait,
+        }
+    }
+
+    /// The next backend to try in `pool`, and whether it is a half-open
+    /// trial of an ejected one (only when the pool has nothing usable left).
+    fn pick(
+        &mut self,
+        pool: &ZonePool,
+        attempts: &Attempts,
+    ) -> Option<(Arc<Backend>, PickReason, bool)> {
+        if self.made >= self.max {
+            return None;
+        }
+        let now = now_ms();
+        let picked = pool
+            .pick(
+                self.balance,
+                self.session,
+                now,
+                &attempts.tried,
+                &mut self.rng,
+            )
+            .map(|(b, r)| (b, r, false))
+            .or_else(|| {
+                let trial = pool.backends.iter().find(|b| {
+                    !attempts.tried.contains(&(Arc::as_ptr(b) as usize)) && b.claim_trial(now)
+                })?;
+                Some((Arc::clone(trial), PickReason::Trial, true))
+            });
+        if picked.is_some() {
+            self.made += 1;
+        }
+        picked
+    }
+
+    fn failed(&mut self, backend: &Arc<Backend>, e: &AttemptError) {
+        self.same_again = e.worth_same_backend_retry().then(|| Arc::clone(backend));
+        if let AttemptError::Busy(Some(wait)) = e {
+            if *wait <= self.max_retry_after_wait
+                && self.busy.as_ref().is_none_or(|(_, w)| wait < w)
+            {
+                self.busy = Some((Arc::clone(backend), *wait));
+            }
+        }
+    }
+
+    /// After every candidate failed: the model's only backend once more
+    /// after a short jittered backoff (5xx, reset, connect error), or a
+    /// busy backend once its short `Retry-After` has passed; either only
+    /// if it fits the deadline.
+    fn revisit(&mut self, deadline: Instant) -> Option<Revisit> {
+        let candidate = match (self.busy.take(), self.same_again.take()) {
+            (Some((backend, wait)), _) => Revisit {
+                backend,
+                // A little past the cooldown, so the pick sees it free.
+                wait: wait + Duration::from_millis(20),
+            },
+            (None, Some(backend)) if self.backends == 1 => Revisit {
+                backend,
+                wait: Duration::from_millis(fastrand::u64(100..=500)),
+            },
+            _ => return None,
+        };
+        (Instant::now() + candidate.wait < deadline).then_some(candidate)
+    }
+
+    fn allow_one_more(&mut self) {
+        self.made = self.made.min(self.max.saturating_sub(1));
+    }
 }
 
 /// A retry takes from the retry budget; false when it is spent.
@@ -161,10 +310,10 @@ fn take_retry(gw: &Gateway, model: &ModelRoute, now: u64) -> bool {
     true
 }
 
-/// One attempt on `backend`, with the body it must see.
+/// One attempt on `backend`, with the body and limits it must see.
 async fn attempt(
     gw: &Gateway,
-    req: &RequestFacts<'_>,
+    req: &RequestFacts,
     out: &Outgoing<'_>,
     model: &ModelRoute,
     backend: &Backend,
@@ -173,8 +322,14 @@ async fn attempt(
     let mut headers = forward::upstream_headers(out.headers);
     forward::set_header(&mut headers, "x-request-id", &req.request_id);
     let payload = rewrite_model(out.body, out.model, backend, &model.cfg.name);
-    let timeout = model.cfg.first_byte_timeout;
-    forward::attempt(&gw.upstream(), uri, headers, payload, timeout).await
+    let t = &model.cfg.timeouts;
+    let limits = AttemptLimits {
+        first_byte: if req.stream { t.ttft } else { t.generation },
+        stream: req.stream,
+        deadline: req.deadline,
+        detect_context_length: !model.cfg.context_fallback.is_empty(),
+    };
+    forward::attempt(&gw.upstream(t.connect), uri, headers, payload, limits).await
 }
 
 /// How a request's effective zone did, for the zone observations the
@@ -184,6 +339,9 @@ struct ZoneWatch {
     zone: Option<ZoneId>,
     error: bool,
     busy: bool,
+    /// Only answers that say nothing about the zone: long generations, the
+    /// request's own deadline or context length.
+    neutral: bool,
 }
 
 impl ZoneWatch {
@@ -193,20 +351,29 @@ impl ZoneWatch {
         }
         match e {
             AttemptError::Busy(_) => self.busy = true,
-            AttemptError::FirstByteTimeout(_) => {}
+            // A stream's first token that never came: unanswered.
+            AttemptError::TtftTimeout(_) => {}
+            AttemptError::GenerationTimeout(_)
+            | AttemptError::Deadline
+            | AttemptError::ContextLength(_) => self.neutral = true,
             _ => self.error = true,
         }
     }
 
-    /// Records the result once; `served_in` is the zone that answered.
-    fn finish(&mut self, gw: &Gateway, served_in: Option<&ZoneId>) {
+    /// Records the result once per request; `served_in` is the zone that
+    /// answered.
+    fn finish(&mut self, gw: &Gateway, served_in: Option<&ZoneId>, attempts: &mut Attempts) {
         let Some(zone) = self.zone.take() else { return };
+        if std::mem::replace(&mut attempts.zone_recorded, true) {
+            return;
+        }
         let result = if served_in == Some(&zone) {
             ZoneResult::Served
         } else if self.error {
             ZoneResult::Failed
-        } else if self.busy {
-            // Busy is not broken: a zone that only said 429 is not scored.
+        } else if self.busy || self.neutral {
+            // Busy is not broken, and long work is not failure: such a
+            // zone is not scored for this request.
             return;
         } else {
             ZoneResult::Unanswered
@@ -233,9 +400,7 @@ fn note_failure(gw: &Gateway, model: &ModelRoute, backend: &Backend, e: &Attempt
             backend.cool_down(now, wait.unwrap_or(gw.cfg.retry.default_cooldown))
         }
         e if e.counts_against_health() => {
-            if let Some(change) = backend.record_failure(now, &gw.cfg.health) {
-                crate::health::passive_ejection(gw, backend, change, &e.to_string());
-            }
+            crate::health::passive_failure(gw, backend, &e.to_string(), now);
         }
         _ => {}
     }
@@ -243,14 +408,23 @@ fn note_failure(gw: &Gateway, model: &ModelRoute, backend: &Backend, e: &Attempt
 
 /// The error for a request that no backend answered.
 pub(super) fn final_error(model: &str, a: &Attempts, zone_blocked: bool) -> ApiError {
+    if let Some((_, AttemptError::ContextLength(body))) = a.failures.last() {
+        // No larger-context model answered: the backend's own 400.
+        return ApiError::ContextLength(body.clone());
+    }
     let tried = a.count;
+    if zone_blocked {
+        let last = a
+            .failures
+            .last()
+            .map(|(b, e)| format!(" (last attempt: {b}: {e})"))
+            .unwrap_or_default();
+        return ApiError::ZoneUnavailable(format!(
+            "no backend for `{model}` is available in this zone{last}, and long requests do not \
+             cross zones; retry later or cap max_tokens to make the request short"
+        ));
+    }
     if tried == 0 {
-        if zone_blocked {
-            return ApiError::ZoneUnavailable(format!(
-                "no backend for `{model}` is available in this zone, and long requests do not cross zones; \
-                 retry later or cap max_tokens to make the request short"
-            ));
-        }
         return ApiError::NoBackend {
             message: format!("no healthy backend for model `{model}` (0 tried)"),
         };
@@ -284,10 +458,14 @@ pub(super) fn final_error(model: &str, a: &Attempts, zone_blocked: bool) -> ApiE
             retry_after_s: wait.as_secs().max(1),
         };
     }
-    if a.failures
-        .iter()
-        .all(|(_, e)| matches!(e, AttemptError::FirstByteTimeout(_)))
-    {
+    if a.failures.iter().all(|(_, e)| {
+        matches!(
+            e,
+            AttemptError::TtftTimeout(_)
+                | AttemptError::GenerationTimeout(_)
+                | AttemptError::Deadline
+        )
+    }) {
         return ApiError::UpstreamTimeout { message };
     }
     ApiError::UpstreamFailed { message }

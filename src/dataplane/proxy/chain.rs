@@ -17,6 +17,9 @@ pub(super) enum Link {
     Fallback,
     /// The global breaker is open and the primary has no healthy backend.
     Floor,
+    /// From a model's `context_fallback` list, after its
+    /// `context_length_exceeded`.
+    ContextFallback,
 }
 
 impl Link {
@@ -25,6 +28,7 @@ impl Link {
             Link::Primary => "primary",
             Link::Fallback => "fallback-model",
             Link::Floor => "floor-model",
+            Link::ContextFallback => "context-fallback",
         }
     }
 
@@ -33,6 +37,7 @@ impl Link {
             Link::Primary => "none",
             Link::Fallback => "model",
             Link::Floor => "floor_model",
+            Link::ContextFallback => "context_model",
         }
     }
 }

@@ -1,26 +1,33 @@
 //! The respond stage: the committed attempt becomes the client's response
-//! (routing headers, the session pin, the body streamed through), and its
+//! (routing headers, the session pin, the body relayed through), and its
 //! end becomes metrics and the access line.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
 use axum::response::Response;
+use futures_util::future::BoxFuture;
 
 use super::attempts::Winner;
 use super::chain::Link;
+use super::continuation::Continuer;
 use super::{pin, RequestFacts};
 use crate::clock::now_ms;
 use crate::dataplane::affinity::PIN_HEADER;
-use crate::dataplane::backend::Backend;
-use crate::dataplane::forward::{self, ProxyBody, StreamEnd};
+use crate::dataplane::backend::{Backend, InFlight};
+use crate::dataplane::forward;
+use crate::dataplane::relay::{self, RelayHooks, RelayOptions, Resumed, StreamEnd};
 use crate::dataplane::request::RequestClass;
+use crate::dataplane::routing::PoolGuard;
+use crate::dataplane::sse::Transcript;
 use crate::node::gateway::Gateway;
+
+/// At most this many continuations per request.
+const MAX_CONTINUATIONS: u32 = 2;
 
 /// The first byte is in: record the attempt's success, count fallbacks,
 /// pin the session, and describe the route for the response headers.
-fn served(gw: &Gateway, req: &RequestFacts<'_>, w: &Winner<'_>) -> Served {
+fn served(gw: &Gateway, req: RequestFacts, w: &Winner<'_>, attempts: u32) -> Served {
     let (model, backend, committed) = (w.model, Arc::clone(&w.backend), &w.committed);
     backend.record_success(committed.first_byte, now_ms());
     let m = &gw.metrics;
@@ -42,24 +49,28 @@ fn served(gw: &Gateway, req: &RequestFacts<'_>, w: &Winner<'_>) -> Served {
             .with_label_values(&[w.link.metric_kind(), class])
             .inc();
     }
-    if w.attempts > 1 {
-        route.push(format!("retry:{}", w.attempts - 1));
+    if attempts > 1 {
+        route.push(format!("retry:{}", attempts - 1));
     }
-    // A session's first answer pins it to the zone that gave it.
+    // A session is pinned to its home zone: the zone that served it first,
+    // never the zone a short request crossed to (that would lose the home
+    // zone's prefix caches for the pin's lifetime).
     let pin_token = req
         .session
         .filter(|_| gw.cfg.affinity.zone_pin)
-        .and_then(|s| pin(gw, s, req.pinned.as_ref().unwrap_or(&backend.zone)));
+        .and_then(|s| pin(gw, s, &req.home));
     Served {
         pin_token,
-        tenant: req.tenant.name.clone(),
+        tenant: req.tenant,
         model: model.cfg.name.clone(),
         backend,
         route: route.join(", "),
         decision_version: req.decision_version,
-        request_id: req.request_id.clone(),
-        total_timeout: model.cfg.total_timeout,
+        request_id: req.request_id,
         class: req.class,
+        attempts,
+        idle: model.cfg.timeouts.idle,
+        deadline: req.deadline,
     }
 }
 
@@ -72,19 +83,23 @@ struct Served {
     route: String,
     decision_version: u64,
     request_id: String,
-    total_timeout: Duration,
     class: RequestClass,
+    attempts: u32,
+    idle: Duration,
+    deadline: tokio::time::Instant,
 }
 
 /// The respond stage: the committed response with zonegate's headers, its
-/// body streamed through; metrics and the access line when it ends.
+/// body relayed through; metrics and the access line when it ends.
 pub(super) fn respond(
     gw: &Arc<Gateway>,
-    req: &RequestFacts<'_>,
+    req: RequestFacts,
     winner: Winner<'_>,
     started: Instant,
+    attempts: u32,
+    continuer: Option<Continuer>,
 ) -> Response {
-    let ctx = served(gw, req, &winner);
+    let ctx = served(gw, req, &winner, attempts);
     let Winner {
         mut committed,
         guards,
@@ -106,28 +121,96 @@ pub(super) fn respond(
     if let Some(token) = &ctx.pin_token {
         forward::set_header(&mut headers, PIN_HEADER, token);
     }
-    let deadline = tokio::time::Instant::from_std(started + ctx.total_timeout);
-    let gw = Arc::clone(gw);
-    let outcome_ok = if status.is_success() {
-        "ok"
-    } else {
-        "client_error"
+    let opts = RelayOptions {
+        sse,
+        continuable: sse && status.is_success() && continuer.is_some(),
+        idle: ctx.idle,
+        deadline: ctx.deadline,
+        max_continuations: MAX_CONTINUATIONS,
     };
-    let body = ProxyBody::new(committed, sse, deadline, move |end| {
-        let _guards = guards;
-        let outcome = match &end {
-            StreamEnd::Complete => outcome_ok,
-            StreamEnd::ClientGone => "client_gone",
-            StreamEnd::Aborted(reason) => {
-                gw.metrics
-                    .stream_aborts
-                    .with_label_values(&[ctx.model.as_str(), ctx.backend.name.as_str(), reason])
-                    .inc();
-                if let Some(change) = ctx.backend.record_failure(now_ms(), &gw.cfg.health) {
-                    crate::health::passive_ejection(&gw, &ctx.backend, change, reason);
+    let hooks = Hooks {
+        gw: Arc::clone(gw),
+        current: Arc::clone(&ctx.backend),
+        answered_by: ctx.model.clone(),
+        ttft: started.elapsed(),
+        ctx,
+        started,
+        status,
+        guards,
+        continuer,
+    };
+    let mut resp = Response::new(relay::body(committed, opts, Box::new(hooks)));
+    *resp.status_mut() = status;
+    *resp.headers_mut() = headers;
+    resp
+}
+
+/// The request's side of the relay: passive signals of the backend that
+/// is streaming, continuations, and the final metrics and access line.
+struct Hooks {
+    gw: Arc<Gateway>,
+    ctx: Served,
+    /// The backend streaming now (it changes with a continuation).
+    current: Arc<Backend>,
+    /// The model streaming now.
+    answered_by: String,
+    started: Instant,
+    /// From arrival to the first byte handed to the client.
+    ttft: Duration,
+    status: http::StatusCode,
+    guards: (InFlight, PoolGuard),
+    continuer: Option<Continuer>,
+}
+
+impl RelayHooks for Hooks {
+    fn failed(&mut self, why: &'static str) {
+        let b = &self.current;
+        self.gw
+            .metrics
+            .stream_aborts
+            .with_label_values(&[self.answered_by.as_str(), b.name.as_str(), why])
+            .inc();
+        // A restart that regenerated different text is not a broken backend.
+        if why != "continuation_mismatch" {
+            crate::health::passive_failure(&self.gw, b, why, now_ms());
+        }
+    }
+
+    fn resume<'a>(
+        &'a mut self,
+        delivered: &'a Transcript,
+        why: &'static str,
+    ) -> BoxFuture<'a, Option<Resumed>> {
+        Box::pin(async move {
+            let continuer = self.continuer.as_mut()?;
+            let metric = &self.gw.metrics.stream_continuations;
+            match continuer.resume(delivered, why).await {
+                Some(next) => {
+                    metric
+                        .with_label_values(&[self.ctx.model.as_str(), "continued"])
+                        .inc();
+                    self.current = next.backend;
+                    self.answered_by = next.resumed.model.clone();
+                    self.guards = next.guards;
+                    Some(next.resumed)
                 }
-                "stream_aborted"
+                None => {
+                    metric
+                        .with_label_values(&[self.ctx.model.as_str(), "unavailable"])
+                        .inc();
+                    None
+                }
             }
+        })
+    }
+
+    fn end(&mut self, end: StreamEnd, continuations: u32) {
+        let (gw, ctx) = (&self.gw, &self.ctx);
+        let outcome = match &end {
+            StreamEnd::Complete if self.status.is_success() => "ok",
+            StreamEnd::Complete => "client_error",
+            StreamEnd::ClientGone => "client_gone",
+            StreamEnd::Aborted(_) => "stream_aborted",
         };
         gw.metrics
             .requests
@@ -136,24 +219,24 @@ pub(super) fn respond(
         gw.metrics
             .request_duration
             .with_label_values(&[&ctx.model])
-            .observe(started.elapsed().as_secs_f64());
+            .observe(self.started.elapsed().as_secs_f64());
         tracing::info!(
             target: "zonegate::access",
             request_id = %ctx.request_id,
             tenant = %ctx.tenant,
             model = %ctx.model,
-            backend = %ctx.backend.name,
-            zone = %ctx.backend.zone,
+            answered_by = %self.answered_by,
+            backend = %self.current.name,
+            zone = %self.current.zone,
             route = %ctx.route,
             class = ctx.class.as_str(),
-            status = status.as_u16(),
+            status = self.status.as_u16(),
             outcome,
-            ms = started.elapsed().as_millis() as u64,
+            attempts = ctx.attempts,
+            continuations,
+            ttft_ms = self.ttft.as_millis() as u64,
+            ms = self.started.elapsed().as_millis() as u64,
             "request"
         );
-    });
-    let mut resp = Response::new(Body::new(body));
-    *resp.status_mut() = status;
-    *resp.headers_mut() = headers;
-    resp
+    }
 }

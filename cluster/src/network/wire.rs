@@ -1,0 +1,14 @@
+//! The wire contract both sides of Raft RPC share: paths and headers.
+
+/// Header carrying the shared cluster secret.
+pub const SECRET_HEADER: &str = "x-zonegate-cluster-secret";
+/// Header carrying the sending node's id.
+pub const NODE_HEADER: &str = "x-zonegate-node-id";
+
+pub const PATH_APPEND: &str = "/raft/v1/append";
+pub const PATH_VOTE: &str = "/raft/v1/vote";
+pub const PATH_SNAPSHOT: &str = "/raft/v1/snapshot";
+/// Zone observations for the leader's detector (not a Raft RPC, same
+/// authentication): body [`crate::detect::Report`], answer
+/// [`crate::failover::ReportAck`].
+pub const PATH_REPORT: &str = "/raft/v1/report";

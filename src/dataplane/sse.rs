@@ -1,0 +1,609 @@
+//! Server-sent events as the relay sees them (pure, no I/O): whole events
+//! only, so a cut never leaves half an event at the client; the text a
+//! client has been given so far; and the rewrite that splices a
+//! continuation's events into the stream the client already reads.
+
+use std::borrow::Cow;
+
+use bytes::{Bytes, BytesMut};
+use serde::de::IgnoredAny;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// An event larger than this (with no boundary in sight) is not an LLM
+/// token stream: the relay treats it as malformed rather than buffer it.
+pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
+
+/// Cuts a byte stream into whole events. A chunk that ends on an event
+/// boundary while nothing is held passes through without a copy (the
+/// usual case: servers write one event per chunk).
+#[derive(Default)]
+pub struct Framer {
+    tail: BytesMut,
+}
+
+/// The held part of an event grew past [`MAX_EVENT_BYTES`].
+#[derive(Debug, PartialEq, Eq)]
+pub struct Oversized;
+
+impl Framer {
+    /// Takes a chunk; returns the whole events it completed (possibly none).
+    pub fn push(&mut self, chunk: Bytes) -> Result<Bytes, Oversized> {
+        if self.tail.is_empty() && ends_on_boundary(&chunk) {
+            return Ok(chunk);
+        }
+        self.tail.extend_from_slice(&chunk);
+        let whole =
+            last_boundary(&self.tail).map_or(Bytes::new(), |end| self.tail.split_to(end).freeze());
+        if self.tail.len() > MAX_EVENT_BYTES {
+            return Err(Oversized);
+        }
+        Ok(whole)
+    }
+
+    /// Whether part of an event is held (the stream ended inside one).
+    pub fn has_partial(&self) -> bool {
+        !self.tail.iter().all(|b| b.is_ascii_whitespace())
+    }
+
+    /// Drops what is held (a new upstream starts on an event boundary).
+    pub fn reset(&mut self) {
+        self.tail.clear();
+    }
+}
+
+fn ends_on_boundary(b: &[u8]) -> bool {
+    b.ends_with(b"\n\n") || b.ends_with(b"\r\n\r\n")
+}
+
+/// The end of the last event boundary in `b`, if any.
+fn last_boundary(b: &[u8]) -> Option<usize> {
+    let lf = b.windows(2).rposition(|w| w == b"\n\n").map(|i| i + 2);
+    let crlf = b.windows(4).rposition(|w| w == b"\r\n\r\n").map(|i| i + 4);
+    lf.max(crlf)
+}
+
+/// Splits whole events (as [`Framer::push`] returns them) into single
+/// events, each with its terminating blank line, without copying.
+pub fn events(whole: &Bytes) -> impl Iterator<Item = Bytes> + '_ {
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        let rest = &whole[start..];
+        if rest.is_empty() {
+            return None;
+        }
+        let lf = rest.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
+        let crlf = rest
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map(|i| i + 4);
+        let len = match (lf, crlf) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b).unwrap_or(rest.len()),
+        };
+        let event = whole.slice(start..start + len);
+        start += len;
+        Some(event)
+    })
+}
+
+/// One OpenAI streaming chunk, as far as continuation needs it.
+#[derive(Deserialize)]
+pub struct Chunk<'a> {
+    #[serde(borrow)]
+    pub id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    pub model: Option<Cow<'a, str>>,
+    pub created: Option<u64>,
+    #[serde(default, borrow)]
+    pub choices: Vec<Choice<'a>>,
+    pub usage: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+pub struct Choice<'a> {
+    #[serde(default)]
+    pub index: u64,
+    #[serde(borrow)]
+    pub delta: Option<Delta<'a>>,
+    /// `/v1/completions` streams `text` instead of a delta.
+    #[serde(borrow)]
+    pub text: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    pub finish_reason: Option<Cow<'a, str>>,
+    pub logprobs: Option<Value>,
+}
+
+#[derive(Deserialize)]
+pub struct Delta<'a> {
+    #[serde(borrow)]
+    pub content: Option<Cow<'a, str>>,
+    pub tool_calls: Option<IgnoredAny>,
+    pub function_call: Option<IgnoredAny>,
+}
+
+impl Choice<'_> {
+    fn content(&self) -> Option<&str> {
+        self.delta
+            .as_ref()
+            .and_then(|d| d.content.as_deref())
+            .or(self.text.as_deref())
+    }
+
+    /// Anything but plain text: tool calls or log probabilities cannot be
+    /// re-created by a continuation.
+    fn beyond_text(&self) -> bool {
+        self.delta
+            .as_ref()
+            .is_some_and(|d| d.tool_calls.is_some() || d.function_call.is_some())
+            || self.logprobs.as_ref().is_some_and(|l| !l.is_null())
+            || self.index != 0
+    }
+}
+
+/// What one event says.
+pub enum Event<'a> {
+    /// `data: [DONE]`.
+    Done,
+    Data(Chunk<'a>),
+    /// A `data:` object with an `error` key: the backend gave up.
+    Error,
+    /// A `data:` payload that is not JSON.
+    Malformed,
+    /// Comments, keep-alives, `event:`/`id:`/`retry:` lines only.
+    Other,
+}
+
+/// Reads one event (as [`events`] yields it).
+pub fn parse(event: &[u8]) -> Event<'_> {
+    let Some(data) = data_payload(event) else {
+        return Event::Other;
+    };
+    if data.trim_ascii() == b"[DONE]" {
+        return Event::Done;
+    }
+    #[derive(Deserialize)]
+    struct ErrorProbe {
+        error: Option<IgnoredAny>,
+    }
+    match serde_json::from_slice::<Chunk<'_>>(data) {
+        Ok(chunk) => {
+            if serde_json::from_slice::<ErrorProbe>(data).is_ok_and(|p| p.error.is_some()) {
+                Event::Error
+            } else {
+                Event::Data(chunk)
+            }
+        }
+        Err(_) if serde_json::from_slice::<ErrorProbe>(data).is_ok_and(|p| p.error.is_some()) => {
+            Event::Error
+        }
+        Err(_) => Event::Malformed,
+    }
+}
+
+/// The payload of an event's single `data:` line (OpenAI-style servers
+/// send one per event); `None` for events without data.
+fn data_payload(event: &[u8]) -> Option<&[u8]> {
+    let mut lines = event
+        .split(|b| *b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+    let line = lines.find(|l| l.starts_with(b"data:"))?;
+    let rest = &line[5..];
+    Some(rest.strip_prefix(b" ").unwrap_or(rest))
+}
+
+/// What the client has been given of one answer.
+#[derive(Debug, Default, Clone)]
+pub struct Transcript {
+    /// The answer's text so far.
+    pub text: String,
+    /// The first chunk's `id`, `model` and `created`: a continuation keeps
+    /// them, so the client sees one completion.
+    pub id: Option<String>,
+    pub model: Option<String>,
+    pub created: Option<u64>,
+    /// Events that carried text (about one token each on vLLM, TGI and
+    /// SGLang): the delivered part's token count for `usage`.
+    pub deltas: u64,
+    /// A `finish_reason` or `[DONE]` was delivered: the answer is whole.
+    pub finished: bool,
+    /// Only plain text so far: a continuation can re-create the rest.
+    pub plain: bool,
+}
+
+impl Transcript {
+    pub fn new() -> Self {
+        Self {
+            plain: true,
+            ..Self::default()
+        }
+    }
+
+    /// Notes an event that was delivered to the client.
+    pub fn observe(&mut self, event: &Event<'_>) {
+        match event {
+            Event::Done => self.finished = true,
+            Event::Data(chunk) => {
+                if self.id.is_none() {
+                    self.id = chunk.id.as_deref().map(str::to_owned);
+                    self.model = chunk.model.as_deref().map(str::to_owned);
+                    self.created = chunk.created;
+                }
+                for choice in &chunk.choices {
+                    self.plain &= !choice.beyond_text();
+                    if let Some(text) = choice.content().filter(|t| !t.is_empty()) {
+                        self.text.push_str(text);
+                        self.deltas += 1;
+                    }
+                    self.finished |= choice.finish_reason.is_some();
+                }
+            }
+            Event::Error | Event::Malformed | Event::Other => {}
+        }
+    }
+}
+
+/// How a continuation picks up the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resumption {
+    /// The continuation was asked to go on from the delivered text: every
+    /// word it sends is new.
+    Prefill,
+    /// The continuation regenerates from the start: what the client
+    /// already has must come back first, exactly, and is skipped.
+    Restart,
+}
+
+/// The regenerated text diverged from what the client already has.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Mismatch;
+
+/// Rewrites a continuation's events into the stream the client reads.
+pub struct Splice {
+    how: Resumption,
+    /// The text delivered before the seam.
+    delivered: String,
+    delivered_deltas: u64,
+    /// Restart: the text regenerated so far (skipped while it is a prefix
+    /// of `delivered`).
+    regenerated: String,
+    id: Option<String>,
+    model: Option<String>,
+    created: Option<u64>,
+}
+
+impl Splice {
+    pub fn new(how: Resumption, t: &Transcript) -> Self {
+        Self {
+            how,
+            delivered: t.text.clone(),
+            delivered_deltas: t.deltas,
+            regenerated: String::new(),
+            id: t.id.clone(),
+            model: t.model.clone(),
+            created: t.created,
+        }
+    }
+
+    /// Whether a restart is still re-reading what the client already has.
+    pub fn catching_up(&self) -> bool {
+        self.how == Resumption::Restart && self.regenerated.len() < self.delivered.len()
+    }
+
+    /// One event of the continuation as the client must see it: `None`
+    /// when it carries nothing new (a role-only delta, a restart's replay
+    /// of delivered text). The transcript is updated with what is sent.
+    pub fn rewrite(
+        &mut self,
+        raw: &Bytes,
+        transcript: &mut Transcript,
+    ) -> Result<Option<Bytes>, Mismatch> {
+        let Some(data) = data_payload(raw) else {
+            return Ok(Some(raw.clone()));
+        };
+        if data.trim_ascii() == b"[DONE]" {
+            if self.catching_up() {
+                return Err(Mismatch);
+            }
+            transcript.finished = true;
+            return Ok(Some(raw.clone()));
+        }
+        let Ok(mut v) = serde_json::from_slice::<Value>(data) else {
+            return Ok(Some(raw.clone()));
+        };
+        let content = content_of(&v).map(str::to_owned);
+        let finish = finish_of(&v);
+        let new_text = match content {
+            Some(c) => self.fresh_part(&c)?,
+            None => String::new(),
+        };
+        if finish && self.catching_up() {
+            // The regenerated answer ended before reaching the seam.
+            return Err(Mismatch);
+        }
+        let usage = v.get("usage").is_some_and(|u| !u.is_null());
+        if new_text.is_empty() && !finish && !usage {
+            return Ok(None);
+        }
+        set_content(&mut v, &new_text);
+        self.restore_identity(&mut v);
+        if usage {
+            self.count_both_parts(&mut v);
+        }
+        if !new_text.is_empty() {
+            transcript.text.push_str(&new_text);
+            transcript.deltas += 1;
+        }
+        transcript.finished |= finish;
+        Ok(Some(Bytes::from(format!("data: {v}\n\n"))))
+    }
+
+    /// The part of a content delta the client has not seen.
+    fn fresh_part(&mut self, content: &str) -> Result<String, Mismatch> {
+        if self.how == Resumption::Prefill {
+            return Ok(content.to_owned());
+        }
+        let before = self.regenerated.len();
+        self.regenerated.push_str(content);
+        let seam = self.delivered.len();
+        if self.regenerated.len() <= seam {
+            return if self.delivered.starts_with(&self.regenerated) {
+                Ok(String::new())
+            } else {
+                Err(Mismatch)
+            };
+        }
+        if before >= seam {
+            return Ok(content.to_owned());
+        }
+        if !self.regenerated.starts_with(&self.delivered) {
+            return Err(Mismatch);
+        }
+        // `delivered` is a prefix of `regenerated`, so `seam` is a char
+        // boundary of it and `seam - before` one of `content`.
+        Ok(content[seam - before..].to_owned())
+    }
+
+    fn restore_identity(&self, v: &mut Value) {
+        let Some(obj) = v.as_object_mut() else { return };
+        if let Some(id) = &self.id {
+            obj.insert("id".into(), Value::from(id.as_str()));
+        }
+        if let Some(model) = &self.model {
+            obj.insert("model".into(), Value::from(model.as_str()));
+        }
+        if let Some(created) = self.created {
+            obj.insert("created".into(), Value::from(created));
+        }
+    }
+
+    /// `usage` of the whole answer: the delivered deltas are added to the
+    /// completion; a prefill's prompt included them, so they leave it.
+    fn count_both_parts(&self, v: &mut Value) {
+        let Some(usage) = v.get_mut("usage").and_then(Value::as_object_mut) else {
+            return;
+        };
+        let get = |u: &serde_json::Map<String, Value>, k: &str| u.get(k).and_then(Value::as_u64);
+        let (Some(prompt), Some(completion)) =
+            (get(usage, "prompt_tokens"), get(usage, "completion_tokens"))
+        else {
+            return;
+        };
+        let prompt = match self.how {
+            Resumption::Prefill => prompt.saturating_sub(self.delivered_deltas),
+            Resumption::Restart => prompt,
+        };
+        let completion = match self.how {
+            Resumption::Prefill => completion + self.delivered_deltas,
+            // A restart regenerated the delivered part: its count holds it.
+            Resumption::Restart => completion,
+        };
+        usage.insert("prompt_tokens".into(), prompt.into());
+        usage.insert("completion_tokens".into(), completion.into());
+        usage.insert("total_tokens".into(), (prompt + completion).into());
+    }
+}
+
+fn first_choice(v: &Value) -> Option<&Value> {
+    v.get("choices")?.as_array()?.first()
+}
+
+fn content_of(v: &Value) -> Option<&str> {
+    let c = first_choice(v)?;
+    c.get("delta")
+        .and_then(|d| d.get("content"))
+        .or_else(|| c.get("text"))
+        .and_then(Value::as_str)
+}
+
+fn finish_of(v: &Value) -> bool {
+    first_choice(v)
+        .and_then(|c| c.get("finish_reason"))
+        .is_some_and(|f| !f.is_null())
+}
+
+fn set_content(v: &mut Value, text: &str) {
+    let Some(c) = v
+        .get_mut("choices")
+        .and_then(Value::as_array_mut)
+        .and_then(|a| a.first_mut())
+    else {
+        return;
+    };
+    if let Some(delta) = c.get_mut("delta").and_then(Value::as_object_mut) {
+        delta.remove("role");
+        if delta.contains_key("content") || !text.is_empty() {
+            delta.insert("content".into(), text.into());
+        }
+    } else if c.get("text").is_some() {
+        c["text"] = text.into();
+    }
+}
+
+/// The SSE error event that ends a stream zonegate could not complete.
+pub fn error_event(message: &str) -> Bytes {
+    let body = crate::dataplane::error::error_body(message, "server_error", "stream_interrupted");
+    Bytes::from(format!("data: {body}\n\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(id: &str, content: &str, finish: Option<&str>) -> String {
+        let v = serde_json::json!({"id": id, "model": "small", "created": 7,
+            "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": finish}]});
+        format!("data: {v}\n\n")
+    }
+
+    #[test]
+    fn framer_passes_whole_events_and_holds_partial_ones() {
+        let mut f = Framer::default();
+        let a = Bytes::from("data: 1\n\n");
+        assert_eq!(f.push(a.clone()).unwrap(), a, "whole chunk, no copy");
+        assert_eq!(
+            f.push(Bytes::from("data: 2\n\ndata: 3")).unwrap(),
+            "data: 2\n\n"
+        );
+        assert!(f.has_partial());
+        assert_eq!(f.push(Bytes::from("\n")).unwrap(), "");
+        assert_eq!(
+            f.push(Bytes::from("\ndata: 4\r\n\r\n")).unwrap(),
+            "data: 3\n\ndata: 4\r\n\r\n"
+        );
+        assert!(!f.has_partial());
+        let whole = Bytes::from("data: 3\n\ndata: 4\r\n\r\n: c\n\n");
+        let split: Vec<Bytes> = events(&whole).collect();
+        assert_eq!(split, ["data: 3\n\n", "data: 4\r\n\r\n", ": c\n\n"]);
+    }
+
+    #[test]
+    fn framer_refuses_an_endless_event() {
+        let mut f = Framer::default();
+        let big = Bytes::from(vec![b'x'; MAX_EVENT_BYTES + 1]);
+        assert_eq!(f.push(big), Err(Oversized));
+    }
+
+    #[test]
+    fn parse_tells_data_done_errors_and_garbage_apart() {
+        assert!(matches!(parse(b"data: [DONE]\n\n"), Event::Done));
+        assert!(matches!(parse(b": keep-alive\n\n"), Event::Other));
+        assert!(matches!(
+            parse(b"data: {\"error\":{\"message\":\"x\"}}\n\n"),
+            Event::Error
+        ));
+        assert!(matches!(
+            parse(b"data: {\"choices\":[{\"delta\":{\"con\n\n"),
+            Event::Malformed
+        ));
+        let c = chunk("c1", "hi", None);
+        assert!(matches!(parse(c.as_bytes()), Event::Data(_)));
+    }
+
+    #[test]
+    fn transcript_collects_text_identity_and_plainness() {
+        let mut t = Transcript::new();
+        for e in [chunk("c1", "Hel", None), chunk("c1", "lo", None)] {
+            t.observe(&parse(e.as_bytes()));
+        }
+        assert_eq!((t.text.as_str(), t.deltas, t.finished), ("Hello", 2, false));
+        assert_eq!(t.id.as_deref(), Some("c1"));
+        let tool = r#"data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0}]}}]}"#;
+        t.observe(&parse(format!("{tool}\n\n").as_bytes()));
+        assert!(!t.plain);
+        t.observe(&parse(b"data: [DONE]\n\n"));
+        assert!(t.finished);
+    }
+
+    fn delivered(text: &str, deltas: u64) -> Transcript {
+        Transcript {
+            text: text.into(),
+            id: Some("orig".into()),
+            model: Some("big".into()),
+            created: Some(1),
+            deltas,
+            finished: false,
+            plain: true,
+        }
+    }
+
+    fn run(splice: &mut Splice, t: &mut Transcript, events: &[String]) -> Result<String, Mismatch> {
+        let mut out = String::new();
+        for e in events {
+            if let Some(b) = splice.rewrite(&Bytes::from(e.clone()), t)? {
+                out.push_str(std::str::from_utf8(&b).unwrap());
+            }
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn a_prefill_continuation_keeps_identity_and_appends_text() {
+        let mut t = delivered("tok0 tok1 ", 2);
+        let mut s = Splice::new(Resumption::Prefill, &t);
+        let role =
+            r#"data: {"id":"x","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#;
+        let out = run(
+            &mut s,
+            &mut t,
+            &[format!("{role}\n\n"), chunk("x", "tok2 ", Some("stop"))],
+        )
+        .unwrap();
+        assert_eq!(t.text, "tok0 tok1 tok2 ");
+        assert!(t.finished);
+        assert!(
+            !out.contains("\"x\"") && out.contains("\"orig\"") && out.contains("\"big\""),
+            "{out}"
+        );
+        assert_eq!(
+            out.matches("data:").count(),
+            1,
+            "the role-only event is dropped: {out}"
+        );
+    }
+
+    #[test]
+    fn a_restart_skips_exactly_the_delivered_prefix() {
+        let mut t = delivered("tok0 tok1 ", 2);
+        let mut s = Splice::new(Resumption::Restart, &t);
+        let events = [
+            chunk("x", "tok0 ", None),
+            chunk("x", "tok1 to", None),
+            chunk("x", "k2 ", Some("stop")),
+        ];
+        let out = run(&mut s, &mut t, &events).unwrap();
+        assert_eq!(t.text, "tok0 tok1 tok2 ");
+        assert!(
+            out.contains("\"content\":\"to\"") && out.contains("\"content\":\"k2 \""),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_restart_that_diverges_is_a_mismatch() {
+        let mut t = delivered("tok0 tok1 ", 2);
+        let mut s = Splice::new(Resumption::Restart, &t);
+        assert_eq!(
+            run(&mut s, &mut t, &[chunk("x", "tok0 other", None)]),
+            Err(Mismatch)
+        );
+        let mut s = Splice::new(Resumption::Restart, &t);
+        assert_eq!(
+            run(&mut s, &mut t, &[chunk("x", "tok0 ", Some("stop"))]),
+            Err(Mismatch)
+        );
+    }
+
+    #[test]
+    fn usage_counts_both_parts() {
+        let mut t = delivered("a b ", 2);
+        let mut s = Splice::new(Resumption::Prefill, &t);
+        let usage = r#"data: {"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15}}"#;
+        let out = run(&mut s, &mut t, &[format!("{usage}\n\n")]).unwrap();
+        assert!(
+            out.contains(r#""completion_tokens":5"#) && out.contains(r#""prompt_tokens":10"#),
+            "{out}"
+        );
+        assert!(out.contains(r#""total_tokens":15"#), "{out}");
+    }
+}
