@@ -155,32 +155,40 @@ async fn sweeper<P: Prober>(gw: Arc<Gateway>, prober: Arc<P>) {
                 loops.spawn(probe_loop(gw, b, p, k));
             }
         }
-        let sweep = routes.sweep(tokio_now_ms(), &gw.cfg.health);
-        for p in sweep.panics {
-            let reason = if p.on {
-                format!(
-                    "{} of {} backends look bad, more than max_ejected_percent ({}%) lets go: \
-                     routing over all of them by score",
-                    p.bad, p.of, gw.cfg.health.max_ejected_percent
-                )
-            } else {
-                format!("{} of {} backends look bad: normal routing", p.bad, p.of)
-            };
-            gw.events
-                .panic(&gw.metrics, &p.model, p.zone.as_str(), p.on, &reason);
-        }
-        if let Some(b) = sweep.breaker {
-            let floor = gw.cfg.health.floor_model.as_deref().unwrap_or("none");
-            let reason = format!(
-                "{} of {} models have no healthy backend (breaker at {}%); floor model: {floor}",
-                b.unhealthy, b.of, gw.cfg.health.breaker_percent
-            );
-            gw.events.breaker(&gw.metrics, b.open, &reason);
-        }
+        sweep(&gw, &routes, tokio_now_ms());
         tokio::select! {
             () = tokio::time::sleep(SWEEP_EVERY) => {}
             () = kick.notified() => {}
         }
+    }
+}
+
+/// Republishes weights, panic flags and the breaker as of `now_ms`, and
+/// reports what changed. The sweeper runs it every `SWEEP_EVERY`; a passive
+/// ejection or refusal runs it at once, so the request path sees a pool in
+/// panic before the next request, not a sweep later.
+fn sweep(gw: &Gateway, routes: &crate::dataplane::routing::Routes, now_ms: u64) {
+    let sweep = routes.sweep(now_ms, &gw.cfg.health);
+    for p in sweep.panics {
+        let reason = if p.on {
+            format!(
+                "{} of {} backends look bad, more than max_ejected_percent ({}%) lets go: \
+                 routing over all of them by score",
+                p.bad, p.of, gw.cfg.health.max_ejected_percent
+            )
+        } else {
+            format!("{} of {} backends look bad: normal routing", p.bad, p.of)
+        };
+        gw.events
+            .panic(&gw.metrics, &p.model, p.zone.as_str(), p.on, &reason);
+    }
+    if let Some(b) = sweep.breaker {
+        let floor = gw.cfg.health.floor_model.as_deref().unwrap_or("none");
+        let reason = format!(
+            "{} of {} models have no healthy backend (breaker at {}%); floor model: {floor}",
+            b.unhealthy, b.of, gw.cfg.health.breaker_percent
+        );
+        gw.events.breaker(&gw.metrics, b.open, &reason);
     }
 }
 
@@ -338,6 +346,7 @@ pub fn passive_failure(gw: &Gateway, backend: &Backend, error: &str, now_ms: u64
         _ => error.to_owned(),
     };
     gw.events.backend(&gw.metrics, backend, change, &reason);
+    sweep(gw, &routes, now_ms);
 }
 
 /// A half-open trial on an ejected backend ended. A success brings it back

@@ -100,13 +100,8 @@ pub(super) async fn forward_chain<'a>(
         let mut revisited = false;
         let mut out_of_context = false;
         loop {
-            // The fallback order is only worked out if the effective zone
-            // cannot answer: most requests never need it.
-            let fallbacks = std::iter::once_with(|| {
-                order_fallbacks(gw, model, &plan.effective, plan.fallbacks.clone())
-            });
-            let zone_order = std::iter::once(plan.effective.clone()).chain(fallbacks.flatten());
-            for (zone_pos, zone) in zone_order.enumerate() {
+            let order = zone_order(gw, model, &plan.effective, &plan.fallbacks);
+            for zone in order {
                 let Some(pool) = model.pool(&zone) else {
                     continue;
                 };
@@ -133,7 +128,7 @@ pub(super) async fn forward_chain<'a>(
                                 model,
                                 backend,
                                 reason,
-                                cross_zone: zone_pos > 0,
+                                cross_zone: zone != plan.effective,
                                 link,
                                 guards,
                             });
@@ -189,6 +184,30 @@ pub(super) async fn forward_chain<'a>(
     }
     zone_watch.finish(gw, None, attempts);
     Err(GaveUp { withheld_zones })
+}
+
+/// The zones to try a model in: the effective zone, then the allowed
+/// fallback zones (worked out only if the effective zone cannot answer:
+/// most requests never need them). An effective zone whose pool is in panic
+/// (more of it looks bad than `max_ejected_percent` lets go) comes last
+/// when the request may cross zones: a whole zone failing is what
+/// cross-zone fallback is for, and panic routing there would only spend
+/// the retry budget on backends known to be bad.
+fn zone_order<'z>(
+    gw: &'z Gateway,
+    model: &'z ModelRoute,
+    effective: &'z ZoneId,
+    fallbacks: &'z [ZoneId],
+) -> Box<dyn Iterator<Item = ZoneId> + Send + 'z> {
+    let others =
+        std::iter::once_with(move || order_fallbacks(gw, model, effective, fallbacks.to_vec()))
+            .flatten();
+    let panics = !fallbacks.is_empty() && model.pool(effective).is_some_and(|p| p.in_panic());
+    if panics {
+        Box::new(others.chain(std::iter::once(effective.clone())))
+    } else {
+        Box::new(std::iter::once(effective.clone()).chain(others))
+    }
 }
 
 /// One model's share of a request's attempts.
