@@ -32,22 +32,52 @@ pub enum Stop {
     Interrupt,
 }
 
-/// Resolves with the first Ctrl-C or (on Unix) SIGTERM.
-pub async fn stop_signal() -> Stop {
+/// SIGTERM and SIGINT handlers, installed when this is built: build it
+/// before announcing the node's addresses, so a stop sent the moment a
+/// supervisor sees them drains instead of killing the process.
+pub struct StopSignals {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    pub fn install() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Self {
+                term: signal(SignalKind::terminate()).ok(),
+                int: signal(SignalKind::interrupt()).ok(),
             }
-            Err(_) => std::future::pending::<()>().await,
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => Stop::Interrupt,
-        () = term => Stop::Terminate,
+        #[cfg(not(unix))]
+        Self {}
+    }
+
+    /// Resolves with the first stop signal.
+    pub async fn recv(&mut self) -> Stop {
+        #[cfg(unix)]
+        {
+            async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
+                match s {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            }
+            tokio::select! {
+                () = next(&mut self.term) => Stop::Terminate,
+                () = next(&mut self.int) => Stop::Interrupt,
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            Stop::Interrupt
+        }
     }
 }
 

@@ -364,6 +364,7 @@ fn watch_leader(gateway: &Arc<Gateway>) {
 /// terminal wants it gone).
 pub async fn run(cfg: Config) -> anyhow::Result<()> {
     let (id, zone) = (cfg.node.id, cfg.node.zone.clone());
+    let mut signals = super::lifecycle::StopSignals::install();
     let node = start(cfg).await?;
     println!(
         "zonegate: data plane listening on http://{}",
@@ -371,7 +372,7 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     );
     println!("zonegate: admin listening on http://{}", node.admin_addr);
     tracing::info!(node = id, zone = %zone, data = %node.data_addr, admin = %node.admin_addr, "node serving");
-    let grace = match super::lifecycle::stop_signal().await {
+    let grace = match signals.recv().await {
         Stop::Terminate => node.gateway.cfg.node.drain_grace,
         Stop::Interrupt => Duration::ZERO,
     };
