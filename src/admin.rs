@@ -1,7 +1,10 @@
-//! The admin listener: Prometheus `/metrics` (open, for scrapers) and the
-//! `/admin/v1/*` API behind bearer tokens with viewer/operator roles.
+//! The admin listener: Prometheus `/metrics` (open, for scrapers), the
+//! `/dashboard` page (open; it asks for a token and calls the API with
+//! it), and the `/admin/v1/*` API behind bearer tokens with
+//! viewer/operator roles.
 
 mod cluster;
+mod dashboard;
 
 use std::sync::Arc;
 
@@ -28,12 +31,14 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/admin/v1/unfreeze", post(cluster::write))
         .route("/admin/v1/backends", get(backends))
         .route("/admin/v1/events", get(events))
+        .route("/admin/v1/whoami", get(whoami))
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&gw),
             require_token,
         ));
     Router::new()
         .route("/metrics", get(metrics))
+        .merge(dashboard::router())
         .merge(api)
         .method_not_allowed_fallback(|m: Method| async move {
             ApiError::MethodNotAllowed(m.to_string())
@@ -50,6 +55,7 @@ async fn require_token(State(gw): State<Arc<Gateway>>, mut req: Request, next: N
         Ok(t) if auth::allows(t.role, req.method()) => {
             req.extensions_mut().insert(cluster::Identity {
                 name: t.name.clone(),
+                role: t.role,
             });
             next.run(req).await
         }
@@ -59,65 +65,124 @@ async fn require_token(State(gw): State<Arc<Gateway>>, mut req: Request, next: N
 }
 
 async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
+    refresh_metrics(&gw);
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        gw.metrics.render(),
+    )
+        .into_response()
+}
+
+const ZONE_STATUSES: &[&str] = &["active", "failed_over", "draining"];
+
+/// Gauges of live state are read at scrape time, not kept per request;
+/// series of zones and backends that are gone are dropped here.
+fn refresh_metrics(gw: &Gateway) {
+    use crate::telemetry::metrics::{mirror, retain, set_state};
+    let m = &gw.metrics;
+    let _one_scrape_at_a_time = m.scrape_guard();
     if let Some(node) = &gw.cluster {
         let s = node.status();
-        let m = &gw.metrics;
         m.raft_term.set(i64::try_from(s.term).unwrap_or(i64::MAX));
-        m.raft_is_leader.set(i64::from(s.is_leader));
-        m.raft_last_quorum_ack_ms.set(
+        // A draining leader that stopped its Raft member leads nothing.
+        let stopped = gw.drain.raft_stopped();
+        m.raft_is_leader.set(i64::from(s.is_leader && !stopped));
+        m.raft_has_leader
+            .set(i64::from(s.leader.is_some() && !stopped));
+        m.raft_applied_index.set(
+            s.last_applied_index
+                .map_or(0, |i| i64::try_from(i).unwrap_or(i64::MAX)),
+        );
+        m.raft_quorum_ack_age.set(
             s.millis_since_quorum_ack
-                .map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX)),
+                .map_or(0.0, |ms| ms as f64 / 1000.0),
         );
         let f = node.failover_status();
+        // The leader's latest assessment only: a zone it no longer scores
+        // (or a node that stopped leading) exports nothing stale.
+        for g in [
+            &m.zone_health_score,
+            &m.zone_error_ratio,
+            &m.zone_timeout_ratio,
+            &m.zone_gpu_health_ratio,
+        ] {
+            g.reset();
+        }
         for z in &f.zones {
-            for (component, value) in [
-                ("score", z.score),
-                ("gw_error_rate", z.gw_error_rate),
-                ("timeout_rate", z.timeout_rate),
-                ("gpu_health", z.gpu_health),
+            for (g, value) in [
+                (&m.zone_health_score, z.score),
+                (&m.zone_error_ratio, z.gw_error_rate),
+                (&m.zone_timeout_ratio, z.timeout_rate),
+                (&m.zone_gpu_health_ratio, z.gpu_health),
             ] {
                 if let Some(v) = value {
-                    m.zone_health_score
-                        .with_label_values(&[z.zone.as_str(), component])
-                        .set(v);
+                    g.with_label_values(&[z.zone.as_str()]).set(v);
                 }
             }
         }
         if let Some(d) = f.last_detect_latency {
             m.failover_detect_seconds.set(d.as_secs_f64());
         }
-        m.failover_fail_static_periods
-            .set(i64::try_from(f.fail_static_periods).unwrap_or(i64::MAX));
+        m.failover_fail_static.set(i64::from(f.fail_static));
+        mirror(&m.failover_fail_static_periods, f.fail_static_periods);
         for (outcome, n) in [
             ("proposed", f.auto_proposed),
             ("applied", f.auto_applied),
             ("refused", f.auto_refused),
         ] {
-            m.failover_auto_decisions
-                .with_label_values(&[outcome])
-                .set(i64::try_from(n).unwrap_or(i64::MAX));
+            mirror(&m.failover_auto_decisions.with_label_values(&[outcome]), n);
         }
     }
-    // Gauges of live state are read at scrape time, not kept per request.
-    for b in gw.routes.load().backends.iter() {
-        let in_flight = i64::try_from(b.in_flight()).unwrap_or(i64::MAX);
-        gw.metrics
-            .backend_in_flight
-            .with_label_values(&[&b.name])
-            .set(in_flight);
-        gw.metrics
-            .backend_up
-            .with_label_values(&[&b.name, b.zone.as_str()])
+    m.view_age.set(gw.view_age().as_secs_f64());
+    let view = gw.view.borrow().clone();
+    m.decision_version
+        .set(i64::try_from(view.decision_version).unwrap_or(i64::MAX));
+    retain(&m.zone_status, "zone", |z| {
+        view.zones.keys().any(|k| k.as_str() == z)
+    });
+    for (zone, status) in &view.zones {
+        set_state(
+            &m.zone_status,
+            &[zone.as_str()],
+            ZONE_STATUSES,
+            status.name(),
+        );
+    }
+    let routes = gw.routes.load();
+    for b in routes.backends.iter() {
+        let labels = [b.name.as_str(), b.zone.as_str()];
+        m.backend_in_flight
+            .with_label_values(&labels)
+            .set(i64::try_from(b.in_flight()).unwrap_or(i64::MAX));
+        m.backend_up
+            .with_label_values(&labels)
             .set(i64::from(b.is_up()));
     }
-    gw.metrics
-        .decision_version
-        .set(i64::try_from(gw.view.borrow().decision_version).unwrap_or(i64::MAX));
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        gw.metrics.render(),
-    )
-        .into_response()
+    for (model, cfg) in &routes.models {
+        for p in &cfg.pools {
+            let labels = [model.as_str(), p.zone.as_str()];
+            let up = p.backends.iter().filter(|b| b.is_up()).count();
+            m.pool_backends
+                .with_label_values(&labels)
+                .set(i64::try_from(p.backends.len()).unwrap_or(i64::MAX));
+            m.pool_backends_up
+                .with_label_values(&labels)
+                .set(i64::try_from(up).unwrap_or(i64::MAX));
+            // Also set by the panic events; read here too so every pool
+            // exports 0 until it panics.
+            m.pool_panic
+                .with_label_values(&labels)
+                .set(i64::from(p.in_panic()));
+        }
+    }
+    let known = |b: &str| routes.backends.iter().any(|x| x.name == b);
+    for g in [&m.backend_in_flight, &m.backend_up] {
+        retain(g, "backend", known);
+    }
+    retain(&m.backend_state, "backend", known);
+    for g in [&m.backend_health_score, &m.backend_effective_weight] {
+        retain(g, "backend", known);
+    }
 }
 
 async fn backends(State(gw): State<Arc<Gateway>>) -> Json<serde_json::Value> {
@@ -183,6 +248,18 @@ async fn backends(State(gw): State<Arc<Gateway>>) -> Json<serde_json::Value> {
         "floor_model": gw.cfg.health.floor_model,
         "backends": list,
     }))
+}
+
+/// `GET /admin/v1/whoami`: the token's name and role (the dashboard shows
+/// the operators' actions only to operators).
+async fn whoami(
+    axum::Extension(who): axum::Extension<cluster::Identity>,
+) -> Json<serde_json::Value> {
+    let role = match who.role {
+        crate::config::Role::Viewer => "viewer",
+        crate::config::Role::Operator => "operator",
+    };
+    Json(json!({ "name": who.name, "role": role }))
 }
 
 /// Recent eject, rejoin, refused-ejection, panic and breaker events,

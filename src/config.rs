@@ -153,6 +153,8 @@ struct RawNode {
     raft_listen: Option<String>,
     #[serde(default = "default_max_body_bytes")]
     max_body_bytes: u64,
+    drain_grace: Option<String>,
+    drain_timeout: Option<String>,
 }
 
 fn default_max_body_bytes() -> u64 {
@@ -369,6 +371,12 @@ pub struct NodeConfig {
     pub data_dir: PathBuf,
     pub raft_listen: Option<SocketAddr>,
     pub max_body_bytes: usize,
+    /// On SIGTERM: how long the node keeps serving with `/readyz` failing,
+    /// so load balancers take it out before it stops accepting.
+    pub drain_grace: Duration,
+    /// After the grace: how long in-flight requests may finish; streams
+    /// still open then end with the SSE error event.
+    pub drain_timeout: Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -834,6 +842,16 @@ impl Validator<'_> {
             raft_listen,
             max_body_bytes: usize::try_from(raw.max_body_bytes)
                 .map_err(|_| self.err("node.max_body_bytes", "too large for this machine"))?,
+            drain_grace: self.duration(
+                "node.drain_grace",
+                raw.drain_grace.as_deref(),
+                Duration::from_secs(5),
+            )?,
+            drain_timeout: self.duration(
+                "node.drain_timeout",
+                raw.drain_timeout.as_deref(),
+                Duration::from_secs(30),
+            )?,
         })
     }
 

@@ -38,6 +38,9 @@ const SWEEP_EVERY: Duration = Duration::from_millis(250);
 /// no scrape, as if the backend exported no metrics.
 const MAX_SCRAPE_BYTES: usize = 1024 * 1024;
 
+/// The `state` label values of `zonegate_backend_state`.
+const BACKEND_STATES: &[&str] = &["unknown", "healthy", "degraded", "unstable", "down"];
+
 /// What one active probe saw.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ProbeSample {
@@ -266,10 +269,12 @@ pub fn evaluate(
         .backend_health_score
         .with_label_values(&labels)
         .set(eval.score);
-    gw.metrics
-        .backend_state
-        .with_label_values(&labels)
-        .set(state.code());
+    crate::telemetry::metrics::set_state(
+        &gw.metrics.backend_state,
+        &labels,
+        BACKEND_STATES,
+        state.as_str(),
+    );
     gw.metrics
         .backend_effective_weight
         .with_label_values(&labels)

@@ -1,7 +1,9 @@
 //! One gateway node: start-up (`start`: listeners, the Raft member,
-//! probes), the state its planes share (`gateway`), and the process's life
-//! (`lifecycle`: signals, the parent's exit).
+//! probes), the state its planes share (`gateway`), the process's life
+//! (`lifecycle`: signals, the parent's exit) and the graceful drain
+//! (`drain`).
 
+pub mod drain;
 pub mod gateway;
 pub mod lifecycle;
 pub mod start;

@@ -22,6 +22,7 @@ use crate::node::gateway::Gateway;
 #[derive(Clone, Debug)]
 pub struct Identity {
     pub name: String,
+    pub role: crate::config::Role,
 }
 
 /// Header a forwarded write carries, so it is never forwarded twice.
@@ -168,6 +169,7 @@ pub async fn cluster(
         "zone": status.zone,
         "role": status.role,
         "decision_version": view.decision_version,
+        "view_age_ms": view_age_ms(&gw),
         "reachable": true,
         "leader": status.is_leader,
     });
@@ -195,6 +197,7 @@ pub async fn cluster(
                     "zone": member.zone,
                     "role": member.role,
                     "decision_version": answer.as_ref().map(|a| a["decision_version"].clone()),
+                    "view_age_ms": answer.as_ref().map(|a| a["view_age_ms"].clone()),
                     "reachable": answer.is_some(),
                     "leader": leader,
                 })
@@ -213,12 +216,18 @@ pub async fn cluster(
         "is_leader": status.is_leader,
         "term": status.term,
         "millis_since_quorum_ack": status.millis_since_quorum_ack,
+        "view_age_ms": view_age_ms(&gw),
         "decision_version": view.decision_version,
         "automation": view.automation,
         "zones": zones,
         "fail_static": failover.fail_static,
         "nodes": nodes,
     }))
+}
+
+/// How long this node has known no leader (0 while it knows one).
+fn view_age_ms(gw: &Gateway) -> u64 {
+    u64::try_from(gw.view_age().as_millis()).unwrap_or(u64::MAX)
 }
 
 #[derive(Deserialize)]

@@ -3,8 +3,10 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
+use axum::middleware;
 use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -12,25 +14,112 @@ use tokio::task::JoinSet;
 use zonegate_cluster::{ClusterConfig, ClusterNode, ClusterView, RaftListen, Timing};
 
 use crate::config::Config;
+use crate::node::drain;
 use crate::node::gateway::Gateway;
+use crate::node::lifecycle::Stop;
 use crate::telemetry::Metrics;
 use crate::{admin, dataplane::proxy, health};
 
-/// A node that is serving; dropping it or calling [`RunningNode::shutdown`]
-/// stops its listeners and probes.
+/// A node that is serving; [`RunningNode::drain`] (SIGTERM) or
+/// [`RunningNode::shutdown`] stops it.
 pub struct RunningNode {
     pub data_addr: SocketAddr,
     pub admin_addr: SocketAddr,
     pub gateway: Arc<Gateway>,
+    /// Turns true when the data-plane listeners stop accepting.
+    data_stop: watch::Sender<bool>,
+    /// Turns true when the admin API and the probes stop.
     stop: watch::Sender<bool>,
     tasks: JoinSet<()>,
+    data_threads: Vec<std::thread::JoinHandle<()>>,
 }
 
+/// After the drain cut the streams: how long the last requests (cut
+/// streams, and non-streaming generations still running) get to finish
+/// before the node exits without them.
+const AFTER_CUT: Duration = Duration::from_secs(2);
+
 impl RunningNode {
-    /// Stops accepting, lets in-flight requests finish, and returns.
-    pub async fn shutdown(mut self) {
+    /// Stops at once: no grace, in-flight requests get `drain_timeout`.
+    pub async fn shutdown(self) {
+        self.drain(Duration::ZERO).await;
+    }
+
+    /// The graceful drain (see `node::drain`): `/readyz` fails now; a
+    /// leader stops its Raft member now so the group elects another while
+    /// this node still serves (openraft 0.9 has no leadership transfer);
+    /// after `grace` the listeners stop accepting; in-flight requests get
+    /// `[node] drain_timeout`, then open streams end with the SSE error
+    /// event; then the admin API, probes and Raft stop.
+    pub async fn drain(mut self, grace: Duration) {
+        let gw = Arc::clone(&self.gateway);
+        let drain = &gw.drain;
+        let timeout = gw.cfg.node.drain_timeout;
+        drain.begin();
+        gw.metrics.draining.set(1);
+        tracing::info!(
+            grace = ?grace,
+            timeout = ?timeout,
+            in_flight = drain.in_flight(),
+            "draining: readiness fails from now on"
+        );
+        let cluster = gw.cluster.clone();
+        let step_down = cluster
+            .as_ref()
+            .filter(|node| node.status().is_leader)
+            .map(|node| {
+                let (node, drain) = (Arc::clone(node), drain.clone());
+                tokio::spawn(async move {
+                    tracing::info!(
+                        "draining leader: stopping its Raft member so another member takes over"
+                    );
+                    drain.mark_raft_stopped();
+                    if let Err(e) = node.shutdown().await {
+                        tracing::warn!("control plane did not stop cleanly: {e}");
+                    }
+                })
+            });
+        tokio::time::sleep(grace).await;
+        let _ = self.data_stop.send(true);
+        tracing::info!(
+            in_flight = drain.in_flight(),
+            "stopped accepting; waiting for in-flight requests"
+        );
+        if !drain.wait_idle(timeout).await {
+            tracing::warn!(
+                in_flight = drain.in_flight(),
+                "drain timeout: ending open streams with the SSE error event"
+            );
+            drain.cut_streams();
+            if !drain.wait_idle(AFTER_CUT).await {
+                tracing::warn!(
+                    in_flight = drain.in_flight(),
+                    "requests still in flight after the drain; exiting without them"
+                );
+            }
+        }
+        // A thread still serving a request past the drain is left behind:
+        // the process exits around it.
+        let deadline = tokio::time::Instant::now() + AFTER_CUT;
+        while self.data_threads.iter().any(|t| !t.is_finished())
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let _ = self.stop.send(true);
         while self.tasks.join_next().await.is_some() {}
+        match (step_down, cluster) {
+            (Some(task), _) => {
+                let _ = task.await;
+            }
+            (None, Some(node)) => {
+                if let Err(e) = node.shutdown().await {
+                    tracing::warn!("control plane did not stop cleanly: {e}");
+                }
+            }
+            (None, None) => {}
+        }
+        tracing::info!("drained");
     }
 }
 
@@ -64,12 +153,19 @@ pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
         Metrics::new(),
     ));
 
+    watch_leader(&gateway);
     let (stop, _) = watch::channel(false);
+    let (data_stop, _) = watch::channel(false);
     let mut tasks = JoinSet::new();
     let mut threads = Vec::new();
     for (i, listener) in data.into_iter().enumerate() {
-        let app = proxy::router(Arc::clone(&gateway));
-        let stopped = stop.subscribe();
+        // The drain layer wraps the request path from outside: readiness,
+        // in-flight counting, cutting streams at the drain timeout.
+        let app = proxy::router(Arc::clone(&gateway)).layer(middleware::from_fn_with_state(
+            Arc::clone(&gateway),
+            drain::track,
+        ));
+        let stopped = data_stop.subscribe();
         threads.push(
             std::thread::Builder::new()
                 .name(format!("zonegate-data-{i}"))
@@ -96,23 +192,15 @@ pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
     tasks.spawn(async move {
         let _ = stopped.wait_for(|s| *s).await;
         probes.shutdown().await;
-        if let Some(node) = cluster {
-            if let Err(e) = node.shutdown().await {
-                tracing::warn!("control plane did not stop cleanly: {e}");
-            }
-        }
-    });
-    tasks.spawn(async move {
-        for t in threads {
-            let _ = tokio::task::spawn_blocking(move || t.join()).await;
-        }
     });
     Ok(RunningNode {
         data_addr,
         admin_addr,
         gateway,
+        data_stop,
         stop,
         tasks,
+        data_threads: threads,
     })
 }
 
@@ -256,10 +344,27 @@ async fn start_cluster(cfg: &Config) -> anyhow::Result<Option<ClusterNode>> {
     Ok(Some(node))
 }
 
+/// Keeps the gateway's "last knew a leader" time fresh between scrapes:
+/// `Gateway::view_age` reads the same metrics on every change.
+fn watch_leader(gateway: &Arc<Gateway>) {
+    let Some(node) = &gateway.cluster else { return };
+    let mut metrics = node.raft_metrics();
+    let gw = Arc::downgrade(gateway);
+    tokio::spawn(async move {
+        while metrics.changed().await.is_ok() {
+            let Some(gw) = gw.upgrade() else { return };
+            let _ = gw.view_age();
+        }
+    });
+}
+
 /// Runs a node until Ctrl-C or SIGTERM. Prints the bound addresses on
-/// stdout (tests and the demo read them).
+/// stdout (tests and the demo read them). SIGTERM drains with
+/// `[node] drain_grace`; Ctrl-C drains without the grace (someone at a
+/// terminal wants it gone).
 pub async fn run(cfg: Config) -> anyhow::Result<()> {
     let (id, zone) = (cfg.node.id, cfg.node.zone.clone());
+    let mut signals = super::lifecycle::StopSignals::install();
     let node = start(cfg).await?;
     println!(
         "zonegate: data plane listening on http://{}",
@@ -267,8 +372,11 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     );
     println!("zonegate: admin listening on http://{}", node.admin_addr);
     tracing::info!(node = id, zone = %zone, data = %node.data_addr, admin = %node.admin_addr, "node serving");
-    super::lifecycle::shutdown_signal().await;
+    let grace = match signals.recv().await {
+        Stop::Terminate => node.gateway.cfg.node.drain_grace,
+        Stop::Interrupt => Duration::ZERO,
+    };
     tracing::info!("shutting down");
-    node.shutdown().await;
+    node.drain(grace).await;
     Ok(())
 }

@@ -1,10 +1,16 @@
-//! Prometheus metrics: every name `zonegate_*`, labels bounded. Metric
-//! handles are cheap clones of one registry.
+//! Prometheus metrics: every name `zonegate_*` (plus the standard
+//! `process_*`), base units, `_total` counters, bounded labels. Metric
+//! handles are cheap clones of one registry. `docs/metrics.md` documents
+//! each one; a test keeps the table and the conventions in step.
 
-use prometheus::core::Collector;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
 use prometheus::{
-    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec,
-    Opts, Registry, TextEncoder,
+    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -45,6 +51,12 @@ impl Family for HistogramVec {
     }
 }
 
+impl Family for IntCounter {
+    fn build(name: &str, help: &str, _: &[&str]) -> prometheus::Result<Self> {
+        IntCounter::new(name, help)
+    }
+}
+
 impl Family for IntGauge {
     fn build(name: &str, help: &str, _: &[&str]) -> prometheus::Result<Self> {
         IntGauge::new(name, help)
@@ -69,34 +81,109 @@ fn register<F: Family>(registry: &Registry, name: &str, help: &str, labels: &[&s
 }
 
 /// Declares `Metrics`: one line per metric with its field, type, name, help
-/// and labels, so the whole table reads in one screen.
+/// and labels, so the whole table reads in one screen. Also declares
+/// [`DECLARED`], the table itself, for the conventions test and the docs.
 macro_rules! metrics {
     ($($(#[$doc:meta])* $field:ident: $kind:ident = $name:literal, $help:literal, [$($label:literal),*];)*) => {
         /// All metrics of one node.
         #[derive(Clone, Debug)]
         pub struct Metrics {
             registry: Registry,
+            /// Scrape-time updates (gauges read from live state, counters
+            /// mirrored from the control plane's totals) run one at a time.
+            scrape: Arc<Mutex<()>>,
             $($(#[$doc])* pub $field: $kind,)*
         }
 
         impl Metrics {
-            /// Registers every metric in a fresh registry.
+            /// Registers every metric in a fresh registry, with
+            /// `zonegate_build_info` set and the process collector.
             pub fn new() -> Self {
                 let registry = Registry::new();
-                Self {
+                let m = Self {
                     $($field: register(&registry, $name, $help, &[$($label),*]),)*
+                    scrape: Arc::new(Mutex::new(())),
                     registry,
-                }
+                };
+                m.build_info.with_label_values(&[VERSION, commit()]).set(1);
+                register_process_collector(&m.registry);
+                m
             }
         }
+
+        /// Every declared metric: (name, kind, labels).
+        pub const DECLARED: &[(&str, Kind, &[&str])] = &[
+            $(($name, Kind::$kind, &[$($label),*]),)*
+        ];
     };
 }
 
+/// The Prometheus type of a declared metric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(clippy::enum_variant_names)]
+pub enum Kind {
+    IntCounter,
+    IntCounterVec,
+    IntGaugeVec,
+    GaugeVec,
+    HistogramVec,
+    IntGauge,
+    Gauge,
+}
+
+impl Kind {
+    /// The `# TYPE` word of the exposition format.
+    pub fn prometheus_type(self) -> &'static str {
+        match self {
+            Kind::IntCounter | Kind::IntCounterVec => "counter",
+            Kind::HistogramVec => "histogram",
+            Kind::IntGaugeVec | Kind::GaugeVec | Kind::IntGauge | Kind::Gauge => "gauge",
+        }
+    }
+}
+
+/// The crate version, for `zonegate_build_info`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The git commit the binary was built from: `ZONEGATE_GIT_COMMIT` at build
+/// time (the container build and CI set it), else `unknown`. An environment
+/// variable rather than a build script that runs git: a script keyed on the
+/// branch ref would relink the crate on every commit, and container builds
+/// have no `.git` anyway.
+pub fn commit() -> &'static str {
+    option_env!("ZONEGATE_GIT_COMMIT").unwrap_or("unknown")
+}
+
+/// `process_*` (CPU seconds, resident and virtual memory, open and maximum
+/// file descriptors, start time, threads): the standard unprefixed names
+/// every exporter uses, so stock dashboards and alerts work. The one
+/// exception to `zonegate_*`. Linux only (read from /proc).
+fn register_process_collector(registry: &Registry) {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = registry.register(Box::new(
+        prometheus::process_collector::ProcessCollector::for_self(),
+    )) {
+        tracing::warn!("process metrics unavailable: {e}");
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = registry;
+}
+
+// Naming: `zonegate_<subsystem>_<name>_<base unit>[_total]`; seconds, ratios
+// 0-1 (`_ratio`), counters end in `_total`, a state is a 0/1 gauge with a
+// `state`/`status` label, labels bounded (config names, fixed words).
 metrics! {
+    /// `{version, commit}` = 1.
+    build_info: IntGaugeVec = "zonegate_build_info", "Build of this binary: version and git commit (value 1)", ["version", "commit"];
     /// Client requests by final outcome.
     requests: IntCounterVec = "zonegate_requests_total", "Client requests by final outcome", ["tenant", "model", "outcome"];
     /// Whole-request latency as the client saw it.
     request_duration: HistogramVec = "zonegate_request_duration_seconds", "Whole-request latency seen by the client", ["model"];
+    /// Streams: from the request's arrival to the first content chunk sent
+    /// to the client. Fed by the data plane (see the README's table).
+    ttft: HistogramVec = "zonegate_ttft_seconds", "Streaming requests: time from arrival to the first token chunk sent to the client", ["model"];
+    /// Tokens from the backend's `usage` (kind `prompt` or `completion`).
+    tokens: IntCounterVec = "zonegate_tokens_total", "Tokens reported in backends' usage, by kind (prompt, completion)", ["model", "kind"];
     /// Each attempt on a backend, by outcome.
     forward_attempts: IntCounterVec = "zonegate_forward_attempts_total", "Attempts on backends by outcome", ["model", "backend", "zone", "outcome"];
     /// Time from sending to a backend until its first body byte.
@@ -107,32 +194,52 @@ metrics! {
     stream_aborts: IntCounterVec = "zonegate_stream_aborts_total", "Upstream streams that broke after the first byte, by reason", ["model", "backend", "reason"];
     /// Continuations of broken streams (`continued`, `unavailable`).
     stream_continuations: IntCounterVec = "zonegate_stream_continuations_total", "Broken streams continued on another backend or model, by outcome", ["model", "outcome"];
-    backend_in_flight: IntGaugeVec = "zonegate_backend_in_flight", "Requests in flight per backend", ["backend"];
+    backend_in_flight: IntGaugeVec = "zonegate_backend_in_flight_requests", "Requests in flight per backend", ["backend", "zone"];
     backend_up: IntGaugeVec = "zonegate_backend_up", "1 while a backend takes traffic, 0 while ejected", ["backend", "zone"];
     /// Ejections by cause (`score`, `passive`).
     backend_ejections: IntCounterVec = "zonegate_backend_ejections_total", "Backend ejections by cause (score, passive)", ["backend", "zone", "cause"];
     probe_duration: HistogramVec = "zonegate_probe_duration_seconds", "Active health probe latency", ["backend"];
     /// Smoothed health score, 0–100.
     backend_health_score: GaugeVec = "zonegate_backend_health_score", "Smoothed backend health score, 0-100", ["backend", "zone"];
-    /// 0 unknown, 1 healthy, 2 degraded, 3 unstable, 4 down.
-    backend_state: IntGaugeVec = "zonegate_backend_state", "Backend health state: 0 unknown, 1 healthy, 2 degraded, 3 unstable, 4 down", ["backend", "zone"];
+    /// 1 for the backend's current state, 0 for the other four.
+    backend_state: IntGaugeVec = "zonegate_backend_state", "Backend health state: 1 for the current state (unknown, healthy, degraded, unstable, down), 0 for the others", ["backend", "zone", "state"];
     /// Config weight × state multiplier × ramp, as the pickers see it.
     backend_effective_weight: GaugeVec = "zonegate_backend_effective_weight", "Config weight x state multiplier x slow-start/canary ramp", ["backend", "zone"];
     /// Every health event by kind (state changes included).
     health_events: IntCounterVec = "zonegate_health_events_total", "Health events by kind (state changes, ejections, rejoins, panic, breaker)", ["kind"];
     /// 1 while a model's pool in a zone routes in panic mode.
     pool_panic: IntGaugeVec = "zonegate_pool_panic", "1 while a model's pool in a zone routes over all backends by score", ["model", "zone"];
+    /// Backends of a model's pool in a zone, and how many of them are up.
+    pool_backends: IntGaugeVec = "zonegate_pool_backends", "Backends of a model's pool in a zone", ["model", "zone"];
+    pool_backends_up: IntGaugeVec = "zonegate_pool_backends_up", "Backends of a model's pool in a zone that take traffic (not ejected)", ["model", "zone"];
     /// 1 while the global breaker sends unhealthy models to the floor model.
     breaker_open: IntGauge = "zonegate_health_breaker_open", "1 while requests for models without a healthy backend go to the floor model", [];
     decision_version: IntGauge = "zonegate_decision_version", "Version of the last control-plane decision this node routes with", [];
+    /// How long this node's view may have missed decisions: seconds since it
+    /// last knew a Raft leader (0 while it knows one, and standalone).
+    view_age: Gauge = "zonegate_view_age_seconds", "Seconds since this node last knew a Raft leader to receive decisions from (0 while it knows one)", [];
+    /// 1 for each zone's current status in this node's view.
+    zone_status: IntGaugeVec = "zonegate_zone_status", "Zone status in this node's view: 1 for the current status (active, failed_over, draining), 0 for the others", ["zone", "status"];
     raft_term: IntGauge = "zonegate_raft_term", "Current Raft term as this node sees it", [];
     raft_is_leader: IntGauge = "zonegate_raft_is_leader", "1 while this node leads the Raft group", [];
-    raft_last_quorum_ack_ms: IntGauge = "zonegate_raft_last_quorum_ack_ms", "On the leader: ms since a quorum last acknowledged it (-1 elsewhere)", [];
+    raft_has_leader: IntGauge = "zonegate_raft_has_leader", "1 while this node knows a Raft leader", [];
+    raft_applied_index: IntGauge = "zonegate_raft_applied_index", "Last Raft log index this node applied", [];
+    raft_quorum_ack_age: Gauge = "zonegate_raft_quorum_ack_age_seconds", "On the leader: seconds since a quorum last acknowledged it (0 on other nodes)", [];
     decisions: IntCounterVec = "zonegate_decisions_total", "Decisions proposed through this node's admin API, by outcome", ["kind", "outcome"];
-    zone_health_score: GaugeVec = "zonegate_zone_health_score", "The leader's zone score (0-1) and its components, latest period", ["zone", "component"];
+    zone_health_score: GaugeVec = "zonegate_zone_health_score", "The leader's zone score (0-1) for the latest assessed period (failover below the cutoff, 0.4 by default)", ["zone"];
+    zone_error_ratio: GaugeVec = "zonegate_zone_error_ratio", "The leader's view of a zone's gateway error ratio, latest period", ["zone"];
+    zone_timeout_ratio: GaugeVec = "zonegate_zone_timeout_ratio", "The leader's view of a zone's downstream timeout ratio, latest period", ["zone"];
+    zone_gpu_health_ratio: GaugeVec = "zonegate_zone_gpu_health_ratio", "The leader's view of a zone's backend health (0-1), latest period", ["zone"];
     failover_detect_seconds: Gauge = "zonegate_failover_detect_seconds", "From the first bad period to the commit of the last automatic failover this node proposed", [];
-    failover_fail_static_periods: IntGauge = "zonegate_failover_fail_static_periods", "Periods this node's detector found every zone bad and decided nothing", [];
-    failover_auto_decisions: IntGaugeVec = "zonegate_failover_auto_decisions", "Automatic decisions this node proposed, by outcome (proposed, applied, refused)", ["outcome"];
+    failover_fail_static: IntGauge = "zonegate_failover_fail_static", "1 while this node's detector finds every zone bad and decides nothing (fail static)", [];
+    failover_fail_static_periods: IntCounter = "zonegate_failover_fail_static_periods_total", "Periods this node's detector found every zone bad and decided nothing", [];
+    failover_auto_decisions: IntCounterVec = "zonegate_failover_auto_decisions_total", "Automatic decisions this node proposed, by outcome (proposed, applied, refused)", ["outcome"];
+    /// 1 from SIGTERM until exit.
+    draining: IntGauge = "zonegate_node_draining", "1 while this node drains before exiting (readiness fails)", [];
+    /// Data-plane requests being served (streams until their last byte).
+    in_flight: IntGauge = "zonegate_node_in_flight_requests", "Data-plane requests in flight on this node, streams until their last byte", [];
+    /// Streams the drain ended with the SSE error event at `drain_timeout`.
+    drain_cut_streams: IntCounter = "zonegate_drain_cut_streams_total", "Streams still open at drain_timeout, ended with the SSE error event", [];
 }
 
 impl Default for Metrics {
@@ -149,11 +256,242 @@ impl Metrics {
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         String::from_utf8(buf).unwrap_or_default()
     }
+
+    /// Holds scrape-time updates to one at a time (two concurrent scrapes
+    /// would otherwise add a mirrored counter's delta twice).
+    pub fn scrape_guard(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.scrape.lock()
+    }
+}
+
+/// Sets a counter to a total kept elsewhere (the control plane counts its
+/// automatic decisions): adds the difference, never goes down. Call under
+/// [`Metrics::scrape_guard`].
+pub fn mirror(counter: &IntCounter, total: u64) {
+    let now = counter.get();
+    if total > now {
+        counter.inc_by(total - now);
+    }
+}
+
+/// Sets a 0/1 state gauge: 1 for `current`, 0 for every other of `states`.
+/// `labels` are the leading labels; the state is the last one.
+pub fn set_state(gauge: &IntGaugeVec, labels: &[&str], states: &[&str], current: &str) {
+    let mut all: Vec<&str> = labels.to_vec();
+    all.push("");
+    let last = all.len() - 1;
+    for s in states {
+        all[last] = s;
+        gauge.with_label_values(&all).set(i64::from(*s == current));
+    }
+}
+
+/// Removes every series of `family` whose `label` value `keep` rejects:
+/// the gauges of backends and zones that are gone stop being exported.
+pub fn retain<T: MetricVecBuilder>(
+    family: &MetricVec<T>,
+    label: &str,
+    keep: impl Fn(&str) -> bool,
+) {
+    for mf in family.collect() {
+        for m in mf.get_metric() {
+            let labels: HashMap<&str, &str> = m
+                .get_label()
+                .iter()
+                .map(|l| (l.name(), l.value()))
+                .collect();
+            if labels.get(label).is_some_and(|v| !keep(v)) {
+                let _ = family.remove(&labels);
+            }
+        }
+    }
+}
+
+/// Labels that would make a series per request or per user: never used.
+const UNBOUNDED_LABELS: &[&str] = &[
+    "request_id",
+    "session",
+    "session_id",
+    "user",
+    "trace_id",
+    "url",
+    "path",
+    "key",
+];
+
+/// Why a metric's name, type or labels break the Prometheus conventions
+/// zonegate follows, or `None`: `zonegate_` (or the standard `process_`)
+/// prefix, snake case, base units (seconds, bytes, ratios 0-1), counters
+/// and only counters end in `_total`, histograms of seconds or bytes,
+/// bounded labels.
+pub fn convention_violation(name: &str, prometheus_type: &str, labels: &[&str]) -> Option<String> {
+    let bad = |why: &str| Some(format!("{name} ({prometheus_type}): {why}"));
+    if !(name.starts_with("zonegate_") || name.starts_with("process_")) {
+        return bad("not named zonegate_*");
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        || name.contains("__")
+        || name.ends_with('_')
+    {
+        return bad("not snake_case");
+    }
+    const NOT_BASE_UNITS: &[&str] = &[
+        "ms",
+        "milliseconds",
+        "us",
+        "microseconds",
+        "ns",
+        "nanoseconds",
+        "minutes",
+        "hours",
+        "days",
+        "percent",
+        "pct",
+        "kb",
+        "mb",
+        "gb",
+        "kilobytes",
+        "megabytes",
+        "gigabytes",
+    ];
+    if let Some(unit) = name.split('_').find(|w| NOT_BASE_UNITS.contains(w)) {
+        return bad(&format!(
+            "unit `{unit}` is not a base unit (seconds, bytes, ratio)"
+        ));
+    }
+    let total = name.ends_with("_total");
+    match prometheus_type {
+        "counter" if !total => return bad("a counter must end in _total"),
+        "counter" => {}
+        _ if total => return bad("only counters end in _total"),
+        "histogram" | "summary" if !(name.ends_with("_seconds") || name.ends_with("_bytes")) => {
+            return bad("a histogram measures seconds or bytes and says so")
+        }
+        "gauge" | "histogram" | "summary" | "untyped" => {}
+        other => return bad(&format!("unknown type {other}")),
+    }
+    if let Some(l) = labels.iter().find(|l| UNBOUNDED_LABELS.contains(l)) {
+        return bad(&format!("label `{l}` is unbounded"));
+    }
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_declared_metric_follows_the_conventions() {
+        let broken: Vec<_> = DECLARED
+            .iter()
+            .filter_map(|(name, kind, labels)| {
+                convention_violation(name, kind.prometheus_type(), labels)
+            })
+            .collect();
+        assert!(broken.is_empty(), "{broken:#?}");
+    }
+
+    #[test]
+    fn conventions_catch_the_old_mistakes() {
+        for (name, ty, labels) in [
+            ("zonegate_raft_last_quorum_ack_ms", "gauge", &[][..]),
+            ("zonegate_failover_auto_decisions", "counter", &[]),
+            ("zonegate_requests", "counter", &[]),
+            ("zonegate_up_total", "gauge", &[]),
+            ("zonegate_latency", "histogram", &[]),
+            ("gateway_requests_total", "counter", &[]),
+            ("zonegate_requests_total", "counter", &["request_id"]),
+            ("zonegate_kv_percent", "gauge", &[]),
+        ] {
+            assert!(
+                convention_violation(name, ty, labels).is_some(),
+                "{name} passed"
+            );
+        }
+        assert_eq!(
+            convention_violation("zonegate_requests_total", "counter", &["model"]),
+            None
+        );
+        assert_eq!(
+            convention_violation("process_cpu_seconds_total", "counter", &[]),
+            None
+        );
+    }
+
+    /// Every exported family has the type the table declares, and every
+    /// name on the page is declared (or a standard `process_*`).
+    #[test]
+    fn exposition_matches_the_table() {
+        let m = Metrics::new();
+        m.requests.with_label_values(&["t", "m", "ok"]).inc();
+        m.failover_fail_static_periods.inc();
+        let text = m.render();
+        let mut seen = 0;
+        for line in text.lines().filter(|l| l.starts_with("# TYPE ")) {
+            let mut words = line.split_whitespace().skip(2);
+            let (name, ty) = (words.next().unwrap(), words.next().unwrap());
+            assert_eq!(convention_violation(name, ty, &[]), None);
+            if let Some((_, kind, _)) = DECLARED.iter().find(|(n, _, _)| *n == name) {
+                assert_eq!(kind.prometheus_type(), ty, "{name}");
+                seen += 1;
+            } else {
+                assert!(name.starts_with("process_"), "{name} is not declared");
+            }
+        }
+        assert!(seen >= 10, "{text}");
+    }
+
+    #[test]
+    fn build_info_names_version_and_commit() {
+        let text = Metrics::new().render();
+        let line = format!(
+            "zonegate_build_info{{commit=\"{}\",version=\"{VERSION}\"}} 1",
+            commit()
+        );
+        assert!(text.contains(&line), "{text}");
+        #[cfg(target_os = "linux")]
+        assert!(text.contains("process_resident_memory_bytes"), "{text}");
+    }
+
+    #[test]
+    fn state_gauge_has_one_current_state() {
+        let m = Metrics::new();
+        let states = ["healthy", "down"];
+        set_state(&m.backend_state, &["b", "az-a"], &states, "healthy");
+        set_state(&m.backend_state, &["b", "az-a"], &states, "down");
+        let g = |s| m.backend_state.with_label_values(&["b", "az-a", s]).get();
+        assert_eq!((g("healthy"), g("down")), (0, 1));
+    }
+
+    #[test]
+    fn mirrored_counter_never_goes_down() {
+        let m = Metrics::new();
+        mirror(&m.failover_fail_static_periods, 3);
+        mirror(&m.failover_fail_static_periods, 2);
+        mirror(&m.failover_fail_static_periods, 5);
+        assert_eq!(m.failover_fail_static_periods.get(), 5);
+    }
+
+    #[test]
+    fn retain_drops_series_of_gone_backends() {
+        let m = Metrics::new();
+        for b in ["keep", "gone"] {
+            m.backend_up.with_label_values(&[b, "az-a"]).set(1);
+            set_state(
+                &m.backend_state,
+                &[b, "az-a"],
+                &["healthy", "down"],
+                "healthy",
+            );
+        }
+        retain(&m.backend_up, "backend", |b| b == "keep");
+        retain(&m.backend_state, "backend", |b| b == "keep");
+        let text = m.render();
+        assert!(text.contains("backend=\"keep\""), "{text}");
+        assert!(!text.contains("backend=\"gone\""), "{text}");
+    }
 
     #[test]
     fn every_metric_is_named_zonegate() {
@@ -165,7 +503,10 @@ mod tests {
             .lines()
             .filter(|l| !l.starts_with('#') && !l.is_empty())
         {
-            assert!(line.starts_with("zonegate_"), "{line}");
+            assert!(
+                line.starts_with("zonegate_") || line.starts_with("process_"),
+                "{line}"
+            );
         }
         assert!(text.contains("zonegate_requests_total{model=\"m\",outcome=\"ok\",tenant=\"t\"} 1"));
     }

@@ -1,0 +1,271 @@
+//! Graceful drain: the node's side of a rolling restart. On SIGTERM it
+//! fails `/readyz` at once, keeps serving for `[node] drain_grace` so load
+//! balancers notice, stops accepting, waits for in-flight requests up to
+//! `[node] drain_timeout`, then ends the streams still open with the SSE
+//! error event (never `[DONE]`), and exits 0.
+//!
+//! This module owns the state the data-plane listeners share for that
+//! ([`Drain`]) and the layer that counts requests and can cut streams
+//! ([`track`]); `start::RunningNode::drain` runs the sequence. The layer
+//! wraps the data plane's router from the outside, so the request path
+//! itself knows nothing about draining.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{header, HeaderValue};
+use http_body::{Body as HttpBody, Frame};
+use prometheus::{IntCounter, IntGauge};
+use tokio::sync::{watch, Notify};
+
+use crate::dataplane::error::{error_body, ApiError};
+use crate::dataplane::forward::is_sse;
+use crate::node::gateway::Gateway;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Drain state shared by every data-plane thread. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct Drain(Arc<Inner>);
+
+#[derive(Debug, Default)]
+struct Inner {
+    draining: AtomicBool,
+    raft_stopped: AtomicBool,
+    in_flight: AtomicU64,
+    idle: Notify,
+    /// Turns true at `drain_timeout`: open streams end with the error event.
+    cut: CutSignal,
+}
+
+#[derive(Debug)]
+struct CutSignal(watch::Sender<bool>);
+
+impl Default for CutSignal {
+    fn default() -> Self {
+        Self(watch::channel(false).0)
+    }
+}
+
+impl Drain {
+    /// From now on `/readyz` fails and responses ask clients to reconnect
+    /// elsewhere (`connection: close`).
+    pub fn begin(&self) {
+        self.0.draining.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.0.draining.load(Ordering::SeqCst)
+    }
+
+    /// This node stopped its Raft member early to hand over leadership.
+    pub fn mark_raft_stopped(&self) {
+        self.0.raft_stopped.store(true, Ordering::SeqCst);
+    }
+
+    pub fn raft_stopped(&self) -> bool {
+        self.0.raft_stopped.load(Ordering::SeqCst)
+    }
+
+    /// Data-plane requests in flight (a stream until its last byte).
+    pub fn in_flight(&self) -> u64 {
+        self.0.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Resolves when no request is in flight, or after `limit`; says which.
+    pub async fn wait_idle(&self, limit: Duration) -> bool {
+        let wait = async {
+            loop {
+                let notified = self.0.idle.notified();
+                if self.in_flight() == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(limit, wait).await.is_ok()
+    }
+
+    /// Ends every open event stream with the SSE error event.
+    pub fn cut_streams(&self) {
+        self.0.cut.0.send_replace(true);
+    }
+
+    fn enter(&self, gauge: IntGauge) -> InFlight {
+        self.0.in_flight.fetch_add(1, Ordering::SeqCst);
+        gauge.inc();
+        InFlight {
+            drain: self.clone(),
+            gauge,
+        }
+    }
+}
+
+/// One request in flight; dropped when its response body is done.
+struct InFlight {
+    drain: Drain,
+    gauge: IntGauge,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.gauge.dec();
+        if self.drain.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.drain.0.idle.notify_waiters();
+        }
+    }
+}
+
+/// The data-plane layer: readiness fails while draining; every `/v1/*`
+/// request is counted until its body ends; event streams can be cut.
+pub async fn track(State(gw): State<Arc<Gateway>>, req: Request, next: Next) -> Response {
+    let drain = &gw.drain;
+    let path = req.uri().path();
+    if path == "/readyz" && drain.is_draining() {
+        return ApiError::NotReady("this node is draining: it is shutting down".into())
+            .into_response();
+    }
+    if !path.starts_with("/v1/") {
+        return next.run(req).await;
+    }
+    let guard = drain.enter(gw.metrics.in_flight.clone());
+    let mut resp = next.run(req).await;
+    if drain.is_draining() {
+        // hyper closes the connection after this response, so a client's
+        // next request opens a connection the load balancer sends elsewhere.
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    let cut = is_sse(resp.headers()).then(|| {
+        let mut rx = drain.0.cut.0.subscribe();
+        Box::pin(async move {
+            let _ = rx.wait_for(|cut| *cut).await;
+        }) as Pin<Box<dyn Future<Output = ()> + Send + Sync>>
+    });
+    let counter = gw.metrics.drain_cut_streams.clone();
+    resp.map(|inner| {
+        Body::new(DrainBody {
+            inner,
+            cut,
+            state: CutState::Streaming,
+            counter,
+            _guard: guard,
+        })
+    })
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CutState {
+    Streaming,
+    /// The error event was handed to hyper; yield once so it is flushed.
+    EventSent,
+    /// Flushed; the next poll aborts the connection.
+    Flushed,
+    Done,
+}
+
+/// A response body that counts as in flight until it ends and, for event
+/// streams, ends with the SSE error event when the drain times out. The
+/// event has the shape and the flush-then-abort ending of the data plane's
+/// own interrupted streams (`dataplane::forward::ProxyBody`).
+struct DrainBody {
+    inner: Body,
+    cut: Option<Pin<Box<dyn Future<Output = ()> + Send + Sync>>>,
+    state: CutState,
+    counter: IntCounter,
+    _guard: InFlight,
+}
+
+impl HttpBody for DrainBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        match this.state {
+            CutState::Done => return Poll::Ready(None),
+            CutState::EventSent => {
+                this.state = CutState::Flushed;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            CutState::Flushed => {
+                this.state = CutState::Done;
+                return Poll::Ready(Some(Err("drain timeout".into())));
+            }
+            CutState::Streaming => {}
+        }
+        if let Some(cut) = this.cut.as_mut() {
+            if cut.as_mut().poll(cx).is_ready() {
+                this.cut = None;
+                this.state = CutState::EventSent;
+                this.counter.inc();
+                let event = error_body(
+                    "the gateway node is shutting down (drain timeout); the response is incomplete",
+                    "server_error",
+                    "node_draining",
+                );
+                return Poll::Ready(Some(Ok(Frame::data(Bytes::from(format!(
+                    "data: {event}\n\n"
+                ))))));
+            }
+        }
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(None) => {
+                this.state = CutState::Done;
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(r)) => Poll::Ready(Some(r.map_err(Into::into))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.state == CutState::Done || (self.cut.is_none() && self.inner.is_end_stream())
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        if self.cut.is_some() {
+            // A cut stream may grow by the error event.
+            http_body::SizeHint::default()
+        } else {
+            self.inner.size_hint()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn wait_idle_returns_when_the_last_request_ends() {
+        let drain = Drain::default();
+        let gauge = IntGauge::new("g", "g").unwrap();
+        let a = drain.enter(gauge.clone());
+        let b = drain.enter(gauge.clone());
+        assert_eq!((drain.in_flight(), gauge.get()), (2, 2));
+        assert!(!drain.wait_idle(Duration::from_millis(20)).await);
+        let waiter = {
+            let drain = drain.clone();
+            tokio::spawn(async move { drain.wait_idle(Duration::from_secs(30)).await })
+        };
+        drop(a);
+        tokio::task::yield_now().await;
+        drop(b);
+        assert!(waiter.await.unwrap());
+        assert_eq!(gauge.get(), 0);
+    }
+}
