@@ -20,7 +20,7 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use crate::dataplane::forward::{BoxError, Committed};
-use crate::dataplane::sse::{self, Event, Framer, Resumption, Splice, Transcript};
+use crate::dataplane::sse::{self, Event, Framer, Resumption, Splice, Transcript, Usage};
 
 /// How a response ended, reported once.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,9 +56,9 @@ pub trait RelayHooks: Send + 'static {
         Box::pin(async { None })
     }
 
-    /// How the response ended and how many continuations it took; called
-    /// exactly once.
-    fn end(&mut self, end: StreamEnd, continuations: u32);
+    /// How the response ended, how many continuations it took, and the
+    /// answer's `usage` when the relay saw it; called exactly once.
+    fn end(&mut self, end: StreamEnd, continuations: u32, usage: Option<Usage>);
 }
 
 /// How to relay one response.
@@ -78,6 +78,7 @@ pub fn body(committed: Committed, opts: RelayOptions, hooks: Box<dyn RelayHooks>
         first: committed.first,
         rest: committed.rest,
         remaining,
+        usage: None,
         framer: opts.sse.then(Framer::default),
         transcript: (opts.sse && opts.continuable).then(Transcript::new),
         splice: None,
@@ -109,6 +110,8 @@ struct Relay {
     /// Plain bodies: bytes left by `Content-Length`; hyper stops polling
     /// once it wrote them, so the end is reported when they are handed over.
     remaining: Option<u64>,
+    /// A plain body's `usage`, read when the body came in one chunk.
+    usage: Option<Usage>,
     framer: Option<Framer>,
     transcript: Option<Transcript>,
     splice: Option<Splice>,
@@ -194,8 +197,14 @@ impl Relay {
     fn pass(&mut self, data: Bytes) -> Result<Bytes, &'static str> {
         let Some(framer) = self.framer.as_mut() else {
             if let Some(left) = self.remaining.as_mut() {
+                let whole = *left == data.len() as u64;
                 *left = left.saturating_sub(data.len() as u64);
                 if *left == 0 {
+                    // Usage only from a body that came whole in one chunk
+                    // (the usual JSON answer): nothing is copied for it.
+                    if whole {
+                        self.usage = sse::body_usage(&data);
+                    }
                     self.phase = Phase::Done;
                     self.report(StreamEnd::Complete);
                 }
@@ -309,7 +318,12 @@ impl Relay {
     fn report(&mut self, end: StreamEnd) {
         if !self.ended {
             self.ended = true;
-            self.hooks.end(end, self.continuations);
+            let usage = self
+                .transcript
+                .as_ref()
+                .and_then(|t| t.usage)
+                .or(self.usage);
+            self.hooks.end(end, self.continuations, usage);
         }
     }
 }

@@ -72,6 +72,9 @@ pub struct ZonePool {
 #[derive(Debug)]
 pub struct ModelHandles {
     pub duration: Histogram,
+    pub ttft: Histogram,
+    pub prompt_tokens: IntCounter,
+    pub completion_tokens: IntCounter,
     /// `zonegate_requests_total{outcome="ok"}`, by tenant index.
     pub ok_by_tenant: Vec<IntCounter>,
 }
@@ -487,6 +490,9 @@ impl ModelRoute {
             let name = self.cfg.name.as_str();
             ModelHandles {
                 duration: metrics.request_duration.with_label_values(&[name]),
+                ttft: metrics.ttft.with_label_values(&[name]),
+                prompt_tokens: metrics.tokens.with_label_values(&[name, "prompt"]),
+                completion_tokens: metrics.tokens.with_label_values(&[name, "completion"]),
                 ok_by_tenant: tenants
                     .iter()
                     .map(|t| metrics.requests.with_label_values(&[&t.name, name, "ok"]))

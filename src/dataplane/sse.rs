@@ -97,7 +97,25 @@ pub struct Chunk<'a> {
     pub created: Option<u64>,
     #[serde(default, borrow)]
     pub choices: Vec<Choice<'a>>,
-    pub usage: Option<IgnoredAny>,
+    pub usage: Option<Usage>,
+}
+
+/// OpenAI's `usage` object, as far as metrics need it.
+#[derive(Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+}
+
+/// The `usage` of a whole (non-streaming) JSON response body, if it has one.
+pub fn body_usage(body: &[u8]) -> Option<Usage> {
+    #[derive(Deserialize)]
+    struct Body {
+        usage: Option<Usage>,
+    }
+    serde_json::from_slice::<Body>(body).ok()?.usage
 }
 
 #[derive(Deserialize)]
@@ -209,6 +227,9 @@ pub struct Transcript {
     pub finished: bool,
     /// Only plain text so far: a continuation can re-create the rest.
     pub plain: bool,
+    /// The answer's `usage`, when a chunk carried one (both parts of a
+    /// continued answer counted).
+    pub usage: Option<Usage>,
 }
 
 impl Transcript {
@@ -224,6 +245,9 @@ impl Transcript {
         match event {
             Event::Done => self.finished = true,
             Event::Data(chunk) => {
+                if chunk.usage.is_some() {
+                    self.usage = chunk.usage;
+                }
                 if self.id.is_none() {
                     self.id = chunk.id.as_deref().map(str::to_owned);
                     self.model = chunk.model.as_deref().map(str::to_owned);
@@ -329,6 +353,9 @@ impl Splice {
         self.restore_identity(&mut v);
         if usage {
             self.count_both_parts(&mut v);
+            transcript.usage = v
+                .get("usage")
+                .and_then(|u| serde_json::from_value(u.clone()).ok());
         }
         if !new_text.is_empty() {
             transcript.text.push_str(&new_text);
@@ -524,6 +551,7 @@ mod tests {
             deltas,
             finished: false,
             plain: true,
+            usage: None,
         }
     }
 

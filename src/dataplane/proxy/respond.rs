@@ -19,7 +19,7 @@ use crate::dataplane::forward;
 use crate::dataplane::relay::{self, RelayHooks, RelayOptions, Resumed, StreamEnd};
 use crate::dataplane::request::RequestClass;
 use crate::dataplane::routing::PoolGuard;
-use crate::dataplane::sse::Transcript;
+use crate::dataplane::sse::{Transcript, Usage};
 use crate::node::gateway::Gateway;
 
 /// At most this many continuations per request.
@@ -100,10 +100,7 @@ pub(super) fn respond(
     continuer: Option<Continuer>,
 ) -> Response {
     let model_handles = winner.model.handles(&gw.metrics, &gw.cfg.tenants);
-    let winner_handles = (
-        model_handles.ok_by_tenant.get(req.tenant_index).cloned(),
-        model_handles.duration.clone(),
-    );
+    let ok = model_handles.ok_by_tenant.get(req.tenant_index).cloned();
     let ctx = served(gw, req, &winner, attempts);
     let Winner {
         mut committed,
@@ -126,7 +123,9 @@ pub(super) fn respond(
     if let Some(token) = &ctx.pin_token {
         forward::set_header(&mut headers, PIN_HEADER, token);
     }
-    let handles = winner_handles;
+    if sse {
+        model_handles.ttft.observe(started.elapsed().as_secs_f64());
+    }
     let opts = RelayOptions {
         sse,
         continuable: sse && status.is_success() && continuer.is_some(),
@@ -136,8 +135,12 @@ pub(super) fn respond(
     };
     let hooks = Hooks {
         gw: Arc::clone(gw),
-        ok: handles.0,
-        duration: handles.1,
+        ok,
+        duration: model_handles.duration.clone(),
+        tokens: (
+            model_handles.prompt_tokens.clone(),
+            model_handles.completion_tokens.clone(),
+        ),
         current: Arc::clone(&ctx.backend),
         answered_by: ctx.model.clone(),
         ttft: started.elapsed(),
@@ -161,6 +164,8 @@ struct Hooks {
     /// model's duration histogram, looked up once per route table.
     ok: Option<prometheus::IntCounter>,
     duration: prometheus::Histogram,
+    /// The model's prompt and completion token counters.
+    tokens: (prometheus::IntCounter, prometheus::IntCounter),
     ctx: Served,
     /// The backend streaming now (it changes with a continuation).
     current: Arc<Backend>,
@@ -216,7 +221,11 @@ impl RelayHooks for Hooks {
         })
     }
 
-    fn end(&mut self, end: StreamEnd, continuations: u32) {
+    fn end(&mut self, end: StreamEnd, continuations: u32, usage: Option<Usage>) {
+        if let Some(u) = usage {
+            self.tokens.0.inc_by(u.prompt_tokens);
+            self.tokens.1.inc_by(u.completion_tokens);
+        }
         let (gw, ctx) = (&self.gw, &self.ctx);
         let outcome = match &end {
             StreamEnd::Complete if self.status.is_success() => "ok",
