@@ -241,10 +241,14 @@ async fn a_killed_backend_and_a_failing_one_never_fail_a_request() {
     broken
         .faults(json!({"error_rate": 1.0, "error_status": 500}))
         .await;
-    let rest: String = [&doomed, &broken, &good]
+    let mut rest: String = [&doomed, &broken, &good]
         .iter()
         .map(|m| m.backend_toml(&[MODEL]))
         .collect();
+    // Eight workers can fail on both bad backends at once before either is
+    // out; on a loaded machine that burst can outrun the default floor of
+    // the retry budget, which is not what this test is about.
+    rest.push_str("[retry]\nmin_retries_per_window = 200\n");
     let gw = Arc::new(NodeProcess::start("az-a", &rest).await);
 
     let killed = Arc::new(AtomicBool::new(false));
@@ -262,8 +266,10 @@ async fn a_killed_backend_and_a_failing_one_never_fail_a_request() {
                     .await
                     .expect("gateway answers");
                 let status = resp.status();
-                let backend = resp.headers()["x-zonegate-backend"]
-                    .to_str()
+                let backend = resp
+                    .headers()
+                    .get("x-zonegate-backend")
+                    .and_then(|v| v.to_str().ok())
                     .unwrap_or("?")
                     .to_owned();
                 let body = resp.text().await.unwrap_or_default();

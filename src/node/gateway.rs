@@ -48,9 +48,11 @@ pub struct Gateway {
     pub drain: crate::node::drain::Drain,
 }
 
-/// How each thread's retry budget is made: the ratio and window of
-/// `[retry]`, and the floor split over the data-plane threads, so the node
-/// as a whole allows what the config says.
+/// How each thread's retry budget is made: the ratio, window and floor of
+/// `[retry]`. The ratio holds for the node as a whole; the floor holds per
+/// thread (a node with n data-plane threads may retry up to n × the floor
+/// when quiet), so a thread that happens to carry a failing burst alone is
+/// not starved by the split.
 #[derive(Clone, Copy, Debug)]
 struct BudgetSettings {
     ratio: f64,
@@ -173,11 +175,10 @@ impl Gateway {
                 .with_label_values(&[&b.name, b.zone.as_str()])
                 .set(0);
         }
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
         let budget = BudgetSettings {
             ratio: cfg.retry.budget_ratio,
             window_s: cfg.retry.budget_window.as_secs().max(1),
-            floor_per_thread: u64::from(cfg.retry.min_retries_per_window).div_ceil(threads),
+            floor_per_thread: u64::from(cfg.retry.min_retries_per_window),
         };
         Self {
             routes: ArcSwap::from_pointee(routes),
