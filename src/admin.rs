@@ -88,6 +88,7 @@ async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
         }
         m.failover_fail_static_periods
             .set(i64::try_from(f.fail_static_periods).unwrap_or(i64::MAX));
+        cluster::scrape(&gw, node);
         for (outcome, n) in [
             ("proposed", f.auto_proposed),
             ("applied", f.auto_applied),

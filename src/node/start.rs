@@ -5,11 +5,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
+use axum::response::IntoResponse;
 use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use zonegate_cluster::{ClusterConfig, ClusterNode, ClusterView, RaftListen, Timing};
+use zonegate_cluster::{ClusterConfig, ClusterNode, ClusterView, RaftListen};
 
 use crate::config::Config;
 use crate::node::gateway::Gateway;
@@ -40,15 +41,28 @@ async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
         .with_context(|| format!("cannot listen on {addr} ({what})"))
 }
 
+/// How `zonegate serve` was asked to start, beyond its config file.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ServeOptions {
+    /// `--rejoin`: this node lost its store; it catches up as a learner
+    /// and is then promoted to its configured role.
+    pub rejoin: bool,
+}
+
 /// Binds and starts everything a node runs; returns once it is serving.
 pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
+    start_with(cfg, ServeOptions::default()).await
+}
+
+/// [`start`] with [`ServeOptions`].
+pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<RunningNode> {
     let cfg = Arc::new(cfg);
     let data = data_listeners(cfg.node.listen)?;
     let admin_l = bind(cfg.node.admin_listen, "node.admin_listen").await?;
     let data_addr = data[0].local_addr()?;
     let admin_addr = admin_l.local_addr()?;
 
-    let (cluster, view_rx) = control_plane(&cfg).await?;
+    let (cluster, view_rx) = control_plane(&cfg, opts).await?;
     // Pins are signed with the cluster secret, so every node honours every
     // other node's pins; a standalone node without one signs with a random
     // key of its own (its pins are only ever read by itself).
@@ -68,7 +82,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
     let mut tasks = JoinSet::new();
     let mut threads = Vec::new();
     for (i, listener) in data.into_iter().enumerate() {
-        let app = proxy::router(Arc::clone(&gateway));
+        let app = ready_requires_leader(proxy::router(Arc::clone(&gateway)), &gateway);
         let stopped = stop.subscribe();
         threads.push(
             std::thread::Builder::new()
@@ -120,8 +134,9 @@ pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
 /// data plane reads either way.
 async fn control_plane(
     cfg: &Config,
+    opts: ServeOptions,
 ) -> anyhow::Result<(Option<Arc<ClusterNode>>, watch::Receiver<Arc<ClusterView>>)> {
-    if let Some(node) = start_cluster(cfg).await? {
+    if let Some(node) = start_cluster(cfg, opts).await? {
         let view = node.view();
         return Ok((Some(Arc::new(node)), view));
     }
@@ -134,6 +149,40 @@ async fn control_plane(
     Ok((
         None,
         watch::channel(Arc::new(ClusterView::initial(zones))).1,
+    ))
+}
+
+/// With `[cluster] ready_requires_leader = true`, `/readyz` answers 503
+/// `stale_view` while this node has not heard from a leader with a quorum
+/// for three election timeouts, so a load balancer can drain a
+/// partitioned node. Off (the default), a partitioned node stays ready
+/// and routes with its last view (fail static). A layer here rather than
+/// a line in the data plane's `readyz`: the request path stays unaware of
+/// the control plane.
+fn ready_requires_leader(app: axum::Router, gw: &Arc<Gateway>) -> axum::Router {
+    let Some(node) = gw
+        .cluster
+        .clone()
+        .filter(|_| gw.cfg.cluster.ready_requires_leader)
+    else {
+        return app;
+    };
+    app.layer(axum::middleware::from_fn(
+        move |req: axum::extract::Request, next: axum::middleware::Next| {
+            let node = node.clone();
+            async move {
+                if req.uri().path() == "/readyz" && !node.leader_contact() {
+                    let body = crate::dataplane::error::error_body(
+                        "this node's cluster view is stale: no leader with a quorum heard from recently ([cluster] ready_requires_leader = true)",
+                        "server_error",
+                        "stale_view",
+                    );
+                    return (http::StatusCode::SERVICE_UNAVAILABLE, axum::Json(body))
+                        .into_response();
+                }
+                next.run(req).await
+            }
+        },
     ))
 }
 
@@ -221,7 +270,7 @@ fn data_plane_thread(
 pub const SECRET_ENV: &str = "ZONEGATE_CLUSTER_SECRET";
 
 /// Starts this node's Raft member when `[[cluster.members]]` is set.
-async fn start_cluster(cfg: &Config) -> anyhow::Result<Option<ClusterNode>> {
+async fn start_cluster(cfg: &Config, opts: ServeOptions) -> anyhow::Result<Option<ClusterNode>> {
     if cfg.members.is_empty() {
         return Ok(None);
     }
@@ -246,8 +295,9 @@ async fn start_cluster(cfg: &Config) -> anyhow::Result<Option<ClusterNode>> {
         data_dir: cfg.node.data_dir.clone(),
         secret,
         raft_listen: RaftListen::Addr(raft_listen),
-        timing: Timing::default(),
+        timing: cfg.cluster.timing.clone(),
         faults: None,
+        rejoin: opts.rejoin,
     })
     .await
     .context("cannot start the control plane")?;
@@ -259,15 +309,38 @@ async fn start_cluster(cfg: &Config) -> anyhow::Result<Option<ClusterNode>> {
 /// Runs a node until Ctrl-C or SIGTERM. Prints the bound addresses on
 /// stdout (tests and the demo read them).
 pub async fn run(cfg: Config) -> anyhow::Result<()> {
+    run_with(cfg, ServeOptions::default()).await
+}
+
+/// [`run`] with [`ServeOptions`]. Also stops, with an error, when the
+/// control plane finds out this node lost its store (a member knows it
+/// held Raft state): serving on would risk acknowledged decisions.
+pub async fn run_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<()> {
     let (id, zone) = (cfg.node.id, cfg.node.zone.clone());
-    let node = start(cfg).await?;
+    let node = start_with(cfg, opts).await?;
     println!(
         "zonegate: data plane listening on http://{}",
         node.data_addr
     );
     println!("zonegate: admin listening on http://{}", node.admin_addr);
     tracing::info!(node = id, zone = %zone, data = %node.data_addr, admin = %node.admin_addr, "node serving");
-    super::lifecycle::shutdown_signal().await;
+    let mut amnesia = match &node.gateway.cluster {
+        Some(c) => c.amnesia(),
+        None => watch::channel(None).1,
+    };
+    let lost = async move {
+        match amnesia.wait_for(Option::is_some).await {
+            Ok(msg) => msg.clone(),
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = super::lifecycle::shutdown_signal() => {}
+        msg = lost => {
+            node.shutdown().await;
+            anyhow::bail!("{}", msg.unwrap_or_default());
+        }
+    }
     tracing::info!("shutting down");
     node.shutdown().await;
     Ok(())

@@ -128,6 +128,9 @@ metrics! {
     raft_term: IntGauge = "zonegate_raft_term", "Current Raft term as this node sees it", [];
     raft_is_leader: IntGauge = "zonegate_raft_is_leader", "1 while this node leads the Raft group", [];
     raft_last_quorum_ack_ms: IntGauge = "zonegate_raft_last_quorum_ack_ms", "On the leader: ms since a quorum last acknowledged it (-1 elsewhere)", [];
+    raft_rpc_refused: IntCounterVec = "zonegate_raft_rpc_refused_total", "Raft RPCs and values refused before reaching Raft, by reason (bad_secret, not_a_member, sender_mismatch, bad_body, newer_format)", ["reason"];
+    cluster_view_age: Gauge = "zonegate_cluster_view_age_seconds", "Time since this node last heard from a leader with a quorum (-1 before it ever did)", [];
+    cluster_leader_contact: IntGauge = "zonegate_cluster_leader_contact", "1 while this node heard from a leader with a quorum within three election timeouts", [];
     decisions: IntCounterVec = "zonegate_decisions_total", "Decisions proposed through this node's admin API, by outcome", ["kind", "outcome"];
     zone_health_score: GaugeVec = "zonegate_zone_health_score", "The leader's zone score (0-1) and its components, latest period", ["zone", "component"];
     failover_detect_seconds: Gauge = "zonegate_failover_detect_seconds", "From the first bad period to the commit of the last automatic failover this node proposed", [];
