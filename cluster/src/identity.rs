@@ -52,7 +52,8 @@ pub enum Mismatch {
 /// One node's identity, shared by the RPC server and client.
 pub(crate) struct Identity {
     me: NodeId,
-    store: IdentityStore,
+    /// `None` once the node shut down, so the store can close.
+    store: std::sync::Mutex<Option<IdentityStore>>,
     state: std::sync::Mutex<StoredIdentity>,
     /// Serializes writes, so each is durable before the next decision.
     write: tokio::sync::Mutex<()>,
@@ -87,7 +88,7 @@ impl Identity {
         let state = store.load()?;
         Ok(Self {
             me,
-            store,
+            store: std::sync::Mutex::new(Some(store)),
             state: std::sync::Mutex::new(state),
             write: tokio::sync::Mutex::new(()),
             amnesia: watch::channel(None).0,
@@ -113,6 +114,11 @@ impl Identity {
         (s.cluster_id.clone().unwrap_or_default(), joined.join(","))
     }
 
+    /// Let go of the store (the node is shutting down).
+    pub fn close(&self) {
+        lock(&self.store).take();
+    }
+
     /// Fires when this node found out it lost its store.
     pub fn amnesia(&self) -> watch::Receiver<Option<String>> {
         self.amnesia.subscribe()
@@ -130,7 +136,13 @@ impl Identity {
         if next == self.current() {
             return Ok(());
         }
-        if let Err(e) = self.store.save(&next).await {
+        let Some(store) = lock(&self.store).clone() else {
+            return Err(Mismatch::WrongCluster {
+                ours: "closed".into(),
+                theirs: next.cluster_id.unwrap_or_default(),
+            });
+        };
+        if let Err(e) = store.save(&next).await {
             // Not durable: do not let the RPC through.
             tracing::error!(error = %e, "cannot persist the cluster identity");
             return Err(Mismatch::WrongCluster {

@@ -632,6 +632,7 @@ impl ClusterNode {
     pub async fn shutdown(&self) -> Result<(), ClusterError> {
         self.stop_tx.send_replace(true);
         let raft_result = self.raft.shutdown().await;
+        self.identity.close();
         let tasks: Vec<JoinHandle<()>> = self.tasks_lock().drain(..).collect();
         for task in tasks {
             // The server drains in-flight RPCs (answered quickly now that
