@@ -125,6 +125,7 @@ fn refresh_metrics(gw: &Gateway) {
         }
         m.failover_fail_static.set(i64::from(f.fail_static));
         mirror(&m.failover_fail_static_periods, f.fail_static_periods);
+        cluster::scrape(gw, node);
         for (outcome, n) in [
             ("proposed", f.auto_proposed),
             ("applied", f.auto_applied),
@@ -133,7 +134,6 @@ fn refresh_metrics(gw: &Gateway) {
             mirror(&m.failover_auto_decisions.with_label_values(&[outcome]), n);
         }
     }
-    m.view_age.set(gw.view_age().as_secs_f64());
     let view = gw.view.borrow().clone();
     m.decision_version
         .set(i64::try_from(view.decision_version).unwrap_or(i64::MAX));

@@ -310,6 +310,11 @@ struct RawAdmin {
 struct RawCluster {
     #[serde(default)]
     members: Vec<RawMember>,
+    heartbeat: Option<String>,
+    election_timeout_min: Option<String>,
+    election_timeout_max: Option<String>,
+    #[serde(default)]
+    ready_requires_leader: bool,
 }
 
 #[derive(Deserialize)]
@@ -353,6 +358,8 @@ pub struct Config {
     pub admin: AdminConfig,
     /// Raft group members; empty means this node runs standalone.
     pub members: Vec<Member>,
+    /// `[cluster]` settings besides the members.
+    pub cluster: ClusterSettings,
     /// Per-zone preference order of cross-zone fallback targets.
     pub fallback_order: HashMap<ZoneId, Vec<ZoneId>>,
     /// Zone reports, the leader's detector and automatic decisions.
@@ -360,6 +367,19 @@ pub struct Config {
     /// Complexity estimate: (body bytes at least, minimum tier), sorted by
     /// bytes. A request this large needs a model of at least that tier.
     pub prompt_tiers: Vec<(u64, u32)>,
+}
+
+/// `[cluster]`: Raft timing and readiness.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterSettings {
+    /// Raft timers (`heartbeat`, `election_timeout_min/max`); the defaults
+    /// suit one region (100 ms, 300–600 ms). Raise them for cross-region
+    /// members or slow disks.
+    pub timing: zonegate_cluster::Timing,
+    /// `/readyz` fails while this node's view is stale (no leader with a
+    /// quorum heard from within a few election timeouts). Off by default:
+    /// a partitioned node keeps serving with its last view (fail static).
+    pub ready_requires_leader: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -677,6 +697,7 @@ impl Validator<'_> {
 
     fn validate(&self, raw: RawConfig) -> Result<Config, ConfigError> {
         let mut node = self.node(raw.node)?;
+        let cluster = self.cluster(&raw.cluster)?;
         let members = self.members(raw.cluster, &mut node)?;
         let witness = members
             .iter()
@@ -750,7 +771,51 @@ impl Validator<'_> {
             balance,
             admin,
             members,
+            cluster,
             fallback_order,
+        })
+    }
+
+    /// `[cluster]` timing: election_timeout_min ≥ 3 × heartbeat (several
+    /// heartbeats per timeout, so one slow beat elects nobody) and min <
+    /// max (openraft draws its timeout between them).
+    fn cluster(&self, raw: &RawCluster) -> Result<ClusterSettings, ConfigError> {
+        let d = zonegate_cluster::Timing::default();
+        let heartbeat =
+            self.duration("cluster.heartbeat", raw.heartbeat.as_deref(), d.heartbeat)?;
+        let min = self.duration(
+            "cluster.election_timeout_min",
+            raw.election_timeout_min.as_deref(),
+            d.election_timeout_min,
+        )?;
+        let max = self.duration(
+            "cluster.election_timeout_max",
+            raw.election_timeout_max.as_deref(),
+            d.election_timeout_max,
+        )?;
+        if min < heartbeat * 3 {
+            return Err(self.err(
+                "cluster.election_timeout_min",
+                format!(
+                    "must be at least 3 x cluster.heartbeat ({:?}), got {min:?}",
+                    heartbeat * 3
+                ),
+            ));
+        }
+        if max <= min {
+            return Err(self.err(
+                "cluster.election_timeout_max",
+                format!("must be greater than cluster.election_timeout_min ({min:?}), got {max:?}"),
+            ));
+        }
+        Ok(ClusterSettings {
+            timing: zonegate_cluster::Timing {
+                heartbeat,
+                election_timeout_min: min,
+                election_timeout_max: max,
+                ..d
+            },
+            ready_requires_leader: raw.ready_requires_leader,
         })
     }
 
@@ -1384,6 +1449,39 @@ mod tests {
 
     fn error_of(text: &str) -> ConfigError {
         Config::parse("test.toml", text).expect_err("config should be rejected")
+    }
+
+    #[test]
+    fn raft_timing_is_read_and_validated() {
+        let with = |t: &str| format!("{MINIMAL}\n[cluster]\n{t}\n");
+        let c = Config::parse(
+            "test.toml",
+            &with("heartbeat = \"500ms\"\nelection_timeout_min = \"2s\"\nelection_timeout_max = \"4s\"\nready_requires_leader = true"),
+        )
+        .unwrap();
+        assert_eq!(c.cluster.timing.heartbeat, Duration::from_millis(500));
+        assert_eq!(
+            c.cluster.timing.election_timeout_min,
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            c.cluster.timing.election_timeout_max,
+            Duration::from_secs(4)
+        );
+        assert!(c.cluster.ready_requires_leader);
+        let d = Config::parse("test.toml", MINIMAL).unwrap().cluster;
+        assert_eq!(d, ClusterSettings::default());
+        let e = error_of(&with("heartbeat = \"200ms\""));
+        assert_eq!(e.key, "cluster.election_timeout_min");
+        assert!(e.reason.contains("3 x cluster.heartbeat"), "{e}");
+        let e = error_of(&with("election_timeout_min = \"700ms\""));
+        assert_eq!(e.key, "cluster.election_timeout_max");
+        let e = error_of(&with("heartbeat = \"soon\""));
+        assert_eq!(e.key, "cluster.heartbeat");
+        assert!(
+            e.to_string().starts_with("test.toml: cluster.heartbeat:"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -39,6 +39,10 @@ enum Command {
     Serve {
         #[arg(long)]
         config: PathBuf,
+        /// This node lost its data_dir: catch up as a learner, then be
+        /// promoted by the leader to its configured role.
+        #[arg(long)]
+        rejoin: bool,
     },
     /// Validate a config file and exit.
     CheckConfig { file: PathBuf },
@@ -93,7 +97,10 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve { config } => zonegate::node::start::run(Config::load(&config)?).await,
+            Command::Serve { config, rejoin } => {
+                let opts = zonegate::node::start::ServeOptions { rejoin };
+                zonegate::node::start::run_with(Config::load(&config)?, opts).await
+            }
             Command::CheckConfig { file } => zonegate::cli::check_config(&file),
             Command::Demo {
                 listen,
@@ -132,7 +139,9 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("zonegate: {e:#}");
-            ExitCode::FAILURE
+            // 1 for every failure but `ctl`'s (2 usage/unreachable, 3
+            // outcome unknown).
+            ExitCode::from(zonegate::cli::ctl::exit_code(&e))
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod codec;
 pub mod command;
 pub mod detect;
 pub mod failover;
+mod identity;
 mod lock;
 pub mod network;
 pub mod node;

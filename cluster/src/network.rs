@@ -21,11 +21,16 @@ use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use serde::Serialize;
 
 pub use fault::FaultTable;
-pub use wire::{NODE_HEADER, PATH_APPEND, PATH_REPORT, PATH_SNAPSHOT, PATH_VOTE, SECRET_HEADER};
+pub use server::refusals;
+pub use wire::{
+    NODE_HEADER, PATH_APPEND, PATH_HELLO, PATH_REJOIN, PATH_REPORT, PATH_SNAPSHOT, PATH_VOTE,
+    SECRET_HEADER,
+};
 
 use crate::codec::{self, Bounded};
 use crate::detect::Report;
 use crate::failover::{ReportAck, SendReport};
+use crate::identity::{Identity, Mismatch, CLUSTER_HEADER, JOINED_HEADER};
 use crate::types::alias::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
@@ -55,6 +60,8 @@ pub enum TransportError {
         to: NodeId,
         source: codec::CodecError,
     },
+    #[error("answer from node {to}: {source}")]
+    Identity { to: NodeId, source: Mismatch },
 }
 
 /// openraft's network factory: one HTTP client shared by all peers.
@@ -64,9 +71,48 @@ pub struct Network {
     secret: Arc<str>,
     client: reqwest::Client,
     faults: Option<Arc<FaultTable>>,
+    identity: Option<Arc<Identity>>,
 }
 
 impl Network {
+    /// Carry this node's cluster identity in every RPC and check answers
+    /// against it.
+    pub(crate) fn with_identity(mut self, identity: Arc<Identity>) -> Self {
+        self.identity = Some(identity);
+        self
+    }
+
+    /// POST an empty, authenticated request to `addr` + `path` (hello,
+    /// rejoin); returns the status and the answer's cluster id and joined
+    /// headers.
+    pub(crate) async fn post_empty(
+        &self,
+        addr: &str,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<(u16, String, String), reqwest::Error> {
+        let resp = self
+            .client
+            .post(format!("http://{addr}{path}"))
+            .header(SECRET_HEADER, &*self.secret)
+            .header(NODE_HEADER, self.node_id.to_string())
+            .timeout(timeout)
+            .send()
+            .await?;
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        Ok((
+            resp.status().as_u16(),
+            header(CLUSTER_HEADER),
+            header(JOINED_HEADER),
+        ))
+    }
+
     /// A network for node `node_id`; `faults`, when given, is consulted
     /// before every RPC.
     pub fn new(
@@ -88,6 +134,7 @@ impl Network {
             secret,
             client,
             faults,
+            identity: None,
         })
     }
 }
@@ -184,7 +231,7 @@ impl PeerClient {
             addr: self.addr.clone(),
             source,
         };
-        let resp = self
+        let mut req = self
             .net
             .client
             .post(format!("http://{}{path}", self.addr))
@@ -192,16 +239,28 @@ impl PeerClient {
             .header(NODE_HEADER, from.to_string())
             .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
             .timeout(ttl)
-            .body(body)
-            .send()
-            .await
-            .map_err(http)?;
+            .body(body);
+        if let Some(identity) = &self.net.identity {
+            let (id, joined) = identity.headers();
+            req = req.header(CLUSTER_HEADER, id).header(JOINED_HEADER, joined);
+        }
+        let resp = req.send().await.map_err(http)?;
         let status = resp.status();
         if !status.is_success() {
             return Err(TransportError::Refused {
                 to,
                 status: status.as_u16(),
             });
+        }
+        if let Some(identity) = &self.net.identity {
+            let theirs = resp
+                .headers()
+                .get(CLUSTER_HEADER)
+                .and_then(|v| v.to_str().ok());
+            identity
+                .on_answer(to, theirs)
+                .await
+                .map_err(|source| TransportError::Identity { to, source })?;
         }
         // The answer is bounded like a request: a peer (or whatever now
         // listens on its port) that answers garbage or a length bomb fails

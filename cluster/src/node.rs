@@ -26,6 +26,7 @@ use crate::clock::millis;
 use crate::command::{Command, Rejection};
 use crate::detect::{FailoverConfig, FailoverConfigError, ZoneHealth};
 use crate::failover::{Failover, FailoverStatus, LeadLoop, ObservationSource, ReportLoop};
+use crate::identity::Identity;
 use crate::lock::lock;
 use crate::network::server::{self, RaftService};
 use crate::network::{FaultTable, Network, ReportClient};
@@ -99,6 +100,9 @@ pub struct ClusterConfig {
     pub timing: Timing,
     /// Test hook: when set, RPCs on links it blocks are dropped.
     pub faults: Option<Arc<FaultTable>>,
+    /// `zonegate serve --rejoin`: this node lost its store; catch up as a
+    /// learner, then be promoted to its configured role.
+    pub rejoin: bool,
 }
 
 impl std::fmt::Debug for ClusterConfig {
@@ -112,6 +116,7 @@ impl std::fmt::Debug for ClusterConfig {
             .field("raft_listen", &self.raft_listen)
             .field("timing", &self.timing)
             .field("faults", &self.faults.is_some())
+            .field("rejoin", &self.rejoin)
             .finish()
     }
 }
@@ -134,6 +139,10 @@ pub enum ClusterError {
     Raft(String),
     #[error("the store under {0} did not close within {1:?}")]
     StoreStillOpen(PathBuf, Duration),
+    /// This node's store is empty but the cluster knows it held state, or
+    /// its cluster id differs from the members'.
+    #[error("{0}")]
+    Identity(String),
 }
 
 /// One member as this node sees it.
@@ -188,6 +197,10 @@ pub struct ClusterNode {
     stop_tx: watch::Sender<bool>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     liveness: StoreLiveness,
+    identity: Arc<Identity>,
+    network: Network,
+    leader_contact: Arc<Mutex<Option<std::time::Instant>>>,
+    election_timeout_max: Duration,
 }
 
 /// The most entries in one append RPC.
@@ -277,6 +290,7 @@ impl ClusterNode {
             raft_listen,
             timing,
             faults,
+            rejoin,
             ..
         } = config;
         let role = members[&node_id].role;
@@ -288,20 +302,29 @@ impl ClusterNode {
                 source,
             })?;
 
-        let (log_store, sm_store, liveness) = store::open(&data_dir)?;
+        let (log_store, sm_store, liveness, identities) = store::open_with_identity(&data_dir)?;
+        let identity = Arc::new(Identity::new(node_id, identities)?);
         let view_rx = sm_store.subscribe_view();
         let state_rx = sm_store.subscribe_state();
         let secret: Arc<str> = Arc::from(secret);
-        let network = Network::new(node_id, secret.clone(), timing.election_timeout_min, faults)?;
+        let network = Network::new(node_id, secret.clone(), timing.election_timeout_min, faults)?
+            .with_identity(identity.clone());
+        let pristine = check_identity(&network, &identity, &members, node_id, rejoin).await?;
         let raft_config = Arc::new(raft_config(&timing)?);
         let raft = Raft::new(node_id, raft_config, network.clone(), log_store, sm_store)
             .await
             .map_err(|e| ClusterError::Raft(e.to_string()))?;
+        if identity.rejoining() {
+            // A learner until promoted: it neither campaigns nor votes.
+            raft.runtime_config().elect(false);
+        }
 
         let (stop_tx, stop_rx) = watch::channel(false);
         let failover = Arc::new(Failover::new(node_id, FailoverConfig::default()));
         let service = RaftService::new(raft.clone(), secret, (*members).clone())
-            .with_failover(failover.clone());
+            .with_failover(failover.clone())
+            .with_identity(identity.clone());
+        let leader_contact = service.leader_contact();
         let app = server::router(Arc::new(service));
         let proposer = Proposer {
             raft: raft.clone(),
@@ -313,7 +336,7 @@ impl ClusterNode {
         let reporter = ReportLoop {
             failover: failover.clone(),
             sender: ReportClient {
-                net: network,
+                net: network.clone(),
                 members: members.clone(),
             },
             metrics: raft.metrics(),
@@ -348,8 +371,24 @@ impl ClusterNode {
             stop_tx,
             tasks: Mutex::new(tasks),
             liveness,
+            identity,
+            network,
+            leader_contact,
+            election_timeout_max: timing.election_timeout_max,
         };
-        node.initialize_if_first().await?;
+        node.initialize_if_first(pristine == Pristine::MayForm)
+            .await?;
+        if node.identity.rejoining() {
+            let task = rejoin_loop(
+                node.raft.clone(),
+                node.identity.clone(),
+                node.network.clone(),
+                node.members.clone(),
+                node_id,
+                stop_rx.clone(),
+            );
+            node.tasks_lock().push(tokio::spawn(task));
+        }
         let learners = node.members.values().filter(|m| m.role == Role::Learner);
         let keeper = keep_learners(
             node.raft.clone(),
@@ -364,7 +403,10 @@ impl ClusterNode {
 
     /// The lowest-id voting member forms the cluster, once: only while its
     /// store is pristine, and always with the same voter set.
-    async fn initialize_if_first(&self) -> Result<(), ClusterError> {
+    /// `may_form` is false once members answered with a cluster id: a
+    /// node without a store then waits to be contacted, it never forms a
+    /// second cluster.
+    async fn initialize_if_first(&self, may_form: bool) -> Result<(), ClusterError> {
         let voters: BTreeMap<NodeId, Member> = self
             .members
             .iter()
@@ -380,11 +422,28 @@ impl ClusterNode {
             .await
             .map_err(|e| ClusterError::Raft(e.to_string()))?;
         if initialized {
+            if self.identity.cluster_id().is_none() {
+                // A store from before cluster ids: give the cluster one.
+                let id = self
+                    .identity
+                    .form()
+                    .await
+                    .map_err(|e| ClusterError::Identity(e.to_string()))?;
+                tracing::info!(cluster_id = %id, "gave the existing cluster an id");
+            }
             return Ok(());
         }
+        if !may_form {
+            return Ok(());
+        }
+        let cluster_id = self
+            .identity
+            .form()
+            .await
+            .map_err(|e| ClusterError::Identity(e.to_string()))?;
         match self.raft.initialize(voters).await {
             Ok(()) => {
-                tracing::info!(node_id = self.id, "formed the cluster");
+                tracing::info!(node_id = self.id, %cluster_id, "formed the cluster");
                 Ok(())
             }
             // Someone already wrote a log here: the cluster exists.
@@ -399,6 +458,45 @@ impl ClusterNode {
 
     pub fn id(&self) -> NodeId {
         self.id
+    }
+
+    /// The cluster id fixed at formation, once this node holds it.
+    pub fn cluster_id(&self) -> Option<String> {
+        self.identity.cluster_id()
+    }
+
+    /// How old this node's view is: on the leader, the time since a quorum
+    /// last acknowledged it; elsewhere, since an append from a leader last
+    /// arrived. `None` before either happened.
+    pub fn view_age(&self) -> Option<Duration> {
+        let m = self.raft.metrics().borrow().clone();
+        if m.state == ServerState::Leader {
+            return m.millis_since_quorum_ack.map(Duration::from_millis);
+        }
+        lock(&self.leader_contact).map(|t| t.elapsed())
+    }
+
+    /// A view older than this is stale: three leader leases without word
+    /// from a leader with a quorum.
+    pub fn stale_after(&self) -> Duration {
+        self.election_timeout_max * 3
+    }
+
+    /// Whether this node heard from a leader with a quorum recently.
+    pub fn leader_contact(&self) -> bool {
+        self.view_age().is_some_and(|a| a <= self.stale_after())
+    }
+
+    /// Whether this node is rejoining (a learner until promoted).
+    pub fn rejoining(&self) -> bool {
+        self.identity.rejoining()
+    }
+
+    /// Turns `Some(message)` when this node learns at run time that it lost
+    /// its store (a member knows it held the cluster id): the process
+    /// should stop with the message, as it would have at start-up.
+    pub fn amnesia(&self) -> watch::Receiver<Option<String>> {
+        self.identity.amnesia()
     }
 
     pub fn zone(&self) -> &ZoneId {
@@ -534,6 +632,7 @@ impl ClusterNode {
     pub async fn shutdown(&self) -> Result<(), ClusterError> {
         self.stop_tx.send_replace(true);
         let raft_result = self.raft.shutdown().await;
+        self.identity.close();
         let tasks: Vec<JoinHandle<()>> = self.tasks_lock().drain(..).collect();
         for task in tasks {
             // The server drains in-flight RPCs (answered quickly now that
@@ -559,6 +658,139 @@ impl ClusterNode {
         raft_result.map_err(|e| ClusterError::Raft(e.to_string()))?;
         tracing::info!(node_id = self.id, "cluster node stopped");
         Ok(())
+    }
+}
+
+/// What the start-up identity check found.
+#[derive(Debug, PartialEq, Eq)]
+enum Pristine {
+    /// No cluster is known yet: the lowest-id voter may form it.
+    MayForm,
+    /// A cluster exists (this node holds its id, or members answered
+    /// with one): never form another.
+    Exists,
+}
+
+/// The start-up half of the amnesia check (the run-time half is in
+/// [`Identity::on_request`]). A node without a store asks every member
+/// for its cluster id: if one knows this node held the id, its store was
+/// lost, and it starts only with `--rejoin`. A node with a store checks
+/// that the members it reaches name the same cluster.
+async fn check_identity(
+    network: &Network,
+    identity: &Identity,
+    members: &BTreeMap<NodeId, Member>,
+    me: NodeId,
+    rejoin: bool,
+) -> Result<Pristine, ClusterError> {
+    let mut asks = tokio::task::JoinSet::new();
+    for m in members.values().filter(|m| m.id != me) {
+        let (network, id, addr) = (network.clone(), m.id, m.raft_addr.clone());
+        asks.spawn(async move {
+            let answer = network
+                .post_empty(&addr, crate::network::PATH_HELLO, HELLO_TIMEOUT)
+                .await;
+            (id, answer)
+        });
+    }
+    let answers: Vec<(NodeId, String, BTreeSet<NodeId>)> = asks
+        .join_all()
+        .await
+        .into_iter()
+        .filter_map(|(id, a)| match a {
+            Ok((200, cluster, joined)) if !cluster.is_empty() => Some((
+                id,
+                cluster,
+                joined.split(',').filter_map(|s| s.parse().ok()).collect(),
+            )),
+            _ => None,
+        })
+        .collect();
+    if let Some(ours) = identity.cluster_id() {
+        if let Some((peer, theirs, _)) = answers.iter().find(|(_, c, _)| *c != ours) {
+            return Err(ClusterError::Identity(format!(
+                "this node's store belongs to cluster {ours} but member {peer} is in cluster {theirs}: the data_dir is from another cluster. Fix: point node.data_dir at this cluster's store, or move it away and start with `zonegate serve --rejoin`"
+            )));
+        }
+        if rejoin {
+            tracing::info!("--rejoin ignored: this node holds its store (cluster {ours})");
+        }
+        return Ok(Pristine::Exists);
+    }
+    if rejoin {
+        identity
+            .set_rejoining(true)
+            .await
+            .map_err(|e| ClusterError::Identity(e.to_string()))?;
+        tracing::info!(
+            "rejoining: a learner until caught up, then promoted to its configured role"
+        );
+        return Ok(Pristine::Exists);
+    }
+    if let Some((peer, cluster, _)) = answers.iter().find(|(_, _, j)| j.contains(&me)) {
+        return Err(ClusterError::Identity(format!(
+            "node {me} lost its Raft state: its data_dir holds none, but member {peer} knows it as a member of cluster {cluster} that held Raft state before. Refusing to start with an empty store (acknowledged decisions could be lost). Fix: restore its data_dir if you can; otherwise start it with `zonegate serve --rejoin` (it catches up as a learner and is then promoted to its configured role)"
+        )));
+    }
+    Ok(if answers.is_empty() {
+        Pristine::MayForm
+    } else {
+        Pristine::Exists
+    })
+}
+
+/// How long the start-up check waits for each member's answer.
+const HELLO_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// On a rejoining node: ask the leader, every half second, for the next
+/// step (made a learner, then promoted once caught up) until this node
+/// is back in its configured role; then it may vote and campaign again.
+async fn rejoin_loop(
+    raft: Raft,
+    identity: Arc<Identity>,
+    network: Network,
+    members: Arc<BTreeMap<NodeId, Member>>,
+    me: NodeId,
+    mut stop: watch::Receiver<bool>,
+) {
+    let configured_votes = members.get(&me).is_some_and(|m| m.role.votes());
+    let mut was_learner = false;
+    loop {
+        let (leader, is_voter, is_learner) = {
+            let m = raft.metrics().borrow().clone();
+            let membership = m.membership_config.membership();
+            let is_voter = membership.voter_ids().any(|id| id == me);
+            let is_learner = !is_voter && membership.get_node(&me).is_some();
+            (m.current_leader, is_voter, is_learner)
+        };
+        was_learner |= is_learner;
+        let done = if configured_votes {
+            was_learner && is_voter
+        } else {
+            is_learner
+        };
+        if done {
+            if identity.set_rejoining(false).await.is_ok() {
+                raft.runtime_config().elect(true);
+                tracing::info!(node_id = me, "rejoined: back in its configured role");
+                return;
+            }
+        } else if let Some(addr) = leader
+            .filter(|l| *l != me)
+            .and_then(|l| members.get(&l))
+            .map(|m| m.raft_addr.clone())
+        {
+            if let Err(e) = network
+                .post_empty(&addr, crate::network::PATH_REJOIN, HELLO_TIMEOUT)
+                .await
+            {
+                tracing::debug!(error = %e, "rejoin request failed; retrying");
+            }
+        }
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
     }
 }
 
@@ -673,6 +905,7 @@ mod tests {
             raft_listen: RaftListen::Addr(SocketAddr::from(([127, 0, 0, 1], 0))),
             timing: Timing::default(),
             faults: None,
+            rejoin: false,
         };
         let printed = format!("{config:?}");
         assert!(!printed.contains("hunter2"));

@@ -51,6 +51,12 @@ const KEY_COMMITTED: &[u8] = b"committed";
 const KEY_PURGED: &[u8] = b"last_purged";
 const KEY_APPLIED: &[u8] = b"applied";
 const KEY_SNAPSHOT: &[u8] = b"snapshot";
+/// The cluster identity (plain text, see [`StoredIdentity`]).
+const KEY_IDENTITY: &[u8] = b"cluster_identity";
+
+/// Beside `raft.sled` in the data directory: the cluster id in plain text,
+/// so a store that was wiped or replaced is noticed, never opened as empty.
+pub const MARKER_FILE: &str = "CLUSTER_ID";
 
 /// sled's default page cache is 1 GiB; the control plane's state is small
 /// and shares the machine with the data plane.
@@ -72,6 +78,160 @@ pub enum StoreError {
         what: &'static str,
         source: codec::CodecError,
     },
+    /// The store is empty or was replaced, but the marker says this node
+    /// belonged to a cluster; or the two name different clusters.
+    #[error("raft store at {path} is corrupted or was replaced: {reason}")]
+    Lost { path: PathBuf, reason: String },
+    #[error("cannot read or write {path}: {source}")]
+    Marker {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// What a node knows about the cluster it belongs to, persisted with its
+/// Raft state: the cluster id fixed at formation, the members known to
+/// hold it (so a member that lost its store is recognised), and whether
+/// this node is rejoining (a learner that must not vote until promoted).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoredIdentity {
+    pub cluster_id: Option<String>,
+    pub joined: std::collections::BTreeSet<u64>,
+    pub rejoining: bool,
+}
+
+impl StoredIdentity {
+    /// `id;1,2,3;rejoining` (plain text, no codec: tiny and readable).
+    fn encode(&self) -> String {
+        let joined: Vec<String> = self.joined.iter().map(u64::to_string).collect();
+        format!(
+            "{};{};{}",
+            self.cluster_id.as_deref().unwrap_or_default(),
+            joined.join(","),
+            if self.rejoining { "rejoining" } else { "" }
+        )
+    }
+
+    fn decode(text: &str) -> Option<Self> {
+        let mut parts = text.split(';');
+        let id = parts.next()?;
+        let joined = parts
+            .next()?
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().ok())
+            .collect::<Option<_>>()?;
+        let rejoining = parts.next()? == "rejoining";
+        Some(Self {
+            cluster_id: (!id.is_empty()).then(|| id.to_owned()),
+            joined,
+            rejoining,
+        })
+    }
+}
+
+/// Reads and durably writes the [`StoredIdentity`] of one store.
+#[derive(Clone)]
+pub struct IdentityStore {
+    db: sled::Db,
+    durable: Durable,
+    meta: sled::Tree,
+    marker: PathBuf,
+    _open: Arc<()>,
+}
+
+impl IdentityStore {
+    /// The identity as opened (checked against the marker by [`open`]).
+    pub fn load(&self) -> Result<StoredIdentity, StoreError> {
+        let path = self.marker.with_file_name("raft.sled");
+        let bytes = self
+            .meta
+            .get(KEY_IDENTITY)
+            .map_err(|source| StoreError::Open {
+                path: path.clone(),
+                source,
+            })?;
+        match bytes {
+            None => Ok(StoredIdentity::default()),
+            Some(b) => std::str::from_utf8(&b)
+                .ok()
+                .and_then(StoredIdentity::decode)
+                .ok_or_else(|| StoreError::Lost {
+                    path,
+                    reason: "its cluster identity record is unreadable".into(),
+                }),
+        }
+    }
+
+    /// Write `identity` and make it durable, then the marker file.
+    pub async fn save(&self, identity: &StoredIdentity) -> std::io::Result<()> {
+        self.meta
+            .insert(KEY_IDENTITY, identity.encode().into_bytes())
+            .map_err(std::io::Error::other)?;
+        flush(&self.db, &self.durable).await?;
+        if let Some(id) = &identity.cluster_id {
+            write_marker(&self.marker, id)?;
+        }
+        Ok(())
+    }
+}
+
+/// Write the marker atomically and durably (temp file, fsync, rename,
+/// fsync of the directory).
+fn write_marker(marker: &Path, id: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    if std::fs::read_to_string(marker).is_ok_and(|t| t.trim() == id) {
+        return Ok(());
+    }
+    let tmp = marker.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(format!("{id}\n").as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, marker)?;
+    if let Some(dir) = marker.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// Check the stored identity against the marker beside the store: a store
+/// without the id the marker names was wiped, replaced or corrupted.
+fn check_marker(identities: &IdentityStore) -> Result<(), StoreError> {
+    let marker = &identities.marker;
+    let store = marker.with_file_name("raft.sled");
+    let marked = match std::fs::read_to_string(marker) {
+        Ok(t) => Some(t.trim().to_owned()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(source) => {
+            return Err(StoreError::Marker {
+                path: marker.clone(),
+                source,
+            })
+        }
+    };
+    let stored = identities.load()?.cluster_id;
+    match (marked, stored) {
+        (None, None) => Ok(()),
+        (None, Some(id)) => write_marker(marker, &id).map_err(|source| StoreError::Marker {
+            path: marker.clone(),
+            source,
+        }),
+        (Some(m), None) => Err(StoreError::Lost {
+            path: store,
+            reason: format!(
+                "it holds no cluster identity, but {} says this node belonged to cluster {m}: its Raft state is lost. Move the data directory away and start the node with `zonegate serve --rejoin`",
+                marker.display()
+            ),
+        }),
+        (Some(m), Some(id)) if m != id => Err(StoreError::Lost {
+            path: store,
+            reason: format!(
+                "it belongs to cluster {id} but {} names cluster {m}",
+                marker.display()
+            ),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Tells whether any handle of an opened store is still alive. sled locks
@@ -91,6 +251,15 @@ impl StoreLiveness {
 /// Open (or create) the store under `dir`. Returns the log store and the
 /// state machine, which openraft then owns, and a liveness probe.
 pub fn open(dir: &Path) -> Result<(LogStore, StateMachineStore, StoreLiveness), StoreError> {
+    let (log, sm, liveness, _) = open_with_identity(dir)?;
+    Ok((log, sm, liveness))
+}
+
+/// [`open`], plus the store's cluster identity, checked against the
+/// marker file beside it.
+pub fn open_with_identity(
+    dir: &Path,
+) -> Result<(LogStore, StateMachineStore, StoreLiveness, IdentityStore), StoreError> {
     let path = dir.join("raft.sled");
     let open_err = |source| StoreError::Open {
         path: path.clone(),
@@ -109,6 +278,15 @@ pub fn open(dir: &Path) -> Result<(LogStore, StateMachineStore, StoreLiveness), 
         source,
     })?;
 
+    let identities = IdentityStore {
+        db: db.clone(),
+        durable: durable.clone(),
+        meta: meta.clone(),
+        marker: dir.join(MARKER_FILE),
+        _open: Arc::new(()),
+    };
+    check_marker(&identities)?;
+
     let data: Applied = match sm.get(KEY_APPLIED).map_err(open_err)? {
         Some(bytes) => codec::decode(&bytes).map_err(|source| StoreError::Corrupt {
             path: path.clone(),
@@ -119,7 +297,7 @@ pub fn open(dir: &Path) -> Result<(LogStore, StateMachineStore, StoreLiveness), 
     };
     let (view_tx, _) = watch::channel(Arc::new(data.state.view()));
     let (state_tx, _) = watch::channel(Arc::new(data.state.clone()));
-    let open_token = Arc::new(());
+    let open_token = identities._open.clone();
     let liveness = StoreLiveness(Arc::downgrade(&open_token));
     let log_store = LogStore {
         db: db.clone(),
@@ -137,7 +315,7 @@ pub fn open(dir: &Path) -> Result<(LogStore, StateMachineStore, StoreLiveness), 
         state_tx,
         _open: open_token,
     };
-    Ok((log_store, sm_store, liveness))
+    Ok((log_store, sm_store, liveness, identities))
 }
 
 fn read_err(e: impl std::error::Error + 'static) -> StorageError {

@@ -127,6 +127,7 @@ impl TestCluster {
             raft_listen: listen,
             timing: self.timing.clone(),
             faults: Some(self.faults.clone()),
+            rejoin: false,
         })
         .await
         .unwrap()
@@ -695,6 +696,7 @@ async fn invalid_configs_fail_at_start_with_a_reason() {
         raft_listen: RaftListen::Addr("127.0.0.1:0".parse().unwrap()),
         timing: Timing::default(),
         faults: None,
+        rejoin: false,
     };
     let cases = [
         (

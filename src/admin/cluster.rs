@@ -28,6 +28,11 @@ pub struct Identity {
 /// Header a forwarded write carries, so it is never forwarded twice.
 const FORWARDED: &str = "x-zonegate-forwarded-by";
 
+/// How long a follower waits for the leader's answer to a forwarded write:
+/// past the leader's own propose timeout (5 s), so the leader's answer
+/// (applied, refused or its own "outcome unknown") normally arrives first.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Why an admin request was refused or a write did not (knowingly)
 /// commit; rendered once, in OpenAI's error shape.
 #[derive(Debug, thiserror::Error)]
@@ -44,8 +49,11 @@ pub enum AdminError {
     NoLeader(String),
     #[error("refused by rule {rule}: {message}")]
     Rejected { rule: &'static str, message: String },
-    #[error("outcome unknown: {0}; check GET /admin/v1/decisions before retrying")]
-    OutcomeUnknown(String),
+    /// The write may have committed: never "failed". `check_version` is
+    /// the decision version it takes if it committed (or a later one with
+    /// its reason): look for it in the history before retrying.
+    #[error("outcome unknown: {message}; check `zonegate ctl decisions` (GET /admin/v1/decisions) for version {check_version} or later before retrying")]
+    OutcomeUnknown { message: String, check_version: u64 },
     #[error("the leader could not be reached: {0}")]
     LeaderUnreachable(String),
     #[error("control plane failed: {0}")]
@@ -59,7 +67,7 @@ impl AdminError {
             AdminError::Forbidden(_) => StatusCode::FORBIDDEN,
             AdminError::NoControlPlane | AdminError::NoLeader(_) => StatusCode::SERVICE_UNAVAILABLE,
             AdminError::Rejected { .. } => StatusCode::CONFLICT,
-            AdminError::OutcomeUnknown(_) => StatusCode::GATEWAY_TIMEOUT,
+            AdminError::OutcomeUnknown { .. } => StatusCode::GATEWAY_TIMEOUT,
             AdminError::LeaderUnreachable(_) => StatusCode::BAD_GATEWAY,
             AdminError::Fatal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -73,7 +81,7 @@ impl AdminError {
             AdminError::NoControlPlane => "no_control_plane",
             AdminError::NoLeader(_) => "no_leader",
             AdminError::Rejected { rule, .. } => rule,
-            AdminError::OutcomeUnknown(_) => "outcome_unknown",
+            AdminError::OutcomeUnknown { .. } => "outcome_unknown",
             AdminError::LeaderUnreachable(_) => "leader_unreachable",
             AdminError::Fatal(_) => "internal_error",
         }
@@ -83,7 +91,7 @@ impl AdminError {
     fn outcome(&self) -> &'static str {
         match self {
             AdminError::Rejected { .. } => "rejected",
-            AdminError::OutcomeUnknown(_) => "unknown",
+            AdminError::OutcomeUnknown { .. } => "unknown",
             AdminError::BadRequest(_) => "invalid",
             _ => "failed",
         }
@@ -98,11 +106,11 @@ impl IntoResponse for AdminError {
             AdminError::Rejected { .. } => "decision_rejected",
             _ => "server_error",
         };
-        (
-            self.status(),
-            Json(error_body(&self.to_string(), kind, self.code())),
-        )
-            .into_response()
+        let mut body = error_body(&self.to_string(), kind, self.code());
+        if let AdminError::OutcomeUnknown { check_version, .. } = &self {
+            body["error"]["check_version"] = json!(check_version);
+        }
+        (self.status(), Json(body)).into_response()
     }
 }
 
@@ -114,6 +122,21 @@ fn http() -> &'static reqwest::Client {
             .build()
             .unwrap_or_default()
     })
+}
+
+/// Control-plane metrics read at scrape time (called by `/metrics`): the
+/// counters kept by the cluster crate are carried over into their
+/// Prometheus counters.
+pub fn scrape(gw: &Gateway, node: &ClusterNode) {
+    let m = &gw.metrics;
+    m.cluster_view_age
+        .set(node.view_age().map_or(-1.0, |a| a.as_secs_f64()));
+    m.cluster_leader_contact
+        .set(i64::from(node.leader_contact()));
+    for (reason, n) in zonegate_cluster::network::refusals() {
+        let c = gw.metrics.raft_rpc_refused.with_label_values(&[reason]);
+        c.inc_by(n.saturating_sub(c.get()));
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -164,14 +187,17 @@ pub async fn cluster(
             z.insert("silent".into(), json!(h.silent));
         }
     }
+    let view_age_ms = node.view_age().map(|a| a.as_millis());
+    let stale = !node.leader_contact();
     let me = json!({
         "id": status.node_id,
         "zone": status.zone,
         "role": status.role,
         "decision_version": view.decision_version,
-        "view_age_ms": view_age_ms(&gw),
         "reachable": true,
         "leader": status.is_leader,
+        "view_age_ms": view_age_ms,
+        "stale": stale,
     });
     let nodes =
         if q.scope.as_deref() == Some("local") {
@@ -197,9 +223,10 @@ pub async fn cluster(
                     "zone": member.zone,
                     "role": member.role,
                     "decision_version": answer.as_ref().map(|a| a["decision_version"].clone()),
-                    "view_age_ms": answer.as_ref().map(|a| a["view_age_ms"].clone()),
                     "reachable": answer.is_some(),
                     "leader": leader,
+                    "view_age_ms": answer.as_ref().map(|a| a["view_age_ms"].clone()),
+                    "stale": answer.as_ref().map(|a| a["stale"].clone()),
                 })
             }
         });
@@ -216,18 +243,17 @@ pub async fn cluster(
         "is_leader": status.is_leader,
         "term": status.term,
         "millis_since_quorum_ack": status.millis_since_quorum_ack,
-        "view_age_ms": view_age_ms(&gw),
+        "cluster_id": node.cluster_id(),
+        "view_age_ms": view_age_ms,
+        "stale": stale,
+        "rejoining": node.rejoining(),
+        "voters": status.voters,
         "decision_version": view.decision_version,
         "automation": view.automation,
         "zones": zones,
         "fail_static": failover.fail_static,
         "nodes": nodes,
     }))
-}
-
-/// How long this node has known no leader (0 while it knows one).
-fn view_age_ms(gw: &Gateway) -> u64 {
-    u64::try_from(gw.view_age().as_millis()).unwrap_or(u64::MAX)
 }
 
 #[derive(Deserialize)]
@@ -406,7 +432,8 @@ async fn decide(
                     .decisions
                     .with_label_values(&[kind, "forwarded"])
                     .inc();
-                forward(node, &addr, leader, headers, uri, body).await
+                let check_version = gw.view.borrow().decision_version + 1;
+                forward(node, &addr, leader, check_version, headers, uri, body).await
             }
             _ => Err(AdminError::NoLeader(format!(
                 "node {leader} leads but cannot be reached through this node; nothing was written"
@@ -419,17 +446,28 @@ async fn decide(
             rule: rule.name(),
             message,
         }),
-        Err(e @ ProposeError::OutcomeUnknown(_)) => Err(AdminError::OutcomeUnknown(e.to_string())),
+        Err(ProposeError::OutcomeUnknown(u)) => Err(AdminError::OutcomeUnknown {
+            message: format!(
+                "the decision was submitted but {} (after {:?})",
+                u.why, u.waited
+            ),
+            check_version: u.check_version,
+        }),
         Err(ProposeError::Fatal(e)) => Err(AdminError::Fatal(e)),
     }
 }
 
 /// Sends a write on to the leader's admin API with the caller's token, and
-/// relays its answer unchanged.
+/// relays its answer unchanged. Only a failure to connect means nothing was
+/// sent; once the request may have reached the leader, a lost answer (reset,
+/// closed connection, timeout) is "outcome unknown", never "failed":
+/// the leader may have committed it before it died. `check_version` is
+/// this node's applied version + 1, the earliest the write can take.
 async fn forward(
     node: &ClusterNode,
     addr: &str,
     leader: u64,
+    check_version: u64,
     headers: &HeaderMap,
     uri: &Uri,
     body: &Bytes,
@@ -438,20 +476,26 @@ async fn forward(
         .post(format!("http://{addr}{}", uri.path()))
         .header(FORWARDED, node.id().to_string())
         .header(header::CONTENT_TYPE, "application/json")
-        .timeout(Duration::from_secs(10))
+        .timeout(FORWARD_TIMEOUT)
         .body(body.clone());
     if let Some(a) = headers.get(header::AUTHORIZATION) {
         req = req.header(header::AUTHORIZATION, a.clone());
     }
-    let resp = req
-        .send()
-        .await
-        .map_err(|e| AdminError::LeaderUnreachable(format!("node {leader} at {addr}: {e}")))?;
+    let lost = |e: reqwest::Error| AdminError::OutcomeUnknown {
+        message: format!(
+            "the write was sent to leader {leader} at {addr}, whose answer was lost ({e})"
+        ),
+        check_version,
+    };
+    let resp = req.send().await.map_err(|e| {
+        if e.is_connect() {
+            AdminError::LeaderUnreachable(format!("node {leader} at {addr}: {e}; nothing was sent"))
+        } else {
+            lost(e)
+        }
+    })?;
     let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-    let bytes = resp
-        .bytes()
-        .await
-        .map_err(|e| AdminError::OutcomeUnknown(format!("the leader's answer was lost: {e}")))?;
+    let bytes = resp.bytes().await.map_err(lost)?;
     Ok((
         status,
         [

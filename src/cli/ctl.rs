@@ -1,10 +1,15 @@
 //! `zonegate ctl`: the operators' client for the admin API. Tables for
 //! people, `--json` for scripts; a refused decision exits non-zero with the
 //! safety rule's name in the message.
+//!
+//! Exit codes (DESIGN §5): 0 done; 1 refused (a safety rule, or a definite
+//! "nothing was written" such as no leader); 2 bad usage, or the admin API
+//! could not be reached before anything was sent; 3 outcome unknown (a
+//! write that may have committed: check `zonegate ctl decisions`).
 
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::Context;
 use serde_json::{json, Value};
 
 mod render;
@@ -64,6 +69,32 @@ pub struct DecideOpts {
     dry_run: bool,
 }
 
+/// A `ctl` failure with the exit code it maps to; `main` exits with
+/// [`exit_code`] of the error chain.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct CtlFailure {
+    pub exit: u8,
+    pub message: String,
+}
+
+/// Refused, or nothing was written.
+pub const EXIT_REFUSED: u8 = 1;
+/// Bad usage, or nothing was sent.
+pub const EXIT_USAGE: u8 = 2;
+/// A write that may have committed.
+pub const EXIT_OUTCOME_UNKNOWN: u8 = 3;
+
+/// The process exit code for an error `run` returned (1 for any other).
+pub fn exit_code(e: &anyhow::Error) -> u8 {
+    e.downcast_ref::<CtlFailure>()
+        .map_or(EXIT_REFUSED, |f| f.exit)
+}
+
+fn fail(exit: u8, message: String) -> anyhow::Error {
+    anyhow::Error::new(CtlFailure { exit, message })
+}
+
 /// Runs one verb against `admin` (a URL like `http://127.0.0.1:9090`).
 /// Prints the result; an error names why (and the rule, for a refusal).
 pub async fn run(
@@ -78,21 +109,56 @@ pub async fn run(
         .build()
         .context("cannot build an HTTP client")?;
     let (method, path, body) = request_of(&verb);
-    let mut req = client.request(method, format!("{admin}{path}"));
+    let mut req = client.request(method.clone(), format!("{admin}{path}"));
     if let Some(t) = token {
         req = req.bearer_auth(t);
     }
     if let Some(b) = body {
         req = req.json(&b);
     }
-    let resp = req
-        .send()
-        .await
-        .with_context(|| format!("cannot reach {admin}"))?;
+    let writes = method == reqwest::Method::POST;
+    let check = format!("check `zonegate ctl --admin {admin} decisions` before retrying");
+    let resp = match req.send().await {
+        Ok(resp) => resp,
+        // Nothing left this machine: safe to retry.
+        Err(e) if e.is_connect() || e.is_builder() || !writes => {
+            return Err(fail(
+                EXIT_USAGE,
+                format!("cannot reach {admin}: {e}; nothing was sent"),
+            ))
+        }
+        Err(e) => {
+            return Err(fail(
+                EXIT_OUTCOME_UNKNOWN,
+                format!("outcome unknown: the write was sent to {admin} but its answer was lost ({e}); it may have committed: {check}"),
+            ))
+        }
+    };
     let status = resp.status();
-    let text = resp.text().await.context("the answer was cut off")?;
-    let value: Value = serde_json::from_str(&text)
-        .map_err(|_| anyhow!("{admin} answered {status} with a non-JSON body: {text}"))?;
+    let text = match resp.text().await {
+        Ok(text) => text,
+        Err(e) if writes => {
+            return Err(fail(
+                EXIT_OUTCOME_UNKNOWN,
+                format!("outcome unknown: the answer from {admin} was cut off ({e}); the write may have committed: {check}"),
+            ))
+        }
+        Err(e) => return Err(fail(EXIT_USAGE, format!("the answer from {admin} was cut off: {e}"))),
+    };
+    let value: Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(_) => {
+            let exit = if writes && (status.is_server_error() || status.is_success()) {
+                EXIT_OUTCOME_UNKNOWN
+            } else {
+                EXIT_REFUSED
+            };
+            return Err(fail(
+                exit,
+                format!("{admin} answered {status} with a non-JSON body: {text}"),
+            ));
+        }
+    };
     if !status.is_success() {
         let err = &value["error"];
         let code = err["code"].as_str().unwrap_or("error");
@@ -100,10 +166,27 @@ pub async fn run(
         if json_out {
             println!("{value}");
         }
-        if message.contains(code) {
-            bail!("{message} (HTTP {status})");
+        let message = if message.contains(code) {
+            format!("{message} (HTTP {status})")
+        } else {
+            format!("{code}: {message} (HTTP {status})")
+        };
+        if code == "outcome_unknown" || status == reqwest::StatusCode::GATEWAY_TIMEOUT {
+            let version = err["check_version"]
+                .as_u64()
+                .map(|v| format!(" (look for version {v} or later with this reason)"))
+                .unwrap_or_default();
+            return Err(fail(
+                EXIT_OUTCOME_UNKNOWN,
+                format!("{message}\nthe write may have committed: {check}{version}"),
+            ));
         }
-        bail!("{code}: {message} (HTTP {status})");
+        let exit = if status == reqwest::StatusCode::BAD_REQUEST {
+            EXIT_USAGE
+        } else {
+            EXIT_REFUSED
+        };
+        return Err(fail(exit, message));
     }
     if json_out {
         println!("{value}");

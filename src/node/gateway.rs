@@ -2,7 +2,6 @@
 //! config, the swappable route table, the latest cluster view, the upstream
 //! pool, the retry budget, metrics and events.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +9,6 @@ use arc_swap::ArcSwap;
 use tokio::sync::watch;
 use zonegate_cluster::{ClusterNode, ClusterView, ZoneObservation};
 
-use crate::clock::now_ms;
 use crate::config::Config;
 use crate::dataplane::affinity::{PinSigner, PinTable};
 use crate::dataplane::forward::{self, Upstream};
@@ -42,8 +40,6 @@ pub struct Gateway {
     pub zone_stats: ZoneStats,
     /// Decided once from config: checked on every request.
     witness: bool,
-    /// Monotonic ms when this node last knew a Raft leader (`view_age`).
-    leader_seen_ms: AtomicU64,
     /// Set from SIGTERM on: readiness fails, the drain has begun.
     pub drain: crate::node::drain::Drain,
 }
@@ -138,20 +134,6 @@ impl Gateway {
             .collect()
     }
 
-    /// How long this node's view may have missed decisions: the time since
-    /// it last knew a Raft leader; zero while it knows one, and standalone.
-    pub fn view_age(&self) -> Duration {
-        let Some(node) = &self.cluster else {
-            return Duration::ZERO;
-        };
-        let now = now_ms();
-        if node.raft_metrics().borrow().current_leader.is_some() {
-            self.leader_seen_ms.store(now, Ordering::Relaxed);
-            return Duration::ZERO;
-        }
-        Duration::from_millis(now.saturating_sub(self.leader_seen_ms.load(Ordering::Relaxed)))
-    }
-
     /// A witness votes in the Raft group but serves no data-plane traffic.
     pub fn is_witness(&self) -> bool {
         self.witness
@@ -200,7 +182,6 @@ impl Gateway {
                     .chain(cfg.members.iter().map(|m| &m.zone))
                     .chain([&cfg.node.zone]),
             ),
-            leader_seen_ms: AtomicU64::new(now_ms()),
             drain: crate::node::drain::Drain::default(),
             cfg,
         }

@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use axum::middleware;
+use axum::response::IntoResponse;
 use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use zonegate_cluster::{ClusterConfig, ClusterNode, ClusterView, RaftListen, Timing};
+use zonegate_cluster::{ClusterConfig, ClusterNode, ClusterView, RaftListen};
 
 use crate::config::Config;
 use crate::node::drain;
@@ -129,15 +130,28 @@ async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
         .with_context(|| format!("cannot listen on {addr} ({what})"))
 }
 
+/// How `zonegate serve` was asked to start, beyond its config file.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ServeOptions {
+    /// `--rejoin`: this node lost its store; it catches up as a learner
+    /// and is then promoted to its configured role.
+    pub rejoin: bool,
+}
+
 /// Binds and starts everything a node runs; returns once it is serving.
 pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
+    start_with(cfg, ServeOptions::default()).await
+}
+
+/// [`start`] with [`ServeOptions`].
+pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<RunningNode> {
     let cfg = Arc::new(cfg);
     let data = data_listeners(cfg.node.listen)?;
     let admin_l = bind(cfg.node.admin_listen, "node.admin_listen").await?;
     let data_addr = data[0].local_addr()?;
     let admin_addr = admin_l.local_addr()?;
 
-    let (cluster, view_rx) = control_plane(&cfg).await?;
+    let (cluster, view_rx) = control_plane(&cfg, opts).await?;
     // Pins are signed with the cluster secret, so every node honours every
     // other node's pins; a standalone node without one signs with a random
     // key of its own (its pins are only ever read by itself).
@@ -153,18 +167,17 @@ pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
         Metrics::new(),
     ));
 
-    watch_leader(&gateway);
     let (stop, _) = watch::channel(false);
     let (data_stop, _) = watch::channel(false);
     let mut tasks = JoinSet::new();
     let mut threads = Vec::new();
     for (i, listener) in data.into_iter().enumerate() {
         // The drain layer wraps the request path from outside: readiness,
-        // in-flight counting, cutting streams at the drain timeout.
-        let app = proxy::router(Arc::clone(&gateway)).layer(middleware::from_fn_with_state(
-            Arc::clone(&gateway),
-            drain::track,
-        ));
+        // in-flight counting, cutting streams at the drain timeout; inside
+        // it, readiness may require a leader.
+        let app = ready_requires_leader(proxy::router(Arc::clone(&gateway)), &gateway).layer(
+            middleware::from_fn_with_state(Arc::clone(&gateway), drain::track),
+        );
         let stopped = data_stop.subscribe();
         threads.push(
             std::thread::Builder::new()
@@ -208,8 +221,9 @@ pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
 /// data plane reads either way.
 async fn control_plane(
     cfg: &Config,
+    opts: ServeOptions,
 ) -> anyhow::Result<(Option<Arc<ClusterNode>>, watch::Receiver<Arc<ClusterView>>)> {
-    if let Some(node) = start_cluster(cfg).await? {
+    if let Some(node) = start_cluster(cfg, opts).await? {
         let view = node.view();
         return Ok((Some(Arc::new(node)), view));
     }
@@ -222,6 +236,40 @@ async fn control_plane(
     Ok((
         None,
         watch::channel(Arc::new(ClusterView::initial(zones))).1,
+    ))
+}
+
+/// With `[cluster] ready_requires_leader = true`, `/readyz` answers 503
+/// `stale_view` while this node has not heard from a leader with a quorum
+/// for three election timeouts, so a load balancer can drain a
+/// partitioned node. Off (the default), a partitioned node stays ready
+/// and routes with its last view (fail static). A layer here rather than
+/// a line in the data plane's `readyz`: the request path stays unaware of
+/// the control plane.
+fn ready_requires_leader(app: axum::Router, gw: &Arc<Gateway>) -> axum::Router {
+    let Some(node) = gw
+        .cluster
+        .clone()
+        .filter(|_| gw.cfg.cluster.ready_requires_leader)
+    else {
+        return app;
+    };
+    app.layer(axum::middleware::from_fn(
+        move |req: axum::extract::Request, next: axum::middleware::Next| {
+            let node = node.clone();
+            async move {
+                if req.uri().path() == "/readyz" && !node.leader_contact() {
+                    let body = crate::dataplane::error::error_body(
+                        "this node's cluster view is stale: no leader with a quorum heard from recently ([cluster] ready_requires_leader = true)",
+                        "server_error",
+                        "stale_view",
+                    );
+                    return (http::StatusCode::SERVICE_UNAVAILABLE, axum::Json(body))
+                        .into_response();
+                }
+                next.run(req).await
+            }
+        },
     ))
 }
 
@@ -309,7 +357,7 @@ fn data_plane_thread(
 pub const SECRET_ENV: &str = "ZONEGATE_CLUSTER_SECRET";
 
 /// Starts this node's Raft member when `[[cluster.members]]` is set.
-async fn start_cluster(cfg: &Config) -> anyhow::Result<Option<ClusterNode>> {
+async fn start_cluster(cfg: &Config, opts: ServeOptions) -> anyhow::Result<Option<ClusterNode>> {
     if cfg.members.is_empty() {
         return Ok(None);
     }
@@ -334,8 +382,9 @@ async fn start_cluster(cfg: &Config) -> anyhow::Result<Option<ClusterNode>> {
         data_dir: cfg.node.data_dir.clone(),
         secret,
         raft_listen: RaftListen::Addr(raft_listen),
-        timing: Timing::default(),
+        timing: cfg.cluster.timing.clone(),
         faults: None,
+        rejoin: opts.rejoin,
     })
     .await
     .context("cannot start the control plane")?;
@@ -344,37 +393,46 @@ async fn start_cluster(cfg: &Config) -> anyhow::Result<Option<ClusterNode>> {
     Ok(Some(node))
 }
 
-/// Keeps the gateway's "last knew a leader" time fresh between scrapes:
-/// `Gateway::view_age` reads the same metrics on every change.
-fn watch_leader(gateway: &Arc<Gateway>) {
-    let Some(node) = &gateway.cluster else { return };
-    let mut metrics = node.raft_metrics();
-    let gw = Arc::downgrade(gateway);
-    tokio::spawn(async move {
-        while metrics.changed().await.is_ok() {
-            let Some(gw) = gw.upgrade() else { return };
-            let _ = gw.view_age();
-        }
-    });
-}
-
 /// Runs a node until Ctrl-C or SIGTERM. Prints the bound addresses on
 /// stdout (tests and the demo read them). SIGTERM drains with
 /// `[node] drain_grace`; Ctrl-C drains without the grace (someone at a
 /// terminal wants it gone).
 pub async fn run(cfg: Config) -> anyhow::Result<()> {
+    run_with(cfg, ServeOptions::default()).await
+}
+
+/// [`run`] with [`ServeOptions`]. Also stops, with an error, when the
+/// control plane finds out this node lost its store (a member knows it
+/// held Raft state): serving on would risk acknowledged decisions.
+pub async fn run_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<()> {
     let (id, zone) = (cfg.node.id, cfg.node.zone.clone());
     let mut signals = super::lifecycle::StopSignals::install();
-    let node = start(cfg).await?;
+    let node = start_with(cfg, opts).await?;
     println!(
         "zonegate: data plane listening on http://{}",
         node.data_addr
     );
     println!("zonegate: admin listening on http://{}", node.admin_addr);
     tracing::info!(node = id, zone = %zone, data = %node.data_addr, admin = %node.admin_addr, "node serving");
-    let grace = match signals.recv().await {
-        Stop::Terminate => node.gateway.cfg.node.drain_grace,
-        Stop::Interrupt => Duration::ZERO,
+    let mut amnesia = match &node.gateway.cluster {
+        Some(c) => c.amnesia(),
+        None => watch::channel(None).1,
+    };
+    let lost = async move {
+        match amnesia.wait_for(Option::is_some).await {
+            Ok(msg) => msg.clone(),
+            Err(_) => std::future::pending().await,
+        }
+    };
+    let grace = tokio::select! {
+        stop = signals.recv() => match stop {
+            Stop::Terminate => node.gateway.cfg.node.drain_grace,
+            Stop::Interrupt => Duration::ZERO,
+        },
+        msg = lost => {
+            node.shutdown().await;
+            anyhow::bail!("{}", msg.unwrap_or_default());
+        }
     };
     tracing::info!("shutting down");
     node.drain(grace).await;

@@ -215,9 +215,6 @@ metrics! {
     /// 1 while the global breaker sends unhealthy models to the floor model.
     breaker_open: IntGauge = "zonegate_health_breaker_open", "1 while requests for models without a healthy backend go to the floor model", [];
     decision_version: IntGauge = "zonegate_decision_version", "Version of the last control-plane decision this node routes with", [];
-    /// How long this node's view may have missed decisions: seconds since it
-    /// last knew a Raft leader (0 while it knows one, and standalone).
-    view_age: Gauge = "zonegate_view_age_seconds", "Seconds since this node last knew a Raft leader to receive decisions from (0 while it knows one)", [];
     /// 1 for each zone's current status in this node's view.
     zone_status: IntGaugeVec = "zonegate_zone_status", "Zone status in this node's view: 1 for the current status (active, failed_over, draining), 0 for the others", ["zone", "status"];
     raft_term: IntGauge = "zonegate_raft_term", "Current Raft term as this node sees it", [];
@@ -225,6 +222,9 @@ metrics! {
     raft_has_leader: IntGauge = "zonegate_raft_has_leader", "1 while this node knows a Raft leader", [];
     raft_applied_index: IntGauge = "zonegate_raft_applied_index", "Last Raft log index this node applied", [];
     raft_quorum_ack_age: Gauge = "zonegate_raft_quorum_ack_age_seconds", "On the leader: seconds since a quorum last acknowledged it (0 on other nodes)", [];
+    raft_rpc_refused: IntCounterVec = "zonegate_raft_rpc_refused_total", "Raft RPCs and values refused before reaching Raft, by reason (bad_secret, not_a_member, sender_mismatch, bad_body, newer_format)", ["reason"];
+    cluster_view_age: Gauge = "zonegate_cluster_view_age_seconds", "Time since this node last heard from a leader with a quorum (-1 before it ever did)", [];
+    cluster_leader_contact: IntGauge = "zonegate_cluster_leader_contact", "1 while this node heard from a leader with a quorum within three election timeouts", [];
     decisions: IntCounterVec = "zonegate_decisions_total", "Decisions proposed through this node's admin API, by outcome", ["kind", "outcome"];
     zone_health_score: GaugeVec = "zonegate_zone_health_score", "The leader's zone score (0-1) for the latest assessed period (failover below the cutoff, 0.4 by default)", ["zone"];
     zone_error_ratio: GaugeVec = "zonegate_zone_error_ratio", "The leader's view of a zone's gateway error ratio, latest period", ["zone"];

@@ -178,6 +178,26 @@ impl MemberSpec {
     }
 }
 
+/// Writes member `me`'s config (`data_dir` under `dir`) to
+/// `dir/gateway.toml` and returns its path.
+pub fn write_member_config(
+    dir: &std::path::Path,
+    me: &MemberSpec,
+    members: &[MemberSpec],
+    rest: &str,
+) -> PathBuf {
+    let base = base_toml(&me.zone, &dir.join("data"), "")
+        .replace("id = 1\n", &format!("id = {}\n", me.id))
+        .replace(
+            "admin_listen = \"127.0.0.1:0\"",
+            &format!("admin_listen = \"{}\"", me.admin),
+        );
+    let config = format!("{base}{}{rest}", members_toml(members));
+    let path = dir.join("gateway.toml");
+    std::fs::write(&path, config).expect("write config");
+    path
+}
+
 pub fn members_toml(members: &[MemberSpec]) -> String {
     members
         .iter()
@@ -233,18 +253,22 @@ impl NodeProcess {
         members: &[MemberSpec],
         rest: &str,
     ) -> NodeProcess {
-        let base = base_toml(&me.zone, &dir.path().join("data"), "")
-            .replace("id = 1\n", &format!("id = {}\n", me.id))
-            .replace(
-                "admin_listen = \"127.0.0.1:0\"",
-                &format!("admin_listen = \"{}\"", me.admin),
-            );
-        let config = format!("{base}{}{rest}", members_toml(members));
-        let path = dir.path().join("gateway.toml");
-        std::fs::write(&path, config).expect("write config");
+        Self::start_member_with(dir, me, members, rest, &[]).await
+    }
+
+    /// Like [`NodeProcess::start_member_in`], with extra `serve` arguments
+    /// (e.g. `--rejoin`).
+    pub async fn start_member_with(
+        dir: tempfile::TempDir,
+        me: &MemberSpec,
+        members: &[MemberSpec],
+        rest: &str,
+        args: &[&str],
+    ) -> NodeProcess {
+        let path = write_member_config(dir.path(), me, members, rest);
         let mut cmd = command();
         cmd.env("ZONEGATE_CLUSTER_SECRET", CLUSTER_SECRET);
-        cmd.arg("serve").arg("--config").arg(&path);
+        cmd.arg("serve").arg("--config").arg(&path).args(args);
         let proc = spawn_listening(cmd, 2, Duration::from_secs(30))
             .await
             .expect("gateway member starts");

@@ -6,6 +6,7 @@
 //! is answered before the Raft node sees it, so it changes nothing.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -17,11 +18,15 @@ use axum::Router;
 use serde::Serialize;
 use subtle::ConstantTimeEq;
 
-use super::wire::{NODE_HEADER, PATH_APPEND, PATH_REPORT, PATH_SNAPSHOT, PATH_VOTE, SECRET_HEADER};
+use super::wire::{
+    NODE_HEADER, PATH_APPEND, PATH_HELLO, PATH_REJOIN, PATH_REPORT, PATH_SNAPSHOT, PATH_VOTE,
+    SECRET_HEADER,
+};
 use crate::clock::now_ms;
 use crate::codec::{self, Bounded};
 use crate::detect::Report;
 use crate::failover::Failover;
+use crate::identity::{Identity, Mismatch, CLUSTER_HEADER, JOINED_HEADER};
 use crate::types::alias::{AppendEntriesRequest, InstallSnapshotRequest, Raft, Vote, VoteRequest};
 use crate::types::Member;
 use crate::view::NodeId;
@@ -37,6 +42,9 @@ pub struct RaftService {
     secret: Arc<str>,
     members: BTreeMap<NodeId, Member>,
     failover: Option<Arc<Failover>>,
+    identity: Option<Arc<Identity>>,
+    /// When an append from a current leader last arrived.
+    leader_contact: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
 
 impl RaftService {
@@ -46,7 +54,21 @@ impl RaftService {
             secret,
             members,
             failover: None,
+            identity: None,
+            leader_contact: Arc::default(),
         }
+    }
+
+    /// When this node last accepted an append from a leader of the
+    /// current term (the follower's "heard from a leader").
+    pub(crate) fn leader_contact(&self) -> Arc<std::sync::Mutex<Option<std::time::Instant>>> {
+        self.leader_contact.clone()
+    }
+
+    /// Check, adopt and answer with this node's cluster identity.
+    pub(crate) fn with_identity(mut self, identity: Arc<Identity>) -> Self {
+        self.identity = Some(identity);
+        self
     }
 
     /// Accept zone reports for this node's detector.
@@ -63,6 +85,8 @@ pub fn router(service: Arc<RaftService>) -> Router {
         .route(PATH_VOTE, post(vote))
         .route(PATH_SNAPSHOT, post(snapshot))
         .route(PATH_REPORT, post(report))
+        .route(PATH_HELLO, post(hello))
+        .route(PATH_REJOIN, post(rejoin))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(service)
 }
@@ -84,10 +108,67 @@ enum Refusal {
     },
     /// This node runs no detector.
     NoDetector,
+    /// Another cluster's id, or this node lost its store (amnesia).
+    Identity(Mismatch),
+    /// This node is rejoining: it votes only once promoted again.
+    Rejoining,
+}
+
+/// The `reason` labels of refused calls, in [`REFUSED`]'s order.
+const REFUSAL_REASONS: [&str; 6] = [
+    "bad_secret",
+    "not_a_member",
+    "sender_mismatch",
+    "bad_body",
+    "wrong_cluster",
+    "amnesia",
+];
+
+/// Calls refused by this process's Raft servers, per reason.
+static REFUSED: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+
+/// How many Raft RPCs and reports this process refused before they reached
+/// Raft, per reason (`bad_secret`, `not_a_member`, `sender_mismatch`: a
+/// vote or report naming another node, `bad_body`: undecodable,
+/// `wrong_cluster`: another cluster id, `amnesia`: this node lost its
+/// store and a member knows it held the id), plus
+/// `newer_format`: values in a newer format version, refused by any decode
+/// (RPC bodies, peer answers, stored values). For
+/// `zonegate_raft_rpc_refused_total{reason}`. Process-wide: one node per
+/// process.
+pub fn refusals() -> Vec<(&'static str, u64)> {
+    let mut all: Vec<(&'static str, u64)> = REFUSAL_REASONS
+        .iter()
+        .zip(&REFUSED)
+        .map(|(r, n)| (*r, n.load(Ordering::Relaxed)))
+        .collect();
+    all.push(("newer_format", codec::newer_format_refusals()));
+    all
+}
+
+impl Refusal {
+    /// Index into [`REFUSED`]; `None` for what is not a peer's fault or is
+    /// counted elsewhere (a newer format version, by the codec).
+    fn counter(&self) -> Option<usize> {
+        match self {
+            Refusal::BadSecret => Some(0),
+            Refusal::UnknownSender => Some(1),
+            Refusal::SenderMismatch { .. } | Refusal::ReportMismatch { .. } => Some(2),
+            Refusal::BadBody(codec::CodecError::NewerFormat { .. })
+            | Refusal::NoDetector
+            | Refusal::Rejoining => None,
+            Refusal::BadBody(_) => Some(3),
+            Refusal::Identity(Mismatch::WrongCluster { .. }) => Some(4),
+            Refusal::Identity(Mismatch::Amnesia(_)) => Some(5),
+        }
+    }
 }
 
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
+        if let Some(i) = self.counter() {
+            REFUSED[i].fetch_add(1, Ordering::Relaxed);
+        }
         // Debug, not warn: a misconfigured peer retries every backoff
         // interval and must not flood the log.
         match self {
@@ -120,6 +201,15 @@ impl IntoResponse for Refusal {
                     .into_response()
             }
             Refusal::NoDetector => (StatusCode::NOT_FOUND, "no detector").into_response(),
+            Refusal::Identity(m) => {
+                tracing::warn!(error = %m, "raft rpc refused");
+                (StatusCode::CONFLICT, m.to_string()).into_response()
+            }
+            Refusal::Rejoining => (
+                StatusCode::CONFLICT,
+                "this node is rejoining and votes only once promoted",
+            )
+                .into_response(),
             Refusal::BadBody(e) => {
                 tracing::debug!(error = %e, "raft rpc refused: undecodable body");
                 (StatusCode::BAD_REQUEST, "undecodable body").into_response()
@@ -162,6 +252,32 @@ fn check_vote(sender: NodeId, vote: &Vote) -> Result<(), Refusal> {
     }
 }
 
+/// The sender's cluster identity: adopt it, record it, or refuse the call
+/// (durably, before the call reaches Raft).
+async fn admit(service: &RaftService, sender: NodeId, headers: &HeaderMap) -> Result<(), Refusal> {
+    let Some(identity) = &service.identity else {
+        return Ok(());
+    };
+    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    identity
+        .on_request(sender, header(CLUSTER_HEADER), header(JOINED_HEADER))
+        .await
+        .map_err(Refusal::Identity)
+}
+
+/// `answer` with this node's cluster id and joined set in headers.
+fn with_identity(service: &RaftService, mut answer: Response) -> Response {
+    if let Some(identity) = &service.identity {
+        let (id, joined) = identity.headers();
+        for (name, value) in [(CLUSTER_HEADER, id), (JOINED_HEADER, joined)] {
+            if let Ok(v) = axum::http::HeaderValue::from_str(&value) {
+                answer.headers_mut().insert(name, v);
+            }
+        }
+    }
+    answer
+}
+
 fn decode<T: Bounded>(body: &Bytes) -> Result<T, Refusal> {
     codec::decode(body).map_err(Refusal::BadBody)
 }
@@ -189,7 +305,14 @@ async fn append(
     let sender = authenticate(&service, &headers)?;
     let req: AppendEntriesRequest = decode(&body)?;
     check_vote(sender, &req.vote)?;
-    Ok(reply(&service.raft.append_entries(req).await))
+    admit(&service, sender, &headers).await?;
+    let result = service.raft.append_entries(req).await;
+    if matches!(&result, Ok(r) if !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_)))
+    {
+        *crate::lock::lock(&service.leader_contact) = Some(std::time::Instant::now());
+    }
+    let answer = reply(&result);
+    Ok(with_identity(&service, answer))
 }
 
 async fn vote(
@@ -200,7 +323,12 @@ async fn vote(
     let sender = authenticate(&service, &headers)?;
     let req: VoteRequest = decode(&body)?;
     check_vote(sender, &req.vote)?;
-    Ok(reply(&service.raft.vote(req).await))
+    admit(&service, sender, &headers).await?;
+    if service.identity.as_ref().is_some_and(|i| i.rejoining()) {
+        return Err(Refusal::Rejoining);
+    }
+    let answer = reply(&service.raft.vote(req).await);
+    Ok(with_identity(&service, answer))
 }
 
 async fn snapshot(
@@ -211,7 +339,9 @@ async fn snapshot(
     let sender = authenticate(&service, &headers)?;
     let req: InstallSnapshotRequest = decode(&body)?;
     check_vote(sender, &req.vote)?;
-    Ok(reply(&service.raft.install_snapshot(req).await))
+    admit(&service, sender, &headers).await?;
+    let answer = reply(&service.raft.install_snapshot(req).await);
+    Ok(with_identity(&service, answer))
 }
 
 /// A node's zone observations: handed to the detector, answered with the
@@ -223,6 +353,10 @@ async fn report(
 ) -> Result<Response, Refusal> {
     let sender = authenticate(&service, &headers)?;
     let report: Report = decode(&body)?;
+    if let Some(identity) = &service.identity {
+        let theirs = headers.get(CLUSTER_HEADER).and_then(|v| v.to_str().ok());
+        identity.check(theirs).map_err(Refusal::Identity)?;
+    }
     if report.node != sender {
         return Err(Refusal::ReportMismatch {
             sender,
@@ -240,10 +374,71 @@ async fn report(
         let m = m.borrow();
         (m.state == openraft::ServerState::Leader).then_some(m.current_term)
     };
-    Ok(reply(&failover.receive(
-        leading_term,
-        &zone,
-        &report,
-        now_ms(),
-    )))
+    let answer = reply(&failover.receive(leading_term, &zone, &report, now_ms()));
+    Ok(with_identity(&service, answer))
+}
+
+/// The start-up check of a node without a store: this node's cluster id
+/// and joined set, in headers.
+async fn hello(
+    State(service): State<Arc<RaftService>>,
+    headers: HeaderMap,
+) -> Result<Response, Refusal> {
+    authenticate(&service, &headers)?;
+    Ok(with_identity(&service, StatusCode::OK.into_response()))
+}
+
+/// A rejoining member asks the leader for its next step: a voter in the
+/// membership is first made a learner (it lost the state its vote stood
+/// for); a learner that has caught up with the leader's applied log is
+/// promoted back to its configured role. One membership change at a time
+/// (openraft refuses a second while one is in flight; the member asks
+/// again). Answers 202 when a change was started or none is needed yet,
+/// 409 when this node does not lead.
+async fn rejoin(
+    State(service): State<Arc<RaftService>>,
+    headers: HeaderMap,
+) -> Result<Response, Refusal> {
+    use openraft::ChangeMembers;
+    let sender = authenticate(&service, &headers)?;
+    let m = service.raft.metrics().borrow().clone();
+    if m.state != openraft::ServerState::Leader {
+        return Ok((StatusCode::CONFLICT, "not the leader").into_response());
+    }
+    let membership = m.membership_config.membership();
+    let is_voter = membership.voter_ids().any(|id| id == sender);
+    let present = membership.get_node(&sender).is_some();
+    let change = if is_voter {
+        Some(ChangeMembers::RemoveVoters([sender].into()))
+    } else if present {
+        let matched = m
+            .replication
+            .as_ref()
+            .and_then(|r| r.get(&sender).copied().flatten())
+            .map(|l| l.index);
+        let applied = m.last_applied.map(|l| l.index);
+        let votes = service
+            .members
+            .get(&sender)
+            .is_some_and(|mm| mm.role.votes());
+        (votes && matched.is_some() && matched >= applied)
+            .then(|| ChangeMembers::AddVoterIds([sender].into()))
+    } else {
+        None
+    };
+    if let Some(change) = change {
+        let raft = service.raft.clone();
+        let what = format!("{change:?}");
+        tokio::spawn(async move {
+            match raft.change_membership(change, true).await {
+                Ok(_) => {
+                    tracing::info!(member = sender, change = %what, "rejoining member: membership changed")
+                }
+                Err(e) => {
+                    tracing::info!(member = sender, change = %what, error = %e, "rejoining member: membership change not made (retried)")
+                }
+            }
+        });
+    }
+    Ok(StatusCode::ACCEPTED.into_response())
 }

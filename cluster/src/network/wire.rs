@@ -12,3 +12,9 @@ pub const PATH_SNAPSHOT: &str = "/raft/v1/snapshot";
 /// authentication): body [`crate::detect::Report`], answer
 /// [`crate::failover::ReportAck`].
 pub const PATH_REPORT: &str = "/raft/v1/report";
+/// Authenticated; answers with this node's cluster id and joined set in
+/// headers (the start-up amnesia check).
+pub const PATH_HELLO: &str = "/raft/v1/hello";
+/// A rejoining node asks the leader to take it as a learner, and once it
+/// caught up, to promote it to its configured role.
+pub const PATH_REJOIN: &str = "/raft/v1/rejoin";

@@ -43,19 +43,36 @@ fn status(v: &Value) -> String {
     ));
     let nodes = rows(&v["nodes"], |n| {
         let leader = if n["leader"] == true { "*" } else { "" };
+        // A node whose view is older than a few election timeouts routes
+        // with its last decisions (fail static); say so.
+        let view = match (n["stale"].as_bool(), n["view_age_ms"].as_u64()) {
+            (Some(true), Some(ms)) => format!("STALE ({:.1}s)", ms as f64 / 1000.0),
+            (Some(true), None) => "STALE (no leader yet)".into(),
+            (Some(false), _) => "fresh".into(),
+            _ => "-".into(),
+        };
         vec![
             s(&n["id"]),
             s(&n["zone"]),
             s(&n["role"]),
             s(&n["decision_version"]),
             s(&n["reachable"]),
+            view,
             leader.into(),
         ]
     });
     if !nodes.is_empty() {
         out.push('\n');
         out.push_str(&table(
-            &["NODE", "ZONE", "ROLE", "VERSION", "REACHABLE", "LEADER"],
+            &[
+                "NODE",
+                "ZONE",
+                "ROLE",
+                "VERSION",
+                "REACHABLE",
+                "VIEW",
+                "LEADER",
+            ],
             &nodes,
         ));
     }
