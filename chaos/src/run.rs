@@ -546,6 +546,7 @@ impl<'a> Drill<'a> {
                 timing(
                     s,
                     &markers,
+                    &acks,
                     &state.ticks,
                     &ids,
                     &outcome.samples,
@@ -725,9 +726,11 @@ fn opt(ms: Option<i64>) -> String {
 /// Detect → commit → applied everywhere → traffic moved for one decision,
 /// measured from the fault (automatic decisions) or the `ctl` command
 /// (operators') that came last before it.
+#[allow(clippy::too_many_arguments)]
 fn timing(
     s: &Seen,
     markers: &[(i64, String, bool)],
+    acks: &[Ack],
     ticks: &[history::Tick],
     nodes: &[u64],
     samples: &[load::Sample],
@@ -736,11 +739,21 @@ fn timing(
 ) -> DecisionTiming {
     let proposed_ms = s.at_ms as i64 - t0_unix as i64;
     let want_ctl = s.origin != "automatic";
-    let since = markers
+    // An operator's decision is timed from the ctl step whose answer
+    // named its version; failing that, from the last step of its kind.
+    let acked = acks
         .iter()
-        .rev()
-        .find(|(t, _, is_ctl)| *t <= s.first_seen_ms && *is_ctl == want_ctl)
-        .cloned();
+        .find(|a| a.version == s.version && a.source.starts_with("ctl step "))
+        .map(|a| format!("{} (ctl)", a.source.trim_start_matches("ctl ")));
+    let since = acked
+        .and_then(|label| markers.iter().find(|(_, l, _)| *l == label).cloned())
+        .or_else(|| {
+            markers
+                .iter()
+                .rev()
+                .find(|(t, _, is_ctl)| *t <= s.first_seen_ms && *is_ctl == want_ctl)
+                .cloned()
+        });
     let applied = history::applied_everywhere(ticks, s.version, s.first_seen_ms, nodes);
     // Traffic moved: the first answer routed with this version that
     // entered the zone the decision moved and went where it says.
@@ -1158,6 +1171,7 @@ impl Running<'_, '_> {
                 .ok_or_else(|| format!("no node in zone {z}")),
             NodeSel::Leader | NodeSel::Follower => {
                 let leader = self.current_leader(Duration::from_secs(15)).await?;
+                self.leader_at_step = Some(leader);
                 if *sel == NodeSel::Leader {
                     return Ok(leader);
                 }
@@ -1467,8 +1481,14 @@ impl Running<'_, '_> {
                 }
             }
             Action::WaitFor { condition, timeout } => {
-                if *condition == Condition::LeaderChange {
-                    self.leader_at_step = self.current_leader(Duration::from_secs(5)).await.ok();
+                // The leader to change from: the one a step resolved last
+                // (e.g. the paused leader), else the one seen last.
+                if *condition == Condition::LeaderChange && self.leader_at_step.is_none() {
+                    self.leader_at_step = self
+                        .observer
+                        .last()
+                        .and_then(|t| history::leader_of(&t))
+                        .map(|l| l.0);
                 }
                 let deadline = now + *timeout;
                 loop {
@@ -1526,12 +1546,16 @@ impl Running<'_, '_> {
             }
             Condition::Leader => {
                 let leaders: BTreeSet<Option<u64>> = reachable.iter().map(|s| s.leader).collect();
+                // A leader the drill killed or paused is named for a
+                // while after; it does not count.
                 match (
                     leaders.len(),
                     leaders.iter().next(),
                     reachable.len() == samples.len(),
                 ) {
-                    (1, Some(Some(l)), true) => Some(format!("node {l} leads")),
+                    (1, Some(Some(l)), true) if running.contains(l) => {
+                        Some(format!("node {l} leads"))
+                    }
                     _ => None,
                 }
             }
