@@ -80,6 +80,21 @@ enum Command {
         #[arg(long = "model")]
         models: Vec<String>,
     },
+    /// Run a fault-injection drill from a scenario (chaos/scenarios/*.toml);
+    /// exits 0 PASS, 1 FAIL, 2 could not run.
+    Drill {
+        file: PathBuf,
+        /// Folder for report.md, report.html and report.json
+        /// (default: drill-reports/<scenario name>).
+        #[arg(long)]
+        report: Option<PathBuf>,
+        /// Print the plan and exit.
+        #[arg(long)]
+        dry_run: bool,
+        /// Override a scenario key, e.g. `--set load.duration=10s` (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        overrides: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -95,6 +110,30 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Command::Drill {
+        file,
+        report,
+        dry_run,
+        overrides,
+    } = cli.command
+    {
+        let exe = match std::env::current_exe() {
+            Ok(exe) => exe,
+            Err(e) => {
+                eprintln!("zonegate drill: cannot find this binary: {e}");
+                return ExitCode::from(zonegate_chaos::exit::NOT_RUN);
+            }
+        };
+        return ExitCode::from(
+            runtime.block_on(zonegate_chaos::run(zonegate_chaos::Options {
+                file,
+                report_dir: report,
+                dry_run,
+                overrides,
+                exe,
+            })),
+        );
+    }
     let result = runtime.block_on(async {
         match cli.command {
             Command::Serve { config, rejoin } => {
@@ -133,6 +172,7 @@ fn main() -> ExitCode {
                 })
                 .await
             }
+            Command::Drill { .. } => unreachable!("handled above"),
         }
     });
     match result {

@@ -1,0 +1,321 @@
+//! Black-box tests of `zonegate drill`: shipped scenarios run end to end
+//! (shortened with `--set`) and pass; an impossible expectation exits 1
+//! and is marked failed in report.json; Ctrl-C restores every fault;
+//! report.html is well-formed HTML with an inline SVG.
+//!
+//! The drills start real 3-node clusters, so they run one at a time.
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+/// One drill at a time: each is a 3-node cluster with six mock backends.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_zonegate"))
+}
+
+fn scenario(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("chaos/scenarios")
+        .join(format!("{name}.toml"))
+}
+
+fn drill(file: &Path, report: &Path, sets: &[&str]) -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.arg("drill")
+        .arg(file)
+        .arg("--report")
+        .arg(report)
+        .arg("--exit-with-parent");
+    for s in sets {
+        cmd.args(["--set", s]);
+    }
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+struct Ran {
+    code: i32,
+    stdout: String,
+    stderr: String,
+    report: Value,
+    html: String,
+    took: Duration,
+}
+
+async fn run_drill(file: &Path, sets: &[&str]) -> Ran {
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let mut child = drill(file, dir.path(), sets).spawn().unwrap();
+    // Kept open: the drill runs with --exit-with-parent.
+    let stdin = child.stdin.take();
+    let out = tokio::time::timeout(Duration::from_secs(170), child.wait_with_output())
+        .await
+        .expect("the drill ends within 170 s")
+        .unwrap();
+    drop(stdin);
+    let took = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let json = std::fs::read_to_string(dir.path().join("report.json"))
+        .unwrap_or_else(|e| panic!("no report.json ({e}); stdout:\n{stdout}\nstderr:\n{stderr}"));
+    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+    assert!(md.starts_with("# Drill `"), "{md}");
+    eprintln!("{stdout}");
+    Ran {
+        code: out.status.code().unwrap_or(-1),
+        stdout,
+        stderr,
+        report: serde_json::from_str(&json).unwrap(),
+        html,
+        took,
+    }
+}
+
+fn check<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no check {name} in {}", report["checks"]))
+}
+
+/// report.html must parse as XML (so every element is closed), hold one
+/// inline SVG with the three panels' lines, and load nothing from
+/// elsewhere.
+fn assert_well_formed_html(html: &str) {
+    let opts = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
+    let doc = roxmltree::Document::parse_with_options(html, opts)
+        .unwrap_or_else(|e| panic!("report.html is not well-formed: {e}"));
+    let root = doc.root_element();
+    assert_eq!(root.tag_name().name(), "html");
+    let svgs: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.tag_name().name() == "svg")
+        .collect();
+    assert_eq!(svgs.len(), 1, "one inline SVG timeline");
+    assert_eq!(
+        svgs[0].tag_name().namespace(),
+        Some("http://www.w3.org/2000/svg")
+    );
+    let lines = svgs[0]
+        .descendants()
+        .filter(|n| n.tag_name().name() == "polyline")
+        .count();
+    assert!(lines >= 3, "success, p99 and zone lines: {lines}");
+    for n in doc.descendants().filter(|n| n.is_element()) {
+        for a in ["src", "href"] {
+            assert!(
+                n.attribute(a).is_none(),
+                "self-contained: <{}> has {a}",
+                n.tag_name().name()
+            );
+        }
+        assert_ne!(n.tag_name().name(), "script");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manual_failover_drill_passes_and_its_report_is_well_formed() {
+    let _one = SERIAL.lock().await;
+    let ran = run_drill(
+        &scenario("manual-failover-drill"),
+        &[
+            "load.rps=50",
+            "load.warmup=2s",
+            "load.duration=12s",
+            "steps.0.at=1s",
+            "steps.2.at=6s",
+        ],
+    )
+    .await;
+    eprintln!("manual-failover-drill took {:?}", ran.took);
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.report["verdict"], "PASS");
+    assert_eq!(ran.report["exit_code"], 0);
+    assert_eq!(
+        check(&ran.report, "failover_committed_within")["pass"],
+        true
+    );
+    let decisions = ran.report["decisions"].as_array().unwrap();
+    assert_eq!(decisions.len(), 2, "{decisions:?}");
+    assert_eq!(decisions[0]["kind"], "failover");
+    assert_eq!(decisions[1]["kind"], "failback");
+    for d in decisions {
+        assert_eq!(d["origin"], "operator", "{d}");
+        assert!(d["commit_ms"].as_i64().is_some(), "{d}");
+        assert!(d["apply_ms"].as_i64().is_some(), "{d}");
+        assert!(d["traffic_ms"].as_i64().is_some(), "{d}");
+    }
+    assert_eq!(ran.report["restore"]["verified"], true);
+    assert_well_formed_html(&ran.html);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minority_partition_drill_passes() {
+    let _one = SERIAL.lock().await;
+    let ran = run_drill(
+        &scenario("minority-partition"),
+        &[
+            "load.rps=50",
+            "load.warmup=2s",
+            "load.duration=14s",
+            "steps.1.at=1s",
+            "steps.2.at=3s",
+            "steps.3.at=7s",
+        ],
+    )
+    .await;
+    eprintln!("minority-partition drill took {:?}", ran.took);
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.report["verdict"], "PASS");
+    // freeze, failover, failback, unfreeze: all acknowledged, none lost.
+    assert!(ran.report["acks"].as_array().unwrap().len() >= 4);
+    assert_eq!(check(&ran.report, "no_lost_decisions")["pass"], true);
+    assert_eq!(check(&ran.report, "max_leaders_per_term")["pass"], true);
+    assert!(ran.report["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["text"].as_str().unwrap().contains("partition")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_impossible_expectation_exits_1_and_is_marked_failed() {
+    let _one = SERIAL.lock().await;
+    let ran = run_drill(
+        &scenario("manual-failover-drill"),
+        &[
+            "load.rps=20",
+            "load.warmup=1s",
+            "load.duration=8s",
+            "steps.0.at=1s",
+            "steps.2.at=4s",
+            "expect.failover_committed_within=1ms",
+        ],
+    )
+    .await;
+    assert_eq!(ran.code, 1, "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.report["verdict"], "FAIL");
+    let c = check(&ran.report, "failover_committed_within");
+    assert_eq!(c["pass"], false, "{c}");
+    assert_eq!(c["expected"], "<= 1ms");
+    assert!(
+        ran.stdout.contains("FAIL failover_committed_within"),
+        "{}",
+        ran.stdout
+    );
+    assert_well_formed_html(&ran.html);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_during_a_drill_restores_every_fault() {
+    let _one = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = drill(
+        &scenario("zone-blackout"),
+        dir.path(),
+        &["load.rps=20", "load.warmup=1s", "steps.0.at=1s"],
+    )
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // Wait until the fault is in force.
+    let faulted = tokio::time::timeout(Duration::from_secs(120), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            eprintln!("{line}");
+            if line.contains("step 0: backend_fault") {
+                return;
+            }
+        }
+        panic!("the drill ended before its first step");
+    })
+    .await;
+    assert!(faulted.is_ok(), "no fault within 120 s");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pid = child.id().unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut rest = String::new();
+    let status = tokio::time::timeout(Duration::from_secs(90), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            rest.push_str(&line);
+            rest.push('\n');
+        }
+        child.wait().await.unwrap()
+    })
+    .await
+    .expect("the drill stops within 90 s of Ctrl-C");
+    eprintln!("{rest}");
+    assert_eq!(
+        status.code(),
+        Some(2),
+        "Ctrl-C: the drill did not run to the end"
+    );
+    assert!(
+        rest.contains("restore: every fault restored and verified"),
+        "{rest}"
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap())
+            .unwrap();
+    assert_eq!(report["verdict"], "ABORTED");
+    assert_eq!(report["restore"]["verified"], true, "{}", report["restore"]);
+    let actions = report["restore"]["actions"].as_array().unwrap();
+    assert!(
+        actions.iter().any(|a| a
+            .as_str()
+            .unwrap()
+            .contains("faults restored on qwen-a1, qwen-a2")),
+        "{actions:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_prints_the_plan_and_a_bad_scenario_exits_2() {
+    let out = Command::new(bin())
+        .arg("drill")
+        .arg(scenario("leader-kill"))
+        .arg("--dry-run")
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("kill -9 the leader"), "{text}");
+    assert!(text.contains("restore:"), "{text}");
+
+    let out = Command::new(bin())
+        .arg("drill")
+        .arg(scenario("leader-kill"))
+        .args(["--dry-run", "--set", "expect.short_success=2"])
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        err.contains("leader-kill.toml: expect.short_success: 2 is not a fraction"),
+        "{err}"
+    );
+}
