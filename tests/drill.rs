@@ -198,6 +198,24 @@ async fn minority_partition_drill_passes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zone_blackout_drill_fails_the_zone_over_and_short_requests_survive() {
+    let _one = SERIAL.lock().await;
+    let ran = run_drill(
+        &scenario("zone-blackout"),
+        &["load.rps=50", "load.duration=16s"],
+    )
+    .await;
+    eprintln!("zone-blackout drill took {:?}", ran.took);
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.report["verdict"], "PASS");
+    assert_eq!(
+        check(&ran.report, "failover_committed_within")["pass"],
+        true
+    );
+    assert_eq!(check(&ran.report, "short_success")["pass"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_impossible_expectation_exits_1_and_is_marked_failed() {
     let _one = SERIAL.lock().await;
     let ran = run_drill(
