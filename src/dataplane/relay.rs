@@ -20,7 +20,7 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use crate::dataplane::forward::{BoxError, Committed};
-use crate::dataplane::sse::{self, Event, Framer, Resumption, Splice, Transcript, Usage};
+use crate::dataplane::sse::{self, Event, Framer, Resumption, Skim, Splice, Transcript, Usage};
 
 /// How a response ended, reported once.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -238,6 +238,23 @@ impl Relay {
         }
         let mut passed = 0;
         for event in sse::events(&whole) {
+            // The first chunk is parsed for the answer's identity; after
+            // it, ordinary text chunks are only skimmed.
+            if transcript.id.is_some() {
+                match sse::skim(&event) {
+                    Skim::Done => {
+                        transcript.finished = true;
+                        passed += event.len();
+                        continue;
+                    }
+                    Skim::Text { text, finish } => {
+                        transcript.push(&text, finish);
+                        passed += event.len();
+                        continue;
+                    }
+                    Skim::Unsure => {}
+                }
+            }
             let parsed = sse::parse(&event);
             let why = match parsed {
                 Event::Error => "upstream_error_event",

@@ -58,8 +58,8 @@ fn ends_on_boundary(b: &[u8]) -> bool {
 
 /// The end of the last event boundary in `b`, if any.
 fn last_boundary(b: &[u8]) -> Option<usize> {
-    let lf = b.windows(2).rposition(|w| w == b"\n\n").map(|i| i + 2);
-    let crlf = b.windows(4).rposition(|w| w == b"\r\n\r\n").map(|i| i + 4);
+    let lf = memchr::memmem::rfind(b, b"\n\n").map(|i| i + 2);
+    let crlf = memchr::memmem::rfind(b, b"\r\n\r\n").map(|i| i + 4);
     lf.max(crlf)
 }
 
@@ -72,11 +72,10 @@ pub fn events(whole: &Bytes) -> impl Iterator<Item = Bytes> + '_ {
         if rest.is_empty() {
             return None;
         }
-        let lf = rest.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
-        let crlf = rest
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .map(|i| i + 4);
+        let lf = memchr::memmem::find(rest, b"\n\n").map(|i| i + 2);
+        // A CRLF boundary can only come first if it ends before `lf`.
+        let window = &rest[..lf.unwrap_or(rest.len())];
+        let crlf = memchr::memmem::find(window, b"\r\n\r\n").map(|i| i + 4);
         let len = match (lf, crlf) {
             (Some(a), Some(b)) => a.min(b),
             (a, b) => a.or(b).unwrap_or(rest.len()),
@@ -210,6 +209,92 @@ fn data_payload(event: &[u8]) -> Option<&[u8]> {
     Some(rest.strip_prefix(b" ").unwrap_or(rest))
 }
 
+/// What a cheap look at one event found (see [`skim`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Skim<'a> {
+    /// `data: [DONE]`.
+    Done,
+    /// An ordinary text chunk: its text (possibly empty) and whether it
+    /// carries a `finish_reason`.
+    Text { text: Cow<'a, str>, finish: bool },
+    /// Anything else (the first chunk, usage, tools, errors, odd shapes):
+    /// read it with [`parse`].
+    Unsure,
+}
+
+/// Reads the text of an ordinary streaming chunk without parsing its JSON:
+/// a few byte searches instead of a parse per token. It answers only for
+/// the shape OpenAI-style servers send for a plain text delta (one
+/// complete object, a `"content"` or `"text"` string, no tool calls, no
+/// log probabilities, no usage, no error); anything else is `Unsure`, and
+/// the caller parses it. A JSON string cannot hold an unescaped quote, so
+/// `"content":` found by bytes is a key, never text.
+pub fn skim(event: &[u8]) -> Skim<'_> {
+    let Some(data) = data_payload(event) else {
+        return Skim::Unsure;
+    };
+    let data = data.trim_ascii();
+    if data == b"[DONE]" {
+        return Skim::Done;
+    }
+    let has = |needle: &[u8]| memchr::memmem::find(data, needle).is_some();
+    if !data.starts_with(b"{")
+        || !data.ends_with(b"}")
+        || !has(b"\"choices\"")
+        || has(b"\"error\"")
+        || has(b"\"tool_calls\"")
+        || has(b"\"function_call\"")
+        || has(b"\"usage\"")
+        || value_after(data, b"\"logprobs\"").is_some_and(|v| !v.starts_with(b"null"))
+    {
+        return Skim::Unsure;
+    }
+    let finish = value_after(data, b"\"finish_reason\"").is_some_and(|v| !v.starts_with(b"null"));
+    let raw = value_after(data, b"\"content\"").or_else(|| value_after(data, b"\"text\""));
+    let text = match raw {
+        None => Cow::Borrowed(""),
+        Some(v) if v.starts_with(b"null") => Cow::Borrowed(""),
+        Some(v) => match json_string(v) {
+            Some(t) => t,
+            None => return Skim::Unsure,
+        },
+    };
+    Skim::Text { text, finish }
+}
+
+/// The bytes after `key` and its colon (whitespace skipped).
+fn value_after<'a>(data: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
+    let at = memchr::memmem::find(data, key)? + key.len();
+    let rest = data[at..].trim_ascii_start().strip_prefix(b":")?;
+    Some(rest.trim_ascii_start())
+}
+
+/// The JSON string at the start of `v`, decoded; `None` if it is not one.
+fn json_string(v: &[u8]) -> Option<Cow<'_, str>> {
+    let body = v.strip_prefix(b"\"")?;
+    let mut i = 0;
+    let mut escaped = false;
+    while i < body.len() {
+        match body[i] {
+            b'\\' => {
+                escaped = true;
+                i += 2;
+                continue;
+            }
+            b'"' => break,
+            _ => i += 1,
+        }
+    }
+    let inner = body.get(..i)?;
+    if escaped {
+        let quoted = v.get(..i + 2)?;
+        return serde_json::from_slice::<String>(quoted)
+            .ok()
+            .map(Cow::Owned);
+    }
+    std::str::from_utf8(inner).ok().map(Cow::Borrowed)
+}
+
 /// What the client has been given of one answer.
 #[derive(Debug, Default, Clone)]
 pub struct Transcript {
@@ -233,6 +318,15 @@ pub struct Transcript {
 }
 
 impl Transcript {
+    /// Notes a skimmed text chunk that was delivered to the client.
+    pub fn push(&mut self, text: &str, finish: bool) {
+        if !text.is_empty() {
+            self.text.push_str(text);
+            self.deltas += 1;
+        }
+        self.finished |= finish;
+    }
+
     pub fn new() -> Self {
         Self {
             plain: true,
@@ -525,6 +619,48 @@ mod tests {
         ));
         let c = chunk("c1", "hi", None);
         assert!(matches!(parse(c.as_bytes()), Event::Data(_)));
+    }
+
+    #[test]
+    fn skim_reads_plain_chunks_and_passes_on_the_rest() {
+        let text = |e: &str| match skim(e.as_bytes()) {
+            Skim::Text { text, finish } => Some((text.into_owned(), finish)),
+            _ => None,
+        };
+        assert_eq!(
+            text(&chunk("c", "tok1 ", None)),
+            Some(("tok1 ".into(), false))
+        );
+        assert_eq!(
+            text(&chunk("c", "a\"b\\n", Some("stop"))),
+            Some(("a\"b\\n".into(), true))
+        );
+        let spaced = "data: {\"choices\": [{\"index\": 0, \"delta\": {\"content\": \"hi\"}, \"finish_reason\": null}]}\n\n";
+        assert_eq!(text(spaced), Some(("hi".into(), false)));
+        assert_eq!(skim(b"data: [DONE]\n\n"), Skim::Done);
+        for unsure in [
+            "data: {\"choices\": [{\"delta\": {\"content\n\n",
+            "data: {\"error\":{\"message\":\"x\"},\"choices\":[]}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"tool_calls\":[]}}]}\n\n",
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1}}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"content\":\"x\"},\"logprobs\":{\"content\":[]}}]}\n\n",
+            ": comment\n\n",
+        ] {
+            assert_eq!(skim(unsure.as_bytes()), Skim::Unsure, "{unsure}");
+        }
+        // Whatever skim reads, a parse reads the same.
+        let mut a = Transcript::new();
+        let mut b = Transcript::new();
+        for e in [chunk("c", "x\\u00e9 ", None), chunk("c", "y", Some("stop"))] {
+            if let Skim::Text { text, finish } = skim(e.as_bytes()) {
+                a.push(&text, finish);
+            }
+            b.observe(&parse(e.as_bytes()));
+        }
+        assert_eq!(
+            (a.text, a.deltas, a.finished),
+            (b.text, b.deltas, b.finished)
+        );
     }
 
     #[test]
