@@ -4,8 +4,10 @@
 //! continuation's events into the stream the client already reads.
 
 use std::borrow::Cow;
+use std::sync::OnceLock;
 
 use bytes::{Bytes, BytesMut};
+use memchr::memmem::Finder;
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::Value;
@@ -58,9 +60,23 @@ fn ends_on_boundary(b: &[u8]) -> bool {
 
 /// The end of the last event boundary in `b`, if any.
 fn last_boundary(b: &[u8]) -> Option<usize> {
-    let lf = memchr::memmem::rfind(b, b"\n\n").map(|i| i + 2);
-    let crlf = memchr::memmem::rfind(b, b"\r\n\r\n").map(|i| i + 4);
+    let lf = b.windows(2).rposition(|w| w == b"\n\n").map(|i| i + 2);
+    let crlf = b.windows(4).rposition(|w| w == b"\r\n\r\n").map(|i| i + 4);
     lf.max(crlf)
+}
+
+/// Searchers for the two event boundaries, built once.
+struct Boundaries {
+    lf: Finder<'static>,
+    crlf: Finder<'static>,
+}
+
+fn boundaries() -> &'static Boundaries {
+    static B: OnceLock<Boundaries> = OnceLock::new();
+    B.get_or_init(|| Boundaries {
+        lf: Finder::new(b"\n\n"),
+        crlf: Finder::new(b"\r\n\r\n"),
+    })
 }
 
 /// Splits whole events (as [`Framer::push`] returns them) into single
@@ -72,10 +88,10 @@ pub fn events(whole: &Bytes) -> impl Iterator<Item = Bytes> + '_ {
         if rest.is_empty() {
             return None;
         }
-        let lf = memchr::memmem::find(rest, b"\n\n").map(|i| i + 2);
+        let lf = boundaries().lf.find(rest).map(|i| i + 2);
         // A CRLF boundary can only come first if it ends before `lf`.
         let window = &rest[..lf.unwrap_or(rest.len())];
-        let crlf = memchr::memmem::find(window, b"\r\n\r\n").map(|i| i + 4);
+        let crlf = boundaries().crlf.find(window).map(|i| i + 4);
         let len = match (lf, crlf) {
             (Some(a), Some(b)) => a.min(b),
             (a, b) => a.or(b).unwrap_or(rest.len()),
@@ -237,20 +253,21 @@ pub fn skim(event: &[u8]) -> Skim<'_> {
     if data == b"[DONE]" {
         return Skim::Done;
     }
-    let has = |needle: &[u8]| memchr::memmem::find(data, needle).is_some();
+    let k = keys();
+    let has = |f: &Finder<'static>| f.find(data).is_some();
     if !data.starts_with(b"{")
         || !data.ends_with(b"}")
-        || !has(b"\"choices\"")
-        || has(b"\"error\"")
-        || has(b"\"tool_calls\"")
-        || has(b"\"function_call\"")
-        || has(b"\"usage\"")
-        || value_after(data, b"\"logprobs\"").is_some_and(|v| !v.starts_with(b"null"))
+        || !has(&k.choices)
+        || has(&k.error)
+        || has(&k.tool_calls)
+        || has(&k.function_call)
+        || has(&k.usage)
+        || value_after(data, &k.logprobs).is_some_and(|v| !v.starts_with(b"null"))
     {
         return Skim::Unsure;
     }
-    let finish = value_after(data, b"\"finish_reason\"").is_some_and(|v| !v.starts_with(b"null"));
-    let raw = value_after(data, b"\"content\"").or_else(|| value_after(data, b"\"text\""));
+    let finish = value_after(data, &k.finish_reason).is_some_and(|v| !v.starts_with(b"null"));
+    let raw = value_after(data, &k.content).or_else(|| value_after(data, &k.text));
     let text = match raw {
         None => Cow::Borrowed(""),
         Some(v) if v.starts_with(b"null") => Cow::Borrowed(""),
@@ -262,9 +279,37 @@ pub fn skim(event: &[u8]) -> Skim<'_> {
     Skim::Text { text, finish }
 }
 
-/// The bytes after `key` and its colon (whitespace skipped).
-fn value_after<'a>(data: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
-    let at = memchr::memmem::find(data, key)? + key.len();
+/// The keys [`skim`] looks for, each searcher built once.
+struct Keys {
+    choices: Finder<'static>,
+    error: Finder<'static>,
+    tool_calls: Finder<'static>,
+    function_call: Finder<'static>,
+    usage: Finder<'static>,
+    logprobs: Finder<'static>,
+    finish_reason: Finder<'static>,
+    content: Finder<'static>,
+    text: Finder<'static>,
+}
+
+fn keys() -> &'static Keys {
+    static KEYS: OnceLock<Keys> = OnceLock::new();
+    KEYS.get_or_init(|| Keys {
+        choices: Finder::new(b"\"choices\""),
+        error: Finder::new(b"\"error\""),
+        tool_calls: Finder::new(b"\"tool_calls\""),
+        function_call: Finder::new(b"\"function_call\""),
+        usage: Finder::new(b"\"usage\""),
+        logprobs: Finder::new(b"\"logprobs\""),
+        finish_reason: Finder::new(b"\"finish_reason\""),
+        content: Finder::new(b"\"content\""),
+        text: Finder::new(b"\"text\""),
+    })
+}
+
+/// The bytes after the key `key` finds and its colon (whitespace skipped).
+fn value_after<'a>(data: &'a [u8], key: &Finder<'static>) -> Option<&'a [u8]> {
+    let at = key.find(data)? + key.needle().len();
     let rest = data[at..].trim_ascii_start().strip_prefix(b":")?;
     Some(rest.trim_ascii_start())
 }
