@@ -18,6 +18,7 @@ pub mod relay;
 pub mod report;
 pub mod run;
 pub mod scenario;
+pub mod spawn;
 pub mod window;
 
 pub use run::{run, Options};

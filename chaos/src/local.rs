@@ -4,96 +4,25 @@
 //! pointing at a relay the drill controls. All are child processes of
 //! this binary started with `--exit-with-parent` and killed on drop.
 
+use crate::spawn::{spawn_listening, Spawned};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, ChildStdin, Command};
+use tokio::process::Command;
 
 use crate::relay::Relays;
 
 /// The admin token the drill gives itself on local clusters.
 pub const DRILL_ADMIN_TOKEN: &str = "zonegate-drill-operator";
 
-/// A child process that announced its addresses.
-pub struct Proc {
-    pub child: Child,
-    pub urls: Vec<String>,
-    /// Closes when we die: the child exits with us.
-    _stdin: Option<ChildStdin>,
-}
-
-/// Starts `cmd` with `--exit-with-parent` and waits for `count` lines
-/// containing `listening on http://`. The same protocol as
-/// `zonegate::tools::spawn`; written again here because this crate cannot
-/// depend on the `zonegate` package, whose binary depends on it.
-pub async fn spawn_listening(
-    mut cmd: Command,
-    count: usize,
-    timeout: Duration,
-) -> anyhow::Result<Proc> {
-    // Its own process group: a terminal's Ctrl-C reaches only the drill,
-    // which restores every fault before it stops the children.
-    #[cfg(unix)]
-    cmd.process_group(0);
-    cmd.arg("--exit-with-parent")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn().context("cannot start child process")?;
-    let stdin = child.stdin.take();
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| anyhow!("child has no stdout"))?;
-    let mut lines = BufReader::new(stdout).lines();
-    let mut urls = Vec::new();
-    let read = async {
-        while urls.len() < count {
-            match lines.next_line().await? {
-                Some(line) => {
-                    if let Some((_, url)) = line.split_once("listening on ") {
-                        urls.push(url.trim().to_owned());
-                    }
-                }
-                None => bail!("child exited before announcing its address"),
-            }
-        }
-        Ok(())
-    };
-    match tokio::time::timeout(timeout, read).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            let status = child.wait().await.ok();
-            bail!("{e} (exit status {status:?})");
-        }
-        Err(_) => bail!("child did not announce its address within {timeout:?}"),
-    }
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Ok(Proc {
-        child,
-        urls,
-        _stdin: stdin,
-    })
-}
-
-/// A loopback address with a free port below the ephemeral range (so no
-/// port-0 socket takes it between this check and the child's bind); the
-/// same rule as `zonegate::tools::spawn::concrete_addr`.
+/// A loopback address with a free port below the ephemeral range (see
+/// `spawn::concrete_addr`).
 pub fn free_addr() -> anyhow::Result<SocketAddr> {
-    for _ in 0..64 {
-        let candidate: SocketAddr = ([127, 0, 0, 1], fastrand::u16(20_000..32_000)).into();
-        if let Ok(probe) = std::net::TcpListener::bind(candidate) {
-            return Ok(probe.local_addr()?);
-        }
-    }
-    let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(probe.local_addr()?)
+    Ok(crate::spawn::concrete_addr("127.0.0.1:0")?.parse()?)
 }
 
 fn child_command(exe: &Path) -> Command {
@@ -249,7 +178,7 @@ pub struct LocalNode {
     pub data_url: String,
     pub admin_url: String,
     config: PathBuf,
-    proc: Option<Proc>,
+    proc: Option<Spawned>,
     pub state: NodeState,
 }
 
@@ -264,7 +193,7 @@ pub struct LocalMock {
     pub name: String,
     pub zone: String,
     pub url: String,
-    _proc: Proc,
+    _proc: Spawned,
 }
 
 /// A running local cluster.
