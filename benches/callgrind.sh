@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Instructions per proxied request, counted by callgrind (repeatable on a busy
+# machine, unlike wall-clock load): zonegate runs under valgrind, a Python
+# client sends N1 then N2 sequential keep-alive requests, and the marginal
+# instructions per request are printed.
+#
+#   benches/callgrind.sh target/release/zonegate 200 1200      # non-streaming
+#   benches/callgrind.sh target/release/zonegate 200 1200 1    # streaming
+#
+# Needs valgrind and python3; a benchmark, never part of the tests.
+set -euo pipefail
+BIN=$1; N1=$2; N2=$3; STREAM=${4:-0}
+WORK=$(mktemp -d)
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+BP=$(free_port); ZP=$(free_port); AP=$(free_port)
+RUST_LOG=warn "$BIN" mock-backend --listen 127.0.0.1:$BP --name static --model bench >/dev/null 2>&1 &
+MOCK=$!
+cat > $WORK/z.toml <<CONF
+[node]
+id = 1
+zone = "az-a"
+listen = "127.0.0.1:$ZP"
+admin_listen = "127.0.0.1:$AP"
+data_dir = "$WORK/data"
+[[tenants]]
+name = "bench"
+key_sha256 = "$(printf %s bench-key | sha256sum | cut -d' ' -f1)"
+[[backends]]
+name = "static"
+zone = "az-a"
+url = "http://127.0.0.1:$BP"
+models = ["bench"]
+CONF
+run() {
+  local n=$1 out=$WORK/cg.$1
+  RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file=$out "$BIN" serve --config $WORK/z.toml >/dev/null 2>$WORK/vg.$n &
+  local pid=$!
+  for _ in $(seq 600); do curl -s -o /dev/null http://127.0.0.1:$ZP/healthz && break; sleep 0.2; done
+  python3 - "$ZP" "$n" "$STREAM" <<'PY'
+import http.client, sys, json
+port, n, stream = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
+body = json.dumps({"model":"bench","max_tokens":16,"stream":stream,"messages":[{"role":"user","content":"hello"}]})
+c = http.client.HTTPConnection("127.0.0.1", port)
+for _ in range(n):
+    c.request("POST", "/v1/chat/completions", body, {"Authorization":"Bearer bench-key","Content-Type":"application/json"})
+    r = c.getresponse(); r.read()
+    assert r.status == 200, r.status
+PY
+  kill -INT $pid; wait $pid 2>/dev/null || true
+  grep -E "^summary:|^totals:" $out | head -1 | awk '{print $2}'
+}
+I1=$(run $N1); I2=$(run $N2)
+kill $MOCK 2>/dev/null || true
+rm -rf $WORK
+python3 -c "print(f'instructions per request: {($I2-$I1)/($N2-$N1):.0f}  ({$I1} @ {$N1}, {$I2} @ {$N2})')"
