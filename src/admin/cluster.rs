@@ -26,7 +26,7 @@ pub struct Identity {
 }
 
 /// Header a forwarded write carries, so it is never forwarded twice.
-const FORWARDED: &str = "x-zonegate-forwarded-by";
+pub(crate) const FORWARDED: &str = "x-zonegate-forwarded-by";
 
 /// How long a follower waits for the leader's answer to a forwarded write:
 /// past the leader's own propose timeout (5 s), so the leader's answer
@@ -114,7 +114,7 @@ impl IntoResponse for AdminError {
     }
 }
 
-fn http() -> &'static reqwest::Client {
+pub(crate) fn http() -> &'static reqwest::Client {
     static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
     CLIENT.get_or_init(|| {
         reqwest::Client::builder()
@@ -248,6 +248,9 @@ pub async fn cluster(
         "stale": stale,
         "rejoining": node.rejoining(),
         "voters": status.voters,
+        // Where this node's [[cluster.members]] differs from the
+        // replicated membership (the truth after formation).
+        "bootstrap_differs": status.bootstrap_differs,
         "decision_version": view.decision_version,
         "automation": view.automation,
         "zones": zones,
@@ -382,6 +385,12 @@ pub async fn write(
     }
 }
 
+/// What the leader answered a write or a dry run.
+enum Answer {
+    Preview(zonegate_cluster::Preview),
+    Applied(zonegate_cluster::Applied),
+}
+
 async fn decide(
     gw: &Gateway,
     who: &Identity,
@@ -397,20 +406,20 @@ async fn decide(
     if let Some(v) = w.if_version {
         cmd = cmd.if_version(v);
     }
-    if w.dry_run {
-        return match node.dry_run(&cmd) {
-            Ok(preview) => Ok(Json(
-                json!({"dry_run": true, "would_apply": true, "preview": preview}),
-            )
-            .into_response()),
-            Err(r) => Err(AdminError::Rejected {
-                rule: r.rule.name(),
-                message: r.message,
-            }),
-        };
-    }
-    match node.propose(cmd).await {
-        Ok(applied) => {
+    // A dry run is answered by the leader, against everything committed
+    // (a linearizable read), never from this node's applied state, which
+    // may lag: it is forwarded like a write.
+    let answer = if w.dry_run {
+        node.preview(&cmd).await.map(Answer::Preview)
+    } else {
+        node.propose(cmd).await.map(Answer::Applied)
+    };
+    match answer {
+        Ok(Answer::Preview(preview)) => Ok(Json(
+            json!({"dry_run": true, "would_apply": true, "preview": preview}),
+        )
+        .into_response()),
+        Ok(Answer::Applied(applied)) => {
             gw.metrics
                 .decisions
                 .with_label_values(&[kind, "applied"])
