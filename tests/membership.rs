@@ -197,11 +197,12 @@ async fn members_are_added_promoted_removed_and_readdressed_while_decisions_comm
     let _ = leader;
 
     // The list: three voters, with match index and lag on the leader.
-    let list = ctl_ok(&ask, &["members"]).await;
+    // (A follower's match index is known once its first append answered.)
     for id in 1..=3 {
-        let m = member(&list, id).unwrap_or_else(|| panic!("member {id}: {list}"));
-        assert_eq!(m["role"], "voter", "{list}");
-        assert!(m["lag"].is_u64(), "{list}");
+        member_becomes(&ask, id, "a voter with a match index", |m| {
+            m["role"] == "voter" && m["lag"].is_u64()
+        })
+        .await;
     }
     let (code, table, _) = ctl(&ask, &["members"]).await;
     assert_eq!(code, 0);
