@@ -790,7 +790,7 @@ impl ClusterNode {
         let timeout = self.proposer.propose_timeout * 2;
         let unknown = |what: String| {
             MemberChangeError::OutcomeUnknown(format!(
-                "{what} was submitted but its commit was not confirmed within {timeout:?}; check `zonegate ctl members` before retrying"
+                "{what} was submitted but its commit was not confirmed within {timeout:?}"
             ))
         };
         let (what, change) = match step {

@@ -54,6 +54,9 @@ pub enum AdminError {
     /// its reason): look for it in the history before retrying.
     #[error("outcome unknown: {message}; check `zonegate ctl decisions` (GET /admin/v1/decisions) for version {check_version} or later before retrying")]
     OutcomeUnknown { message: String, check_version: u64 },
+    /// A membership change whose commit could not be confirmed.
+    #[error("outcome unknown: {0}; check `zonegate ctl members` (GET /admin/v1/members) before retrying")]
+    MembershipUnknown(String),
     #[error("the leader could not be reached: {0}")]
     LeaderUnreachable(String),
     #[error("control plane failed: {0}")]
@@ -67,7 +70,9 @@ impl AdminError {
             AdminError::Forbidden(_) => StatusCode::FORBIDDEN,
             AdminError::NoControlPlane | AdminError::NoLeader(_) => StatusCode::SERVICE_UNAVAILABLE,
             AdminError::Rejected { .. } => StatusCode::CONFLICT,
-            AdminError::OutcomeUnknown { .. } => StatusCode::GATEWAY_TIMEOUT,
+            AdminError::OutcomeUnknown { .. } | AdminError::MembershipUnknown(_) => {
+                StatusCode::GATEWAY_TIMEOUT
+            }
             AdminError::LeaderUnreachable(_) => StatusCode::BAD_GATEWAY,
             AdminError::Fatal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -81,7 +86,9 @@ impl AdminError {
             AdminError::NoControlPlane => "no_control_plane",
             AdminError::NoLeader(_) => "no_leader",
             AdminError::Rejected { rule, .. } => rule,
-            AdminError::OutcomeUnknown { .. } => "outcome_unknown",
+            AdminError::OutcomeUnknown { .. } | AdminError::MembershipUnknown(_) => {
+                "outcome_unknown"
+            }
             AdminError::LeaderUnreachable(_) => "leader_unreachable",
             AdminError::Fatal(_) => "internal_error",
         }
@@ -91,7 +98,7 @@ impl AdminError {
     fn outcome(&self) -> &'static str {
         match self {
             AdminError::Rejected { .. } => "rejected",
-            AdminError::OutcomeUnknown { .. } => "unknown",
+            AdminError::OutcomeUnknown { .. } | AdminError::MembershipUnknown(_) => "unknown",
             AdminError::BadRequest(_) => "invalid",
             _ => "failed",
         }

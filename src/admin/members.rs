@@ -85,10 +85,9 @@ async fn change_inner(
             rule: r.rule.name(),
             message: r.message,
         }),
-        Err(MemberChangeError::OutcomeUnknown(message)) => Err(AdminError::OutcomeUnknown {
-            message,
-            check_version: gw.view.borrow().decision_version,
-        }),
+        Err(MemberChangeError::OutcomeUnknown(message)) => {
+            Err(AdminError::MembershipUnknown(message))
+        }
         Err(MemberChangeError::Propose(ProposeError::NotLeader { leader, admin_addr })) => {
             match admin_addr {
                 Some(addr) if !headers.contains_key(FORWARDED) => {
@@ -128,10 +127,9 @@ async fn forward(
     }
     let lost = |e: reqwest::Error| {
         if writes {
-            AdminError::OutcomeUnknown {
-                message: format!("the membership change was sent to leader {leader} at {addr}, whose answer was lost ({e}); check `zonegate ctl members`"),
-                check_version: 0,
-            }
+            AdminError::MembershipUnknown(format!(
+                "the membership change was sent to leader {leader} at {addr}, whose answer was lost ({e})"
+            ))
         } else {
             AdminError::LeaderUnreachable(format!("node {leader} at {addr}: {e}"))
         }
