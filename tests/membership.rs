@@ -71,6 +71,20 @@ async fn member_becomes(admin: &str, id: u64, what: &str, check: impl Fn(&Value)
     }
 }
 
+/// Polls `admin`'s status until its `bootstrap_differs` mentions `text`
+/// (a follower applies a change soon after the leader answered).
+async fn poll_differs(admin: &str, text: &str) {
+    let url = format!("{admin}/admin/v1/cluster");
+    eventually(Duration::from_secs(20), text, || {
+        let url = url.clone();
+        async move {
+            let status = get_json(&url, Some(ADMIN_TOKEN)).await;
+            status["bootstrap_differs"].to_string().contains(text)
+        }
+    })
+    .await;
+}
+
 /// Polls until every admin names the same leader; returns it.
 async fn agreed_leader(admins: &[String]) -> u64 {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -263,13 +277,13 @@ async fn members_are_added_promoted_removed_and_readdressed_while_decisions_comm
     .await;
     commits = trickle.commits_after(commits, "adding a learner").await;
     // The bootstrap list of nodes 1-3 does not hold node 4: status says so.
-    let status = get_json(&format!("{ask}/admin/v1/cluster"), Some(ADMIN_TOKEN)).await;
-    let differs = status["bootstrap_differs"].to_string();
-    assert!(differs.contains("member 4"), "{status}");
+    poll_differs(&ask, "member 4 (az-a, learner)").await;
 
     // 2. Promoted to a voter.
     ctl_ok(&ask, &["members", "promote", "--id", "4"]).await;
     member_becomes(&ask, 4, "a voter", |m| m["role"] == "voter").await;
+    // Its record says voter too (a rejoin restores that role).
+    poll_differs(&ask, "member 4 (az-a, voter)").await;
     commits = trickle.commits_after(commits, "promoting").await;
 
     // 3. A voter of az-a (which keeps one) is removed, then stopped.

@@ -268,7 +268,15 @@ impl Situation {
                 let mut next = self.voters.clone();
                 next.insert(*id);
                 self.keeps_quorum(&next, &self.healthy, &format!("promoting {id}"))?;
-                Ok(vec![Step::Promote(*id)])
+                let mut steps = vec![Step::Promote(*id)];
+                if member.role == Role::Learner {
+                    // Its record says what it is (a rejoin restores it).
+                    steps.push(Step::SetNode(Member {
+                        role: Role::Voter,
+                        ..member.clone()
+                    }));
+                }
+                Ok(steps)
             }
             MemberChange::Remove { id } => {
                 let member = self.member(*id)?;
@@ -505,6 +513,18 @@ mod tests {
             rule(&s, MemberChange::Remove { id: 1 }),
             Some(MemberRule::LastVoter)
         );
+    }
+
+    #[test]
+    fn a_promoted_learner_is_recorded_as_a_voter() {
+        let mut s = three();
+        s.nodes.get_mut(&5).unwrap().role = Role::Learner;
+        let steps = s.check(&MemberChange::Promote { id: 5 }).unwrap();
+        let voter = Member {
+            role: Role::Voter,
+            ..m(5, "a")
+        };
+        assert_eq!(steps, vec![Step::Promote(5), Step::SetNode(voter)]);
     }
 
     #[test]

@@ -416,10 +416,14 @@ async fn rejoin(
             .and_then(|r| r.get(&sender).copied().flatten())
             .map(|l| l.index);
         let applied = m.last_applied.map(|l| l.index);
+        // Its bootstrap role, else the role its membership record names
+        // (a member added by `ctl members`).
         let votes = service
             .members
             .bootstrap()
             .get(&sender)
+            .cloned()
+            .or_else(|| membership.get_node(&sender).cloned())
             .is_some_and(|mm| mm.role.votes());
         (votes && matched.is_some() && matched >= applied)
             .then(|| ChangeMembers::AddVoterIds([sender].into()))
