@@ -5,6 +5,7 @@
 
 mod cluster;
 mod dashboard;
+mod members;
 
 use std::sync::Arc;
 
@@ -29,6 +30,10 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/admin/v1/failback", post(cluster::write))
         .route("/admin/v1/freeze", post(cluster::write))
         .route("/admin/v1/unfreeze", post(cluster::write))
+        .route(
+            "/admin/v1/members",
+            get(members::list).post(members::change),
+        )
         .route("/admin/v1/backends", get(backends))
         .route("/admin/v1/events", get(events))
         .route("/admin/v1/whoami", get(whoami))

@@ -2,6 +2,7 @@
 //! `render`) and `zonegate check-config`.
 
 pub mod ctl;
+pub mod members;
 
 use std::path::Path;
 

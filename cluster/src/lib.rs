@@ -14,9 +14,11 @@ pub mod detect;
 pub mod failover;
 mod identity;
 mod lock;
+pub mod members;
 pub mod network;
 pub mod node;
 pub mod propose;
+mod roster;
 #[cfg(test)]
 mod samples;
 pub mod state;
@@ -32,10 +34,11 @@ pub use detect::{
     ZoneObservation,
 };
 pub use failover::{FailoverStatus, ObservationSource, ReportAck};
+pub use members::{MemberChange, MemberInfo, MemberRefusal, MemberRule};
 pub use network::FaultTable;
 pub use node::{
-    Applied, ClusterConfig, ClusterError, ClusterNode, ClusterStatus, MemberStatus, ProposeError,
-    RaftListen, Timing,
+    Applied, ClusterConfig, ClusterError, ClusterNode, ClusterStatus, MemberChangeError,
+    MemberStatus, ProposeError, RaftListen, Timing,
 };
 pub use propose::Unconfirmed;
 pub use state::{ClusterState, DecisionRecord, Preview, ZoneChange, ZoneControl, HISTORY_LIMIT};

@@ -12,7 +12,6 @@ pub mod fault;
 pub mod server;
 pub mod wire;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -144,7 +143,7 @@ impl Network {
 #[derive(Clone)]
 pub(crate) struct ReportClient {
     pub net: Network,
-    pub members: Arc<BTreeMap<NodeId, Member>>,
+    pub members: crate::roster::Roster,
 }
 
 impl SendReport for ReportClient {
@@ -158,7 +157,7 @@ impl SendReport for ReportClient {
     ) -> Result<ReportAck, TransportError> {
         let addr = self
             .members
-            .get(&to)
+            .get(to)
             .map(|m| m.raft_addr.clone())
             .ok_or(TransportError::UnknownPeer { to })?;
         let peer = PeerClient {

@@ -28,10 +28,12 @@ use crate::detect::{FailoverConfig, FailoverConfigError, ZoneHealth};
 use crate::failover::{Failover, FailoverStatus, LeadLoop, ObservationSource, ReportLoop};
 use crate::identity::Identity;
 use crate::lock::lock;
+use crate::members::{effective_role, MemberChange, MemberInfo, MemberRefusal, Situation, Step};
 use crate::network::server::{self, RaftService};
 use crate::network::{FaultTable, Network, ReportClient};
 pub use crate::propose::{Applied, ProposeError};
 use crate::propose::{Propose, Proposer};
+use crate::roster::Roster;
 use crate::state::{ClusterState, DecisionRecord, Preview};
 use crate::store::{self, StoreError, StoreLiveness};
 use crate::types::alias::Raft;
@@ -121,6 +123,20 @@ impl std::fmt::Debug for ClusterConfig {
     }
 }
 
+/// Why a membership change did not (knowingly) happen.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MemberChangeError {
+    /// Not the leader, no leader with a quorum, or Raft failed.
+    #[error(transparent)]
+    Propose(#[from] ProposeError),
+    /// A membership rule refused it; nothing changed.
+    #[error(transparent)]
+    Refused(#[from] MemberRefusal),
+    /// Submitted to Raft, commit not confirmed in time.
+    #[error("outcome unknown: {0}")]
+    OutcomeUnknown(String),
+}
+
 /// Starting or stopping a node failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
@@ -176,8 +192,13 @@ pub struct ClusterStatus {
     pub automation: Automation,
     /// Voter ids of the applied Raft membership (voters and witnesses).
     pub voters: Vec<NodeId>,
-    /// Every configured member, with its place in the applied membership.
+    /// Every member of the applied membership and of the bootstrap list
+    /// (the applied record wins), with its place in the membership.
     pub members: Vec<MemberStatus>,
+    /// Where this node's bootstrap list (`[[cluster.members]]`) differs
+    /// from the replicated membership, one sentence each; empty when they
+    /// agree. After formation the replicated membership is the truth.
+    pub bootstrap_differs: Vec<String>,
 }
 
 /// A running member of the Raft group. `Send + Sync`: share it behind an
@@ -201,6 +222,9 @@ pub struct ClusterNode {
     network: Network,
     leader_contact: Arc<Mutex<Option<std::time::Instant>>>,
     election_timeout_max: Duration,
+    roster: Roster,
+    /// One membership change at a time from this node.
+    member_change: tokio::sync::Mutex<()>,
 }
 
 /// The most entries in one append RPC.
@@ -321,7 +345,8 @@ impl ClusterNode {
 
         let (stop_tx, stop_rx) = watch::channel(false);
         let failover = Arc::new(Failover::new(node_id, FailoverConfig::default()));
-        let service = RaftService::new(raft.clone(), secret, (*members).clone())
+        let roster = Roster::new(members.clone(), raft.metrics());
+        let service = RaftService::new(raft.clone(), secret, roster.clone())
             .with_failover(failover.clone())
             .with_identity(identity.clone());
         let leader_contact = service.leader_contact();
@@ -330,14 +355,14 @@ impl ClusterNode {
             raft: raft.clone(),
             propose_timeout: timing.propose_timeout,
             election_timeout_max: timing.election_timeout_max,
-            members: members.clone(),
+            members: roster.clone(),
             state_rx: state_rx.clone(),
         };
         let reporter = ReportLoop {
             failover: failover.clone(),
             sender: ReportClient {
                 net: network.clone(),
-                members: members.clone(),
+                members: roster.clone(),
             },
             metrics: raft.metrics(),
             zone: zone.clone(),
@@ -375,6 +400,8 @@ impl ClusterNode {
             network,
             leader_contact,
             election_timeout_max: timing.election_timeout_max,
+            roster,
+            member_change: tokio::sync::Mutex::new(()),
         };
         node.initialize_if_first(pristine == Pristine::MayForm)
             .await?;
@@ -392,6 +419,7 @@ impl ClusterNode {
         let learners = node.members.values().filter(|m| m.role == Role::Learner);
         let keeper = keep_learners(
             node.raft.clone(),
+            node.identity.clone(),
             node_id,
             learners.cloned().collect(),
             stop_rx,
@@ -532,6 +560,17 @@ impl ClusterNode {
         self.state_rx.borrow().check(cmd)
     }
 
+    /// What `cmd` would do against everything committed so far: checked on
+    /// the leader after a linearizable read, so a dry run never answers
+    /// from a lagging applied state (a follower, or a node that has not
+    /// applied the formation entry yet, knows no zones). On a follower this
+    /// is `NotLeader` with the leader to forward to, like a write.
+    pub async fn preview(&self, cmd: &Command) -> Result<Preview, ProposeError> {
+        cmd.validate()?;
+        self.proposer.check_quorum().await?;
+        self.proposer.preview(cmd).await
+    }
+
     /// Propose a decision. Only the leader can; others answer `NotLeader`
     /// with the leader to forward to. The leader stamps `at_ms` with its
     /// wall clock. `Ok` means committed and applied as that version.
@@ -587,15 +626,21 @@ impl ClusterNode {
             .as_ref()
             .map(|r| r.iter().map(|(id, l)| (*id, l.map(|l| l.index))).collect())
             .unwrap_or_default();
-        let members = self
-            .members
-            .values()
+        // The applied membership is the truth after formation; bootstrap
+        // members it does not hold (yet) are listed too.
+        let mut records: BTreeMap<NodeId, Member> = (*self.members).clone();
+        for (id, member) in membership.nodes() {
+            records.insert(*id, member.clone());
+        }
+        let members = records
+            .into_values()
             .map(|member| MemberStatus {
-                member: member.clone(),
                 in_membership: in_membership.contains(&member.id),
                 matched_index: matched.get(&member.id).copied().flatten(),
+                member,
             })
             .collect();
+        let bootstrap_differs = bootstrap_differences(&self.members, membership);
         let is_leader = m.state == ServerState::Leader;
         ClusterStatus {
             node_id: self.id,
@@ -604,8 +649,8 @@ impl ClusterNode {
             leader: m.current_leader,
             leader_admin_addr: m
                 .current_leader
-                .and_then(|l| self.members.get(&l))
-                .map(|l| l.admin_addr.clone()),
+                .and_then(|l| self.roster.get(l))
+                .map(|l| l.admin_addr),
             is_leader,
             term: m.current_term,
             last_log_index: m.last_log_index,
@@ -619,6 +664,191 @@ impl ClusterNode {
             automation: state.automation(),
             voters: membership.voter_ids().collect(),
             members,
+            bootstrap_differs,
+        }
+    }
+
+    /// The applied membership as `ctl members` lists it; matched index
+    /// and lag are known only on the leader.
+    pub fn members(&self) -> Vec<MemberInfo> {
+        let m = self.raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
+        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+        let last = m.last_log_index.unwrap_or(0);
+        let leader = m.state == ServerState::Leader;
+        membership
+            .nodes()
+            .map(|(id, r)| {
+                let matched = if leader && *id == self.id {
+                    m.last_log_index
+                } else {
+                    m.replication
+                        .as_ref()
+                        .and_then(|rep| rep.get(id).copied().flatten())
+                        .map(|l| l.index)
+                };
+                MemberInfo {
+                    id: *id,
+                    zone: r.zone.clone(),
+                    role: effective_role(r, voters.contains(id)),
+                    raft_addr: r.raft_addr.clone(),
+                    admin_addr: r.admin_addr.clone(),
+                    leader: m.current_leader == Some(*id),
+                    matched_index: matched,
+                    lag: matched.map(|i| last.saturating_sub(i)),
+                }
+            })
+            .collect()
+    }
+
+    /// Change the membership: on the leader only (others answer
+    /// `NotLeader` with the leader to forward to), one change at a time,
+    /// checked by [`Situation::check`] against a fresh probe of every
+    /// member, and carried out by openraft's joint consensus. `Ok` means
+    /// every step committed.
+    pub async fn change_members(&self, change: MemberChange) -> Result<(), MemberChangeError> {
+        let _one = self.member_change.lock().await;
+        self.proposer.check_quorum().await?;
+        self.proposer.ensure_read().await?;
+        let situation = self.situation().await;
+        let steps = situation.check(&change)?;
+        let kind = change.kind();
+        tracing::info!(kind, ?change, "membership change started");
+        for step in steps {
+            self.run_step(step).await?;
+        }
+        tracing::info!(kind, "membership change committed");
+        Ok(())
+    }
+
+    /// What the leader knows right now, members probed in parallel.
+    async fn situation(&self) -> Situation {
+        let m = self.raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
+        let nodes: BTreeMap<NodeId, Member> =
+            membership.nodes().map(|(id, r)| (*id, r.clone())).collect();
+        let lag: BTreeMap<NodeId, Option<u64>> =
+            self.members().into_iter().map(|i| (i.id, i.lag)).collect();
+        let mut probes = tokio::task::JoinSet::new();
+        for (id, r) in nodes.iter().filter(|(id, _)| **id != self.id) {
+            let (network, id, addr) = (self.network.clone(), *id, r.raft_addr.clone());
+            probes.spawn(async move {
+                let answer = network
+                    .post_empty(&addr, crate::network::PATH_HELLO, HELLO_TIMEOUT)
+                    .await;
+                (id, matches!(answer, Ok((200, _, _))))
+            });
+        }
+        let mut healthy: BTreeSet<NodeId> = [self.id].into();
+        for (id, answered) in probes.join_all().await {
+            let caught_up = lag
+                .get(&id)
+                .copied()
+                .flatten()
+                .is_some_and(|l| l <= crate::members::PROMOTE_MAX_LAG);
+            if answered && caught_up {
+                healthy.insert(id);
+            }
+        }
+        Situation {
+            voters: membership.voter_ids().collect(),
+            joint: membership.get_joint_config().len() > 1,
+            healthy,
+            lag,
+            retired: self.identity.current().joined,
+            zones_needing_voter: self
+                .members
+                .values()
+                .filter(|b| b.role.votes())
+                .map(|b| b.zone.clone())
+                .collect(),
+            nodes,
+        }
+    }
+
+    async fn run_step(&self, step: Step) -> Result<(), MemberChangeError> {
+        use openraft::ChangeMembers;
+        let raft_err = |e: RaftError<NodeId, openraft::error::ClientWriteError<NodeId, Member>>| {
+            use openraft::error::ClientWriteError;
+            match e {
+                RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+                    MemberChangeError::Propose(
+                        self.proposer.not_leader_for(f.leader_id, f.leader_node),
+                    )
+                }
+                RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+                    MemberChangeError::Refused(MemberRefusal {
+                        rule: crate::members::MemberRule::ChangeInProgress,
+                        message: e.to_string(),
+                    })
+                }
+                RaftError::Fatal(e) => {
+                    MemberChangeError::Propose(ProposeError::Fatal(e.to_string()))
+                }
+            }
+        };
+        let timeout = self.proposer.propose_timeout * 2;
+        let unknown = |what: String| {
+            MemberChangeError::OutcomeUnknown(format!(
+                "{what} was submitted but its commit was not confirmed within {timeout:?}"
+            ))
+        };
+        let (what, change) = match step {
+            Step::AddLearner(member) => {
+                let what = format!("adding learner {}", member.id);
+                let added = self.raft.add_learner(member.id, member, false);
+                return match tokio::time::timeout(timeout, added).await {
+                    Err(_) => Err(unknown(what)),
+                    Ok(r) => r.map(|_| ()).map_err(raft_err),
+                };
+            }
+            Step::Promote(id) => {
+                self.wait_caught_up(id, timeout).await?;
+                (
+                    format!("promoting {id}"),
+                    ChangeMembers::AddVoterIds([id].into()),
+                )
+            }
+            Step::RemoveVoter(id) => (
+                format!("removing voter {id}"),
+                ChangeMembers::RemoveVoters([id].into()),
+            ),
+            Step::RemoveLearner(id) => (
+                format!("removing learner {id}"),
+                ChangeMembers::RemoveNodes([id].into()),
+            ),
+            Step::SetNode(member) => (
+                format!("re-addressing {}", member.id),
+                ChangeMembers::SetNodes([(member.id, member)].into()),
+            ),
+        };
+        match tokio::time::timeout(timeout, self.raft.change_membership(change, false)).await {
+            Err(_) => Err(unknown(what)),
+            Ok(r) => r.map(|_| ()).map_err(raft_err),
+        }
+    }
+
+    /// Wait until a learner's matched index is within the promotion lag.
+    async fn wait_caught_up(&self, id: NodeId, timeout: Duration) -> Result<(), MemberChangeError> {
+        let mut metrics = self.raft.metrics();
+        let caught_up = metrics.wait_for(|m| {
+            let last = m.last_log_index.unwrap_or(0);
+            m.replication
+                .as_ref()
+                .and_then(|r| r.get(&id).copied().flatten())
+                .is_some_and(|l| last.saturating_sub(l.index) <= crate::members::PROMOTE_MAX_LAG)
+        });
+        let caught_up = tokio::time::timeout(timeout, caught_up)
+            .await
+            .is_ok_and(|r| r.is_ok());
+        match caught_up {
+            true => Ok(()),
+            false => Err(MemberChangeError::Refused(MemberRefusal {
+                rule: crate::members::MemberRule::LearnerBehind,
+                message: format!(
+                    "learner {id} did not catch up within {timeout:?}; it stays a learner: promote it once `ctl members` shows it caught up"
+                ),
+            })),
         }
     }
 
@@ -659,6 +889,49 @@ impl ClusterNode {
         tracing::info!(node_id = self.id, "cluster node stopped");
         Ok(())
     }
+}
+
+/// Where the bootstrap list differs from the applied membership.
+fn bootstrap_differences(
+    bootstrap: &BTreeMap<NodeId, Member>,
+    membership: &openraft::Membership<NodeId, Member>,
+) -> Vec<String> {
+    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+    let mut out = Vec::new();
+    for (id, b) in bootstrap {
+        let Some(r) = membership.get_node(id) else {
+            out.push(format!(
+                "member {id} ({}, {}) is in [[cluster.members]] but not in the replicated membership",
+                b.zone,
+                b.role.name()
+            ));
+            continue;
+        };
+        if b.raft_addr != r.raft_addr || b.admin_addr != r.admin_addr {
+            out.push(format!(
+                "member {id}: configured at raft {} admin {}, replicated at raft {} admin {}",
+                b.raft_addr, b.admin_addr, r.raft_addr, r.admin_addr
+            ));
+        }
+        let role = effective_role(r, voters.contains(id));
+        if role != b.role {
+            out.push(format!(
+                "member {id}: configured as {}, replicated as {}",
+                b.role.name(),
+                role.name()
+            ));
+        }
+    }
+    for (id, r) in membership.nodes() {
+        if !bootstrap.contains_key(id) {
+            out.push(format!(
+                "member {id} ({}, {}) is in the replicated membership but not in [[cluster.members]]",
+                r.zone,
+                effective_role(r, voters.contains(id)).name()
+            ));
+        }
+    }
+    out
 }
 
 /// What the start-up identity check found.
@@ -836,6 +1109,7 @@ async fn serve(
 /// change at a time; retried while any is missing.
 async fn keep_learners(
     raft: Raft,
+    identity: Arc<Identity>,
     me: NodeId,
     learners: Vec<Member>,
     mut stop: watch::Receiver<bool>,
@@ -848,10 +1122,14 @@ async fn keep_learners(
         let missing = {
             let m = metrics.borrow_and_update();
             let leading = m.state == ServerState::Leader && m.current_leader == Some(me);
+            // A learner that held the cluster's state and is missing was
+            // removed by an operator (`ctl members remove`): not re-added.
+            let joined = identity.current().joined;
             leading
                 .then(|| {
                     learners
                         .iter()
+                        .filter(|l| !joined.contains(&l.id))
                         .find(|l| m.membership_config.membership().get_node(&l.id).is_none())
                         .cloned()
                 })

@@ -3,7 +3,6 @@
 //! and the failover leader loop both go through `Proposer`; the loop sees
 //! it only as `Propose`, so it depends on no node or network code.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +14,7 @@ use tokio::sync::watch;
 
 use crate::clock::{millis, now_ms};
 use crate::command::{Command, Outcome, RejectRule, Rejection};
-use crate::state::ClusterState;
+use crate::state::{ClusterState, Preview};
 use crate::types::alias::{Raft, RaftMetrics};
 use crate::types::Member;
 use crate::view::NodeId;
@@ -113,7 +112,7 @@ pub(crate) struct Proposer {
     /// The check-quorum window (the election timeout's upper bound).
     pub election_timeout_max: Duration,
     /// Where to point callers when another node leads.
-    pub members: Arc<BTreeMap<NodeId, Member>>,
+    pub members: crate::roster::Roster,
     /// The applied state, for the dry run before proposing.
     pub state_rx: watch::Receiver<Arc<ClusterState>>,
 }
@@ -132,7 +131,7 @@ impl Proposer {
     /// moments ago has not heard its first ack yet: wait for it, at most one
     /// election timeout, rather than answer `NoLeader` to every write in
     /// the first milliseconds of a term.
-    async fn check_quorum(&self) -> Result<(), ProposeError> {
+    pub(crate) async fn check_quorum(&self) -> Result<(), ProposeError> {
         let mut metrics = self.raft.metrics();
         let first_ack = metrics
             .wait_for(|m| m.state != ServerState::Leader || m.millis_since_quorum_ack.is_some());
@@ -145,13 +144,21 @@ impl Proposer {
         Ok(())
     }
 
+    pub(crate) fn not_leader_for(
+        &self,
+        leader: Option<NodeId>,
+        node: Option<Member>,
+    ) -> ProposeError {
+        self.not_leader(leader, node)
+    }
+
     fn not_leader(&self, leader: Option<NodeId>, node: Option<Member>) -> ProposeError {
         match leader {
             Some(leader) => ProposeError::NotLeader {
                 leader,
                 admin_addr: self
                     .members
-                    .get(&leader)
+                    .get(leader)
                     .map(|m| m.admin_addr.clone())
                     .or_else(|| node.map(|n| n.admin_addr)),
             },
@@ -165,6 +172,22 @@ impl Proposer {
     /// A command the rules refuse is refused here and never enters the log.
     /// Returns the version the command would take.
     async fn dry_run(&self, cmd: &Command) -> Result<u64, ProposeError> {
+        Ok(self.preview(cmd).await?.version)
+    }
+
+    /// The dry run's answer in full: what `cmd` would do against everything
+    /// committed before now, read on the leader after openraft's
+    /// linearizable read. A follower answers `NotLeader` (its own applied
+    /// state may lag the leader's, e.g. not yet hold the zones learned from
+    /// the formation entry); the caller forwards.
+    pub(crate) async fn preview(&self, cmd: &Command) -> Result<Preview, ProposeError> {
+        self.ensure_read().await?;
+        Ok(self.state_rx.borrow().check(cmd)?)
+    }
+
+    /// Confirm leadership with a quorum and wait until this node applied
+    /// up to the leader's read index (openraft's linearizable read).
+    pub(crate) async fn ensure_read(&self) -> Result<(), ProposeError> {
         let read = tokio::time::timeout(self.propose_timeout, self.raft.ensure_linearizable());
         match read.await {
             Ok(Ok(_)) => {}
@@ -177,7 +200,7 @@ impl Proposer {
             }
             Ok(Err(RaftError::Fatal(e))) => return Err(ProposeError::Fatal(e.to_string())),
         }
-        Ok(self.state_rx.borrow().check(cmd)?.version)
+        Ok(())
     }
 
     async fn write(&self, cmd: Command) -> Result<Applied, ProposeError> {

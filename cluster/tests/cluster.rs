@@ -87,6 +87,15 @@ impl TestCluster {
     }
 
     async fn start_with(layout: &[(&str, Role)], timing: Timing) -> Self {
+        Self::start_with_faults(layout, timing, Arc::new(FaultTable::new())).await
+    }
+
+    /// Like `start_with`, with links cut before any node starts.
+    async fn start_with_faults(
+        layout: &[(&str, Role)],
+        timing: Timing,
+        faults: Arc<FaultTable>,
+    ) -> Self {
         let mut listeners = BTreeMap::new();
         let mut members = Vec::new();
         for (i, (zone, role)) in layout.iter().enumerate() {
@@ -106,7 +115,7 @@ impl TestCluster {
             members,
             nodes: BTreeMap::new(),
             dirs: BTreeMap::new(),
-            faults: Arc::new(FaultTable::new()),
+            faults,
         };
         for (id, listener) in listeners {
             cluster.dirs.insert(id, tempfile::tempdir().unwrap());
@@ -334,6 +343,56 @@ async fn three_nodes_elect_one_leader_and_replicate_decisions_in_order() {
                 view.zones[&z("az-b")],
                 ZoneStatus::FailedOver { target: z("az-c") }
             );
+        }
+        cluster.shutdown().await;
+    })
+    .await;
+}
+
+/// Regression (control_plane's flaky dry run, `unknown_zone … known zones: `):
+/// a dry run checked against the receiving node's own applied state saw no
+/// zones on a node that had not applied the formation entry yet. It is now
+/// answered on the leader after a linearizable read; elsewhere it says
+/// where the leader is (or that none is known), never a rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_is_never_answered_from_a_state_that_has_not_applied_formation() {
+    with_timeout(async {
+        let mut layout = three_zones().to_vec();
+        layout.push(("az-a", Role::Learner));
+        // Node 4 (a learner) hears nothing from anyone: it never applies
+        // the formation entry, so its own state knows no zones.
+        let faults = Arc::new(FaultTable::new());
+        for from in 1..=3 {
+            faults.block(from, 4);
+        }
+        let timing = Timing {
+            propose_timeout: Duration::from_secs(3),
+            ..Timing::default()
+        };
+        let cluster = TestCluster::start_with_faults(&layout, timing, faults).await;
+        let voters = [1, 2, 3];
+        let leader = cluster.wait_leader(&voters).await;
+        let cmd = failover("az-a", "az-b");
+        assert!(cluster.node(4).state_snapshot().zones().is_empty());
+        // The old answer: a refusal by a rule that does not hold.
+        assert_eq!(
+            cluster.node(4).dry_run(&cmd).map_err(|r| r.rule),
+            Err(RejectRule::UnknownZone)
+        );
+        match cluster.node(4).preview(&cmd).await {
+            Err(ProposeError::NoLeader | ProposeError::NotLeader { .. }) => {}
+            other => panic!("a node without the formation entry answered {other:?}"),
+        }
+        // Every voter answers with the leader's state (or points to it).
+        for id in voters {
+            match cluster.node(id).preview(&cmd).await {
+                Ok(p) => {
+                    assert_eq!(id, leader);
+                    assert_eq!(p.version, 1);
+                }
+                Err(ProposeError::NotLeader { leader: l, .. }) => assert_eq!(l, leader),
+                other => panic!("node {id} answered {other:?}"),
+            }
         }
         cluster.shutdown().await;
     })

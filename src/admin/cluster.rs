@@ -26,7 +26,7 @@ pub struct Identity {
 }
 
 /// Header a forwarded write carries, so it is never forwarded twice.
-const FORWARDED: &str = "x-zonegate-forwarded-by";
+pub(crate) const FORWARDED: &str = "x-zonegate-forwarded-by";
 
 /// How long a follower waits for the leader's answer to a forwarded write:
 /// past the leader's own propose timeout (5 s), so the leader's answer
@@ -54,6 +54,9 @@ pub enum AdminError {
     /// its reason): look for it in the history before retrying.
     #[error("outcome unknown: {message}; check `zonegate ctl decisions` (GET /admin/v1/decisions) for version {check_version} or later before retrying")]
     OutcomeUnknown { message: String, check_version: u64 },
+    /// A membership change whose commit could not be confirmed.
+    #[error("outcome unknown: {0}; check `zonegate ctl members` (GET /admin/v1/members) before retrying")]
+    MembershipUnknown(String),
     #[error("the leader could not be reached: {0}")]
     LeaderUnreachable(String),
     #[error("control plane failed: {0}")]
@@ -67,7 +70,9 @@ impl AdminError {
             AdminError::Forbidden(_) => StatusCode::FORBIDDEN,
             AdminError::NoControlPlane | AdminError::NoLeader(_) => StatusCode::SERVICE_UNAVAILABLE,
             AdminError::Rejected { .. } => StatusCode::CONFLICT,
-            AdminError::OutcomeUnknown { .. } => StatusCode::GATEWAY_TIMEOUT,
+            AdminError::OutcomeUnknown { .. } | AdminError::MembershipUnknown(_) => {
+                StatusCode::GATEWAY_TIMEOUT
+            }
             AdminError::LeaderUnreachable(_) => StatusCode::BAD_GATEWAY,
             AdminError::Fatal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -81,7 +86,9 @@ impl AdminError {
             AdminError::NoControlPlane => "no_control_plane",
             AdminError::NoLeader(_) => "no_leader",
             AdminError::Rejected { rule, .. } => rule,
-            AdminError::OutcomeUnknown { .. } => "outcome_unknown",
+            AdminError::OutcomeUnknown { .. } | AdminError::MembershipUnknown(_) => {
+                "outcome_unknown"
+            }
             AdminError::LeaderUnreachable(_) => "leader_unreachable",
             AdminError::Fatal(_) => "internal_error",
         }
@@ -91,7 +98,7 @@ impl AdminError {
     fn outcome(&self) -> &'static str {
         match self {
             AdminError::Rejected { .. } => "rejected",
-            AdminError::OutcomeUnknown { .. } => "unknown",
+            AdminError::OutcomeUnknown { .. } | AdminError::MembershipUnknown(_) => "unknown",
             AdminError::BadRequest(_) => "invalid",
             _ => "failed",
         }
@@ -114,7 +121,7 @@ impl IntoResponse for AdminError {
     }
 }
 
-fn http() -> &'static reqwest::Client {
+pub(crate) fn http() -> &'static reqwest::Client {
     static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
     CLIENT.get_or_init(|| {
         reqwest::Client::builder()
@@ -248,6 +255,9 @@ pub async fn cluster(
         "stale": stale,
         "rejoining": node.rejoining(),
         "voters": status.voters,
+        // Where this node's [[cluster.members]] differs from the
+        // replicated membership (the truth after formation).
+        "bootstrap_differs": status.bootstrap_differs,
         "decision_version": view.decision_version,
         "automation": view.automation,
         "zones": zones,
@@ -382,6 +392,12 @@ pub async fn write(
     }
 }
 
+/// What the leader answered a write or a dry run.
+enum Answer {
+    Preview(zonegate_cluster::Preview),
+    Applied(zonegate_cluster::Applied),
+}
+
 async fn decide(
     gw: &Gateway,
     who: &Identity,
@@ -397,20 +413,20 @@ async fn decide(
     if let Some(v) = w.if_version {
         cmd = cmd.if_version(v);
     }
-    if w.dry_run {
-        return match node.dry_run(&cmd) {
-            Ok(preview) => Ok(Json(
-                json!({"dry_run": true, "would_apply": true, "preview": preview}),
-            )
-            .into_response()),
-            Err(r) => Err(AdminError::Rejected {
-                rule: r.rule.name(),
-                message: r.message,
-            }),
-        };
-    }
-    match node.propose(cmd).await {
-        Ok(applied) => {
+    // A dry run is answered by the leader, against everything committed
+    // (a linearizable read), never from this node's applied state, which
+    // may lag: it is forwarded like a write.
+    let answer = if w.dry_run {
+        node.preview(&cmd).await.map(Answer::Preview)
+    } else {
+        node.propose(cmd).await.map(Answer::Applied)
+    };
+    match answer {
+        Ok(Answer::Preview(preview)) => Ok(Json(
+            json!({"dry_run": true, "would_apply": true, "preview": preview}),
+        )
+        .into_response()),
+        Ok(Answer::Applied(applied)) => {
             gw.metrics
                 .decisions
                 .with_label_values(&[kind, "applied"])

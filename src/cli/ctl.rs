@@ -53,6 +53,8 @@ pub enum Verb {
         #[arg(long)]
         reason: Option<String>,
     },
+    /// Members: list, add, remove, promote, readdress (src/cli/members.rs).
+    Members(super::members::Members),
 }
 
 /// What every zone decision takes besides its zones.
@@ -103,6 +105,9 @@ pub async fn run(
     json_out: bool,
     verb: Verb,
 ) -> anyhow::Result<()> {
+    if let Verb::Members(m) = verb {
+        return super::members::run(admin, token, json_out, m).await;
+    }
     let admin = admin.trim_end_matches('/');
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
@@ -226,6 +231,7 @@ fn request_of(verb: &Verb) -> (reqwest::Method, String, Option<Value>) {
             "/admin/v1/unfreeze".into(),
             Some(json!({"reason": reason})),
         ),
+        Verb::Members(m) => super::members::request_of(m),
     }
 }
 

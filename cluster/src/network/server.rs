@@ -5,7 +5,6 @@
 //! that is not a member, or whose vote names another node than the sender,
 //! is answered before the Raft node sees it, so it changes nothing.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -27,8 +26,8 @@ use crate::codec::{self, Bounded};
 use crate::detect::Report;
 use crate::failover::Failover;
 use crate::identity::{Identity, Mismatch, CLUSTER_HEADER, JOINED_HEADER};
+use crate::roster::Roster;
 use crate::types::alias::{AppendEntriesRequest, InstallSnapshotRequest, Raft, Vote, VoteRequest};
-use crate::types::Member;
 use crate::view::NodeId;
 
 /// A ceiling on every RPC body, above axum's 2 MiB default: the largest
@@ -40,7 +39,7 @@ const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 pub struct RaftService {
     raft: Raft,
     secret: Arc<str>,
-    members: BTreeMap<NodeId, Member>,
+    members: Roster,
     failover: Option<Arc<Failover>>,
     identity: Option<Arc<Identity>>,
     /// When an append from a current leader last arrived.
@@ -48,7 +47,7 @@ pub struct RaftService {
 }
 
 impl RaftService {
-    pub fn new(raft: Raft, secret: Arc<str>, members: BTreeMap<NodeId, Member>) -> Self {
+    pub(crate) fn new(raft: Raft, secret: Arc<str>, members: Roster) -> Self {
         Self {
             raft,
             secret,
@@ -232,7 +231,7 @@ fn authenticate(service: &RaftService, headers: &HeaderMap) -> Result<NodeId, Re
         .and_then(|v| v.to_str().ok())
         .and_then(|s| s.parse::<NodeId>().ok())
         .ok_or(Refusal::UnknownSender)?;
-    if !service.members.contains_key(&sender) {
+    if !service.members.contains(sender) {
         return Err(Refusal::UnknownSender);
     }
     Ok(sender)
@@ -366,7 +365,7 @@ async fn report(
     let failover = service.failover.as_ref().ok_or(Refusal::NoDetector)?;
     let zone = service
         .members
-        .get(&sender)
+        .get(sender)
         .map(|m| m.zone.clone())
         .ok_or(Refusal::UnknownSender)?;
     let leading_term = {
@@ -417,9 +416,14 @@ async fn rejoin(
             .and_then(|r| r.get(&sender).copied().flatten())
             .map(|l| l.index);
         let applied = m.last_applied.map(|l| l.index);
+        // Its bootstrap role, else the role its membership record names
+        // (a member added by `ctl members`).
         let votes = service
             .members
+            .bootstrap()
             .get(&sender)
+            .cloned()
+            .or_else(|| membership.get_node(&sender).cloned())
             .is_some_and(|mm| mm.role.votes());
         (votes && matched.is_some() && matched >= applied)
             .then(|| ChangeMembers::AddVoterIds([sender].into()))

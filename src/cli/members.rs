@@ -1,0 +1,260 @@
+//! `zonegate ctl members`: list the replicated membership, and change it
+//! one step at a time (`add`, `remove`, `promote`, `readdress`) through
+//! `GET|POST /admin/v1/members`. Exit codes as every `ctl` verb: 0 done,
+//! 1 refused by a rule (its name is printed), 2 bad usage or unreachable
+//! before sending, 3 outcome unknown.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::{json, Value};
+
+use super::ctl::{CtlFailure, EXIT_OUTCOME_UNKNOWN, EXIT_REFUSED, EXIT_USAGE};
+
+/// `ctl members [VERB]`; without a verb, the list.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Members {
+    #[command(subcommand)]
+    pub op: Option<MembersOp>,
+}
+
+/// One membership change.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum MembersOp {
+    /// List members with role, addresses, match index and lag.
+    List,
+    /// Add a new member (a voter or witness is added as a learner first,
+    /// then promoted once caught up). Node ids are never reused.
+    Add {
+        #[arg(long)]
+        id: u64,
+        #[arg(long)]
+        zone: String,
+        /// `host:port` of its Raft listener.
+        #[arg(long)]
+        raft: String,
+        /// `host:port` of its admin API.
+        #[arg(long)]
+        admin: String,
+        #[arg(long, value_parser = ["voter", "learner", "witness"], default_value = "learner")]
+        role: String,
+    },
+    /// Remove a member (refused if it would lose quorum or leave a zone
+    /// without the voter its topology requires).
+    Remove {
+        #[arg(long)]
+        id: u64,
+    },
+    /// Make a caught-up learner a voter.
+    Promote {
+        #[arg(long)]
+        id: u64,
+    },
+    /// Change a member's Raft and admin addresses.
+    Readdress {
+        #[arg(long)]
+        id: u64,
+        #[arg(long)]
+        raft: String,
+        #[arg(long)]
+        admin: String,
+    },
+}
+
+/// The request a verb sends: `None` body for the list (a GET).
+pub fn request_of(m: &Members) -> (reqwest::Method, String, Option<Value>) {
+    let body = match m.op.as_ref().unwrap_or(&MembersOp::List) {
+        MembersOp::List => None,
+        MembersOp::Add {
+            id,
+            zone,
+            raft,
+            admin,
+            role,
+        } => Some(json!({"op": "add", "member": {
+            "id": id, "zone": zone, "raft_addr": raft, "admin_addr": admin, "role": role,
+        }})),
+        MembersOp::Remove { id } => Some(json!({"op": "remove", "id": id})),
+        MembersOp::Promote { id } => Some(json!({"op": "promote", "id": id})),
+        MembersOp::Readdress { id, raft, admin } => Some(json!({
+            "op": "readdress", "id": id, "raft_addr": raft, "admin_addr": admin,
+        })),
+    };
+    let method = if body.is_some() {
+        reqwest::Method::POST
+    } else {
+        reqwest::Method::GET
+    };
+    (method, "/admin/v1/members".into(), body)
+}
+
+fn fail(exit: u8, message: String) -> anyhow::Error {
+    anyhow::Error::new(CtlFailure { exit, message })
+}
+
+/// Runs `ctl members …` against `admin` and prints the members table (or
+/// the JSON answer with `--json`).
+pub async fn run(
+    admin: &str,
+    token: Option<&str>,
+    json_out: bool,
+    m: Members,
+) -> anyhow::Result<()> {
+    let admin = admin.trim_end_matches('/');
+    let client = reqwest::Client::builder()
+        // A change may wait for a learner to catch up and two commits.
+        .timeout(Duration::from_secs(60))
+        .build()
+        .context("cannot build an HTTP client")?;
+    let (method, path, body) = request_of(&m);
+    let writes = method == reqwest::Method::POST;
+    let mut req = client.request(method, format!("{admin}{path}"));
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    if let Some(b) = &body {
+        req = req.json(b);
+    }
+    let check = format!("check `zonegate ctl --admin {admin} members` before retrying");
+    let resp = match req.send().await {
+        Ok(r) => r,
+        Err(e) if e.is_connect() || e.is_builder() || !writes => {
+            return Err(fail(EXIT_USAGE, format!("cannot reach {admin}: {e}; nothing was sent")))
+        }
+        Err(e) => {
+            return Err(fail(
+                EXIT_OUTCOME_UNKNOWN,
+                format!("outcome unknown: the change was sent to {admin} but its answer was lost ({e}); {check}"),
+            ))
+        }
+    };
+    let status = resp.status();
+    let text = resp.text().await.unwrap_or_default();
+    let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    if !status.is_success() {
+        if json_out && !value.is_null() {
+            println!("{value}");
+        }
+        let code = value["error"]["code"].as_str().unwrap_or("error");
+        let message = value["error"]["message"].as_str().unwrap_or(&text);
+        let message = if message.contains(code) {
+            format!("{message} (HTTP {status})")
+        } else {
+            format!("{code}: {message} (HTTP {status})")
+        };
+        let exit = if writes
+            && (code == "outcome_unknown" || status == reqwest::StatusCode::GATEWAY_TIMEOUT)
+        {
+            return Err(fail(EXIT_OUTCOME_UNKNOWN, format!("{message}\n{check}")));
+        } else if status == reqwest::StatusCode::BAD_REQUEST {
+            EXIT_USAGE
+        } else {
+            EXIT_REFUSED
+        };
+        return Err(fail(exit, message));
+    }
+    if json_out {
+        println!("{value}");
+    } else {
+        if writes {
+            println!("committed: {}", value["op"].as_str().unwrap_or("change"));
+        }
+        print!("{}", table(&value));
+    }
+    Ok(())
+}
+
+fn cell(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The members table; then where the bootstrap list differs, if it does.
+pub fn table(v: &Value) -> String {
+    let header = ["ID", "ZONE", "ROLE", "RAFT", "ADMIN", "MATCHED", "LAG"];
+    let rows: Vec<Vec<String>> = v["members"]
+        .as_array()
+        .map(|ms| {
+            ms.iter()
+                .map(|m| {
+                    let role = cell(&m["role"]);
+                    let role = if m["leader"] == true {
+                        format!("{role} (leader)")
+                    } else {
+                        role
+                    };
+                    vec![
+                        cell(&m["id"]),
+                        cell(&m["zone"]),
+                        role,
+                        cell(&m["raft_addr"]),
+                        cell(&m["admin_addr"]),
+                        cell(&m["matched_index"]),
+                        cell(&m["lag"]),
+                    ]
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].len())
+                .chain([header[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        format!("{}\n", padded.join("  ").trim_end())
+    };
+    let mut out = line(header.to_vec());
+    for r in &rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+    }
+    if let Some(diffs) = v["bootstrap_differs"].as_array().filter(|d| !d.is_empty()) {
+        out.push_str("\n[[cluster.members]] differs from the replicated membership (the truth):\n");
+        for d in diffs {
+            out.push_str(&format!("  {}\n", cell(d)));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_members_table_lists_role_addresses_match_and_lag() {
+        let v = json!({"members": [
+            {"id": 1, "zone": "az-a", "role": "voter", "raft_addr": "r1", "admin_addr": "a1", "leader": true, "matched_index": 12, "lag": 0},
+            {"id": 4, "zone": "az-a", "role": "learner", "raft_addr": "r4", "admin_addr": "a4", "leader": false, "matched_index": null, "lag": null},
+        ], "bootstrap_differs": ["member 4 (az-a, learner) is in the replicated membership but not in [[cluster.members]]"]});
+        let t = table(&v);
+        assert!(t.starts_with("ID  ZONE  ROLE"), "{t}");
+        assert!(t.contains("voter (leader)"), "{t}");
+        assert!(t.contains("4   az-a  learner"), "{t}");
+        assert!(t.contains("differs"), "{t}");
+    }
+
+    #[test]
+    fn each_verb_sends_its_change() {
+        let (m, _, body) = request_of(&Members {
+            op: Some(MembersOp::Promote { id: 4 }),
+        });
+        assert_eq!(m, reqwest::Method::POST);
+        assert_eq!(body, Some(json!({"op": "promote", "id": 4})));
+        let (m, _, body) = request_of(&Members { op: None });
+        assert_eq!(m, reqwest::Method::GET);
+        assert_eq!(body, None);
+    }
+}
