@@ -5,6 +5,7 @@
 
 mod cluster;
 mod dashboard;
+mod outlook;
 
 use std::sync::Arc;
 
@@ -29,6 +30,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/admin/v1/failback", post(cluster::write))
         .route("/admin/v1/freeze", post(cluster::write))
         .route("/admin/v1/unfreeze", post(cluster::write))
+        .route("/admin/v1/outlook", get(outlook::outlook))
         .route("/admin/v1/backends", get(backends))
         .route("/admin/v1/events", get(events))
         .route("/admin/v1/whoami", get(whoami))
