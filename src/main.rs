@@ -37,6 +37,7 @@ struct Cli {
 enum Command {
     /// Run one gateway node.
     Serve {
+        /// The node's TOML config file.
         #[arg(long)]
         config: PathBuf,
         /// This node lost its data_dir: catch up as a learner, then be
@@ -45,11 +46,16 @@ enum Command {
         rejoin: bool,
     },
     /// Validate a config file and exit.
-    CheckConfig { file: PathBuf },
+    CheckConfig {
+        /// The TOML config file to check.
+        file: PathBuf,
+    },
     /// A local cluster with mock backends on loopback; Ctrl-C stops it.
     Demo {
+        /// Where the az-a node listens for inference requests.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: String,
+        /// Where the az-a node serves its admin API and dashboard.
         #[arg(long, default_value = "127.0.0.1:9090")]
         admin_listen: String,
     },
@@ -61,19 +67,22 @@ enum Command {
         /// Admin bearer token.
         #[arg(long, env = "ZONEGATE_ADMIN_TOKEN", hide_env_values = true)]
         token: Option<String>,
-        /// Print the admin API's JSON instead of tables.
-        #[arg(long)]
+        /// Print the admin API's JSON (raw values, times in epoch ms)
+        /// instead of tables; accepted before or after the verb.
+        #[arg(long, global = true)]
         json: bool,
         #[command(subcommand)]
         verb: zonegate::cli::ctl::Verb,
     },
     /// An OpenAI-compatible fake inference server with injectable faults.
     MockBackend {
+        /// Address to listen on, e.g. 127.0.0.1:0.
         #[arg(long)]
         listen: SocketAddr,
         /// Name reported in stats and responses (default: the address).
         #[arg(long)]
         name: Option<String>,
+        /// Zone reported in stats and responses.
         #[arg(long)]
         zone: Option<String>,
         /// A model it serves (repeatable); none means any name.
