@@ -5,6 +5,7 @@
 
 mod cluster;
 mod dashboard;
+mod explain;
 mod outlook;
 
 use std::sync::Arc;
@@ -31,6 +32,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/admin/v1/freeze", post(cluster::write))
         .route("/admin/v1/unfreeze", post(cluster::write))
         .route("/admin/v1/outlook", get(outlook::outlook))
+        .route("/admin/v1/explain", get(explain::explain))
         .route("/admin/v1/backends", get(backends))
         .route("/admin/v1/events", get(events))
         .route("/admin/v1/whoami", get(whoami))

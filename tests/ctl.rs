@@ -306,3 +306,74 @@ async fn watch_without_a_terminal_prints_one_line_per_change() {
     }
     child.kill().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_agrees_with_the_data_plane_for_a_pinned_session_in_a_failed_over_zone() {
+    let cluster = TestCluster::start(2, "").await;
+    cluster.leader().await;
+    let a = cluster.in_zone("az-a");
+    let admin = a.admin.clone();
+    let send = || async {
+        let r = a
+            .chat()
+            .header("x-session-id", "s-explain")
+            .json(&chat_body(32, false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let h = |n: &str| {
+            r.headers()
+                .get(n)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        (
+            h("x-zonegate-zone"),
+            h("x-zonegate-backend"),
+            h("x-zonegate-route"),
+        )
+    };
+    // The session is pinned to az-a by its first request.
+    let (zone, _, _) = send().await;
+    assert_eq!(zone, "az-a");
+    let args = [
+        "explain",
+        "--model",
+        MODEL,
+        "--session",
+        "s-explain",
+        "--max-tokens",
+        "32",
+    ];
+    let v = json_of(&ctl_ok(&admin, &[&args[..], &["--json"]].concat()).await);
+    assert_eq!(v["home"], "az-a", "{v}");
+    assert_eq!(v["effective_zone"], "az-a", "{v}");
+
+    ctl_ok(&admin, &["failover", "--from", "az-a", "--to", "az-b"]).await;
+    cluster.all_at(1).await;
+    let v = json_of(&ctl_ok(&admin, &[&args[..], &["--json"]].concat()).await);
+    assert_eq!(v["home"], "az-a", "{v}");
+    assert_eq!(v["effective_zone"], "az-b", "{v}");
+    assert_eq!(v["class"], "short", "{v}");
+    let first = &v["zones"][0];
+    assert_eq!(first["zone"], "az-b", "{v}");
+    let candidates: Vec<String> = first["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap().to_owned())
+        .collect();
+    let (zone, backend, route) = send().await;
+    assert_eq!(zone, "az-b", "route {route}");
+    assert!(
+        candidates.contains(&backend),
+        "{backend} not in {candidates:?}"
+    );
+    let out = ctl_ok(&admin, &args).await;
+    assert!(
+        out.contains("effective zone: az-b (az-a is failed over to az-b"),
+        "{out}"
+    );
+}

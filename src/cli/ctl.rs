@@ -69,6 +69,23 @@ pub enum Verb {
         #[arg(long, default_value_t = 1.0)]
         interval: f64,
     },
+    /// How a node would route a request now, without sending it: the
+    /// effective zone and why, candidate backends, fallbacks.
+    Explain {
+        /// The model the request names.
+        #[arg(long)]
+        model: String,
+        /// The session id (`x-session-id`); its home zone comes from the
+        /// node's pin table.
+        #[arg(long)]
+        session: Option<String>,
+        /// The zone the request enters at (default: the node's own).
+        #[arg(long)]
+        zone: Option<String>,
+        /// The request's max_tokens (none: a long request).
+        #[arg(long)]
+        max_tokens: Option<u64>,
+    },
 }
 
 /// What every zone decision takes besides its zones.
@@ -426,9 +443,38 @@ fn request_of(verb: &Verb) -> (reqwest::Method, String, Option<Value>) {
             "/admin/v1/unfreeze".into(),
             Some(json!({"reason": reason})),
         ),
+        Verb::Explain {
+            model,
+            session,
+            zone,
+            max_tokens,
+        } => {
+            let mut path = format!("/admin/v1/explain?model={}", query(model));
+            for (k, v) in [("session", session.clone()), ("zone", zone.clone())] {
+                if let Some(v) = v {
+                    path.push_str(&format!("&{k}={}", query(&v)));
+                }
+            }
+            if let Some(n) = max_tokens {
+                path.push_str(&format!("&max_tokens={n}"));
+            }
+            (Method::GET, path, None)
+        }
         // Status, watch and the zone decisions take more than one call.
         _ => (Method::GET, "/admin/v1/cluster".into(), None),
     }
+}
+
+/// Percent-encodes a query value (everything but unreserved characters).
+fn query(v: &str) -> String {
+    v.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 impl DecideOpts {

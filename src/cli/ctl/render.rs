@@ -61,6 +61,7 @@ pub fn render_with(verb: &Verb, v: &Value, look: &Look) -> String {
         Verb::Status | Verb::Watch { .. } => status(v, look),
         Verb::Backends => backends(v),
         Verb::Decisions { .. } => decisions(v, look),
+        Verb::Explain { .. } => explain(v),
         Verb::Failover { opts, .. } | Verb::Failback { opts, .. } if opts.dry_run => preview(v),
         _ => format!(
             "committed: {} as decision version {}\n",
@@ -188,6 +189,76 @@ fn status(v: &Value, look: &Look) -> String {
             s(&d["reason"]),
         );
     }
+    out
+}
+
+fn explain(v: &Value) -> String {
+    let mut out = format!(
+        "model {} ({} request) on node {} at decision version {}\n",
+        s(&v["model"]),
+        s(&v["class"]),
+        s(&v["node"]),
+        s(&v["decision_version"]),
+    );
+    let _ = writeln!(out, "home: {} ({})", s(&v["home"]), s(&v["home_why"]));
+    let _ = writeln!(
+        out,
+        "effective zone: {} ({})",
+        s(&v["effective_zone"]),
+        s(&v["effective_why"])
+    );
+    let withheld: Vec<String> = v["withheld_zones"]
+        .as_array()
+        .map(|z| z.iter().map(s).collect())
+        .unwrap_or_default();
+    let cross = if v["may_cross_zones"] == true {
+        "yes".to_owned()
+    } else if withheld.is_empty() {
+        "no (no other active zone)".to_owned()
+    } else {
+        format!(
+            "no ({} withheld for this request class)",
+            withheld.join(",")
+        )
+    };
+    let _ = writeln!(out, "may cross zones: {cross}");
+    let fallbacks: Vec<String> = v["fallback_models"]
+        .as_array()
+        .map(|m| m.iter().map(s).collect())
+        .unwrap_or_default();
+    if !fallbacks.is_empty() {
+        let _ = writeln!(out, "fallback models: {}", fallbacks.join(" → "));
+    }
+    let mut list = Vec::new();
+    if let Some(zones) = v["zones"].as_array() {
+        for (i, z) in zones.iter().enumerate() {
+            for b in z["backends"].as_array().into_iter().flatten() {
+                list.push(vec![
+                    (i + 1).to_string(),
+                    s(&z["zone"]),
+                    s(&b["name"]),
+                    s(&b["state"]),
+                    s(&b["weight"]),
+                    s(&b["effective_weight"]),
+                    s(&b["in_flight"]),
+                ]);
+            }
+        }
+    }
+    out.push('\n');
+    out.push_str(&table(
+        &[
+            "ORDER",
+            "ZONE",
+            "BACKEND",
+            "STATE",
+            "WEIGHT",
+            "EFFECTIVE",
+            "IN_FLIGHT",
+        ],
+        &list,
+    ));
+    let _ = writeln!(out, "note: {}", s(&v["note"]));
     out
 }
 
