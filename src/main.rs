@@ -74,6 +74,15 @@ enum Command {
         #[command(subcommand)]
         verb: zonegate::cli::ctl::Verb,
     },
+    /// Print a shell completion script, e.g.
+    /// `zonegate completions bash > /etc/bash_completion.d/zonegate`.
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), e.g. `zonegate man | man -l -`.
+    Man,
     /// An OpenAI-compatible fake inference server with injectable faults.
     MockBackend {
         /// Address to listen on, e.g. 127.0.0.1:0.
@@ -93,6 +102,25 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Generated from the CLI definition, before any runtime or logging.
+    match cli.command {
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "zonegate", &mut std::io::stdout());
+            return ExitCode::SUCCESS;
+        }
+        Command::Man => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            return match clap_mangen::Man::new(cmd).render(&mut std::io::stdout()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("zonegate: cannot write the man page: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        _ => {}
+    }
     telemetry::init_tracing(cli.log_format);
     if cli.exit_with_parent {
         zonegate::node::lifecycle::exit_when_stdin_closes();
@@ -127,6 +155,7 @@ fn main() -> ExitCode {
                 json,
                 verb,
             } => zonegate::cli::ctl::run(&admin, token.as_deref(), json, verb).await,
+            Command::Completions { .. } | Command::Man => Ok(()),
             Command::MockBackend {
                 listen,
                 name,
@@ -152,5 +181,34 @@ fn main() -> ExitCode {
             // outcome unknown).
             ExitCode::from(zonegate::cli::ctl::exit_code(&e))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every flag and argument of every command says what it is for
+    /// (`--help`, the completions and the man page all show it).
+    #[test]
+    fn every_argument_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in cmd.get_arguments() {
+                let builtin = matches!(a.get_id().as_str(), "help" | "version");
+                if !builtin && !a.is_hide_set() && a.get_help().is_none() {
+                    missing.push(format!("{path} {}", a.get_id()));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(
+            &<Cli as clap::CommandFactory>::command(),
+            "zonegate",
+            &mut missing,
+        );
+        assert!(missing.is_empty(), "arguments without help: {missing:?}");
     }
 }

@@ -377,3 +377,22 @@ async fn explain_agrees_with_the_data_plane_for_a_pinned_session_in_a_failed_ove
         "{out}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_and_man_page_come_from_the_cli_definition() {
+    for (args, want) in [
+        (&["completions", "bash"][..], "failover"),
+        (&["completions", "zsh"][..], "--dry-run"),
+        (&["completions", "fish"][..], "explain"),
+        (&["man"][..], ".TH zonegate"),
+    ] {
+        let out = tokio::process::Command::new(bin())
+            .args(args)
+            .output()
+            .await
+            .unwrap();
+        assert!(out.status.success(), "{args:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(want), "{args:?} lacks {want}");
+    }
+}
