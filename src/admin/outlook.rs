@@ -19,7 +19,6 @@ use axum::Json;
 use serde_json::{json, Value};
 use zonegate_cluster::{Automation, FailoverConfig, ZoneControl, ZoneHealth, ZoneId, ZoneStatus};
 
-use crate::cli::ctl::human_ms;
 use crate::clock::unix_ms;
 use crate::node::gateway::Gateway;
 
@@ -205,6 +204,19 @@ fn next_line(n: &Next<'_>) -> String {
             };
             format!("{count}; will fail over to {to} {when}{dwell} unless it recovers")
         }
+    }
+}
+
+/// A short human duration (`850ms`, `4s`, `2m10s`, `1h05m`), as `ctl`
+/// prints them; a copy of `cli::ctl::human_ms`, since `admin` sits below
+/// `cli` in the layering and must not import it.
+fn human_ms(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0 => format!("{ms}ms"),
+        1..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
     }
 }
 
