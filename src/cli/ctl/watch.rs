@@ -1,8 +1,10 @@
 //! `zonegate ctl watch`: the cluster live. On a terminal it redraws the
-//! status (with recent decisions) every interval; otherwise (a pipe, a
+//! status (with each zone's score trend, recent decisions and events)
+//! every interval; otherwise (a pipe, a
 //! shared incident channel) it prints one line each time the cluster's
 //! state changes. Ctrl-C stops it.
 
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -23,6 +25,7 @@ pub(crate) async fn run(
     let redraw = !json_out && std::io::stdout().is_terminal();
     let quiet = api.quiet();
     let mut last: Option<String> = None;
+    let mut trends: BTreeMap<String, VecDeque<f64>> = BTreeMap::new();
     loop {
         let now = crate::clock::unix_ms();
         let look = Look {
@@ -40,6 +43,11 @@ pub(crate) async fn run(
             match &polled {
                 Ok(v) => {
                     screen.push_str(&render::render_with(&Verb::Status, v, &look));
+                    record(&mut trends, v);
+                    screen.push_str("\nscore trend (oldest to newest):\n");
+                    for (zone, t) in &trends {
+                        let _ = writeln!(screen, "  {zone:<10} {}", spark(t));
+                    }
                     if let Ok(d) = quiet
                         .call(reqwest::Method::GET, "/admin/v1/decisions?limit=5", None)
                         .await
@@ -81,6 +89,33 @@ pub(crate) async fn run(
             _ = tokio::time::sleep(every) => {}
             _ = tokio::signal::ctrl_c() => return Ok(()),
         }
+    }
+}
+
+/// How many scores a zone's trend keeps.
+const TREND: usize = 20;
+
+/// Appends each zone's current score (0 when unscored) to its trend.
+fn record(trends: &mut BTreeMap<String, VecDeque<f64>>, v: &Value) {
+    for (zone, z) in v["zones"].as_object().into_iter().flatten() {
+        let t = trends.entry(zone.clone()).or_default();
+        t.push_back(z["score"].as_f64().unwrap_or(0.0));
+        if t.len() > TREND {
+            t.pop_front();
+        }
+    }
+}
+
+/// A sparkline of scores in [0, 1], with the latest value.
+pub fn spark(t: &VecDeque<f64>) -> String {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let line: String = t
+        .iter()
+        .map(|x| BARS[((x.clamp(0.0, 1.0) * 7.0).round()) as usize])
+        .collect();
+    match t.back() {
+        Some(x) => format!("{line} {x:.2}"),
+        None => line,
     }
 }
 
@@ -137,5 +172,31 @@ fn render_s(v: &Value) -> String {
         Value::Null => "-".into(),
         Value::String(s) => s.clone(),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn summary_names_what_changes_in_an_incident() {
+        let v = json!({
+            "leader": 2, "term": 3, "decision_version": 1, "automation": "auto",
+            "zones": {"az-a": {"status": "failed_over", "target": "az-b", "score": 0.1}, "az-b": {"status": "active"}},
+            "nodes": [{"id": 1, "decision_version": 1, "reachable": true, "stale": false},
+                      {"id": 3, "decision_version": 0, "reachable": false}]
+        });
+        assert_eq!(
+            summary(&v),
+            "leader 2 term 3 version 1 automation auto | az-a=failed_over→az-b az-b=active | nodes 1:v1 3:v0!"
+        );
+    }
+
+    #[test]
+    fn trend_is_a_sparkline_with_the_latest_score() {
+        let t: VecDeque<f64> = [0.0, 0.5, 1.0].into_iter().collect();
+        assert_eq!(spark(&t), "▁▅█ 1.00");
     }
 }
