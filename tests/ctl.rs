@@ -143,6 +143,14 @@ async fn failover_without_to_previews_the_leaders_target_and_its_undo() {
         )),
         "{out}"
     );
+    // So does the committed failback (without a terminal: no prompt).
+    let out = ctl_ok(&admin, &["failback", "--zone", "az-a"]).await;
+    assert!(
+        out.contains(&format!(
+            "undo: zonegate ctl failover --from az-a --to {target} --if-version 2"
+        )),
+        "{out}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

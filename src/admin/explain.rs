@@ -60,7 +60,7 @@ pub async fn explain(State(gw): State<Arc<Gateway>>, Query(q): Query<ExplainQuer
     let (home, home_why) = match (&pinned, &q.zone) {
         (Some(z), _) => (
             z.clone(),
-            format!("session pinned to {z} (this node's pin table)"),
+            format!("session pinned to {z} in this node's pin table"),
         ),
         (None, Some(z)) => (ZoneId::new(z), format!("enters at {z}")),
         (None, None) => (entry.clone(), format!("this node's zone, {entry}")),
@@ -80,7 +80,7 @@ pub async fn explain(State(gw): State<Arc<Gateway>>, Query(q): Query<ExplainQuer
         format!("{home} is active")
     } else {
         format!(
-            "{home} is failed over to {} (decision version {})",
+            "{home} is failed over to {} as of decision version {}",
             plan.effective, view.decision_version
         )
     };

@@ -276,17 +276,33 @@ async fn decide(
                 .as_u64()
                 .map(|n| n.saturating_sub(1));
         }
+        let changes = v["preview"]["changes"].clone();
         let v = api
             .call(post, &path, Some(commit.body(zones.clone())))
             .await?;
-        print!("{}", render::committed(kind, &zones, &v, chosen, look));
+        print!(
+            "{}",
+            render::committed(kind, &zones, &v, &changes, chosen, look)
+        );
         return Ok(());
+    }
+    // A failback's undo names the zone's target before it: read it first
+    // (best effort; without it the undo lets the leader choose).
+    let mut changes = Value::Null;
+    if let (false, Some(zone)) = (api.json_out, zones["zone"].as_str()) {
+        if let Ok(c) = api
+            .quiet()
+            .call(reqwest::Method::GET, "/admin/v1/cluster?scope=local", None)
+            .await
+        {
+            changes = json!([{"zone": zone, "before": c["zones"][zone].clone()}]);
+        }
     }
     let v = api
         .call(post, &path, Some(opts.body(zones.clone())))
         .await?;
     emit(api.json_out, &v, || {
-        render::committed(kind, &zones, &v, chosen, look)
+        render::committed(kind, &zones, &v, &changes, chosen, look)
     });
     Ok(())
 }

@@ -294,6 +294,7 @@ pub fn committed(
     kind: &str,
     zones: &Value,
     v: &Value,
+    changes: &Value,
     chosen: Option<&str>,
     look: &Look,
 ) -> String {
@@ -308,7 +309,7 @@ pub fn committed(
         s(&v["version"])
     );
     let version = v["version"].as_u64().unwrap_or(0);
-    if let Some(undo) = undo(kind, zones, &Value::Null, version) {
+    if let Some(undo) = undo(kind, zones, changes, version) {
         let _ = writeln!(out, "undo: {}", look.paint("1", &undo));
     }
     out
