@@ -61,11 +61,17 @@ enum Command {
     },
     /// Operate a cluster through its admin API.
     Ctl {
-        /// Admin URL of any node, e.g. http://127.0.0.1:9090.
-        #[arg(long, env = "ZONEGATE_ADMIN")]
-        admin: String,
+        /// Admin URL of any node, e.g. http://127.0.0.1:9090 (required;
+        /// before or after the verb).
+        #[arg(long, global = true, env = "ZONEGATE_ADMIN")]
+        admin: Option<String>,
         /// Admin bearer token.
-        #[arg(long, env = "ZONEGATE_ADMIN_TOKEN", hide_env_values = true)]
+        #[arg(
+            long,
+            global = true,
+            env = "ZONEGATE_ADMIN_TOKEN",
+            hide_env_values = true
+        )]
         token: Option<String>,
         /// Print the admin API's JSON (raw values, times in epoch ms)
         /// instead of tables; accepted before or after the verb.
@@ -154,7 +160,15 @@ fn main() -> ExitCode {
                 token,
                 json,
                 verb,
-            } => zonegate::cli::ctl::run(&admin, token.as_deref(), json, verb).await,
+            } => match admin {
+                Some(admin) => zonegate::cli::ctl::run(&admin, token.as_deref(), json, verb).await,
+                // Global arguments cannot be required in clap: checked here,
+                // with clap's exit code for bad usage.
+                None => Err(anyhow::Error::new(zonegate::cli::ctl::CtlFailure {
+                    exit: zonegate::cli::ctl::EXIT_USAGE,
+                    message: "ctl needs --admin URL (or ZONEGATE_ADMIN), e.g. --admin http://127.0.0.1:9090".into(),
+                })),
+            },
             Command::Completions { .. } | Command::Man => Ok(()),
             Command::MockBackend {
                 listen,

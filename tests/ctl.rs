@@ -184,6 +184,25 @@ async fn decisions_and_status_show_utc_times_with_ages_and_json_keeps_epoch_ms()
         let at = v["decisions"][0]["at_ms"].as_u64();
         assert!(at.is_some_and(|t| t > 1_600_000_000_000), "{args:?}: {v}");
     }
+
+    // --admin and --token after the verb too; without --admin: usage, 2.
+    let out = tokio::process::Command::new(bin())
+        .args(["ctl", "decisions", "--json", "--admin", &admin])
+        .args(["--token", ADMIN_TOKEN])
+        .env_remove("ZONEGATE_ADMIN")
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(json_of(&String::from_utf8_lossy(&out.stdout))["decisions"][0]["at_ms"].is_u64());
+    let out = tokio::process::Command::new(bin())
+        .args(["ctl", "status"])
+        .env_remove("ZONEGATE_ADMIN")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--admin"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
