@@ -5,7 +5,9 @@
 
 mod cluster;
 mod dashboard;
+mod explain;
 mod members;
+mod outlook;
 
 use std::sync::Arc;
 
@@ -34,6 +36,8 @@ pub fn router(gw: Arc<Gateway>) -> Router {
             "/admin/v1/members",
             get(members::list).post(members::change),
         )
+        .route("/admin/v1/outlook", get(outlook::outlook))
+        .route("/admin/v1/explain", get(explain::explain))
         .route("/admin/v1/backends", get(backends))
         .route("/admin/v1/events", get(events))
         .route("/admin/v1/whoami", get(whoami))

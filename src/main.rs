@@ -37,6 +37,7 @@ struct Cli {
 enum Command {
     /// Run one gateway node.
     Serve {
+        /// The node's TOML config file.
         #[arg(long)]
         config: PathBuf,
         /// This node lost its data_dir: catch up as a learner, then be
@@ -45,35 +46,58 @@ enum Command {
         rejoin: bool,
     },
     /// Validate a config file and exit.
-    CheckConfig { file: PathBuf },
+    CheckConfig {
+        /// The TOML config file to check.
+        file: PathBuf,
+    },
     /// A local cluster with mock backends on loopback; Ctrl-C stops it.
     Demo {
+        /// Where the az-a node listens for inference requests.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: String,
+        /// Where the az-a node serves its admin API and dashboard.
         #[arg(long, default_value = "127.0.0.1:9090")]
         admin_listen: String,
     },
     /// Operate a cluster through its admin API.
     Ctl {
-        /// Admin URL of any node, e.g. http://127.0.0.1:9090.
-        #[arg(long, env = "ZONEGATE_ADMIN")]
-        admin: String,
+        /// Admin URL of any node, e.g. http://127.0.0.1:9090 (required;
+        /// before or after the verb).
+        #[arg(long, global = true, env = "ZONEGATE_ADMIN")]
+        admin: Option<String>,
         /// Admin bearer token.
-        #[arg(long, env = "ZONEGATE_ADMIN_TOKEN", hide_env_values = true)]
+        #[arg(
+            long,
+            global = true,
+            env = "ZONEGATE_ADMIN_TOKEN",
+            hide_env_values = true
+        )]
         token: Option<String>,
-        /// Print the admin API's JSON instead of tables.
-        #[arg(long)]
+        /// Print the admin API's JSON (raw values, times in epoch ms)
+        /// instead of tables; accepted before or after the verb.
+        #[arg(long, global = true)]
         json: bool,
         #[command(subcommand)]
         verb: zonegate::cli::ctl::Verb,
     },
+    /// Print a shell completion script, e.g.
+    /// `zonegate completions bash > /etc/bash_completion.d/zonegate`.
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), e.g. `zonegate man | man -l -`.
+    Man,
     /// An OpenAI-compatible fake inference server with injectable faults.
     MockBackend {
+        /// Address to listen on, e.g. 127.0.0.1:0.
         #[arg(long)]
         listen: SocketAddr,
         /// Name reported in stats and responses (default: the address).
         #[arg(long)]
         name: Option<String>,
+        /// Zone reported in stats and responses.
         #[arg(long)]
         zone: Option<String>,
         /// A model it serves (repeatable); none means any name.
@@ -99,6 +123,25 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Generated from the CLI definition, before any runtime or logging.
+    match cli.command {
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "zonegate", &mut std::io::stdout());
+            return ExitCode::SUCCESS;
+        }
+        Command::Man => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            return match clap_mangen::Man::new(cmd).render(&mut std::io::stdout()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("zonegate: cannot write the man page: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        _ => {}
+    }
     telemetry::init_tracing(cli.log_format);
     if cli.exit_with_parent {
         zonegate::node::lifecycle::exit_when_stdin_closes();
@@ -156,7 +199,16 @@ fn main() -> ExitCode {
                 token,
                 json,
                 verb,
-            } => zonegate::cli::ctl::run(&admin, token.as_deref(), json, verb).await,
+            } => match admin {
+                Some(admin) => zonegate::cli::ctl::run(&admin, token.as_deref(), json, verb).await,
+                // Global arguments cannot be required in clap: checked here,
+                // with clap's exit code for bad usage.
+                None => Err(anyhow::Error::new(zonegate::cli::ctl::CtlFailure {
+                    exit: zonegate::cli::ctl::EXIT_USAGE,
+                    message: "ctl needs --admin URL (or ZONEGATE_ADMIN), e.g. --admin http://127.0.0.1:9090".into(),
+                })),
+            },
+            Command::Completions { .. } | Command::Man => Ok(()),
             Command::MockBackend {
                 listen,
                 name,
@@ -183,5 +235,34 @@ fn main() -> ExitCode {
             // outcome unknown).
             ExitCode::from(zonegate::cli::ctl::exit_code(&e))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every flag and argument of every command says what it is for
+    /// (`--help`, the completions and the man page all show it).
+    #[test]
+    fn every_argument_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in cmd.get_arguments() {
+                let builtin = matches!(a.get_id().as_str(), "help" | "version");
+                if !builtin && !a.is_hide_set() && a.get_help().is_none() {
+                    missing.push(format!("{path} {}", a.get_id()));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(
+            &<Cli as clap::CommandFactory>::command(),
+            "zonegate",
+            &mut missing,
+        );
+        assert!(missing.is_empty(), "arguments without help: {missing:?}");
     }
 }

@@ -13,31 +13,38 @@ use anyhow::Context;
 use serde_json::{json, Value};
 
 mod render;
-pub use render::render;
+mod watch;
+pub use render::{human_ms, render, when};
 
 /// One `ctl` verb and its arguments.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum Verb {
-    /// Cluster status: leader, term, decision version, zones, nodes.
+    /// Cluster status: leader, term, decision version, zones (with what the
+    /// automation will do next), nodes, and the last decision.
     Status,
     /// Backends as this node sees them.
     Backends,
     /// The decision history, newest first.
     Decisions {
+        /// How many decisions to show.
         #[arg(long, default_value_t = 20)]
         limit: usize,
     },
     /// Move the traffic homed in one zone to another.
     Failover {
+        /// The zone whose traffic moves away.
         #[arg(long)]
         from: String,
+        /// The zone that takes it; without it, the zone the leader's
+        /// detector would pick (the healthiest active zone).
         #[arg(long)]
-        to: String,
+        to: Option<String>,
         #[command(flatten)]
         opts: DecideOpts,
     },
     /// Give a failed-over zone its own traffic back.
     Failback {
+        /// The failed-over zone that takes its own traffic back.
         #[arg(long)]
         zone: String,
         #[command(flatten)]
@@ -45,16 +52,42 @@ pub enum Verb {
     },
     /// Stop automatic decisions (operators still decide).
     Freeze {
+        /// Why, for the decision history and the audit log.
         #[arg(long)]
         reason: Option<String>,
     },
     /// Allow automatic decisions again.
     Unfreeze {
+        /// Why, for the decision history and the audit log.
         #[arg(long)]
         reason: Option<String>,
     },
     /// Members: list, add, remove, promote, readdress (src/cli/members.rs).
     Members(super::members::Members),
+    /// Follow the cluster live: redraws status every interval on a
+    /// terminal, else prints one line per change. Ctrl-C stops it.
+    Watch {
+        /// Seconds between polls.
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+    },
+    /// How a node would route a request now, without sending it: the
+    /// effective zone and why, candidate backends, fallbacks.
+    Explain {
+        /// The model the request names.
+        #[arg(long)]
+        model: String,
+        /// The session id (`x-session-id`); its home zone comes from the
+        /// node's pin table.
+        #[arg(long)]
+        session: Option<String>,
+        /// The zone the request enters at (default: the node's own).
+        #[arg(long)]
+        zone: Option<String>,
+        /// The request's max_tokens (none: a long request).
+        #[arg(long)]
+        max_tokens: Option<u64>,
+    },
 }
 
 /// What every zone decision takes besides its zones.
@@ -66,9 +99,13 @@ pub struct DecideOpts {
     /// Refuse unless the current decision version is this one.
     #[arg(long)]
     if_version: Option<u64>,
-    /// Show what would move, or which rule would refuse it.
+    /// Show what would move, the rules checked and the undo command;
+    /// change nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Do not ask for confirmation (only a terminal is ever asked).
+    #[arg(long, short = 'y')]
+    yes: bool,
 }
 
 /// A `ctl` failure with the exit code it maps to; `main` exits with
@@ -108,67 +145,280 @@ pub async fn run(
     if let Verb::Members(m) = verb {
         return super::members::run(admin, token, json_out, m).await;
     }
-    let admin = admin.trim_end_matches('/');
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .context("cannot build an HTTP client")?;
-    let (method, path, body) = request_of(&verb);
-    let mut req = client.request(method.clone(), format!("{admin}{path}"));
-    if let Some(t) = token {
-        req = req.bearer_auth(t);
-    }
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let writes = method == reqwest::Method::POST;
-    let check = format!("check `zonegate ctl --admin {admin} decisions` before retrying");
-    let resp = match req.send().await {
-        Ok(resp) => resp,
-        // Nothing left this machine: safe to retry.
-        Err(e) if e.is_connect() || e.is_builder() || !writes => {
-            return Err(fail(
-                EXIT_USAGE,
-                format!("cannot reach {admin}: {e}; nothing was sent"),
-            ))
+    let api = Api::new(admin, token, json_out)?;
+    let look = render::Look::for_stdout();
+    match verb {
+        Verb::Status => {
+            let v = status_of(&api).await?;
+            emit(json_out, &v, || {
+                render::render_with(&Verb::Status, &v, &look)
+            });
+            Ok(())
         }
-        Err(e) => {
-            return Err(fail(
-                EXIT_OUTCOME_UNKNOWN,
-                format!("outcome unknown: the write was sent to {admin} but its answer was lost ({e}); it may have committed: {check}"),
-            ))
-        }
-    };
-    let status = resp.status();
-    let text = match resp.text().await {
-        Ok(text) => text,
-        Err(e) if writes => {
-            return Err(fail(
-                EXIT_OUTCOME_UNKNOWN,
-                format!("outcome unknown: the answer from {admin} was cut off ({e}); the write may have committed: {check}"),
-            ))
-        }
-        Err(e) => return Err(fail(EXIT_USAGE, format!("the answer from {admin} was cut off: {e}"))),
-    };
-    let value: Value = match serde_json::from_str(&text) {
-        Ok(v) => v,
-        Err(_) => {
-            let exit = if writes && (status.is_server_error() || status.is_success()) {
-                EXIT_OUTCOME_UNKNOWN
-            } else {
-                EXIT_REFUSED
+        Verb::Watch { interval } => watch::run(&api, interval, json_out, &look).await,
+        Verb::Failover { from, to, opts } => {
+            let (to, chosen) = match to {
+                Some(to) => (to, false),
+                None => (leader_choice(&api, &from).await?, true),
             };
+            let body = json!({"from": from, "to": to});
+            decide(
+                &api,
+                "failover",
+                body,
+                &opts,
+                &look,
+                chosen.then_some(to.as_str()),
+            )
+            .await
+        }
+        Verb::Failback { zone, opts } => {
+            decide(&api, "failback", json!({"zone": zone}), &opts, &look, None).await
+        }
+        verb => {
+            let (method, path, body) = request_of(&verb);
+            let v = api.call(method, &path, body).await?;
+            emit(json_out, &v, || render::render_with(&verb, &v, &look));
+            Ok(())
+        }
+    }
+}
+
+fn emit(json_out: bool, v: &Value, human: impl FnOnce() -> String) {
+    if json_out {
+        println!("{v}");
+    } else {
+        print!("{}", human());
+    }
+}
+
+/// `/admin/v1/cluster`, with the outlook (`outlook`) and the last decision
+/// (`last_decision`) added when the node serves them.
+async fn status_of(api: &Api) -> anyhow::Result<Value> {
+    use reqwest::Method;
+    let mut v = api.call(Method::GET, "/admin/v1/cluster", None).await?;
+    // An older node without the outlook still gets a status.
+    if let Ok(o) = api
+        .quiet()
+        .call(Method::GET, "/admin/v1/outlook", None)
+        .await
+    {
+        v["outlook"] = o;
+    }
+    if let Ok(d) = api
+        .quiet()
+        .call(Method::GET, "/admin/v1/decisions?limit=1", None)
+        .await
+    {
+        v["last_decision"] = d["decisions"][0].clone();
+    }
+    Ok(v)
+}
+
+/// The zone the leader's detector would fail `from` over to now.
+async fn leader_choice(api: &Api, from: &str) -> anyhow::Result<String> {
+    let o = api
+        .call(reqwest::Method::GET, "/admin/v1/outlook", None)
+        .await
+        .context("cannot ask the node for the leader's failover target; name one with --to")?;
+    if o["zones"].get(from).is_none() {
+        return Err(fail(
+            EXIT_REFUSED,
+            format!("unknown_zone: zone {from} is not in the cluster"),
+        ));
+    }
+    match o["zones"][from]["failover_target"].as_str() {
+        Some(t) => Ok(t.to_owned()),
+        None => Err(fail(
+            EXIT_REFUSED,
+            format!("no_target: no active zone other than {from} scores at or above the cutoff; nothing was written (name one with --to)"),
+        )),
+    }
+}
+
+/// A failover or failback: the dry run when asked for; on an interactive
+/// terminal without `--yes`, the preview then a confirmation, committed
+/// only if nobody decided meanwhile; elsewhere the commit directly.
+async fn decide(
+    api: &Api,
+    kind: &str,
+    zones: Value,
+    opts: &DecideOpts,
+    look: &render::Look,
+    chosen: Option<&str>,
+) -> anyhow::Result<()> {
+    use std::io::IsTerminal as _;
+    let path = format!("/admin/v1/{kind}");
+    let post = reqwest::Method::POST;
+    let ask = !opts.yes
+        && !opts.dry_run
+        && !api.json_out
+        && std::io::stdin().is_terminal()
+        && std::io::stdout().is_terminal();
+    if opts.dry_run || ask {
+        let mut dry = opts.clone();
+        dry.dry_run = true;
+        let v = api
+            .call(post.clone(), &path, Some(dry.body(zones.clone())))
+            .await?;
+        emit(api.json_out, &v, || {
+            render::dry_run(kind, &zones, &v, chosen, look)
+        });
+        if opts.dry_run {
+            return Ok(());
+        }
+        if !confirm()? {
             return Err(fail(
-                exit,
-                format!("{admin} answered {status} with a non-JSON body: {text}"),
+                EXIT_REFUSED,
+                "not confirmed; nothing was written".into(),
             ));
         }
-    };
-    if !status.is_success() {
+        // Commit exactly what was previewed: refused (stale_version) if a
+        // decision landed in between.
+        let mut commit = opts.clone();
+        if commit.if_version.is_none() {
+            commit.if_version = v["preview"]["version"]
+                .as_u64()
+                .map(|n| n.saturating_sub(1));
+        }
+        let changes = v["preview"]["changes"].clone();
+        let v = api
+            .call(post, &path, Some(commit.body(zones.clone())))
+            .await?;
+        print!(
+            "{}",
+            render::committed(kind, &zones, &v, &changes, chosen, look)
+        );
+        return Ok(());
+    }
+    // A failback's undo names the zone's target before it: read it first
+    // (best effort; without it the undo lets the leader choose).
+    let mut changes = Value::Null;
+    if let (false, Some(zone)) = (api.json_out, zones["zone"].as_str()) {
+        if let Ok(c) = api
+            .quiet()
+            .call(reqwest::Method::GET, "/admin/v1/cluster?scope=local", None)
+            .await
+        {
+            changes = json!([{"zone": zone, "before": c["zones"][zone].clone()}]);
+        }
+    }
+    let v = api
+        .call(post, &path, Some(opts.body(zones.clone())))
+        .await?;
+    emit(api.json_out, &v, || {
+        render::committed(kind, &zones, &v, &changes, chosen, look)
+    });
+    Ok(())
+}
+
+fn confirm() -> anyhow::Result<bool> {
+    use std::io::Write as _;
+    print!("apply? [y/N] ");
+    std::io::stdout().flush()?;
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    Ok(matches!(line.trim(), "y" | "Y" | "yes"))
+}
+
+/// The admin API of one node, and how its failures map to exit codes.
+#[derive(Clone)]
+pub(crate) struct Api {
+    admin: String,
+    token: Option<String>,
+    client: reqwest::Client,
+    /// Print an error answer's JSON body on stdout (scripts read it).
+    json_out: bool,
+}
+
+impl Api {
+    fn new(admin: &str, token: Option<&str>, json_out: bool) -> anyhow::Result<Self> {
+        Ok(Self {
+            admin: admin.trim_end_matches('/').to_owned(),
+            token: token.map(str::to_owned),
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .context("cannot build an HTTP client")?,
+            json_out,
+        })
+    }
+
+    /// The same API, printing nothing for a failed call.
+    fn quiet(&self) -> Self {
+        Self {
+            json_out: false,
+            ..self.clone()
+        }
+    }
+
+    /// One call; the error carries the exit code ([`CtlFailure`]).
+    pub(crate) async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Value> {
+        let admin = &self.admin;
+        let mut req = self
+            .client
+            .request(method.clone(), format!("{admin}{path}"));
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let writes = method == reqwest::Method::POST;
+        let check = format!("check `zonegate ctl --admin {admin} decisions` before retrying");
+        let resp = match req.send().await {
+            Ok(resp) => resp,
+            // Nothing left this machine: safe to retry.
+            Err(e) if e.is_connect() || e.is_builder() || !writes => {
+                return Err(fail(
+                    EXIT_USAGE,
+                    format!("cannot reach {admin}: {e}; nothing was sent"),
+                ))
+            }
+            Err(e) => {
+                return Err(fail(
+                    EXIT_OUTCOME_UNKNOWN,
+                    format!("outcome unknown: the write was sent to {admin} but its answer was lost ({e}); it may have committed: {check}"),
+                ))
+            }
+        };
+        let status = resp.status();
+        let text = match resp.text().await {
+            Ok(text) => text,
+            Err(e) if writes => {
+                return Err(fail(
+                    EXIT_OUTCOME_UNKNOWN,
+                    format!("outcome unknown: the answer from {admin} was cut off ({e}); the write may have committed: {check}"),
+                ))
+            }
+            Err(e) => return Err(fail(EXIT_USAGE, format!("the answer from {admin} was cut off: {e}"))),
+        };
+        let value: Value = match serde_json::from_str(&text) {
+            Ok(v) => v,
+            Err(_) => {
+                let exit = if writes && (status.is_server_error() || status.is_success()) {
+                    EXIT_OUTCOME_UNKNOWN
+                } else {
+                    EXIT_REFUSED
+                };
+                return Err(fail(
+                    exit,
+                    format!("{admin} answered {status} with a non-JSON body: {text}"),
+                ));
+            }
+        };
+        if status.is_success() {
+            return Ok(value);
+        }
         let err = &value["error"];
         let code = err["code"].as_str().unwrap_or("error");
         let message = err["message"].as_str().unwrap_or(&text);
-        if json_out {
+        if self.json_out {
             println!("{value}");
         }
         let message = if message.contains(code) {
@@ -191,35 +441,18 @@ pub async fn run(
         } else {
             EXIT_REFUSED
         };
-        return Err(fail(exit, message));
+        Err(fail(exit, message))
     }
-    if json_out {
-        println!("{value}");
-    } else {
-        print!("{}", render(&verb, &value));
-    }
-    Ok(())
 }
 
 fn request_of(verb: &Verb) -> (reqwest::Method, String, Option<Value>) {
     use reqwest::Method;
     match verb {
-        Verb::Status => (Method::GET, "/admin/v1/cluster".into(), None),
         Verb::Backends => (Method::GET, "/admin/v1/backends".into(), None),
         Verb::Decisions { limit } => (
             Method::GET,
             format!("/admin/v1/decisions?limit={limit}"),
             None,
-        ),
-        Verb::Failover { from, to, opts } => (
-            Method::POST,
-            "/admin/v1/failover".into(),
-            Some(opts.body(json!({"from": from, "to": to}))),
-        ),
-        Verb::Failback { zone, opts } => (
-            Method::POST,
-            "/admin/v1/failback".into(),
-            Some(opts.body(json!({"zone": zone}))),
         ),
         Verb::Freeze { reason } => (
             Method::POST,
@@ -232,7 +465,38 @@ fn request_of(verb: &Verb) -> (reqwest::Method, String, Option<Value>) {
             Some(json!({"reason": reason})),
         ),
         Verb::Members(m) => super::members::request_of(m),
+        Verb::Explain {
+            model,
+            session,
+            zone,
+            max_tokens,
+        } => {
+            let mut path = format!("/admin/v1/explain?model={}", query(model));
+            for (k, v) in [("session", session.clone()), ("zone", zone.clone())] {
+                if let Some(v) = v {
+                    path.push_str(&format!("&{k}={}", query(&v)));
+                }
+            }
+            if let Some(n) = max_tokens {
+                path.push_str(&format!("&max_tokens={n}"));
+            }
+            (Method::GET, path, None)
+        }
+        // Status, watch and the zone decisions take more than one call.
+        _ => (Method::GET, "/admin/v1/cluster".into(), None),
     }
+}
+
+/// Percent-encodes a query value (everything but unreserved characters).
+fn query(v: &str) -> String {
+    v.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 impl DecideOpts {

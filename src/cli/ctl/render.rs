@@ -1,17 +1,67 @@
 //! `zonegate ctl`'s tables: one function per answer, columns left-aligned.
 
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use serde_json::Value;
 
 use super::Verb;
 
-/// The human rendering of an answer.
+/// How to print for this stdout: colour only on a terminal, and never
+/// with `NO_COLOR` set (https://no-color.org); `now_ms` for ages.
+#[derive(Clone, Debug)]
+pub struct Look {
+    pub color: bool,
+    pub now_ms: u64,
+}
+
+impl Look {
+    pub fn for_stdout() -> Self {
+        use std::io::IsTerminal as _;
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        Self {
+            color: !no_color && std::io::stdout().is_terminal(),
+            now_ms: crate::clock::unix_ms(),
+        }
+    }
+
+    /// Plain text, ages against `now_ms`.
+    pub fn plain(now_ms: u64) -> Self {
+        Self {
+            color: false,
+            now_ms,
+        }
+    }
+
+    fn paint(&self, code: &str, text: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_owned()
+        }
+    }
+
+    fn warn(&self, text: &str) -> String {
+        self.paint("33", text)
+    }
+
+    fn bad(&self, text: &str) -> String {
+        self.paint("31", text)
+    }
+}
+
+/// The human rendering of an answer, plain, ages against the wall clock.
 pub fn render(verb: &Verb, v: &Value) -> String {
+    render_with(verb, v, &Look::plain(crate::clock::unix_ms()))
+}
+
+/// The human rendering of an answer.
+pub fn render_with(verb: &Verb, v: &Value, look: &Look) -> String {
     match verb {
-        Verb::Status => status(v),
+        Verb::Status | Verb::Watch { .. } => status(v, look),
         Verb::Backends => backends(v),
-        Verb::Decisions { .. } => decisions(v),
+        Verb::Decisions { .. } => decisions(v, look),
+        Verb::Explain { .. } => explain(v),
         Verb::Failover { opts, .. } | Verb::Failback { opts, .. } if opts.dry_run => preview(v),
         _ => format!(
             "committed: {} as decision version {}\n",
@@ -21,7 +71,37 @@ pub fn render(verb: &Verb, v: &Value) -> String {
     }
 }
 
-fn status(v: &Value) -> String {
+/// `2026-12-01 08:01:02Z, 3m ago` for epoch milliseconds.
+pub fn when(at_ms: u64, now_ms: u64) -> String {
+    let t = std::time::UNIX_EPOCH + Duration::from_millis(at_ms);
+    let iso = humantime::format_rfc3339_seconds(t)
+        .to_string()
+        .replace('T', " ");
+    let age = if at_ms > now_ms {
+        format!("in {}", human_ms(at_ms - now_ms))
+    } else {
+        format!("{} ago", human_ms(now_ms - at_ms))
+    };
+    format!("{iso}, {age}")
+}
+
+/// A short human duration: `850ms`, `4s`, `2m10s`, `1h05m`, `3d04h`.
+pub fn human_ms(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0 => format!("{ms}ms"),
+        1..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..=86_399 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
+fn status(v: &Value, look: &Look) -> String {
+    let automation = match v["automation"].as_str() {
+        Some("frozen") => look.warn("frozen"),
+        _ => s(&v["automation"]),
+    };
     let mut out = format!(
         "node {} ({}, {})  control plane: {}  leader: {}  term: {}  decision version: {}  automation: {}\n\n",
         s(&v["node_id"]),
@@ -31,23 +111,40 @@ fn status(v: &Value) -> String {
         s(&v["leader"]),
         s(&v["term"]),
         s(&v["decision_version"]),
-        s(&v["automation"]),
+        automation,
     );
+    let outlook = &v["outlook"];
     let zones: Vec<Vec<String>> = v["zones"]
         .as_object()
-        .map(|z| z.iter().map(|(name, st)| zone_row(name, st)).collect())
+        .map(|z| {
+            z.iter()
+                .map(|(name, st)| zone_row(name, st, &outlook["zones"][name.as_str()]))
+                .collect()
+        })
         .unwrap_or_default();
     out.push_str(&table(
-        &["ZONE", "STATUS", "TARGET", "SCORE", "PERIODS"],
+        &["ZONE", "STATUS", "TARGET", "SCORE", "PERIODS", "DWELL"],
         &zones,
     ));
+    if let Some(zs) = outlook["zones"].as_object() {
+        for (name, z) in zs {
+            if let Some(next) = z["next"].as_str() {
+                let line = if z["bad_periods"].as_u64().unwrap_or(0) > 0 {
+                    look.warn(next)
+                } else {
+                    next.to_owned()
+                };
+                let _ = writeln!(out, "  {name}: {line}");
+            }
+        }
+    }
     let nodes = rows(&v["nodes"], |n| {
         let leader = if n["leader"] == true { "*" } else { "" };
         // A node whose view is older than a few election timeouts routes
         // with its last decisions (fail static); say so.
         let view = match (n["stale"].as_bool(), n["view_age_ms"].as_u64()) {
-            (Some(true), Some(ms)) => format!("STALE ({:.1}s)", ms as f64 / 1000.0),
-            (Some(true), None) => "STALE (no leader yet)".into(),
+            (Some(true), Some(ms)) => look.bad(&format!("STALE ({})", human_ms(ms))),
+            (Some(true), None) => look.bad("STALE (no leader yet)"),
             (Some(false), _) => "fresh".into(),
             _ => "-".into(),
         };
@@ -76,15 +173,197 @@ fn status(v: &Value) -> String {
             &nodes,
         ));
     }
+    let d = &v["last_decision"];
+    if d.is_object() {
+        let _ = writeln!(
+            out,
+            "\nlast decision: version {} {} {} by {} ({}) at {}: {}",
+            s(&d["version"]),
+            s(&d["kind"]),
+            zones_of(d),
+            s(&d["actor"]),
+            s(&d["origin"]),
+            d["at_ms"]
+                .as_u64()
+                .map_or("-".into(), |t| when(t, look.now_ms)),
+            s(&d["reason"]),
+        );
+    }
     out
 }
 
-fn zone_row(name: &str, st: &Value) -> Vec<String> {
+fn explain(v: &Value) -> String {
+    let mut out = format!(
+        "model {} ({} request) on node {} at decision version {}\n",
+        s(&v["model"]),
+        s(&v["class"]),
+        s(&v["node"]),
+        s(&v["decision_version"]),
+    );
+    let _ = writeln!(out, "home: {} ({})", s(&v["home"]), s(&v["home_why"]));
+    let _ = writeln!(
+        out,
+        "effective zone: {} ({})",
+        s(&v["effective_zone"]),
+        s(&v["effective_why"])
+    );
+    let withheld: Vec<String> = v["withheld_zones"]
+        .as_array()
+        .map(|z| z.iter().map(s).collect())
+        .unwrap_or_default();
+    let cross = if v["may_cross_zones"] == true {
+        "yes".to_owned()
+    } else if withheld.is_empty() {
+        "no (no other active zone)".to_owned()
+    } else {
+        format!(
+            "no ({} withheld for this request class)",
+            withheld.join(",")
+        )
+    };
+    let _ = writeln!(out, "may cross zones: {cross}");
+    let fallbacks: Vec<String> = v["fallback_models"]
+        .as_array()
+        .map(|m| m.iter().map(s).collect())
+        .unwrap_or_default();
+    if !fallbacks.is_empty() {
+        let _ = writeln!(out, "fallback models: {}", fallbacks.join(" → "));
+    }
+    let mut list = Vec::new();
+    if let Some(zones) = v["zones"].as_array() {
+        for (i, z) in zones.iter().enumerate() {
+            for b in z["backends"].as_array().into_iter().flatten() {
+                list.push(vec![
+                    (i + 1).to_string(),
+                    s(&z["zone"]),
+                    s(&b["name"]),
+                    s(&b["state"]),
+                    s(&b["weight"]),
+                    s(&b["effective_weight"]),
+                    s(&b["in_flight"]),
+                ]);
+            }
+        }
+    }
+    out.push('\n');
+    out.push_str(&table(
+        &[
+            "ORDER",
+            "ZONE",
+            "BACKEND",
+            "STATE",
+            "WEIGHT",
+            "EFFECTIVE",
+            "IN_FLIGHT",
+        ],
+        &list,
+    ));
+    let _ = writeln!(out, "note: {}", s(&v["note"]));
+    out
+}
+
+fn zones_of(d: &Value) -> String {
+    let zones: Vec<String> = d["zones"]
+        .as_array()
+        .map(|z| z.iter().map(s).collect())
+        .unwrap_or_default();
+    zones.join(",")
+}
+
+/// A dry run: the target (and who chose it), what moves, the rules
+/// checked, and the command that undoes it.
+pub fn dry_run(kind: &str, zones: &Value, v: &Value, chosen: Option<&str>, look: &Look) -> String {
+    let mut out = String::new();
+    if let Some(to) = chosen {
+        let _ = writeln!(
+            out,
+            "target: {to} (the leader's choice: the zone its detector would pick, the healthiest active zone)"
+        );
+    }
+    out.push_str(&preview(v));
+    let _ = writeln!(out, "rules checked: {} (all passed)", RULES.join(", "));
+    let version = v["preview"]["version"].as_u64().unwrap_or(0);
+    if let Some(undo) = undo(kind, zones, &v["preview"]["changes"], version) {
+        let _ = writeln!(out, "undo: {}", look.paint("1", &undo));
+    }
+    out
+}
+
+/// What a committed zone decision says, with the command that undoes it.
+pub fn committed(
+    kind: &str,
+    zones: &Value,
+    v: &Value,
+    changes: &Value,
+    chosen: Option<&str>,
+    look: &Look,
+) -> String {
+    let mut out = String::new();
+    if let Some(to) = chosen {
+        let _ = writeln!(out, "target: {to} (the leader's choice)");
+    }
+    let _ = writeln!(
+        out,
+        "committed: {} as decision version {}",
+        s(&v["kind"]),
+        s(&v["version"])
+    );
+    let version = v["version"].as_u64().unwrap_or(0);
+    if let Some(undo) = undo(kind, zones, changes, version) {
+        let _ = writeln!(out, "undo: {}", look.paint("1", &undo));
+    }
+    out
+}
+
+/// The safety rules an operator's zone decision is checked against.
+const RULES: &[&str] = &[
+    "unknown_zone",
+    "same_zone",
+    "target_not_active",
+    "already_failed_over",
+    "not_failed_over",
+    "last_serving_zone",
+    "stale_version",
+];
+
+/// The command that reverts a zone decision applied as `version`.
+fn undo(kind: &str, zones: &Value, changes: &Value, version: u64) -> Option<String> {
+    match kind {
+        "failover" => Some(format!(
+            "zonegate ctl failback --zone {} --if-version {version}",
+            zones["from"].as_str()?
+        )),
+        "failback" => {
+            let zone = zones["zone"].as_str()?;
+            // The target it had before, from the preview when there is one.
+            let before = changes
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["zone"] == zone))
+                .and_then(|c| c["before"]["target"].as_str());
+            Some(match before {
+                Some(to) => {
+                    format!("zonegate ctl failover --from {zone} --to {to} --if-version {version}")
+                }
+                None => format!("zonegate ctl failover --from {zone} --if-version {version}"),
+            })
+        }
+        _ => None,
+    }
+}
+
+fn zone_row(name: &str, st: &Value, outlook: &Value) -> Vec<String> {
     let score = st["score"]
         .as_f64()
         .map_or("-".into(), |x| format!("{x:.2}"));
-    let bad = match st["bad_periods"].as_u64() {
-        Some(n) if n > 0 => format!("{n} bad"),
+    let bad = st["bad_periods"].as_u64().unwrap_or(0);
+    let periods = match outlook["min_periods"].as_u64() {
+        Some(min) if bad > 0 => format!("{bad} of {min} bad"),
+        Some(_) => "0 bad".into(),
+        None if bad > 0 => format!("{bad} bad"),
+        None => String::new(),
+    };
+    let dwell = match outlook["dwell_left_ms"].as_u64() {
+        Some(ms) if ms > 0 => format!("{} left", human_ms(ms)),
         _ => String::new(),
     };
     vec![
@@ -92,7 +371,8 @@ fn zone_row(name: &str, st: &Value) -> Vec<String> {
         s(&st["status"]),
         s(&st["target"]),
         score,
-        bad,
+        periods,
+        dwell,
     ]
 }
 
@@ -123,23 +403,21 @@ fn backends(v: &Value) -> String {
     table(&header, &list)
 }
 
-fn decisions(v: &Value) -> String {
+fn decisions(v: &Value, look: &Look) -> String {
     let list = rows(&v["decisions"], |d| {
-        let zones: Vec<String> = d["zones"]
-            .as_array()
-            .map(|z| z.iter().map(s).collect())
-            .unwrap_or_default();
         vec![
             s(&d["version"]),
             s(&d["kind"]),
-            zones.join(","),
+            zones_of(d),
             s(&d["actor"]),
-            s(&d["at_ms"]),
+            d["at_ms"]
+                .as_u64()
+                .map_or("-".into(), |t| when(t, look.now_ms)),
             s(&d["reason"]),
         ]
     });
     table(
-        &["VERSION", "KIND", "ZONES", "ACTOR", "AT_MS", "REASON"],
+        &["VERSION", "KIND", "ZONES", "ACTOR", "AT (UTC)", "REASON"],
         &list,
     )
 }
