@@ -107,6 +107,7 @@ enum Command {
     /// Run a fault-injection drill from a scenario (chaos/scenarios/*.toml);
     /// exits 0 PASS, 1 FAIL, 2 could not run.
     Drill {
+        /// The scenario file, e.g. chaos/scenarios/zone-blackout.toml.
         file: PathBuf,
         /// Folder for report.md, report.html and report.json
         /// (default: drill-reports/<scenario name>).

@@ -26,8 +26,10 @@ pub enum MembersOp {
     /// Add a new member (a voter or witness is added as a learner first,
     /// then promoted once caught up). Node ids are never reused.
     Add {
+        /// Its node id (never one the cluster used before).
         #[arg(long)]
         id: u64,
+        /// The availability zone it serves.
         #[arg(long)]
         zone: String,
         /// `host:port` of its Raft listener.
@@ -36,26 +38,32 @@ pub enum MembersOp {
         /// `host:port` of its admin API.
         #[arg(long)]
         admin: String,
+        /// Its role once caught up.
         #[arg(long, value_parser = ["voter", "learner", "witness"], default_value = "learner")]
         role: String,
     },
     /// Remove a member (refused if it would lose quorum or leave a zone
     /// without the voter its topology requires).
     Remove {
+        /// The member's node id.
         #[arg(long)]
         id: u64,
     },
     /// Make a caught-up learner a voter.
     Promote {
+        /// The learner's node id.
         #[arg(long)]
         id: u64,
     },
     /// Change a member's Raft and admin addresses.
     Readdress {
+        /// The member's node id.
         #[arg(long)]
         id: u64,
+        /// Its new `host:port` for Raft.
         #[arg(long)]
         raft: String,
+        /// Its new `host:port` for the admin API.
         #[arg(long)]
         admin: String,
     },
