@@ -62,8 +62,9 @@ enum Command {
     /// Operate a cluster through its admin API.
     Ctl {
         /// Admin URL of any node, e.g. http://127.0.0.1:9090 (required;
-        /// before or after the verb).
-        #[arg(long, global = true, env = "ZONEGATE_ADMIN")]
+        /// before the verb: `ctl members add --admin ADDR` names the new
+        /// member's admin address).
+        #[arg(long, env = "ZONEGATE_ADMIN")]
         admin: Option<String>,
         /// Admin bearer token.
         #[arg(

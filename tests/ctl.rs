@@ -185,9 +185,10 @@ async fn decisions_and_status_show_utc_times_with_ages_and_json_keeps_epoch_ms()
         assert!(at.is_some_and(|t| t > 1_600_000_000_000), "{args:?}: {v}");
     }
 
-    // --admin and --token after the verb too; without --admin: usage, 2.
+    // --token after the verb too (--admin comes before it: `members add
+    // --admin` is the new member's address); without --admin: usage, 2.
     let out = tokio::process::Command::new(bin())
-        .args(["ctl", "decisions", "--json", "--admin", &admin])
+        .args(["ctl", "--admin", &admin, "decisions", "--json"])
         .args(["--token", ADMIN_TOKEN])
         .env_remove("ZONEGATE_ADMIN")
         .output()
