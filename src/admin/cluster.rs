@@ -488,21 +488,40 @@ async fn forward(
     uri: &Uri,
     body: &Bytes,
 ) -> Result<Response, AdminError> {
-    let mut req = http()
+    let req = http()
         .post(format!("http://{addr}{}", uri.path()))
-        .header(FORWARDED, node.id().to_string())
-        .header(header::CONTENT_TYPE, "application/json")
-        .timeout(FORWARD_TIMEOUT)
-        .body(body.clone());
-    if let Some(a) = headers.get(header::AUTHORIZATION) {
-        req = req.header(header::AUTHORIZATION, a.clone());
-    }
+        .timeout(FORWARD_TIMEOUT);
     let lost = |e: reqwest::Error| AdminError::OutcomeUnknown {
         message: format!(
             "the write was sent to leader {leader} at {addr}, whose answer was lost ({e})"
         ),
         check_version,
     };
+    relay_to_leader(node, req, leader, addr, headers, body.clone(), lost).await
+}
+
+/// Sends `req` (its method, URL and timeout set) on to the leader, with
+/// this node's id, the caller's token and `body`, and relays its answer
+/// unchanged. A failure to connect means
+/// nothing was sent (`leader_unreachable`); any later failure is `lost(e)`,
+/// the caller's word for "it may have reached the leader". Shared by every
+/// write an admin API forwards.
+pub(crate) async fn relay_to_leader(
+    node: &ClusterNode,
+    req: reqwest::RequestBuilder,
+    leader: u64,
+    addr: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+    lost: impl Fn(reqwest::Error) -> AdminError,
+) -> Result<Response, AdminError> {
+    let mut req = req
+        .header(FORWARDED, node.id().to_string())
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(body);
+    if let Some(a) = headers.get(header::AUTHORIZATION) {
+        req = req.header(header::AUTHORIZATION, a.clone());
+    }
     let resp = req.send().await.map_err(|e| {
         if e.is_connect() {
             AdminError::LeaderUnreachable(format!("node {leader} at {addr}: {e}; nothing was sent"))
@@ -511,7 +530,7 @@ async fn forward(
         }
     })?;
     let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-    let bytes = resp.bytes().await.map_err(lost)?;
+    let bytes = resp.bytes().await.map_err(&lost)?;
     Ok((
         status,
         [

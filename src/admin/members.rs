@@ -12,7 +12,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use bytes::Bytes;
-use http::{header, HeaderMap, Method, StatusCode};
+use http::{HeaderMap, Method};
 use serde_json::json;
 use zonegate_cluster::{ClusterNode, MemberChange, MemberChangeError, ProposeError};
 
@@ -116,15 +116,9 @@ async fn forward(
     body: Bytes,
 ) -> Result<Response, AdminError> {
     let writes = method == Method::POST;
-    let mut req = http()
+    let req = http()
         .request(method, format!("http://{addr}/admin/v1/members"))
-        .header(FORWARDED, node.id().to_string())
-        .header(header::CONTENT_TYPE, "application/json")
-        .timeout(FORWARD_TIMEOUT)
-        .body(body);
-    if let Some(a) = headers.get(header::AUTHORIZATION) {
-        req = req.header(header::AUTHORIZATION, a.clone());
-    }
+        .timeout(FORWARD_TIMEOUT);
     let lost = |e: reqwest::Error| {
         if writes {
             AdminError::MembershipUnknown(format!(
@@ -134,25 +128,5 @@ async fn forward(
             AdminError::LeaderUnreachable(format!("node {leader} at {addr}: {e}"))
         }
     };
-    let resp = req.send().await.map_err(|e| {
-        if e.is_connect() {
-            AdminError::LeaderUnreachable(format!("node {leader} at {addr}: {e}; nothing was sent"))
-        } else {
-            lost(e)
-        }
-    })?;
-    let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-    let bytes = resp.bytes().await.map_err(lost)?;
-    Ok((
-        status,
-        [
-            (header::CONTENT_TYPE, "application/json".to_owned()),
-            (
-                header::HeaderName::from_static("x-zonegate-forwarded-to"),
-                leader.to_string(),
-            ),
-        ],
-        bytes,
-    )
-        .into_response())
+    super::cluster::relay_to_leader(node, req, leader, addr, headers, body, lost).await
 }
