@@ -853,7 +853,13 @@ async fn a_zone_reported_bad_is_failed_over_automatically_with_evidence() {
         let (record, evidence) =
             eventually("an automatic failover of az-a", || auto_failover_of(leader_node)).await;
         let detected = onset.elapsed();
-        let status = leader_node.failover_status();
+        // The record is applied before the leader's loop hears its commit
+        // answer and counts it: wait for the count, not for luck.
+        let status = eventually("the leader to count its applied decision", || {
+            let s = leader_node.failover_status();
+            (s.auto_applied == 1).then_some(s)
+        })
+        .await;
         eprintln!(
             "fault onset to committed automatic failover: {:.0} ms (budget {:.0} ms); detector's own measure (first bad period to commit): {:?}",
             detected.as_secs_f64() * 1000.0,
