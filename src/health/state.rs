@@ -243,13 +243,7 @@ impl Machine {
         if self.high < cfg.healthy_threshold || !watched_long_enough {
             return None;
         }
-        self.state = band(State::Unknown, score, cfg);
-        self.ramp = Some(Ramp::canary(now_ms, cfg));
-        self.high = 0;
-        self.low = 0;
-        self.cause = None;
-        self.watch_failures = 0;
-        Some(Change::Rejoined)
+        self.rejoin(score, now_ms, cfg)
     }
 
     fn evaluate_up(
@@ -271,19 +265,7 @@ impl Machine {
                 self.watch_failures = u32::from(!probe_ok);
                 return Some(Change::Ejected(Cause::Score));
             }
-            let (was_refused, from) = (self.refused, self.state);
-            self.refused = true;
-            self.state = State::Unstable;
-            return if !was_refused {
-                Some(Change::EjectionRefused)
-            } else if from != State::Unstable {
-                Some(Change::Moved {
-                    from,
-                    to: State::Unstable,
-                })
-            } else {
-                None
-            };
+            return self.refuse_ejection();
         }
         self.refused = false;
         let to = band(self.state, score, cfg);
@@ -314,6 +296,24 @@ impl Machine {
             self.eject(Cause::Passive, now_ms);
             return Some(Change::Ejected(Cause::Passive));
         }
+        self.refuse_ejection()
+    }
+
+    /// Back from DOWN as a canary, in the band `score` places it.
+    fn rejoin(&mut self, score: f64, now_ms: u64, cfg: &HealthConfig) -> Option<Change> {
+        self.state = band(State::Unknown, score, cfg);
+        self.ramp = Some(Ramp::canary(now_ms, cfg));
+        self.high = 0;
+        self.low = 0;
+        self.cause = None;
+        self.watch_failures = 0;
+        Some(Change::Rejoined)
+    }
+
+    /// An ejection was due but the pool-wide cap said no: the backend stays
+    /// in as UNSTABLE. The refusal is an event once; a later move into
+    /// UNSTABLE is a state change; staying there is nothing.
+    fn refuse_ejection(&mut self) -> Option<Change> {
         let (was_refused, from) = (self.refused, self.state);
         self.refused = true;
         self.state = State::Unstable;
@@ -336,13 +336,7 @@ impl Machine {
             return None;
         }
         let score = self.score.unwrap_or(cfg.rejoin_above).max(cfg.rejoin_above);
-        self.state = band(State::Unknown, score, cfg);
-        self.ramp = Some(Ramp::canary(now_ms, cfg));
-        self.high = 0;
-        self.low = 0;
-        self.cause = None;
-        self.watch_failures = 0;
-        Some(Change::Rejoined)
+        self.rejoin(score, now_ms, cfg)
     }
 
     fn eject(&mut self, cause: Cause, now_ms: u64) {
