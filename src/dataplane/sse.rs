@@ -16,6 +16,11 @@ use serde_json::Value;
 /// token stream: the relay treats it as malformed rather than buffer it.
 pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
 
+/// The most answer text a transcript keeps for a continuation; a longer
+/// answer is no longer continuable (its text is let go), so a backend that
+/// streams without end cannot grow a node's memory through the relay.
+pub const MAX_TRANSCRIPT_BYTES: usize = 4 * 1024 * 1024;
+
 /// Cuts a byte stream into whole events. A chunk that ends on an event
 /// boundary while nothing is held passes through without a copy (the
 /// usual case: servers write one event per chunk).
@@ -365,11 +370,26 @@ pub struct Transcript {
 impl Transcript {
     /// Notes a skimmed text chunk that was delivered to the client.
     pub fn push(&mut self, text: &str, finish: bool) {
-        if !text.is_empty() {
-            self.text.push_str(text);
-            self.deltas += 1;
-        }
+        self.append(text);
         self.finished |= finish;
+    }
+
+    /// Adds delivered text; past [`MAX_TRANSCRIPT_BYTES`] the answer stops
+    /// being continuable and its text is dropped.
+    fn append(&mut self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        self.deltas += 1;
+        if !self.plain {
+            return;
+        }
+        if self.text.len() + text.len() > MAX_TRANSCRIPT_BYTES {
+            self.plain = false;
+            self.text = String::new();
+            return;
+        }
+        self.text.push_str(text);
     }
 
     pub fn new() -> Self {
@@ -394,9 +414,8 @@ impl Transcript {
                 }
                 for choice in &chunk.choices {
                     self.plain &= !choice.beyond_text();
-                    if let Some(text) = choice.content().filter(|t| !t.is_empty()) {
-                        self.text.push_str(text);
-                        self.deltas += 1;
+                    if let Some(text) = choice.content() {
+                        self.append(text);
                     }
                     self.finished |= choice.finish_reason.is_some();
                 }
@@ -496,10 +515,7 @@ impl Splice {
                 .get("usage")
                 .and_then(|u| serde_json::from_value(u.clone()).ok());
         }
-        if !new_text.is_empty() {
-            transcript.text.push_str(&new_text);
-            transcript.deltas += 1;
-        }
+        transcript.append(&new_text);
         transcript.finished |= finish;
         Ok(Some(Bytes::from(format!("data: {v}\n\n"))))
     }
@@ -706,6 +722,24 @@ mod tests {
             (a.text, a.deltas, a.finished),
             (b.text, b.deltas, b.finished)
         );
+    }
+
+    #[test]
+    fn an_answer_longer_than_the_cap_stops_being_continuable_and_lets_its_text_go() {
+        let mut t = Transcript::new();
+        let piece = "x".repeat(64 * 1024);
+        for _ in 0..(MAX_TRANSCRIPT_BYTES / piece.len()) {
+            t.push(&piece, false);
+        }
+        assert!(t.plain && t.text.len() == MAX_TRANSCRIPT_BYTES);
+        t.push("y", false);
+        assert!(!t.plain, "past the cap: no continuation");
+        assert!(
+            t.text.is_empty() && t.text.capacity() == 0,
+            "its text is let go"
+        );
+        t.push("z", true);
+        assert!(t.text.is_empty() && t.finished);
     }
 
     #[test]
