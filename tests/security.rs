@@ -138,7 +138,7 @@ async fn the_data_plane_speaks_https_and_http2_and_drops_plain_http_cleanly() {
 
 /// Three members over mutual TLS, each in its own directory with its own
 /// certificate (`node-<id>.zonegate`) and the cluster CA.
-async fn mtls_cluster(ca: &TestCa) -> TestCluster {
+async fn mtls_cluster(ca: &TestCa, admin_tls: bool) -> TestCluster {
     let mut mocks = std::collections::HashMap::new();
     let mut rest = String::new();
     for z in ZONES {
@@ -149,6 +149,11 @@ async fn mtls_cluster(ca: &TestCa) -> TestCluster {
     rest.push_str(
         "\n[cluster.tls]\ncert = \"member.crt\"\nkey = \"member.key\"\nclient_ca = \"ca.crt\"\n",
     );
+    if admin_tls {
+        // The member certificate serves the admin API too: forwarded
+        // writes check the leader's name like Raft calls do.
+        rest.push_str("\n[admin.tls]\ncert = \"member.crt\"\nkey = \"member.key\"\n");
+    }
     let members: Vec<MemberSpec> = ZONES
         .iter()
         .enumerate()
@@ -209,7 +214,7 @@ fn signed_call(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_over_mutual_tls_commit_and_refuse_strangers_and_impostors() {
     let ca = mtls_ca();
-    let cluster = mtls_cluster(&ca).await;
+    let cluster = mtls_cluster(&ca, false).await;
     let leader = cluster.leader().await;
     let v = decide(cluster.node(leader), "freeze").await;
     cluster.all_at(v).await;
@@ -611,4 +616,74 @@ async fn idle_slow_and_excess_connections_are_shed_while_admin_and_raft_answer()
     );
     assert_eq!(req.send().await.unwrap().status(), 200);
     drop(flood);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_api_over_tls_forwards_writes_to_the_leader_over_mutual_tls() {
+    let ca = mtls_ca();
+    let cluster = mtls_cluster(&ca, true).await;
+    let https = https_client(&ca);
+    let follower_admin = cluster.node(1).admin.clone();
+    assert!(follower_admin.starts_with("https://"), "{follower_admin}");
+    // Wait until node 1 sees a leader other than itself and reaches it.
+    let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    eventually(
+        Duration::from_secs(30),
+        "node 1 follows a reachable leader",
+        || {
+            let (https, url) = (https.clone(), format!("{follower_admin}/admin/v1/cluster"));
+            let seen = Arc::clone(&seen);
+            async move {
+                let Ok(resp) = https.get(&url).bearer_auth(ADMIN_TOKEN).send().await else {
+                    return false;
+                };
+                let v: serde_json::Value = resp.json().await.unwrap_or_default();
+                let l = v["leader"].as_u64().unwrap_or(0);
+                let all_reachable = v["nodes"]
+                    .as_array()
+                    .is_some_and(|n| n.len() == 3 && n.iter().all(|m| m["reachable"] == true));
+                seen.store(l, std::sync::atomic::Ordering::Relaxed);
+                l != 0 && all_reachable
+            }
+        },
+    )
+    .await;
+    let leader = seen.load(std::sync::atomic::Ordering::Relaxed);
+    let entry = if leader == 1 { 2 } else { 1 };
+    let resp = https
+        .post(format!("{}/admin/v1/freeze", cluster.node(entry).admin))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"reason": "forwarded over TLS"}))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status();
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["leader"].as_u64(), Some(leader), "{body}");
+
+    // The operator's command line trusts the CA from ZONEGATE_CA_FILE.
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.crt");
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    let out = tokio::process::Command::new(bin())
+        .args([
+            "ctl",
+            "--admin",
+            &cluster.node(entry).admin,
+            "--token",
+            ADMIN_TOKEN,
+            "status",
+        ])
+        .env("ZONEGATE_CA_FILE", &ca_file)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("frozen"));
 }
