@@ -687,3 +687,157 @@ async fn an_admin_api_over_tls_forwards_writes_to_the_leader_over_mutual_tls() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("frozen"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_backend_is_verified_against_its_configured_ca() {
+    // A zonegate node serving HTTPS is the backend of another node: the
+    // second reaches it over TLS, verifying its certificate.
+    let ca = TestCa::new("backend CA");
+    let certs = tempfile::tempdir().unwrap();
+    let (cert, key) = ca.write(certs.path(), "backend", &["vllm.internal"]);
+    let mock = Mock::start("a-1", "az-a", &[MODEL]).await;
+    let tls_backend = NodeProcess::start(
+        "az-a",
+        &format!(
+            "{}\n[node.tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+            mock.backend_toml(&[MODEL]),
+            cert.display(),
+            key.display()
+        ),
+    )
+    .await;
+    let port = tls_backend.data.rsplit(':').next().unwrap().to_owned();
+    let front = |tls: String| {
+        format!(
+            "[[backends]]\nname = \"over-tls\"\nzone = \"az-a\"\nurl = \"https://127.0.0.1:{port}\"\nmodels = [\"{MODEL}\"]\nhealth_path = \"/healthz\"\ntls = {tls}\n"
+        )
+    };
+    let verified = NodeProcess::start(
+        "az-a",
+        &front(format!(
+            "{{ ca = \"{}\", server_name = \"vllm.internal\" }}",
+            certs.path().join("ca.crt").display()
+        )),
+    )
+    .await;
+    // The front node never forwards its client's API key, so the backend
+    // node answers 401 itself: the answer crossed the TLS hop.
+    let resp = verified
+        .chat()
+        .json(&chat_body(16, false))
+        .send()
+        .await
+        .unwrap();
+    let backend = resp.headers().get("x-zonegate-backend").cloned();
+    let body = resp.text().await.unwrap();
+    assert_eq!(
+        backend.as_ref().and_then(|v| v.to_str().ok()),
+        Some("over-tls"),
+        "{body}"
+    );
+    assert!(body.contains("missing_api_key"), "{body}");
+
+    // Trusting another CA, the same backend is refused: no answer from it.
+    let other = TestCa::new("another CA");
+    let other_dir = tempfile::tempdir().unwrap();
+    other.write(other_dir.path(), "unused", &[]);
+    let refused = NodeProcess::start(
+        "az-a",
+        &front(format!(
+            "{{ ca = \"{}\" }}",
+            other_dir.path().join("ca.crt").display()
+        )),
+    )
+    .await;
+    let resp = refused
+        .chat()
+        .json(&chat_body(16, false))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_server_error(), "{}", resp.status());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_certificate_is_served_to_new_connections_without_a_restart() {
+    let old_ca = TestCa::new("old CA");
+    let certs = tempfile::tempdir().unwrap();
+    let (cert, key) = old_ca.write(certs.path(), "gateway", &[]);
+    let mock = Mock::start("a-1", "az-a", &[MODEL]).await;
+    let node = NodeProcess::start(
+        "az-a",
+        &format!(
+            "{}\n[node.tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+            mock.backend_toml(&[MODEL]),
+            cert.display(),
+            key.display()
+        ),
+    )
+    .await;
+    let old_client = https_client(&old_ca);
+    let health = format!("{}/healthz", node.data);
+    assert_eq!(old_client.get(&health).send().await.unwrap().status(), 200);
+
+    // Replace the files (a new key from a new CA); the node notices.
+    let new_ca = TestCa::new("new CA");
+    let leaf = new_ca.issue(&[]);
+    std::fs::write(&key, leaf.key).unwrap();
+    std::fs::write(&cert, leaf.cert).unwrap();
+    let new_client = https_client(&new_ca);
+    eventually(
+        Duration::from_secs(30),
+        "the new certificate is served",
+        || {
+            let (c, url) = (new_client.clone(), health.clone());
+            async move { c.get(&url).send().await.is_ok_and(|r| r.status() == 200) }
+        },
+    )
+    .await;
+    // The connection opened before the change was not dropped.
+    assert_eq!(old_client.get(&health).send().await.unwrap().status(), 200);
+    // A new connection trusting only the old CA no longer gets through.
+    assert!(https_client(&old_ca).get(&health).send().await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_tokens_bound_to_networks_and_metrics_behind_a_token() {
+    let mock = Mock::start("a-1", "az-a", &[MODEL]).await;
+    let rest = format!(
+        "{}\n[[admin.tokens]]\nname = \"office\"\nsha256 = \"{}\"\nrole = \"viewer\"\nallow_from = [\"10.0.0.0/8\"]\n\n[[admin.tokens]]\nname = \"local\"\nsha256 = \"{}\"\nrole = \"viewer\"\nallow_from = [\"127.0.0.0/8\", \"::1\"]\n\n[admin]\nmetrics_auth = true\n",
+        mock.backend_toml(&[MODEL]),
+        zonegate::config::sha256_hex("office-token"),
+        zonegate::config::sha256_hex("local-token"),
+    );
+    let node = NodeProcess::start("az-a", &rest).await;
+    let get = |path: &str, token: Option<&str>| {
+        let mut req = client().get(format!("{}{path}", node.admin));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        req.send()
+    };
+    // A token from outside its networks is refused; inside, accepted.
+    assert_eq!(
+        get("/admin/v1/whoami", Some("office-token"))
+            .await
+            .unwrap()
+            .status(),
+        403
+    );
+    assert_eq!(
+        get("/admin/v1/whoami", Some("local-token"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    // /metrics needs a token now.
+    assert_eq!(get("/metrics", None).await.unwrap().status(), 401);
+    let resp = get("/metrics", Some(VIEWER_TOKEN)).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp
+        .text()
+        .await
+        .unwrap()
+        .contains("zonegate_listener_connections"));
+}
