@@ -29,6 +29,16 @@ fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
+/// A config tail: `mock` as the backend, HTTPS with `cert` and `key`.
+fn tls_rest(mock: &Mock, cert: &std::path::Path, key: &std::path::Path) -> String {
+    format!(
+        "{}\n[node.tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+        mock.backend_toml(&[MODEL]),
+        cert.display(),
+        key.display()
+    )
+}
+
 fn https_client(ca: &TestCa) -> reqwest::Client {
     reqwest::Client::builder()
         .add_root_certificate(reqwest::Certificate::from_pem(ca.pem().as_bytes()).unwrap())
@@ -78,12 +88,7 @@ async fn the_data_plane_speaks_https_and_http2_and_drops_plain_http_cleanly() {
     let certs = tempfile::tempdir().unwrap();
     let (cert, key) = ca.write(certs.path(), "gateway", &["gateway.test"]);
     let mock = Mock::start("a-1", "az-a", &[MODEL]).await;
-    let rest = format!(
-        "{}\n[node.tls]\ncert = \"{}\"\nkey = \"{}\"\n",
-        mock.backend_toml(&[MODEL]),
-        cert.display(),
-        key.display()
-    );
+    let rest = tls_rest(&mock, &cert, &key);
     let node = NodeProcess::start("az-a", &rest).await;
     assert!(node.data.starts_with("https://"), "{}", node.data);
 
@@ -696,16 +701,7 @@ async fn an_https_backend_is_verified_against_its_configured_ca() {
     let certs = tempfile::tempdir().unwrap();
     let (cert, key) = ca.write(certs.path(), "backend", &["vllm.internal"]);
     let mock = Mock::start("a-1", "az-a", &[MODEL]).await;
-    let tls_backend = NodeProcess::start(
-        "az-a",
-        &format!(
-            "{}\n[node.tls]\ncert = \"{}\"\nkey = \"{}\"\n",
-            mock.backend_toml(&[MODEL]),
-            cert.display(),
-            key.display()
-        ),
-    )
-    .await;
+    let tls_backend = NodeProcess::start("az-a", &tls_rest(&mock, &cert, &key)).await;
     let port = tls_backend.data.rsplit(':').next().unwrap().to_owned();
     let front = |tls: String| {
         format!(
@@ -764,16 +760,7 @@ async fn a_replaced_certificate_is_served_to_new_connections_without_a_restart()
     let certs = tempfile::tempdir().unwrap();
     let (cert, key) = old_ca.write(certs.path(), "gateway", &[]);
     let mock = Mock::start("a-1", "az-a", &[MODEL]).await;
-    let node = NodeProcess::start(
-        "az-a",
-        &format!(
-            "{}\n[node.tls]\ncert = \"{}\"\nkey = \"{}\"\n",
-            mock.backend_toml(&[MODEL]),
-            cert.display(),
-            key.display()
-        ),
-    )
-    .await;
+    let node = NodeProcess::start("az-a", &tls_rest(&mock, &cert, &key)).await;
     let old_client = https_client(&old_ca);
     let health = format!("{}/healthz", node.data);
     assert_eq!(old_client.get(&health).send().await.unwrap().status(), 200);

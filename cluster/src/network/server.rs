@@ -454,68 +454,70 @@ fn reply<T: Serialize>(answer: &T) -> Response {
     }
 }
 
-async fn append(State(service): State<Arc<RaftService>>, req: Request) -> Response {
-    let call = match receive(&service, req, PATH_APPEND, AppendEntriesRequest::LIMIT).await {
+/// One authenticated RPC: receive (authenticate, read the body), decode
+/// the message, `handle` it, and answer signed. Every refusal after
+/// authentication is signed too, so the caller can tell it from a forgery.
+async fn serve_call<T: Bounded>(
+    service: &RaftService,
+    req: Request,
+    path: &'static str,
+    handle: impl AsyncFnOnce(&Received, T) -> Result<Response, Refusal>,
+) -> Response {
+    let call = match receive(service, req, path, T::LIMIT).await {
         Ok(c) => c,
         Err(r) => return r.into_response(),
     };
-    let result = async {
-        let req: AppendEntriesRequest = decode(&call.body)?;
-        check_vote(call.sender, &req.vote)?;
+    let result = match decode::<T>(&call.body) {
+        Ok(message) => handle(&call, message).await,
+        Err(r) => Err(r),
+    };
+    service.answer(&call, result).await
+}
+
+async fn append(State(service): State<Arc<RaftService>>, req: Request) -> Response {
+    serve_call(&service, req, PATH_APPEND, async |call, rpc: AppendEntriesRequest| {
+        check_vote(call.sender, &rpc.vote)?;
         admit(&service, call.sender, &call.headers).await?;
-        let result = service.raft.append_entries(req).await;
+        let result = service.raft.append_entries(rpc).await;
         if matches!(&result, Ok(r) if !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_)))
         {
             *crate::lock::lock(&service.leader_contact) = Some(std::time::Instant::now());
         }
         Ok(reply(&result))
-    }
-    .await;
-    service.answer(&call, result).await
+    })
+    .await
 }
 
 async fn vote(State(service): State<Arc<RaftService>>, req: Request) -> Response {
-    let call = match receive(&service, req, PATH_VOTE, VoteRequest::LIMIT).await {
-        Ok(c) => c,
-        Err(r) => return r.into_response(),
-    };
-    let result = async {
-        let req: VoteRequest = decode(&call.body)?;
-        check_vote(call.sender, &req.vote)?;
+    serve_call(&service, req, PATH_VOTE, async |call, rpc: VoteRequest| {
+        check_vote(call.sender, &rpc.vote)?;
         admit(&service, call.sender, &call.headers).await?;
         if service.identity.as_ref().is_some_and(|i| i.rejoining()) {
             return Err(Refusal::Rejoining);
         }
-        Ok(reply(&service.raft.vote(req).await))
-    }
-    .await;
-    service.answer(&call, result).await
+        Ok(reply(&service.raft.vote(rpc).await))
+    })
+    .await
 }
 
 async fn snapshot(State(service): State<Arc<RaftService>>, req: Request) -> Response {
-    let call = match receive(&service, req, PATH_SNAPSHOT, InstallSnapshotRequest::LIMIT).await {
-        Ok(c) => c,
-        Err(r) => return r.into_response(),
-    };
-    let result = async {
-        let req: InstallSnapshotRequest = decode(&call.body)?;
-        check_vote(call.sender, &req.vote)?;
-        admit(&service, call.sender, &call.headers).await?;
-        Ok(reply(&service.raft.install_snapshot(req).await))
-    }
-    .await;
-    service.answer(&call, result).await
+    serve_call(
+        &service,
+        req,
+        PATH_SNAPSHOT,
+        async |call, rpc: InstallSnapshotRequest| {
+            check_vote(call.sender, &rpc.vote)?;
+            admit(&service, call.sender, &call.headers).await?;
+            Ok(reply(&service.raft.install_snapshot(rpc).await))
+        },
+    )
+    .await
 }
 
 /// A node's zone observations: handed to the detector, answered with the
 /// leader's latest assessment (or `leader: false`).
 async fn report(State(service): State<Arc<RaftService>>, req: Request) -> Response {
-    let call = match receive(&service, req, PATH_REPORT, Report::LIMIT).await {
-        Ok(c) => c,
-        Err(r) => return r.into_response(),
-    };
-    let result = async {
-        let report: Report = decode(&call.body)?;
+    serve_call(&service, req, PATH_REPORT, async |call, report: Report| {
         if let Some(identity) = &service.identity {
             let theirs = call
                 .headers
@@ -547,9 +549,8 @@ async fn report(State(service): State<Arc<RaftService>>, req: Request) -> Respon
             &report,
             now_ms(),
         )))
-    }
-    .await;
-    service.answer(&call, result).await
+    })
+    .await
 }
 
 /// The start-up check of a node without a store: this node's cluster id
