@@ -18,6 +18,7 @@ pub mod members;
 pub mod network;
 pub mod node;
 pub mod propose;
+pub mod quota;
 mod roster;
 #[cfg(test)]
 mod samples;
@@ -41,6 +42,7 @@ pub use node::{
     MemberStatus, ProposeError, RaftListen, Timing,
 };
 pub use propose::Unconfirmed;
+pub use quota::{Limits, Priority, TenantQuota, Unit};
 pub use state::{ClusterState, DecisionRecord, Preview, ZoneChange, ZoneControl, HISTORY_LIMIT};
 pub use types::{Member, Role, TypeConfig};
 pub use view::{Automation, ClusterView, NodeId, ZoneId, ZoneStatus};
