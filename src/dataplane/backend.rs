@@ -390,6 +390,7 @@ mod tests {
             health_path: "/health".into(),
             metrics_path: None,
             model_names: HashMap::new(),
+            capacity: None,
         };
         Backend::new(&cfg, &HealthConfig::default(), 0)
     }
