@@ -38,6 +38,8 @@ pub struct Gateway {
     pub pins: PinTable,
     /// This period's per-zone request results, reported to the leader.
     pub zone_stats: ZoneStats,
+    /// Tenants' allocations on this node, models' limits, zone capacity.
+    pub quotas: crate::dataplane::quota::Quotas,
     /// Decided once from config: checked on every request.
     witness: bool,
     /// Set from SIGTERM on: readiness fails, the drain has begun.
@@ -162,7 +164,9 @@ impl Gateway {
             window_s: cfg.retry.budget_window.as_secs().max(1),
             floor_per_thread: u64::from(cfg.retry.min_retries_per_window),
         };
+        let quotas = crate::dataplane::quota::Quotas::new(&cfg, &view.borrow(), &metrics);
         Self {
+            quotas,
             routes: ArcSwap::from_pointee(routes),
             view,
             budget,
