@@ -85,8 +85,10 @@ impl Gcra {
         }
     }
 
+    /// Nanoseconds per unit; at least 1, so a limit above 60 billion per
+    /// minute acts as one unit per nanosecond (far past any real traffic).
     fn interval(limit: u64) -> u64 {
-        MINUTE_NS / limit.max(1)
+        (MINUTE_NS / limit.max(1)).max(1)
     }
 
     /// Admits `cost` units at `now`, or says how long to wait. A cost is
@@ -772,6 +774,15 @@ mod tests {
         assert_eq!(g.state(0), None);
         g.set_limit(Some(0));
         assert!(g.take(5 * S, 1).is_err());
+    }
+
+    #[test]
+    fn huge_limits_do_not_divide_by_zero() {
+        let g = Gcra::unlimited();
+        g.set_limit(Some(u64::MAX - 1));
+        assert!(g.take(S, u64::MAX).is_ok());
+        assert!(g.state(S).is_some());
+        g.adjust(-5);
     }
 
     #[test]
