@@ -31,10 +31,10 @@ pub use command::{
     AutoLimits, Command, Decision, Origin, Outcome, RejectRule, Rejection, Response,
 };
 pub use detect::{
-    Evidence, FailoverConfig, FailoverConfigError, PeriodScore, Report, ScoreWeights, ZoneHealth,
-    ZoneObservation,
+    Evidence, FailoverConfig, FailoverConfigError, PeriodScore, Report, ScoreWeights, TenantDemand,
+    ZoneHealth, ZoneObservation,
 };
-pub use failover::{FailoverStatus, ObservationSource, ReportAck};
+pub use failover::{DemandSource, FailoverStatus, ObservationSource, ReportAck};
 pub use members::{MemberChange, MemberInfo, MemberRefusal, MemberRule};
 pub use network::FaultTable;
 pub use node::{

@@ -357,6 +357,92 @@ pub fn drifted(
     })
 }
 
+/// What the leader's quota rebalance works from: the tenants' quotas, the
+/// nodes that serve (with their home zones), and the `[quotas]` knobs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RebalancePlan {
+    pub tenants: Vec<TenantQuota>,
+    pub nodes: Vec<(NodeId, ZoneId)>,
+    /// See [`rebalance_group`].
+    pub node_floor: f64,
+    /// See [`drifted`].
+    pub drift_threshold: f64,
+    /// At most one rebalance per this many ms.
+    pub interval_ms: u64,
+}
+
+/// The leader's rebalance, pure: for every limited tenant and every group
+/// of nodes serving one effective zone, weights by the recent `demand`
+/// (node → tenant → requests offered; nodes missing from it are silent and
+/// keep their weight), checked against the weights in force. Returns the
+/// whole new table when some group drifted past the threshold (or has no
+/// fitting weights yet, as after a failover), else `None`.
+pub fn plan_rebalance(
+    plan: &RebalancePlan,
+    statuses: &BTreeMap<ZoneId, ZoneStatus>,
+    previous: &NodeWeights,
+    demand: &BTreeMap<NodeId, BTreeMap<String, u64>>,
+) -> Option<NodeWeights> {
+    let groups = groups(&plan.nodes, statuses);
+    let silent: BTreeSet<NodeId> = plan
+        .nodes
+        .iter()
+        .map(|(n, _)| *n)
+        .filter(|n| !demand.contains_key(n))
+        .collect();
+    let mut table = NodeWeights::new();
+    let mut changed = false;
+    for q in plan.tenants.iter().filter(|q| !q.global.is_unlimited()) {
+        let prev = previous.get(&q.tenant);
+        let per_node: BTreeMap<NodeId, u64> = demand
+            .iter()
+            .map(|(n, d)| (*n, d.get(&q.tenant).copied().unwrap_or(0)))
+            .collect();
+        let mut weights = BTreeMap::new();
+        for members in groups.values() {
+            let fitting: Option<BTreeMap<NodeId, u32>> = prev.map(|p| {
+                p.iter()
+                    .filter(|(n, _)| members.contains(n))
+                    .map(|(n, w)| (*n, *w))
+                    .collect()
+            });
+            let fitting = fitting.filter(|f| {
+                f.len() == members.len()
+                    && f.values().map(|w| u64::from(*w)).sum::<u64>() == u64::from(PPM)
+            });
+            let silent_here: BTreeSet<NodeId> = silent.intersection(members).copied().collect();
+            let new = rebalance_group(
+                members,
+                &per_node,
+                fitting.as_ref(),
+                &silent_here,
+                plan.node_floor,
+            );
+            changed |= drifted(fitting.as_ref(), &new, plan.drift_threshold);
+            weights.extend(new);
+        }
+        table.insert(q.tenant.clone(), weights);
+    }
+    // A tenant removed from config (or no longer limited) drops out.
+    changed |= previous.keys().any(|t| !table.contains_key(t));
+    changed.then_some(table)
+}
+
+/// The overflow lines of every tenant under `statuses` (for the log and
+/// the decision history), stamped with `version`.
+pub fn overflow_lines(
+    tenants: &[TenantQuota],
+    statuses: &BTreeMap<ZoneId, ZoneStatus>,
+    version: u64,
+) -> Vec<String> {
+    tenants
+        .iter()
+        .filter(|q| !q.global.is_unlimited())
+        .flat_map(|q| zone_table(q, statuses).1)
+        .map(|o| o.line(version))
+        .collect()
+}
+
 /// One node's allocation of one tenant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeAllocation {
@@ -675,6 +761,84 @@ mod tests {
                 "{p} used {used} cost {cost} of {total} reserve {reserve}"
             );
         }
+    }
+
+    fn plan(tenants: Vec<TenantQuota>, nodes: &[(NodeId, &str)]) -> RebalancePlan {
+        RebalancePlan {
+            tenants,
+            nodes: nodes.iter().map(|(n, zn)| (*n, z(zn))).collect(),
+            node_floor: 0.1,
+            drift_threshold: 0.05,
+            interval_ms: 5000,
+        }
+    }
+
+    fn demand(rows: &[(NodeId, u64)]) -> BTreeMap<NodeId, BTreeMap<String, u64>> {
+        rows.iter()
+            .map(|(n, d)| (*n, [("deptA".to_owned(), *d)].into()))
+            .collect()
+    }
+
+    #[test]
+    fn the_leader_rebalances_by_demand_only_past_the_drift() {
+        let p = plan(
+            vec![quota(600, &[("az-a", 1.0)], Priority::P1)],
+            &[(1, "az-a"), (2, "az-a"), (3, "az-a")],
+        );
+        let s = active(&["az-a"]);
+        let first = plan_rebalance(
+            &p,
+            &s,
+            &NodeWeights::new(),
+            &demand(&[(1, 70), (2, 20), (3, 10)]),
+        )
+        .expect("no weights yet: a first table");
+        let w = &first["deptA"];
+        assert_eq!(w.values().sum::<u32>(), PPM);
+        assert!(w[&1] > w[&2] && w[&2] > w[&3] && w[&3] > 0, "{w:?}");
+        // The same demand again: nothing drifted, no decision.
+        assert_eq!(
+            plan_rebalance(&p, &s, &first, &demand(&[(1, 70), (2, 20), (3, 10)])),
+            None
+        );
+        // A small wobble stays under the threshold.
+        assert_eq!(
+            plan_rebalance(&p, &s, &first, &demand(&[(1, 71), (2, 19), (3, 10)])),
+            None
+        );
+        // The load moves: a new table.
+        let moved = plan_rebalance(&p, &s, &first, &demand(&[(1, 10), (2, 20), (3, 70)])).unwrap();
+        assert!(moved["deptA"][&3] > moved["deptA"][&1]);
+        // Node 3 silent: it keeps its weight.
+        let quiet = plan_rebalance(&p, &s, &moved, &demand(&[(1, 90), (2, 10)])).unwrap();
+        assert_eq!(quiet["deptA"][&3], moved["deptA"][&3]);
+    }
+
+    #[test]
+    fn a_failover_regroups_the_nodes_and_asks_for_a_new_table() {
+        let p = plan(
+            vec![quota(600, &[("az-a", 0.5), ("az-b", 0.5)], Priority::P0)],
+            &[(1, "az-a"), (2, "az-b")],
+        );
+        let mut s = active(&["az-a", "az-b"]);
+        let d = demand(&[(1, 30), (2, 10)]);
+        let before = plan_rebalance(&p, &s, &NodeWeights::new(), &d).unwrap();
+        assert_eq!(before["deptA"][&1], PPM, "alone in its group");
+        assert_eq!(plan_rebalance(&p, &s, &before, &d), None);
+        s.insert(z("az-a"), ZoneStatus::FailedOver { target: z("az-b") });
+        let during = plan_rebalance(&p, &s, &before, &d).expect("the groups changed");
+        assert_eq!(during["deptA"].values().sum::<u32>(), PPM, "one group now");
+        let lines = overflow_lines(&p.tenants, &s, 4);
+        assert_eq!(
+            lines,
+            ["cross_zone overflow tenant=deptA from=az-a to=az-b mode=soft_limit priority=P0 version=4"]
+        );
+        // Failback: the old groups, and the old table back once demand
+        // looks as before.
+        s.insert(z("az-a"), ZoneStatus::Active);
+        let after = plan_rebalance(&p, &s, &during, &d).unwrap();
+        assert_eq!(after, before);
+        assert!(overflow_lines(&p.tenants, &s, 5).is_empty());
     }
 
     proptest! {

@@ -21,8 +21,11 @@ use std::sync::Arc;
 use http::{HeaderMap, HeaderValue};
 use parking_lot::Mutex;
 use prometheus::{Gauge, IntCounter};
+use zonegate_cluster::quota::RebalancePlan;
 use zonegate_cluster::quota::{self as arith, Shed};
-use zonegate_cluster::{ClusterView, Limits, NodeId, Priority, TenantQuota, Unit, ZoneId};
+use zonegate_cluster::{
+    ClusterView, Limits, NodeId, Priority, TenantDemand, TenantQuota, Unit, ZoneId,
+};
 
 use crate::config::Config;
 use crate::dataplane::error::ApiError;
@@ -198,9 +201,22 @@ pub struct TenantLimiter {
     pub concurrency: Occupancy,
     admitted: IntCounter,
     metrics: Metrics,
+    /// This period's requests that reached the stage, and those admitted:
+    /// the demand this node reports to the leader.
+    offered_now: AtomicU64,
+    admitted_now: AtomicU64,
 }
 
 impl TenantLimiter {
+    /// This period's demand, and a new period begins.
+    pub fn take_demand(&self) -> TenantDemand {
+        TenantDemand {
+            tenant: self.quota.tenant.clone(),
+            offered: self.offered_now.swap(0, Ordering::Relaxed),
+            admitted: self.admitted_now.swap(0, Ordering::Relaxed),
+        }
+    }
+
     /// Whether any of the tenant's units is limited (its responses then
     /// carry the `x-ratelimit-*` headers).
     pub fn limited(&self) -> bool {
@@ -400,15 +416,18 @@ pub struct Ask<'a> {
 
 impl Quotas {
     pub fn new(cfg: &Config, view: &ClusterView, metrics: &Metrics) -> Self {
-        let nodes: Vec<(NodeId, ZoneId)> = if cfg.members.is_empty() {
-            vec![(cfg.node.id, cfg.node.zone.clone())]
-        } else {
-            cfg.members
-                .iter()
-                .filter(|m| m.role != zonegate_cluster::Role::Witness)
-                .map(|m| (m.id, m.zone.clone()))
-                .collect()
-        };
+        let mut nodes: Vec<(NodeId, ZoneId)> = cfg
+            .members
+            .iter()
+            .filter(|m| m.role != zonegate_cluster::Role::Witness)
+            .map(|m| (m.id, m.zone.clone()))
+            .collect();
+        // Standalone, or a member this config does not list (added at run
+        // time): this node counts in its zone's group rather than holding
+        // nothing or everything.
+        if !nodes.iter().any(|(n, _)| *n == cfg.node.id) {
+            nodes.push((cfg.node.id, cfg.node.zone.clone()));
+        }
         let tenants = cfg
             .tenant_quotas
             .iter()
@@ -420,6 +439,8 @@ impl Quotas {
                     concurrency: Occupancy::unlimited(),
                     admitted: metrics.quota_admitted.with_label_values(&[&q.tenant]),
                     metrics: metrics.clone(),
+                    offered_now: AtomicU64::new(0),
+                    admitted_now: AtomicU64::new(0),
                 })
             })
             .collect();
@@ -496,7 +517,12 @@ impl Quotas {
         };
         self.metrics.quota_allocation.reset();
         for t in &self.tenants {
-            let (allocs, overflows) = arith::allocate(&t.quota, statuses, &self.nodes, None);
+            let (allocs, overflows) = arith::allocate(
+                &t.quota,
+                statuses,
+                &self.nodes,
+                view.quota.get(&t.quota.tenant),
+            );
             let mine = allocs
                 .iter()
                 .find(|a| a.node == self.node)
@@ -527,8 +553,18 @@ impl Quotas {
                     }
                 }
             }
+            // One line per tenant when its overflow begins (not again for
+            // each later decision while it lasts).
+            let before = self.table.load();
+            let index = table.tenants.len();
             for o in &overflows {
-                tracing::info!(target: "zonegate::quota", "{}", o.line(view.decision_version));
+                let known = before
+                    .tenants
+                    .get(index)
+                    .is_some_and(|(_, old)| old.iter().any(|p| p.from == o.from && p.to == o.to));
+                if !known {
+                    tracing::info!(target: "zonegate::quota", "{}", o.line(view.decision_version));
+                }
             }
             table.tenants.push((allocs, overflows));
         }
@@ -570,6 +606,7 @@ impl Quotas {
         };
         let estimate = estimate_tokens(ask.body_len, ask.max_tokens);
         let t = Arc::clone(tenant);
+        t.offered_now.fetch_add(1, Ordering::Relaxed);
         let mut adm = Admission {
             tenant: Arc::clone(tenant),
             model: self.models.get(ask.model).cloned(),
@@ -658,10 +695,32 @@ impl Quotas {
         adm.estimate = estimate;
         adm.settled = false;
         t.admitted.inc();
+        t.admitted_now.fetch_add(1, Ordering::Relaxed);
         if t.limited() {
             adm.headers = t.headers(now);
         }
         Ok(adm)
+    }
+
+    /// Every tenant's demand since the last call (the reporter's source).
+    pub fn take_demand(tenants: &[Arc<TenantLimiter>]) -> Vec<TenantDemand> {
+        tenants
+            .iter()
+            .filter(|t| t.limited())
+            .map(|t| t.take_demand())
+            .collect()
+    }
+
+    /// What the leader's rebalance needs from this node's config.
+    pub fn rebalance_plan(&self, cfg: &Config) -> RebalancePlan {
+        RebalancePlan {
+            tenants: cfg.tenant_quotas.clone(),
+            nodes: self.nodes.clone(),
+            node_floor: cfg.quotas.node_floor,
+            drift_threshold: cfg.quotas.drift_threshold,
+            interval_ms: u64::try_from(cfg.quotas.rebalance_interval.as_millis())
+                .unwrap_or(u64::MAX),
+        }
     }
 
     /// The tenant's headers for any other response (errors included).

@@ -165,6 +165,15 @@ impl Gateway {
             floor_per_thread: u64::from(cfg.retry.min_retries_per_window),
         };
         let quotas = crate::dataplane::quota::Quotas::new(&cfg, &view.borrow(), &metrics);
+        if let Some(node) = &cluster {
+            // The quota stage's demand goes into this node's zone reports;
+            // the leader rebalances from them.
+            let tenants = quotas.tenants.clone();
+            node.set_demand_source(Arc::new(move || {
+                crate::dataplane::quota::Quotas::take_demand(&tenants)
+            }));
+            node.set_rebalance_plan(quotas.rebalance_plan(&cfg));
+        }
         Self {
             quotas,
             routes: ArcSwap::from_pointee(routes),
