@@ -512,7 +512,9 @@ impl<P: Propose> LeadLoop<P> {
             evidence.push_str(l);
             evidence.push('\n');
         }
-        let reason = if lines.is_empty() {
+        let reason = if state.quota_weights().is_empty() {
+            "the first quota table".to_owned()
+        } else if lines.is_empty() {
             "tenant demand moved past the drift threshold".to_owned()
         } else {
             format!(

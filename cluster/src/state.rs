@@ -208,7 +208,8 @@ impl ClusterState {
             } => (decision, if_version, Some((*at_ms, limits))),
         };
         if let Some(expected) = *if_version {
-            if expected != self.decision_version {
+            if expected != self.decision_version && !self.only_rebalances_since(expected, decision)
+            {
                 return Err(Rejection::new(
                     RejectRule::StaleVersion,
                     format!(
@@ -237,6 +238,26 @@ impl ClusterState {
             self.check_automatic(decision, &preview, at_ms, limits)?;
         }
         Ok(preview)
+    }
+
+    /// Whether a zone decision made against version `expected` still holds:
+    /// every decision since was a quota rebalance, which changes no zone
+    /// (so an operator's `--if-version` is not made stale by the leader
+    /// re-splitting quotas meanwhile). A rebalance itself is always exact:
+    /// its weights were planned from the version it names.
+    fn only_rebalances_since(&self, expected: u64, decision: &Decision) -> bool {
+        if matches!(decision, Decision::QuotaRebalance { .. }) || expected > self.decision_version {
+            return false;
+        }
+        let since: Vec<&DecisionRecord> = self
+            .history
+            .iter()
+            .filter(|r| r.version > expected)
+            .collect();
+        since.len() as u64 == self.decision_version - expected
+            && since
+                .iter()
+                .all(|r| matches!(r.decision, Decision::QuotaRebalance { .. }))
     }
 
     /// The generic rules every decision passes, and what it would change.
@@ -712,6 +733,55 @@ mod tests {
         // The state round-trips through the codec with its weights.
         let back: ClusterState = crate::codec::decode(&crate::codec::encode(&s).unwrap()).unwrap();
         assert_eq!(back, s);
+    }
+
+    #[test]
+    fn a_rebalance_in_between_does_not_make_a_zone_decision_stale() {
+        let mut s = ClusterState::with_zones(["az-a", "az-b"]);
+        let rebalance = |at| {
+            auto(
+                Decision::QuotaRebalance {
+                    weights: NodeWeights::new(),
+                },
+                at,
+                AutoLimits::default(),
+            )
+        };
+        assert_eq!(s.apply(&rebalance(1)), Outcome::Applied { version: 1 });
+        assert_eq!(s.apply(&rebalance(2)), Outcome::Applied { version: 2 });
+        // An operator who looked at version 0 may still fail over.
+        assert_eq!(
+            s.apply(&failover("az-a", "az-b").if_version(0)),
+            Outcome::Applied { version: 3 }
+        );
+        // A zone decision in between still makes it stale.
+        let r = s.apply(&failback("az-a").if_version(2));
+        assert!(
+            matches!(
+                r,
+                Outcome::Rejected {
+                    rule: RejectRule::StaleVersion,
+                    ..
+                }
+            ),
+            "{r:?}"
+        );
+        // A rebalance planned from an older version is always stale.
+        let r = s.apply(&rebalance(3).if_version(2));
+        assert!(
+            matches!(
+                r,
+                Outcome::Rejected {
+                    rule: RejectRule::StaleVersion,
+                    ..
+                }
+            ),
+            "{r:?}"
+        );
+        assert_eq!(
+            s.apply(&failback("az-a").if_version(3)),
+            Outcome::Applied { version: 4 }
+        );
     }
 
     #[test]

@@ -42,7 +42,8 @@ pub fn report(gw: &Gateway) -> Value {
         .tenants
         .iter()
         .zip(table.tenants.iter())
-        .map(|(t, (allocs, overflows))| {
+        .enumerate()
+        .map(|(index, (t, (allocs, overflows)))| {
             let mut zones: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
             for a in allocs {
                 zones.entry(a.zone.as_str()).or_default().push(json!({
@@ -79,6 +80,13 @@ pub fn report(gw: &Gateway) -> Value {
                 })
                 .filter(|(_, n)| n.as_u64() != Some(0))
                 .collect();
+            let since_of = |o: &zonegate_cluster::quota::Overflow| {
+                table
+                    .overflow_since
+                    .get(&(index, o.from.clone()))
+                    .copied()
+                    .unwrap_or(table.decision_version)
+            };
             let remaining = |b: &crate::dataplane::quota::Gcra| {
                 b.state(now).map(|(limit, remaining, reset_ns)| {
                     json!({"limit": limit, "remaining": remaining, "reset_ms": reset_ns / 1_000_000})
@@ -96,7 +104,8 @@ pub fn report(gw: &Gateway) -> Value {
                     "to": o.to,
                     "mode": "soft_limit",
                     "moved": o.moved,
-                    "line": o.line(table.decision_version),
+                    "since_version": since_of(o),
+                "line": o.line(since_of(o)),
                 })).collect::<Vec<_>>(),
                 "usage": {
                     "node": gw.cfg.node.id,

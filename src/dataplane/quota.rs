@@ -342,6 +342,9 @@ pub struct Table {
     pub decision_version: u64,
     /// By tenant index: every node's allocation and the overflows.
     pub tenants: Vec<(Vec<arith::NodeAllocation>, Vec<arith::Overflow>)>,
+    /// The decision version each overflow (tenant index, failed zone)
+    /// began with: its log line's `version`.
+    pub overflow_since: BTreeMap<(usize, ZoneId), u64>,
 }
 
 /// What a request was admitted with; releases its concurrency and capacity
@@ -514,6 +517,7 @@ impl Quotas {
         let mut table = Table {
             decision_version: view.decision_version,
             tenants: Vec::with_capacity(self.tenants.len()),
+            overflow_since: BTreeMap::new(),
         };
         self.metrics.quota_allocation.reset();
         for t in &self.tenants {
@@ -562,9 +566,15 @@ impl Quotas {
                     .tenants
                     .get(index)
                     .is_some_and(|(_, old)| old.iter().any(|p| p.from == o.from && p.to == o.to));
-                if !known {
-                    tracing::info!(target: "zonegate::quota", "{}", o.line(view.decision_version));
-                }
+                let key = (index, o.from.clone());
+                let since = match before.overflow_since.get(&key) {
+                    Some(v) if known => *v,
+                    _ => {
+                        tracing::info!(target: "zonegate::quota", "{}", o.line(view.decision_version));
+                        view.decision_version
+                    }
+                };
+                table.overflow_since.insert(key, since);
             }
             table.tenants.push((allocs, overflows));
         }
