@@ -8,6 +8,7 @@ mod dashboard;
 mod explain;
 mod members;
 mod outlook;
+mod quotas;
 
 use std::sync::Arc;
 
@@ -39,6 +40,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         )
         .route("/admin/v1/outlook", get(outlook::outlook))
         .route("/admin/v1/explain", get(explain::explain))
+        .route("/admin/v1/quotas", get(quotas::quotas))
         .route("/admin/v1/backends", get(backends))
         .route("/admin/v1/events", get(events))
         .route("/admin/v1/whoami", get(whoami))
@@ -189,6 +191,8 @@ fn refresh_metrics(gw: &Gateway) {
             );
         }
     }
+    // Quota allocations follow the view even when no request came.
+    gw.quotas.refresh(&gw.view.borrow().clone());
     if let Some(node) = &gw.cluster {
         let s = node.status();
         m.raft_term.set(i64::try_from(s.term).unwrap_or(i64::MAX));

@@ -3,20 +3,26 @@
 //! reason, and nothing starts until the whole file is valid.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use http::uri::{Authority, Scheme};
 use serde::Deserialize;
-use zonegate_cluster::{FailoverConfig, Member, Role as MemberRole, ScoreWeights, ZoneId};
+use zonegate_cluster::{
+    FailoverConfig, Limits, Member, Role as MemberRole, ScoreWeights, TenantQuota, ZoneId,
+};
 use zonegate_net::tls::{BackendTls, TlsFiles};
 
+mod quota;
 mod security;
 
+pub use quota::QuotaConfig;
 pub use security::{LimitSettings, Network};
 use security::{RawBackendTls, RawLimits, RawTls};
+/// Tenant priority: P0 is never starved, P2 yields first (the quota
+/// arithmetic's type, so the control plane reads the same values).
+pub use zonegate_cluster::Priority;
 
 /// A configuration error: which file, which key, and why.
 #[derive(Debug, thiserror::Error)]
@@ -25,20 +31,6 @@ pub struct ConfigError {
     pub file: String,
     pub key: String,
     pub reason: String,
-}
-
-/// Tenant priority: P0 is never starved, P2 yields first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
-pub enum Priority {
-    P0,
-    P1,
-    P2,
-}
-
-impl fmt::Display for Priority {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{self:?}")
-    }
 }
 
 /// How a model's backends are chosen within a zone.
@@ -108,6 +100,8 @@ struct RawConfig {
     failover: RawFailover,
     #[serde(default)]
     prompt_tiers: Vec<RawPromptTier>,
+    #[serde(default)]
+    quotas: quota::RawQuotas,
 }
 
 #[derive(Deserialize)]
@@ -183,6 +177,8 @@ struct RawTenant {
     key_sha256: OneOrMany,
     #[serde(default = "default_priority")]
     priority: Priority,
+    quota: Option<quota::RawLimits>,
+    zone_share: Option<BTreeMap<String, f64>>,
 }
 
 fn default_priority() -> Priority {
@@ -204,6 +200,7 @@ struct RawBackend {
     #[serde(default)]
     model_names: BTreeMap<String, String>,
     tls: Option<RawBackendTls>,
+    capacity: Option<u32>,
 }
 
 fn one() -> u32 {
@@ -234,6 +231,7 @@ struct RawModel {
     #[serde(default)]
     continuation: Continuation,
     tier: Option<u32>,
+    limits: Option<quota::RawModelLimits>,
 }
 
 #[derive(Deserialize, Default)]
@@ -386,6 +384,12 @@ pub struct Config {
     /// Complexity estimate: (body bytes at least, minimum tier), sorted by
     /// bytes. A request this large needs a model of at least that tier.
     pub prompt_tiers: Vec<(u64, u32)>,
+    /// `[quotas]`: capacity units and the leader's rebalancing.
+    pub quotas: QuotaConfig,
+    /// Per tenant, in the order of `tenants`: its global limits (`quota`,
+    /// unlimited in every unit when not set) and each serving zone's share
+    /// (`zone_share`, summing to 1).
+    pub tenant_quotas: Vec<TenantQuota>,
 }
 
 /// `[cluster]`: Raft timing and readiness.
@@ -451,6 +455,9 @@ pub struct BackendConfig {
     pub model_names: HashMap<String, String>,
     /// How an `https://` backend is verified.
     pub tls: BackendTls,
+    /// Capacity units this backend carries (a request costs 1, a long one
+    /// `quotas.long_request_units`); `None` when undeclared.
+    pub capacity: Option<u32>,
 }
 
 /// How a stream that broke after bytes reached the client is continued
@@ -480,6 +487,9 @@ pub struct ModelConfig {
     /// Capability tier (higher is more capable); `None` when undeclared,
     /// which counts as tier 0 against a request's minimum.
     pub tier: Option<u32>,
+    /// `limits`: per-zone rpm/tpm that protect the backends (unlimited when
+    /// not set).
+    pub limits: Limits,
 }
 
 #[derive(Clone, Debug)]
@@ -750,8 +760,34 @@ impl Validator<'_> {
         let witness = members
             .iter()
             .any(|m| m.id == node.id && m.role == MemberRole::Witness);
-        let tenants = self.tenants(raw.tenants)?;
+        let mut raw_tenants = raw.tenants;
+        let tenant_quotas: Vec<_> = raw_tenants
+            .iter_mut()
+            .map(|t| (t.quota.take(), t.zone_share.take()))
+            .collect();
+        let tenants = self.tenants(raw_tenants)?;
         let backends = self.backends(raw.backends, witness)?;
+        self.capacities(&backends)?;
+        let serving: std::collections::BTreeSet<ZoneId> =
+            backends.iter().map(|b| b.zone.clone()).collect();
+        let tenant_quotas = tenants
+            .iter()
+            .zip(tenant_quotas)
+            .enumerate()
+            .map(|(i, (t, (limits, share)))| {
+                Ok(TenantQuota {
+                    tenant: t.name.clone(),
+                    priority: t.priority,
+                    global: self.tenant_limits(&format!("tenants[{i}].quota"), limits)?,
+                    shares: self.zone_share(
+                        &format!("tenants[{i}].zone_share"),
+                        share,
+                        &serving,
+                    )?,
+                })
+            })
+            .collect::<Result<Vec<_>, ConfigError>>()?;
+        let quotas = self.quotas(raw.quotas)?;
         let retry = self.retry(raw.retry)?;
         let models = self.models(raw.models, &backends, retry.connect_timeout)?;
         let health = self.health(raw.health, &models)?;
@@ -807,6 +843,8 @@ impl Validator<'_> {
             .collect();
         prompt_tiers.sort_unstable();
         Ok(Config {
+            quotas,
+            tenant_quotas,
             prompt_tiers,
             failover,
             node,
@@ -1109,6 +1147,7 @@ impl Validator<'_> {
                     health_path: b.health_path,
                     metrics_path: b.metrics_path,
                     model_names: b.model_names.into_iter().collect(),
+                    capacity: b.capacity,
                 })
             })
             .collect()
@@ -1204,7 +1243,9 @@ impl Validator<'_> {
                 }
             }
             let timeouts = self.timeouts(&key, &m, default_connect)?;
+            let limits = self.model_limits(&format!("{key}.limits"), m.limits)?;
             out.push(ModelConfig {
+                limits,
                 name: m.name,
                 balance: m.balance,
                 fallback: m.fallback,
@@ -1227,6 +1268,7 @@ impl Validator<'_> {
                     },
                     continuation: Continuation::default(),
                     tier: None,
+                    limits: Limits::default(),
                 });
             }
         }
@@ -1498,10 +1540,10 @@ pub fn sha256_hex(secret: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const MINIMAL: &str = r#"
+    pub(crate) const MINIMAL: &str = r#"
         [node]
         id = 1
         zone = "az-a"
@@ -1521,7 +1563,7 @@ mod tests {
         models = ["qwen25-7b-instruct"]
     "#;
 
-    fn error_of(text: &str) -> ConfigError {
+    pub(crate) fn error_of(text: &str) -> ConfigError {
         Config::parse("test.toml", text).expect_err("config should be rejected")
     }
 

@@ -1,5 +1,6 @@
 //! The request path, one stage per module: `auth` → `request` (read) →
-//! `routing` (resolve, plan zones) → `affinity` (pin) → `balance` (pick) →
+//! `routing` (resolve, plan zones) → `affinity` (pin) → `quota` (admit) →
+//! `balance` (pick) →
 //! `forward` (with `retry`'s budget) → respond (`relay` streams the body,
 //! `sse` reads event streams); `proxy` strings the stages together and
 //! `error` is where its errors become HTTP. `backend` holds
@@ -14,6 +15,7 @@ pub mod error;
 pub mod forward;
 pub mod observe;
 pub mod proxy;
+pub mod quota;
 pub mod relay;
 pub mod request;
 pub mod retry;

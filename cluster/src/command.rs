@@ -5,6 +5,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::quota::NodeWeights;
 use crate::view::ZoneId;
 
 /// A change to the replicated decisions. Open for later variants (quota
@@ -23,6 +24,11 @@ pub enum Decision {
     Freeze,
     /// Allow automatic decisions again.
     Unfreeze,
+    /// The leader's split of each tenant's zone allocations over the nodes
+    /// serving each zone: tenant → node → parts per million of its group
+    /// (see `quota::rebalance_group`). Appended last, so the bincode
+    /// indices of the variants above stay as they were.
+    QuotaRebalance { weights: NodeWeights },
 }
 
 impl Decision {
@@ -33,6 +39,7 @@ impl Decision {
             Decision::Failback { .. } => "failback",
             Decision::Freeze => "freeze",
             Decision::Unfreeze => "unfreeze",
+            Decision::QuotaRebalance { .. } => "quota_rebalance",
         }
     }
 
@@ -41,7 +48,7 @@ impl Decision {
         match self {
             Decision::Failover { from, to } => vec![from.clone(), to.clone()],
             Decision::Failback { zone } => vec![zone.clone()],
-            Decision::Freeze | Decision::Unfreeze => Vec::new(),
+            Decision::Freeze | Decision::Unfreeze | Decision::QuotaRebalance { .. } => Vec::new(),
         }
     }
 }
@@ -142,6 +149,11 @@ pub const MAX_ACTOR_BYTES: usize = 128;
 pub const MAX_EVIDENCE_BYTES: usize = 16 * 1024;
 /// The most bytes a zone name in a decision may hold.
 pub const MAX_ZONE_BYTES: usize = 64;
+/// The most (tenant, node) weights a quota rebalance may carry, and the
+/// most bytes of a tenant name in it: with the other bounds an entry stays
+/// far below its decode limit.
+pub const MAX_QUOTA_WEIGHTS: usize = 16 * 1024;
+pub const MAX_TENANT_BYTES: usize = 128;
 
 impl Command {
     /// Check the bounds that keep every entry small, so a log entry and an
@@ -185,6 +197,24 @@ impl Command {
                 return Err(Rejection::new(
                     RejectRule::TooLong,
                     format!("{field} is {len} bytes; at most {max} are allowed"),
+                ));
+            }
+        }
+        if let Decision::QuotaRebalance { weights } = decision {
+            let n: usize = weights.values().map(|w| w.len()).sum();
+            if n > MAX_QUOTA_WEIGHTS {
+                return Err(Rejection::new(
+                    RejectRule::TooLong,
+                    format!("{n} quota weights; at most {MAX_QUOTA_WEIGHTS} are allowed"),
+                ));
+            }
+            if let Some(t) = weights.keys().find(|t| t.len() > MAX_TENANT_BYTES) {
+                return Err(Rejection::new(
+                    RejectRule::TooLong,
+                    format!(
+                        "tenant name is {} bytes; at most {MAX_TENANT_BYTES} are allowed",
+                        t.len()
+                    ),
                 ));
             }
         }

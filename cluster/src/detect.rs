@@ -49,6 +49,43 @@ pub struct Report {
     pub period_end_ms: u64,
     pub zones: Vec<ZoneObservation>,
     pub history: Vec<PeriodObservations>,
+    /// Per tenant: requests that reached this node's quota stage in the
+    /// period (offered, admitted or not) and those admitted: the leader's
+    /// quota rebalance splits zone allocations by them. Format version 2
+    /// (older reports read as no demand).
+    #[serde(default)]
+    pub demand: Vec<TenantDemand>,
+}
+
+/// One tenant's demand on one node in one period.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantDemand {
+    pub tenant: String,
+    /// Requests that asked (admitted or refused).
+    pub offered: u64,
+    /// Requests admitted.
+    pub admitted: u64,
+}
+
+/// [`Report`] as format versions 0 and 1 laid it out (before demand).
+#[derive(Deserialize)]
+pub(crate) struct ReportV1 {
+    node: NodeId,
+    period_end_ms: u64,
+    zones: Vec<ZoneObservation>,
+    history: Vec<PeriodObservations>,
+}
+
+impl From<ReportV1> for Report {
+    fn from(v: ReportV1) -> Self {
+        Self {
+            node: v.node,
+            period_end_ms: v.period_end_ms,
+            zones: v.zones,
+            history: v.history,
+            demand: Vec::new(),
+        }
+    }
 }
 
 /// Score weights: `score = (gw_error × (1 − gw_err) + timeout × (1 −
@@ -812,6 +849,7 @@ mod tests {
                 continue;
             };
             let report = Report {
+                demand: Vec::new(),
                 node: i as NodeId + 1,
                 period_end_ms: current.period_end_ms,
                 zones: current.zones,
@@ -1052,6 +1090,7 @@ mod tests {
             let now = end + 10;
             for (node, zone) in [(1, "az-a"), (2, "az-b")] {
                 let report = Report {
+                    demand: Vec::new(),
                     node,
                     period_end_ms: end,
                     zones: vec![at("az-a", 0.9), at("az-b", 0.9)],
@@ -1061,6 +1100,7 @@ mod tests {
             }
             if k <= c_until {
                 let report = Report {
+                    demand: Vec::new(),
                     node: 3,
                     period_end_ms: end,
                     zones: vec![at("az-c", 0.9)],
@@ -1108,6 +1148,7 @@ mod tests {
         for k in 1..=8 {
             for node in [1, 2] {
                 let report = Report {
+                    demand: Vec::new(),
                     node,
                     period_end_ms: k * P,
                     zones: Vec::new(),
@@ -1129,6 +1170,7 @@ mod tests {
         // Node 1 also probes az-c's backends and finds them healthy.
         for k in 1..=6 {
             let report = Report {
+                demand: Vec::new(),
                 node: 1,
                 period_end_ms: k * P,
                 zones: vec![at("az-a", 0.9), at("az-b", 0.9), at("az-c", 0.8)],
@@ -1149,6 +1191,7 @@ mod tests {
         let (mut d, _) = detector_from(&[[0.1, 0.9, 0.9]; 3], &c);
         // Period 4 has only node 2's report so far: az-a unknown there.
         let report = Report {
+            demand: Vec::new(),
             node: 2,
             period_end_ms: 4 * P,
             zones: vec![at("az-b", 0.9)],
@@ -1174,6 +1217,7 @@ mod tests {
         };
         for (node, o) in [(1, obs(1.0, 0.0, 90)), (2, obs(0.0, 1.0, 10))] {
             let report = Report {
+                demand: Vec::new(),
                 node,
                 period_end_ms: P,
                 zones: vec![o],
@@ -1195,6 +1239,7 @@ mod tests {
         let c = cfg();
         let mut d = Detector::new(0);
         let report = Report {
+            demand: Vec::new(),
             node: 1,
             period_end_ms: P,
             zones: vec![ZoneObservation {
@@ -1219,6 +1264,7 @@ mod tests {
         let mut bad = at("az-a", 0.9);
         bad.gw_error_rate = f64::NAN;
         let report = Report {
+            demand: Vec::new(),
             node: 1,
             period_end_ms: P,
             zones: vec![bad, at("az-b", 0.9)],
@@ -1235,6 +1281,7 @@ mod tests {
         let c = cfg();
         let mut d = Detector::new(0);
         let report = Report {
+            demand: Vec::new(),
             node: 1,
             period_end_ms: 1500,
             zones: vec![at("az-a", 0.1)],

@@ -1,13 +1,15 @@
-//! Automatic failover at run time: every node's reporter (observations to
-//! the leader each period), the leader's assessment loop (detector →
-//! dry run → propose), and the status the binary exports.
+//! Automatic failover at run time: every node's reporter (observations and
+//! tenant demand to the leader each period), the leader's assessment loop
+//! (detector → dry run → propose; else, at most every rebalance interval,
+//! a quota rebalance when the demand drifted), and the status the binary
+//! exports.
 //!
 //! The deciding happens in [`crate::detect`] (scores) and
 //! [`crate::state`] (safety rules); this module only moves observations,
 //! keeps counters and proposes. It knows neither the node nor the network:
 //! the loops are handed a `Propose` and a `SendReport` at start.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,13 +19,16 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::clock::now_ms;
-use crate::command::{Command, Decision, Origin, RejectRule, Rejection};
+use crate::command::{
+    AutoLimits, Command, Decision, Origin, RejectRule, Rejection, MAX_EVIDENCE_BYTES,
+};
 use crate::detect::{
     period_end, Assessment, Detector, FailoverConfig, PeriodObservations, Proposal, Report,
-    ZoneHealth, ZoneObservation,
+    TenantDemand, ZoneHealth, ZoneObservation,
 };
 use crate::lock::lock;
 use crate::propose::{quorum_lost, Propose, ProposeError};
+use crate::quota::{self, RebalancePlan};
 use crate::state::ClusterState;
 use crate::types::alias::RaftMetrics;
 use crate::view::{NodeId, ZoneId};
@@ -32,6 +37,15 @@ use crate::view::{NodeId, ZoneId};
 /// period, it returns what this node saw of each zone since the last call.
 /// It must not block (it runs on the reporter task).
 pub type ObservationSource = Arc<dyn Fn() -> Vec<ZoneObservation> + Send + Sync>;
+
+/// Where a node's per-period tenant demand comes from (the data plane's
+/// quota stage): called once per period, it returns the requests each
+/// tenant offered since the last call. It must not block.
+pub type DemandSource = Arc<dyn Fn() -> Vec<TenantDemand> + Send + Sync>;
+
+/// A node's demand is fresh for this many periods after its report's end;
+/// older, the node counts as silent (it keeps its weight).
+const DEMAND_FRESH_PERIODS: u64 = 3;
 
 /// The answer to a report: the leader's latest assessment, so followers
 /// can show zone scores too.
@@ -97,6 +111,13 @@ pub struct Failover {
     /// evidence).
     detector: Mutex<Option<(u64, Detector)>>,
     status: Mutex<FailoverStatus>,
+    demand_source: Mutex<Option<DemandSource>>,
+    /// The quota rebalance's inputs, once the node set them.
+    plan: Mutex<Option<RebalancePlan>>,
+    /// On the leader: each node's latest demand (period end, per tenant).
+    demand: Mutex<BTreeMap<NodeId, (u64, Vec<TenantDemand>)>>,
+    /// On the leader: when it last proposed a rebalance (ms, wall clock).
+    last_rebalance_ms: Mutex<u64>,
 }
 
 impl Failover {
@@ -107,7 +128,34 @@ impl Failover {
             source: Mutex::new(None),
             detector: Mutex::new(None),
             status: Mutex::new(FailoverStatus::default()),
+            demand_source: Mutex::new(None),
+            plan: Mutex::new(None),
+            demand: Mutex::new(BTreeMap::new()),
+            last_rebalance_ms: Mutex::new(0),
         }
+    }
+
+    pub(crate) fn set_demand_source(&self, source: DemandSource) {
+        *lock(&self.demand_source) = Some(source);
+    }
+
+    pub(crate) fn set_rebalance_plan(&self, plan: RebalancePlan) {
+        *lock(&self.plan) = Some(plan);
+    }
+
+    /// The fresh demand per node and tenant, as the rebalance reads it.
+    fn fresh_demand(&self, now_ms: u64, period_ms: u64) -> BTreeMap<NodeId, BTreeMap<String, u64>> {
+        let oldest = now_ms.saturating_sub(DEMAND_FRESH_PERIODS * period_ms);
+        lock(&self.demand)
+            .iter()
+            .filter(|(_, (end, _))| *end >= oldest)
+            .map(|(n, (_, d))| {
+                (
+                    *n,
+                    d.iter().map(|t| (t.tenant.clone(), t.offered)).collect(),
+                )
+            })
+            .collect()
     }
 
     pub(crate) fn config(&self) -> FailoverConfig {
@@ -160,6 +208,14 @@ impl Failover {
         };
         let config = self.config();
         self.with_detector(term, now_ms, |d| d.ingest(&config, zone, report, now_ms));
+        let mut demand = lock(&self.demand);
+        let newer = demand
+            .get(&report.node)
+            .is_none_or(|(end, _)| *end <= report.period_end_ms);
+        if newer {
+            demand.insert(report.node, (report.period_end_ms, report.demand.clone()));
+        }
+        drop(demand);
         let mut status = lock(&self.status);
         status.reports_received += 1;
         ReportAck {
@@ -270,12 +326,15 @@ impl<S: SendReport> ReportLoop<S> {
             }
             let source = lock(&self.failover.source).clone();
             let zones = source.map(|f| f()).unwrap_or_default();
+            let demand_source = lock(&self.failover.demand_source).clone();
+            let demand = demand_source.map(|f| f()).unwrap_or_default();
             let end = period_end(boundary, config.period_ms());
             let report = Report {
                 node: self.failover.me,
                 period_end_ms: end,
                 zones: zones.clone(),
                 history: history.iter().cloned().collect(),
+                demand,
             };
             history.push_back(PeriodObservations {
                 period_end_ms: end,
@@ -378,6 +437,10 @@ impl<P: Propose> LeadLoop<P> {
             logged.no_target(&assessment.no_target);
             let Some(proposal) = assessment.proposal else {
                 logged.refusal = None;
+                // No zone decision this period: the quota rebalance may go.
+                if !no_quorum {
+                    self.rebalance(&state, now, config.period_ms()).await;
+                }
                 continue;
             };
             if no_quorum {
@@ -417,6 +480,73 @@ impl<P: Propose> LeadLoop<P> {
         )
         .if_version(state.decision_version())
         .with_evidence(evidence)
+    }
+
+    /// The quota rebalance: at most every `interval_ms`, when the demand
+    /// drifted past the threshold or the groups changed (a failover or
+    /// failback), one `QuotaRebalance` whose evidence carries the overflow
+    /// lines in force (the decision history keeps them).
+    async fn rebalance(&self, state: &ClusterState, now: u64, period_ms: u64) {
+        let Some(plan) = lock(&self.failover.plan).clone() else {
+            return;
+        };
+        {
+            let last = *lock(&self.failover.last_rebalance_ms);
+            if now.saturating_sub(last) < plan.interval_ms {
+                return;
+            }
+        }
+        let demand = self.failover.fresh_demand(now, period_ms);
+        let Some(weights) =
+            quota::plan_rebalance(&plan, state.zones(), state.quota_weights(), &demand)
+        else {
+            return;
+        };
+        *lock(&self.failover.last_rebalance_ms) = now;
+        let lines = quota::overflow_lines(&plan.tenants, state.zones(), state.decision_version());
+        let mut evidence = String::new();
+        for l in &lines {
+            if evidence.len() + l.len() + 1 > MAX_EVIDENCE_BYTES {
+                break;
+            }
+            evidence.push_str(l);
+            evidence.push('\n');
+        }
+        let reason = if state.quota_weights().is_empty() {
+            "the first quota table".to_owned()
+        } else if lines.is_empty() {
+            "tenant demand moved past the drift threshold".to_owned()
+        } else {
+            format!(
+                "cross-zone overflow: {} tenant(s) in soft_limit",
+                lines.len()
+            )
+        };
+        let mut cmd = Command::automatic(
+            Decision::QuotaRebalance { weights },
+            format!("rebalancer:{}", self.failover.me),
+            reason,
+            AutoLimits::default(),
+        )
+        .if_version(state.decision_version());
+        if !evidence.is_empty() {
+            cmd = cmd.with_evidence(evidence.trim_end().to_owned());
+        }
+        if let Err(r) = cmd
+            .validate()
+            .and_then(|()| state.check(&cmd.clone().stamped(now)).map(drop))
+        {
+            tracing::debug!(
+                rule = r.rule.name(),
+                message = r.message,
+                "quota rebalance held back"
+            );
+            return;
+        }
+        match self.proposer.propose(cmd).await {
+            Ok(applied) => tracing::info!(version = applied.version, "quota rebalance committed"),
+            Err(e) => tracing::info!(error = %e, "quota rebalance not committed"),
+        }
     }
 
     /// Propose `cmd` and count what came of it.

@@ -18,6 +18,7 @@ pub mod members;
 pub mod network;
 pub mod node;
 pub mod propose;
+pub mod quota;
 mod roster;
 #[cfg(test)]
 mod samples;
@@ -30,10 +31,10 @@ pub use command::{
     AutoLimits, Command, Decision, Origin, Outcome, RejectRule, Rejection, Response,
 };
 pub use detect::{
-    Evidence, FailoverConfig, FailoverConfigError, PeriodScore, Report, ScoreWeights, ZoneHealth,
-    ZoneObservation,
+    Evidence, FailoverConfig, FailoverConfigError, PeriodScore, Report, ScoreWeights, TenantDemand,
+    ZoneHealth, ZoneObservation,
 };
-pub use failover::{FailoverStatus, ObservationSource, ReportAck};
+pub use failover::{DemandSource, FailoverStatus, ObservationSource, ReportAck};
 pub use members::{MemberChange, MemberInfo, MemberRefusal, MemberRule};
 pub use network::FaultTable;
 pub use node::{
@@ -41,6 +42,7 @@ pub use node::{
     MemberStatus, ProposeError, RaftListen, Timing,
 };
 pub use propose::Unconfirmed;
+pub use quota::{Limits, Priority, TenantQuota, Unit};
 pub use state::{ClusterState, DecisionRecord, Preview, ZoneChange, ZoneControl, HISTORY_LIMIT};
 pub use types::{Member, Role, TypeConfig};
 pub use view::{Automation, ClusterView, NodeId, ZoneId, ZoneStatus};

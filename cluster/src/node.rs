@@ -659,6 +659,18 @@ impl ClusterNode {
         self.failover.set_source(source);
     }
 
+    /// Where this node's per-period tenant demand comes from (for the
+    /// leader's quota rebalance). Until one is set the node reports none.
+    pub fn set_demand_source(&self, source: crate::failover::DemandSource) {
+        self.failover.set_demand_source(source);
+    }
+
+    /// The quota rebalance's inputs (tenants' quotas, serving nodes,
+    /// `[quotas]` knobs); the leader rebalances only once they are set.
+    pub fn set_rebalance_plan(&self, plan: crate::quota::RebalancePlan) {
+        self.failover.set_rebalance_plan(plan);
+    }
+
     /// Per-zone health: on the leader, its latest assessment; on a
     /// follower, the leader's latest assessment as returned for this node's
     /// last report (at most about one period old); empty before either.

@@ -11,7 +11,7 @@ use openraft::{CommittedLeaderId, EntryPayload, LogId, Membership, Vote};
 
 use crate::codec::{self, CodecError};
 use crate::command::{AutoLimits, Command, Decision};
-use crate::detect::{PeriodObservations, Report, ZoneHealth, ZoneObservation};
+use crate::detect::{PeriodObservations, Report, TenantDemand, ZoneHealth, ZoneObservation};
 use crate::failover::ReportAck;
 use crate::state::ClusterState;
 use crate::store::{Applied, StoredSnapshot};
@@ -80,6 +80,21 @@ pub(crate) fn every_command() -> Vec<Command> {
         .if_version(4)
         .with_evidence(r#"{"zone":"az-b"}"#)
         .stamped(1_700_000_060_000),
+        Command::automatic(
+            Decision::QuotaRebalance {
+                weights: [(
+                    "deptA".to_owned(),
+                    [(1, 700_000), (2, 300_000)].into_iter().collect(),
+                )]
+                .into_iter()
+                .collect(),
+            },
+            "rebalancer:1",
+            "tenant demand moved past the drift threshold",
+            AutoLimits::default(),
+        )
+        .if_version(5)
+        .stamped(1_700_000_065_000),
     ]
 }
 
@@ -125,6 +140,11 @@ pub(crate) fn report() -> Report {
                 zones: vec![obs("az-a", 0.125)],
             },
         ],
+        demand: vec![TenantDemand {
+            tenant: "deptA".into(),
+            offered: 120,
+            admitted: 100,
+        }],
     }
 }
 

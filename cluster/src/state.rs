@@ -5,10 +5,12 @@
 //! so reaches the same state, the same versions and the same refusals.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::command::{AutoLimits, Command, Decision, Origin, Outcome, RejectRule, Rejection};
+use crate::quota::NodeWeights;
 use crate::view::{Automation, ClusterView, ZoneId, ZoneStatus};
 
 /// How many applied decisions the history keeps (oldest dropped first).
@@ -83,6 +85,34 @@ pub struct ClusterState {
     /// Per-zone facts for the automatic-decision rules; a zone without an
     /// entry has never been changed by a decision.
     control: BTreeMap<ZoneId, ZoneControl>,
+    /// The last quota rebalance's node weights (empty before the first):
+    /// the data plane splits each zone's allocation by them. Added in
+    /// format version 2 (older states read as empty).
+    quota: Arc<NodeWeights>,
+}
+
+/// [`ClusterState`] as format versions 0 and 1 laid it out (before quota
+/// weights); decoded by `codec` and converted.
+#[derive(Deserialize)]
+pub(crate) struct ClusterStateV1 {
+    zones: BTreeMap<ZoneId, ZoneStatus>,
+    decision_version: u64,
+    automation: Automation,
+    history: VecDeque<DecisionRecord>,
+    control: BTreeMap<ZoneId, ZoneControl>,
+}
+
+impl From<ClusterStateV1> for ClusterState {
+    fn from(v: ClusterStateV1) -> Self {
+        Self {
+            zones: v.zones,
+            decision_version: v.decision_version,
+            automation: v.automation,
+            history: v.history,
+            control: v.control,
+            quota: Arc::default(),
+        }
+    }
 }
 
 impl ClusterState {
@@ -151,7 +181,13 @@ impl ClusterState {
             decision_version: self.decision_version,
             zones: self.zones.clone(),
             automation: self.automation,
+            quota: Arc::clone(&self.quota),
         }
+    }
+
+    /// The last quota rebalance's node weights (empty before the first).
+    pub fn quota_weights(&self) -> &NodeWeights {
+        &self.quota
     }
 
     /// What `cmd` would change, or the rule that refuses it. Pure: the same
@@ -172,7 +208,8 @@ impl ClusterState {
             } => (decision, if_version, Some((*at_ms, limits))),
         };
         if let Some(expected) = *if_version {
-            if expected != self.decision_version {
+            if expected != self.decision_version && !self.only_rebalances_since(expected, decision)
+            {
                 return Err(Rejection::new(
                     RejectRule::StaleVersion,
                     format!(
@@ -201,6 +238,26 @@ impl ClusterState {
             self.check_automatic(decision, &preview, at_ms, limits)?;
         }
         Ok(preview)
+    }
+
+    /// Whether a zone decision made against version `expected` still holds:
+    /// every decision since was a quota rebalance, which changes no zone
+    /// (so an operator's `--if-version` is not made stale by the leader
+    /// re-splitting quotas meanwhile). A rebalance itself is always exact:
+    /// its weights were planned from the version it names.
+    fn only_rebalances_since(&self, expected: u64, decision: &Decision) -> bool {
+        if matches!(decision, Decision::QuotaRebalance { .. }) || expected > self.decision_version {
+            return false;
+        }
+        let since: Vec<&DecisionRecord> = self
+            .history
+            .iter()
+            .filter(|r| r.version > expected)
+            .collect();
+        since.len() as u64 == self.decision_version - expected
+            && since
+                .iter()
+                .all(|r| matches!(r.decision, Decision::QuotaRebalance { .. }))
     }
 
     /// The generic rules every decision passes, and what it would change.
@@ -247,6 +304,9 @@ impl ClusterState {
                 }
                 preview.automation = Automation::Auto;
             }
+            // Weights change no zone; the data plane uses a group's weights
+            // only when they cover exactly that group and sum to one.
+            Decision::QuotaRebalance { .. } => {}
         }
         Ok(preview)
     }
@@ -366,6 +426,9 @@ impl ClusterState {
                 Origin::Operator => control.last_operator_ms = Some(*at_ms),
                 Origin::Automatic => control.last_auto_ms = Some(*at_ms),
             }
+        }
+        if let Decision::QuotaRebalance { weights } = decision {
+            self.quota = Arc::new(weights.clone());
         }
         self.automation = preview.automation;
         self.decision_version = preview.version;
@@ -622,6 +685,119 @@ mod tests {
             from: z(from),
             to: z(to),
         }
+    }
+
+    #[test]
+    fn a_quota_rebalance_takes_a_version_and_reaches_the_view() {
+        let mut s = ClusterState::with_zones(["az-a", "az-b"]);
+        let weights: NodeWeights = [(
+            "deptA".to_owned(),
+            [(1, 600_000), (2, 400_000)].into_iter().collect(),
+        )]
+        .into_iter()
+        .collect();
+        let cmd = auto(
+            Decision::QuotaRebalance {
+                weights: weights.clone(),
+            },
+            1_000,
+            AutoLimits::default(),
+        );
+        assert_eq!(s.apply(&cmd), Outcome::Applied { version: 1 });
+        assert_eq!(s.quota_weights(), &weights);
+        assert_eq!(*s.view().quota, weights);
+        let last = s.decisions(1).remove(0);
+        assert_eq!(last.kind, "quota_rebalance");
+        assert!(last.zones.is_empty());
+        // Zones are untouched, and a frozen automation holds the weights.
+        assert!(s.zones().values().all(|z| *z == ZoneStatus::Active));
+        s.apply(&freeze());
+        let r = s.apply(&auto(
+            Decision::QuotaRebalance {
+                weights: NodeWeights::new(),
+            },
+            2_000,
+            AutoLimits::default(),
+        ));
+        assert!(
+            matches!(
+                r,
+                Outcome::Rejected {
+                    rule: RejectRule::AutomationFrozen,
+                    ..
+                }
+            ),
+            "{r:?}"
+        );
+        assert_eq!(s.quota_weights(), &weights);
+        // The state round-trips through the codec with its weights.
+        let back: ClusterState = crate::codec::decode(&crate::codec::encode(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+    }
+
+    #[test]
+    fn a_rebalance_in_between_does_not_make_a_zone_decision_stale() {
+        let mut s = ClusterState::with_zones(["az-a", "az-b"]);
+        let rebalance = |at| {
+            auto(
+                Decision::QuotaRebalance {
+                    weights: NodeWeights::new(),
+                },
+                at,
+                AutoLimits::default(),
+            )
+        };
+        assert_eq!(s.apply(&rebalance(1)), Outcome::Applied { version: 1 });
+        assert_eq!(s.apply(&rebalance(2)), Outcome::Applied { version: 2 });
+        // An operator who looked at version 0 may still fail over.
+        assert_eq!(
+            s.apply(&failover("az-a", "az-b").if_version(0)),
+            Outcome::Applied { version: 3 }
+        );
+        // A zone decision in between still makes it stale.
+        let r = s.apply(&failback("az-a").if_version(2));
+        assert!(
+            matches!(
+                r,
+                Outcome::Rejected {
+                    rule: RejectRule::StaleVersion,
+                    ..
+                }
+            ),
+            "{r:?}"
+        );
+        // A rebalance planned from an older version is always stale.
+        let r = s.apply(&rebalance(3).if_version(2));
+        assert!(
+            matches!(
+                r,
+                Outcome::Rejected {
+                    rule: RejectRule::StaleVersion,
+                    ..
+                }
+            ),
+            "{r:?}"
+        );
+        assert_eq!(
+            s.apply(&failback("az-a").if_version(3)),
+            Outcome::Applied { version: 4 }
+        );
+    }
+
+    #[test]
+    fn a_rebalance_over_its_bounds_is_refused_before_proposing() {
+        let big: NodeWeights = [(
+            "t".repeat(crate::command::MAX_TENANT_BYTES + 1),
+            BTreeMap::new(),
+        )]
+        .into_iter()
+        .collect();
+        let cmd = auto(
+            Decision::QuotaRebalance { weights: big },
+            1,
+            AutoLimits::default(),
+        );
+        assert_eq!(cmd.validate().unwrap_err().rule, RejectRule::TooLong);
     }
 
     fn auto_failover(from: &str, to: &str, at_ms: u64) -> Command {

@@ -526,9 +526,31 @@ pub(crate) struct StoredSnapshot {
     pub(crate) data: Vec<u8>,
 }
 
+/// [`Applied`] as format versions 0 and 1 laid it out (its state before
+/// quota weights).
+#[derive(Deserialize)]
+pub(crate) struct AppliedV1 {
+    last_applied: Option<LogId>,
+    last_membership: StoredMembership,
+    state: crate::state::ClusterStateV1,
+}
+
+impl From<AppliedV1> for Applied {
+    fn from(v: AppliedV1) -> Self {
+        Self {
+            last_applied: v.last_applied,
+            last_membership: v.last_membership,
+            state: v.state.into(),
+        }
+    }
+}
+
 codec::bounded! {
-    Applied => codec::limits::STATE,
     StoredSnapshot => codec::limits::STATE,
+}
+
+codec::bounded_since! {
+    Applied => codec::limits::STATE, before 2 as AppliedV1,
 }
 
 /// The applied state machine. After each applied batch it publishes a new

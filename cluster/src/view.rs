@@ -167,6 +167,30 @@ pub struct ClusterView {
     /// The automation switch as of `decision_version`.
     #[serde(default)]
     pub automation: Automation,
+    /// The last quota rebalance's node weights (tenant → node → parts per
+    /// million of its group); empty before the first. Format version 2.
+    #[serde(default)]
+    pub quota: Arc<crate::quota::NodeWeights>,
+}
+
+/// [`ClusterView`] as format versions 0 and 1 laid it out (before quota
+/// weights); decoded by `codec` and converted.
+#[derive(Deserialize)]
+pub(crate) struct ClusterViewV1 {
+    decision_version: u64,
+    zones: BTreeMap<ZoneId, ZoneStatus>,
+    automation: Automation,
+}
+
+impl From<ClusterViewV1> for ClusterView {
+    fn from(v: ClusterViewV1) -> Self {
+        Self {
+            decision_version: v.decision_version,
+            zones: v.zones,
+            automation: v.automation,
+            quota: Arc::default(),
+        }
+    }
 }
 
 impl ClusterView {
@@ -179,6 +203,7 @@ impl ClusterView {
                 .map(|z| (z.clone(), ZoneStatus::Active))
                 .collect(),
             automation: Automation::Auto,
+            quota: Arc::default(),
         }
     }
 

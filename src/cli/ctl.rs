@@ -24,6 +24,9 @@ pub enum Verb {
     Status,
     /// Backends as this node sees them.
     Backends,
+    /// Tenants' quotas: global limits, zone shares, each node's allocation
+    /// (overflow after a failover), this node's usage, decision version.
+    Quotas,
     /// The decision history, newest first.
     Decisions {
         /// How many decisions to show.
@@ -446,6 +449,7 @@ fn request_of(verb: &Verb) -> (reqwest::Method, String, Option<Value>) {
     use reqwest::Method;
     match verb {
         Verb::Backends => (Method::GET, "/admin/v1/backends".into(), None),
+        Verb::Quotas => (Method::GET, "/admin/v1/quotas".into(), None),
         Verb::Decisions { limit } => (
             Method::GET,
             format!("/admin/v1/decisions?limit={limit}"),

@@ -395,6 +395,7 @@ mod tests {
             metrics_path: None,
             model_names: HashMap::new(),
             tls: BackendTls::default(),
+            capacity: None,
         };
         Backend::new(&cfg, &HealthConfig::default(), 0)
     }

@@ -30,6 +30,25 @@ pub enum ApiError {
     NoBackend { message: String },
     #[error("{message}")]
     AllBusy { message: String, retry_after_s: u64 },
+    /// Over the tenant's allocation on this node or a model's limit
+    /// (`kind` is OpenAI's `type`: `requests` or `tokens`), with the
+    /// tenant's `x-ratelimit-*` headers.
+    #[error("{message}")]
+    RateLimited {
+        message: String,
+        kind: &'static str,
+        retry_after_s: u64,
+        headers: Vec<(&'static str, String)>,
+    },
+    /// Shed for zone capacity: a lower priority than the zone can still
+    /// carry (429), or the zone is full even for P0 (`full`, 503).
+    #[error("{message}")]
+    CapacityExceeded {
+        message: String,
+        full: bool,
+        retry_after_s: u64,
+        headers: Vec<(&'static str, String)>,
+    },
     #[error("{message}")]
     UpstreamFailed { message: String },
     #[error("{message}")]
@@ -60,7 +79,11 @@ impl ApiError {
             | ApiError::NoBackend { .. }
             | ApiError::NotReady(_)
             | ApiError::NoCapableModel(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::AllBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::AllBusy { .. } | ApiError::RateLimited { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            ApiError::CapacityExceeded { full: true, .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::CapacityExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::UpstreamFailed { .. } => StatusCode::BAD_GATEWAY,
             ApiError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -79,6 +102,8 @@ impl ApiError {
             | ApiError::BodyTimeout(_) => "invalid_request_error",
             ApiError::MissingKey | ApiError::WrongKey => "authentication_error",
             ApiError::AllBusy { .. } => "rate_limit_error",
+            ApiError::RateLimited { kind, .. } => kind,
+            ApiError::CapacityExceeded { full: false, .. } => "rate_limit_error",
             _ => "server_error",
         }
     }
@@ -97,6 +122,8 @@ impl ApiError {
             ApiError::ZoneUnavailable(_) => "zone_unavailable",
             ApiError::NoBackend { .. } => "no_backend_available",
             ApiError::AllBusy { .. } => "backends_busy",
+            ApiError::RateLimited { .. } => "rate_limit_exceeded",
+            ApiError::CapacityExceeded { .. } => "capacity_exceeded",
             ApiError::UpstreamFailed { .. } => "upstream_error",
             ApiError::UpstreamTimeout { .. } => "upstream_timeout",
             ApiError::NotReady(_) => "not_ready",
@@ -108,7 +135,9 @@ impl ApiError {
 
     fn retry_after(&self) -> Option<u64> {
         match self {
-            ApiError::AllBusy { retry_after_s, .. } => Some((*retry_after_s).max(1)),
+            ApiError::AllBusy { retry_after_s, .. }
+            | ApiError::RateLimited { retry_after_s, .. }
+            | ApiError::CapacityExceeded { retry_after_s, .. } => Some((*retry_after_s).max(1)),
             ApiError::ZoneUnavailable(_) | ApiError::NoBackend { .. } => Some(5),
             _ => None,
         }
@@ -136,6 +165,11 @@ impl IntoResponse for ApiError {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(s));
         }
+        if let ApiError::RateLimited { headers, .. } | ApiError::CapacityExceeded { headers, .. } =
+            &self
+        {
+            crate::dataplane::quota::set_headers(resp.headers_mut(), headers);
+        }
         resp
     }
 }
@@ -154,6 +188,45 @@ mod tests {
         assert_eq!(v["error"]["code"], "model_not_found");
         assert_eq!(v["error"]["type"], "invalid_request_error");
         assert!(v["error"]["message"].as_str().unwrap().contains("gpt-9"));
+    }
+
+    #[tokio::test]
+    async fn quota_refusals_are_openai_rate_limit_errors_with_headers() {
+        let headers = vec![
+            ("x-ratelimit-limit-requests", "60".to_owned()),
+            ("x-ratelimit-remaining-requests", "0".to_owned()),
+            ("x-ratelimit-reset-requests", "1s".to_owned()),
+        ];
+        let resp = ApiError::RateLimited {
+            message: "Rate limit reached".into(),
+            kind: "requests",
+            retry_after_s: 2,
+            headers: headers.clone(),
+        }
+        .into_response();
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "2");
+        for (name, value) in &headers {
+            assert_eq!(resp.headers()[*name], value.as_str());
+        }
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["error"]["code"], "rate_limit_exceeded");
+        assert_eq!(v["error"]["type"], "requests");
+        assert!(v["error"]["param"].is_null());
+        let shed = |full| ApiError::CapacityExceeded {
+            message: "shed".into(),
+            full,
+            retry_after_s: 1,
+            headers: Vec::new(),
+        };
+        assert_eq!(shed(false).status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(shed(true).status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(shed(true).code(), "capacity_exceeded");
+        assert!(shed(true)
+            .into_response()
+            .headers()
+            .contains_key(header::RETRY_AFTER));
     }
 
     #[test]

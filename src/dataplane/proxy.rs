@@ -1,5 +1,6 @@
 //! The data plane's request path, stage by stage (`serve` is one line per
-//! stage): authenticate → read → resolve → pin → plan → pick and forward
+//! stage): authenticate → read → resolve → pin → admit (quota) → plan →
+//! pick and forward
 //! (retry on another; `attempts`) → respond (`respond`). `chain` plans the
 //! models a request may be answered by; `continuation` resumes a stream
 //! that broke after bytes reached the client.
@@ -32,6 +33,7 @@ use crate::dataplane::auth;
 use crate::dataplane::balance::hash_key;
 use crate::dataplane::error::ApiError;
 use crate::dataplane::forward;
+use crate::dataplane::quota::{self, Admission, Ask};
 use crate::dataplane::request::{classify, RequestClass, RequestMeta};
 use crate::node::gateway::Gateway;
 
@@ -101,6 +103,14 @@ async fn handle(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
     match result {
         Ok(resp) => resp,
         Err((tenant, (model, e))) => {
+            // Every response of a limited tenant carries its rate limits.
+            let limits = match (&e, tenant) {
+                (ApiError::RateLimited { .. } | ApiError::CapacityExceeded { .. }, _)
+                | (_, None) => Vec::new(),
+                (_, Some(t)) => gw
+                    .quotas
+                    .headers(tenant_index(&gw, t), crate::clock::now_ns()),
+            };
             let tenant = tenant.map_or("-", |t| t.name.as_str());
             gw.metrics
                 .requests
@@ -119,6 +129,7 @@ async fn handle(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
             let mut resp = e.into_response();
             let version = gw.view.borrow().decision_version.to_string();
             forward::set_header(resp.headers_mut(), "x-zonegate-decision-version", &version);
+            quota::set_headers(resp.headers_mut(), &limits);
             resp
         }
     }
@@ -148,6 +159,7 @@ async fn serve(
         .ok_or_else(|| failed(ApiError::ModelNotFound(meta.model.clone())))?;
     let deadline = tokio::time::Instant::from_std(started + primary.cfg.timeouts.total);
     let facts = RequestFacts::new(gw, tenant, &parts, &meta, body.len(), deadline);
+    let admission = admit(gw, &facts, &meta, body.len()).map_err(failed)?;
     let min_tier =
         chain::min_tier(&parts.headers, body.len(), &gw.cfg.prompt_tiers).map_err(failed)?;
     let (models, skipped) = chain::model_chain(gw, &routes, primary, min_tier);
@@ -171,7 +183,7 @@ async fn serve(
             let continuer =
                 Continuer::for_stream(gw, &parts, &body, &meta, &models, &facts, attempts);
             Ok(respond::respond(
-                gw, facts, winner, started, count, continuer,
+                gw, facts, winner, started, count, continuer, admission,
             ))
         }
         Err(gave_up) => {
@@ -188,6 +200,36 @@ async fn serve(
             ))
         }
     }
+}
+
+/// The quota stage: the tenant's allocation on this node, the model's
+/// limits and the zone's capacity, from local memory (the allocations
+/// follow the view the request holds).
+fn admit(
+    gw: &Gateway,
+    facts: &RequestFacts,
+    meta: &RequestMeta,
+    body_len: usize,
+) -> Result<Admission, ApiError> {
+    gw.quotas.refresh(&facts.view);
+    let ask = Ask {
+        tenant_index: facts.tenant_index,
+        model: &meta.model,
+        class: facts.class,
+        body_len,
+        max_tokens: meta.max_tokens,
+        zone: facts.view.effective_zone(&facts.home),
+    };
+    gw.quotas.admit(&ask, crate::clock::now_ns())
+}
+
+/// A tenant's place in config (for its quota state and metric handles).
+fn tenant_index(gw: &Gateway, tenant: &Tenant) -> usize {
+    gw.cfg
+        .tenants
+        .iter()
+        .position(|t| std::ptr::eq(t, tenant))
+        .unwrap_or(0)
 }
 
 /// The whole body, at most `limit` bytes, within `[node.limits]
@@ -246,12 +288,7 @@ impl RequestFacts {
         gw.with_budget(|b| b.record_request(now_ms() / 1000));
         RequestFacts {
             tenant: tenant.name.clone(),
-            tenant_index: gw
-                .cfg
-                .tenants
-                .iter()
-                .position(|t| std::ptr::eq(t, tenant))
-                .unwrap_or(0),
+            tenant_index: tenant_index(gw, tenant),
             session,
             home: pinned.unwrap_or_else(|| gw.cfg.node.zone.clone()),
             request_id: request_id(&parts.headers),

@@ -56,9 +56,10 @@ pub trait RelayHooks: Send + 'static {
         Box::pin(async { None })
     }
 
-    /// How the response ended, how many continuations it took, and the
-    /// answer's `usage` when the relay saw it; called exactly once.
-    fn end(&mut self, end: StreamEnd, continuations: u32, usage: Option<Usage>);
+    /// How the response ended, how many continuations it took, the
+    /// answer's `usage` when the relay saw it, and the body bytes handed to
+    /// the client; called exactly once.
+    fn end(&mut self, end: StreamEnd, continuations: u32, usage: Option<Usage>, delivered: u64);
 }
 
 /// How to relay one response.
@@ -79,6 +80,7 @@ pub fn body(committed: Committed, opts: RelayOptions, hooks: Box<dyn RelayHooks>
         rest: committed.rest,
         remaining,
         usage: None,
+        delivered: 0,
         framer: opts.sse.then(Framer::default),
         transcript: (opts.sse && opts.continuable).then(Transcript::new),
         splice: None,
@@ -112,6 +114,9 @@ struct Relay {
     remaining: Option<u64>,
     /// A plain body's `usage`, read when the body came in one chunk.
     usage: Option<Usage>,
+    /// Body bytes handed to the client so far (the token estimate of an
+    /// answer without `usage`).
+    delivered: u64,
     framer: Option<Framer>,
     transcript: Option<Transcript>,
     splice: Option<Splice>,
@@ -162,6 +167,10 @@ impl Relay {
                 },
             };
             if !out.is_empty() {
+                // Plain bodies count in `pass` (their end is reported there).
+                if self.framer.is_some() {
+                    self.delivered += out.len() as u64;
+                }
                 return Some(Ok(Frame::data(out)));
             }
             if matches!(self.phase, Phase::Done) {
@@ -196,6 +205,7 @@ impl Relay {
     /// broke (the events before the break are passed on first).
     fn pass(&mut self, data: Bytes) -> Result<Bytes, &'static str> {
         let Some(framer) = self.framer.as_mut() else {
+            self.delivered += data.len() as u64;
             if let Some(left) = self.remaining.as_mut() {
                 let whole = *left == data.len() as u64;
                 *left = left.saturating_sub(data.len() as u64);
@@ -340,7 +350,8 @@ impl Relay {
                 .as_ref()
                 .and_then(|t| t.usage)
                 .or(self.usage);
-            self.hooks.end(end, self.continuations, usage);
+            self.hooks
+                .end(end, self.continuations, usage, self.delivered);
         }
     }
 }

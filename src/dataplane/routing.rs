@@ -73,8 +73,8 @@ pub struct ZonePool {
 pub struct ModelHandles {
     pub duration: Histogram,
     pub ttft: Histogram,
-    pub prompt_tokens: IntCounter,
-    pub completion_tokens: IntCounter,
+    /// `zonegate_tokens_total{kind="prompt"|"completion"}`, by tenant index.
+    pub tokens_by_tenant: Vec<(IntCounter, IntCounter)>,
     /// `zonegate_requests_total{outcome="ok"}`, by tenant index.
     pub ok_by_tenant: Vec<IntCounter>,
 }
@@ -491,8 +491,17 @@ impl ModelRoute {
             ModelHandles {
                 duration: metrics.request_duration.with_label_values(&[name]),
                 ttft: metrics.ttft.with_label_values(&[name]),
-                prompt_tokens: metrics.tokens.with_label_values(&[name, "prompt"]),
-                completion_tokens: metrics.tokens.with_label_values(&[name, "completion"]),
+                tokens_by_tenant: tenants
+                    .iter()
+                    .map(|t| {
+                        (
+                            metrics.tokens.with_label_values(&[&t.name, name, "prompt"]),
+                            metrics
+                                .tokens
+                                .with_label_values(&[&t.name, name, "completion"]),
+                        )
+                    })
+                    .collect(),
                 ok_by_tenant: tenants
                     .iter()
                     .map(|t| metrics.requests.with_label_values(&[&t.name, name, "ok"]))

@@ -41,6 +41,8 @@ pub struct Gateway {
     pub pins: PinTable,
     /// This period's per-zone request results, reported to the leader.
     pub zone_stats: ZoneStats,
+    /// Tenants' allocations on this node, models' limits, zone capacity.
+    pub quotas: crate::dataplane::quota::Quotas,
     /// Decided once from config: checked on every request.
     witness: bool,
     /// Set from SIGTERM on: readiness fails, the drain has begun.
@@ -172,7 +174,18 @@ impl Gateway {
             window_s: cfg.retry.budget_window.as_secs().max(1),
             floor_per_thread: u64::from(cfg.retry.min_retries_per_window),
         };
+        let quotas = crate::dataplane::quota::Quotas::new(&cfg, &view.borrow(), &metrics);
+        if let Some(node) = &cluster {
+            // The quota stage's demand goes into this node's zone reports;
+            // the leader rebalances from them.
+            let tenants = quotas.tenants.clone();
+            node.set_demand_source(Arc::new(move || {
+                crate::dataplane::quota::Quotas::take_demand(&tenants)
+            }));
+            node.set_rebalance_plan(quotas.rebalance_plan(&cfg));
+        }
         Self {
+            quotas,
             routes: ArcSwap::from_pointee(routes),
             view,
             budget,

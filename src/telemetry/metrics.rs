@@ -183,7 +183,15 @@ metrics! {
     /// to the client. Fed by the data plane (see the README's table).
     ttft: HistogramVec = "zonegate_ttft_seconds", "Streaming requests: time from arrival to the first token chunk sent to the client", ["model"];
     /// Tokens from the backend's `usage` (kind `prompt` or `completion`).
-    tokens: IntCounterVec = "zonegate_tokens_total", "Tokens reported in backends' usage, by kind (prompt, completion)", ["model", "kind"];
+    tokens: IntCounterVec = "zonegate_tokens_total", "Tokens reported in backends' usage, by tenant and kind (prompt, completion)", ["tenant", "model", "kind"];
+    /// Requests a tenant's quota admitted on this node.
+    quota_admitted: IntCounterVec = "zonegate_quota_admitted_total", "Requests admitted by the tenant's quota on this node", ["tenant"];
+    /// Requests refused by a quota or by capacity shedding, by reason.
+    quota_rejected: IntCounterVec = "zonegate_quota_rejected_total", "Requests refused on this node by a quota (rpm, tpm, concurrency, model_rpm, model_tpm) or zone capacity (shed_p1, shed_p2, capacity_full)", ["tenant", "reason"];
+    /// Each node's allocation of a tenant's quota, as this node computes it.
+    quota_allocation: IntGaugeVec = "zonegate_quota_allocation", "A node's allocation of a tenant's quota in its effective zone, by unit (rpm, tpm, concurrency)", ["tenant", "zone", "node", "unit"];
+    /// Capacity units in flight over this node's share of a zone's units.
+    zone_capacity_used: GaugeVec = "zonegate_zone_capacity_used_ratio", "Capacity units in flight from this node over its share of the zone's units (0-1)", ["zone"];
     /// Each attempt on a backend, by outcome.
     forward_attempts: IntCounterVec = "zonegate_forward_attempts_total", "Attempts on backends by outcome", ["model", "backend", "zone", "outcome"];
     /// Time from sending to a backend until its first body byte.

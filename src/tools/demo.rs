@@ -51,6 +51,8 @@ data_dir = "{data}"
 name = "demo"
 key_sha256 = "{key}"
 priority = "P0"
+# Global across the three zones (a third each); `zonegate ctl quotas`.
+quota = {{ rpm = 600, tpm = 600000, concurrency = 60 }}
 
 [[admin.tokens]]
 name = "demo-operator"

@@ -326,6 +326,14 @@ struct InferenceHead {
     input: Option<serde_json::Value>,
     messages: Option<Vec<Message>>,
     prompt: Option<serde_json::Value>,
+    stream_options: Option<StreamOptions>,
+}
+
+/// OpenAI's `stream_options`: `include_usage` adds a last chunk with the
+/// answer's `usage` (and no choices) before `[DONE]`.
+#[derive(Deserialize)]
+struct StreamOptions {
+    include_usage: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -553,8 +561,13 @@ impl Mock {
             .clamp(1, 64);
         if head.stream.unwrap_or(false) {
             let from = words_done(head.prefill(), &faults.answer_salt);
+            let usage = head
+                .stream_options
+                .as_ref()
+                .and_then(|o| o.include_usage)
+                .unwrap_or(false);
             return self.stream(
-                chat,
+                (chat, usage),
                 &model,
                 n,
                 created,
@@ -682,7 +695,7 @@ impl Mock {
     #[allow(clippy::too_many_arguments)]
     fn stream(
         &self,
-        chat: bool,
+        (chat, usage): (bool, bool),
         model: &str,
         n: u64,
         created: u64,
@@ -698,6 +711,7 @@ impl Mock {
         };
         let salt = &faults.answer_salt;
         let last = words.end.saturating_sub(1);
+        let count = words.end - words.start;
         let mut events: Vec<String> = words
             .map(|i| {
                 let finish = if i == last { json!("stop") } else { json!(null) };
@@ -711,6 +725,11 @@ impl Mock {
                 format!("data: {chunk}\n\n")
             })
             .collect();
+        if usage {
+            let chunk = json!({"id": id, "object": object, "created": created, "model": model, "choices": [],
+                "usage": {"prompt_tokens": 8, "completion_tokens": count, "total_tokens": 8 + count}});
+            events.push(format!("data: {chunk}\n\n"));
+        }
         events.push("data: [DONE]\n\n".to_owned());
         let plan = StreamPlan::from(faults);
         // The stream owns `running`, so the request counts until its last chunk.

@@ -308,6 +308,26 @@ impl NodeProcess {
         }
     }
 
+    /// Starts `zonegate serve` with exactly `config`, written to
+    /// `dir/gateway.toml` (the cluster secret set, for configs with
+    /// members).
+    pub async fn start_config(dir: tempfile::TempDir, config: &str) -> NodeProcess {
+        let path = dir.path().join("gateway.toml");
+        std::fs::write(&path, config).expect("write config");
+        let mut cmd = command();
+        cmd.env("ZONEGATE_CLUSTER_SECRET", CLUSTER_SECRET);
+        cmd.arg("serve").arg("--config").arg(&path);
+        let proc = spawn_listening(cmd, 2, Duration::from_secs(30))
+            .await
+            .expect("gateway starts");
+        NodeProcess {
+            data: proc.urls[0].clone(),
+            admin: proc.urls[1].clone(),
+            dir,
+            proc,
+        }
+    }
+
     /// kill -9, and wait for the process to be gone.
     pub async fn kill(mut self) {
         let _ = self.proc.child.kill().await;

@@ -60,6 +60,7 @@ pub fn render_with(verb: &Verb, v: &Value, look: &Look) -> String {
     match verb {
         Verb::Status | Verb::Watch { .. } => status(v, look),
         Verb::Backends => backends(v),
+        Verb::Quotas => quotas(v),
         Verb::Decisions { .. } => decisions(v, look),
         Verb::Explain { .. } => explain(v),
         Verb::Failover { opts, .. } | Verb::Failback { opts, .. } if opts.dry_run => preview(v),
@@ -403,6 +404,107 @@ fn backends(v: &Value) -> String {
     table(&header, &list)
 }
 
+/// One row per tenant, zone and node: the allocation; then this node's
+/// usage per tenant and the overflow lines.
+fn quotas(v: &Value) -> String {
+    let unit = |l: &Value, k: &str| match l[k].as_u64() {
+        Some(n) => n.to_string(),
+        None => "-".into(),
+    };
+    let mut rows_out = Vec::new();
+    for t in v["tenants"].as_array().into_iter().flatten() {
+        if t["limited"] != Value::Bool(true) {
+            rows_out.push(vec![
+                s(&t["tenant"]),
+                s(&t["priority"]),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "unlimited".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ]);
+            continue;
+        }
+        for z in t["zones"].as_array().into_iter().flatten() {
+            for n in z["nodes"].as_array().into_iter().flatten() {
+                let share = z["share"].as_f64().unwrap_or(0.0);
+                rows_out.push(vec![
+                    s(&t["tenant"]),
+                    s(&t["priority"]),
+                    s(&z["zone"]),
+                    format!("{:.0}%", share * 100.0),
+                    s(&n["node"]),
+                    s(&z["mode"]),
+                    unit(&n["limits"], "rpm"),
+                    unit(&n["limits"], "tpm"),
+                    unit(&n["limits"], "concurrency"),
+                ]);
+            }
+        }
+    }
+    let mut out = format!(
+        "decision version {} (node {} in {})\n",
+        s(&v["decision_version"]),
+        s(&v["node"]),
+        s(&v["zone"])
+    );
+    out.push_str(&table(
+        &[
+            "TENANT",
+            "PRIORITY",
+            "ZONE",
+            "SHARE",
+            "NODE",
+            "MODE",
+            "RPM",
+            "TPM",
+            "CONCURRENCY",
+        ],
+        &rows_out,
+    ));
+    let usage = rows(&v["tenants"], |t| {
+        let u = &t["usage"];
+        vec![
+            s(&t["tenant"]),
+            s(&t["global"]["rpm"]),
+            s(&t["global"]["tpm"]),
+            s(&t["global"]["concurrency"]),
+            s(&u["in_flight"]),
+            s(&u["admitted_total"]),
+            u["rejected_total"]
+                .as_object()
+                .filter(|m| !m.is_empty())
+                .map_or("-".into(), |m| {
+                    m.iter()
+                        .map(|(k, n)| format!("{k}={n}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                }),
+        ]
+    });
+    out.push_str(&format!("\nthis node ({}):\n", s(&v["node"])));
+    out.push_str(&table(
+        &[
+            "TENANT",
+            "GLOBAL_RPM",
+            "GLOBAL_TPM",
+            "GLOBAL_CONC",
+            "IN_FLIGHT",
+            "ADMITTED",
+            "REJECTED",
+        ],
+        &usage,
+    ));
+    for t in v["tenants"].as_array().into_iter().flatten() {
+        for o in t["overflow"].as_array().into_iter().flatten() {
+            out.push_str(&format!("{}\n", s(&o["line"])));
+        }
+    }
+    out
+}
+
 fn decisions(v: &Value, look: &Look) -> String {
     let list = rows(&v["decisions"], |d| {
         vec![
@@ -497,6 +599,33 @@ mod tests {
         let v2 = json!({"zones": {"az-a": {"status": "active", "score": 0.31, "bad_periods": 2}}});
         let out = render(&Verb::Status, &v2);
         assert!(out.contains("0.31") && out.contains("2 bad"), "{out}");
+    }
+
+    #[test]
+    fn quotas_render_allocations_usage_and_overflow() {
+        let v = json!({
+            "node": 2, "zone": "az-b", "decision_version": 5,
+            "tenants": [
+                {"tenant": "deptA", "priority": "P0", "limited": true,
+                 "global": {"rpm": 600, "tpm": null, "concurrency": 10},
+                 "zones": [{"zone": "az-b", "share": 0.5, "mode": "soft_limit", "overflow_from": ["az-a"],
+                            "nodes": [{"node": 2, "limits": {"rpm": 600, "tpm": null, "concurrency": 10}}]}],
+                 "overflow": [{"line": "cross_zone overflow tenant=deptA from=az-a to=az-b mode=soft_limit priority=P0 version=5"}],
+                 "usage": {"in_flight": 1, "admitted_total": 42, "rejected_total": {"rpm": 3}}},
+                {"tenant": "free", "priority": "P1", "limited": false, "global": {}, "zones": [],
+                 "overflow": [], "usage": {"in_flight": 0, "admitted_total": 7, "rejected_total": {}}}
+            ]
+        });
+        let out = render(&Verb::Quotas, &v);
+        assert!(out.contains("decision version 5"), "{out}");
+        assert!(out.contains("soft_limit"), "{out}");
+        assert!(out.contains("600"), "{out}");
+        assert!(out.contains("rpm=3"), "{out}");
+        assert!(out.contains("unlimited"), "{out}");
+        assert!(
+            out.contains("cross_zone overflow tenant=deptA from=az-a to=az-b"),
+            "{out}"
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ use crate::clock::now_ms;
 use crate::dataplane::affinity::PIN_HEADER;
 use crate::dataplane::backend::{Backend, InFlight};
 use crate::dataplane::forward;
+use crate::dataplane::quota::{self, Admission};
 use crate::dataplane::relay::{self, RelayHooks, RelayOptions, Resumed, StreamEnd};
 use crate::dataplane::request::RequestClass;
 use crate::dataplane::routing::PoolGuard;
@@ -98,9 +99,14 @@ pub(super) fn respond(
     started: Instant,
     attempts: u32,
     continuer: Option<Continuer>,
+    admission: Admission,
 ) -> Response {
     let model_handles = winner.model.handles(&gw.metrics, &gw.cfg.tenants);
     let ok = model_handles.ok_by_tenant.get(req.tenant_index).cloned();
+    let tokens = model_handles
+        .tokens_by_tenant
+        .get(req.tenant_index)
+        .cloned();
     let ctx = served(gw, req, &winner, attempts);
     let Winner {
         mut committed,
@@ -123,6 +129,7 @@ pub(super) fn respond(
     if let Some(token) = &ctx.pin_token {
         forward::set_header(&mut headers, PIN_HEADER, token);
     }
+    quota::set_headers(&mut headers, &admission.headers);
     if sse {
         model_handles.ttft.observe(started.elapsed().as_secs_f64());
     }
@@ -137,10 +144,8 @@ pub(super) fn respond(
         gw: Arc::clone(gw),
         ok,
         duration: model_handles.duration.clone(),
-        tokens: (
-            model_handles.prompt_tokens.clone(),
-            model_handles.completion_tokens.clone(),
-        ),
+        tokens,
+        admission,
         current: Arc::clone(&ctx.backend),
         answered_by: ctx.model.clone(),
         ttft: started.elapsed(),
@@ -164,8 +169,11 @@ struct Hooks {
     /// model's duration histogram, looked up once per route table.
     ok: Option<prometheus::IntCounter>,
     duration: prometheus::Histogram,
-    /// The model's prompt and completion token counters.
-    tokens: (prometheus::IntCounter, prometheus::IntCounter),
+    /// The tenant's prompt and completion token counters for this model.
+    tokens: Option<(prometheus::IntCounter, prometheus::IntCounter)>,
+    /// The quota admission: settled from the usage at the end, released
+    /// (concurrency, capacity units) when the relay drops the hooks.
+    admission: Admission,
     ctx: Served,
     /// The backend streaming now (it changes with a continuation).
     current: Arc<Backend>,
@@ -221,11 +229,15 @@ impl RelayHooks for Hooks {
         })
     }
 
-    fn end(&mut self, end: StreamEnd, continuations: u32, usage: Option<Usage>) {
-        if let Some(u) = usage {
-            self.tokens.0.inc_by(u.prompt_tokens);
-            self.tokens.1.inc_by(u.completion_tokens);
+    fn end(&mut self, end: StreamEnd, continuations: u32, usage: Option<Usage>, delivered: u64) {
+        if let (Some(u), Some((prompt, completion))) = (usage, &self.tokens) {
+            prompt.inc_by(u.prompt_tokens);
+            completion.inc_by(u.completion_tokens);
         }
+        self.admission.finish(
+            usage.map(|u| u.prompt_tokens.saturating_add(u.completion_tokens)),
+            delivered,
+        );
         let (gw, ctx) = (&self.gw, &self.ctx);
         let outcome = match &end {
             StreamEnd::Complete if self.status.is_success() => "ok",
