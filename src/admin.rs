@@ -4,6 +4,7 @@
 //! viewer/operator roles.
 
 mod cluster;
+mod config;
 mod dashboard;
 mod explain;
 mod members;
@@ -21,7 +22,7 @@ use http::{header, Method, Uri};
 use serde_json::json;
 
 use crate::clock::now_ms;
-use crate::config::AdminToken;
+use crate::config::{AdminToken, Config};
 use crate::dataplane::auth;
 use crate::dataplane::error::ApiError;
 use crate::node::gateway::Gateway;
@@ -41,6 +42,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/admin/v1/outlook", get(outlook::outlook))
         .route("/admin/v1/explain", get(explain::explain))
         .route("/admin/v1/quotas", get(quotas::quotas))
+        .route("/admin/v1/config", get(config::show).post(config::apply))
         .route("/admin/v1/backends", get(backends))
         .route("/admin/v1/events", get(events))
         .route("/admin/v1/whoami", get(whoami))
@@ -76,10 +78,10 @@ impl IntoResponse for Refused {
 }
 
 /// The admin token of a request, checked against its source network.
-fn token_of<'a>(gw: &'a Gateway, req: &Request) -> Result<&'a AdminToken, Refused> {
+fn token_of<'a>(cfg: &'a Config, req: &Request) -> Result<&'a AdminToken, Refused> {
     let token = auth::bearer(req.headers()).ok_or(ApiError::MissingKey);
     let token = token
-        .and_then(|t| auth::admin_token(t, &gw.cfg.admin.tokens).ok_or(ApiError::WrongKey))
+        .and_then(|t| auth::admin_token(t, &cfg.admin.tokens).ok_or(ApiError::WrongKey))
         .map_err(Refused::Key)?;
     let source = source(req);
     if !token.allow_from.is_empty()
@@ -107,7 +109,8 @@ fn source(req: &Request) -> Option<std::net::IpAddr> {
 /// Bearer token, role and source network; every write is audited with the
 /// token's name, the source address, the request id and the answer.
 async fn require_token(State(gw): State<Arc<Gateway>>, mut req: Request, next: Next) -> Response {
-    let t = match token_of(&gw, &req) {
+    let cfg = gw.cfg_arc();
+    let t = match token_of(&cfg, &req) {
         Ok(t) => t,
         Err(refused) => return refused.into_response(),
     };
@@ -142,8 +145,8 @@ async fn require_token(State(gw): State<Arc<Gateway>>, mut req: Request, next: N
 }
 
 async fn metrics(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
-    if gw.cfg.admin.metrics_auth {
-        if let Err(refused) = token_of(&gw, &req) {
+    if gw.cfg().admin.metrics_auth {
+        if let Err(refused) = token_of(&gw.cfg(), &req) {
             return refused.into_response();
         }
     }
@@ -192,7 +195,7 @@ fn refresh_metrics(gw: &Gateway) {
         }
     }
     // Quota allocations follow the view even when no request came.
-    gw.quotas.refresh(&gw.view.borrow().clone());
+    gw.quotas.load().refresh(&gw.view.borrow().clone());
     if let Some(node) = &gw.cluster {
         let s = node.status();
         m.raft_term.set(i64::try_from(s.term).unwrap_or(i64::MAX));
@@ -342,7 +345,7 @@ async fn backends(State(gw): State<Arc<Gateway>>) -> Json<serde_json::Value> {
                 "ejected": (m.state == crate::health::state::State::Down).then(|| json!({
                     "cause": m.cause,
                     "for_ms": now.saturating_sub(m.down_since_ms),
-                    "watch_ms": u64::try_from(m.watch_time(&gw.cfg.health).as_millis()).unwrap_or(u64::MAX),
+                    "watch_ms": u64::try_from(m.watch_time(&gw.cfg().health).as_millis()).unwrap_or(u64::MAX),
                 })),
                 "last_probe": h.last_probe.as_ref().map(|p| json!({
                     "ago_ms": now.saturating_sub(p.at_ms),
@@ -357,7 +360,7 @@ async fn backends(State(gw): State<Arc<Gateway>>) -> Json<serde_json::Value> {
         .collect();
     Json(json!({
         "breaker_open": routes.breaker_open(),
-        "floor_model": gw.cfg.health.floor_model,
+        "floor_model": gw.cfg().health.floor_model,
         "backends": list,
     }))
 }

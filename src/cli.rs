@@ -1,6 +1,7 @@
 //! The operators' command line: `zonegate ctl` (`ctl`, tables in
 //! `render`) and `zonegate check-config`.
 
+pub mod config;
 pub mod ctl;
 pub mod members;
 

@@ -15,6 +15,7 @@ use zonegate_cluster::{
 use zonegate_net::tls::{BackendTls, TlsFiles};
 
 mod quota;
+pub mod replicated;
 mod security;
 
 pub use quota::QuotaConfig;
@@ -363,6 +364,15 @@ struct RawAdminToken {
 /// A fully validated node configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// The file this config was read from (error messages, relative paths).
+    pub file: String,
+    /// The file's text: the base a replicated config is merged into.
+    pub text: std::sync::Arc<str>,
+    /// The replicated config version this node routes with: 0 for its own
+    /// file (standalone, or before the cluster's first config).
+    pub config_version: u64,
+    /// The replicated sections in effect, as TOML.
+    pub replicated: std::sync::Arc<str>,
     pub node: NodeConfig,
     pub tenants: Vec<Tenant>,
     pub backends: Vec<BackendConfig>,
@@ -693,7 +703,11 @@ impl Config {
                     reason: inner.message().trim().to_owned(),
                 }
             })?;
-        Validator { file }.validate(raw)
+        let mut cfg = Validator { file }.validate(raw)?;
+        cfg.file = file.to_owned();
+        cfg.text = text.into();
+        cfg.replicated = replicated::cut(file, text)?.into();
+        Ok(cfg)
     }
 }
 
@@ -843,6 +857,10 @@ impl Validator<'_> {
             .collect();
         prompt_tiers.sort_unstable();
         Ok(Config {
+            file: String::new(),
+            text: "".into(),
+            config_version: 0,
+            replicated: "".into(),
             quotas,
             tenant_quotas,
             prompt_tiers,

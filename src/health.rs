@@ -140,7 +140,7 @@ impl Prober for HttpProber {
 /// backend (and for backends a route rebuild adds). Everything stops when
 /// the returned set is dropped or shut down.
 pub fn spawn_probes(gw: &Arc<Gateway>) -> JoinSet<()> {
-    spawn_with(gw, Arc::new(HttpProber::new(gw.cfg.health.timeout)))
+    spawn_with(gw, Arc::new(HttpProber::new(gw.cfg().health.timeout)))
 }
 
 /// [`spawn_probes`] with any prober.
@@ -180,13 +180,15 @@ async fn sweeper<P: Prober>(gw: Arc<Gateway>, prober: Arc<P>) {
 /// ejection or refusal runs it at once, so the request path sees a pool in
 /// panic before the next request, not a sweep later.
 fn sweep(gw: &Gateway, routes: &crate::dataplane::routing::Routes, now_ms: u64) {
-    let sweep = routes.sweep(now_ms, &gw.cfg.health);
+    let sweep = routes.sweep(now_ms, &gw.cfg().health);
     for p in sweep.panics {
         let reason = if p.on {
             format!(
                 "{} of {} backends look bad, more than max_ejected_percent ({}%) lets go: \
                  routing over all of them by score",
-                p.bad, p.of, gw.cfg.health.max_ejected_percent
+                p.bad,
+                p.of,
+                gw.cfg().health.max_ejected_percent
             )
         } else {
             format!("{} of {} backends look bad: normal routing", p.bad, p.of)
@@ -195,10 +197,13 @@ fn sweep(gw: &Gateway, routes: &crate::dataplane::routing::Routes, now_ms: u64) 
             .panic(&gw.metrics, &p.model, p.zone.as_str(), p.on, &reason);
     }
     if let Some(b) = sweep.breaker {
-        let floor = gw.cfg.health.floor_model.as_deref().unwrap_or("none");
+        let cfg = gw.cfg();
+        let floor = cfg.health.floor_model.as_deref().unwrap_or("none");
         let reason = format!(
             "{} of {} models have no healthy backend (breaker at {}%); floor model: {floor}",
-            b.unhealthy, b.of, gw.cfg.health.breaker_percent
+            b.unhealthy,
+            b.of,
+            gw.cfg().health.breaker_percent
         );
         gw.events.breaker(&gw.metrics, b.open, &reason);
     }
@@ -212,7 +217,7 @@ async fn probe_loop<P: Prober>(
 ) {
     // Start at a random point of the interval so probes of many backends
     // (and of many gateway nodes) never arrive in lockstep.
-    tokio::time::sleep(gw.cfg.health.interval.mul_f64(fastrand::f64())).await;
+    tokio::time::sleep(gw.cfg().health.interval.mul_f64(fastrand::f64())).await;
     loop {
         if !gw
             .routes
@@ -246,7 +251,7 @@ pub fn evaluate(
     sample: ProbeSample,
     now_ms: u64,
 ) -> (Duration, bool) {
-    let cfg = &gw.cfg.health;
+    let cfg = &gw.cfg().health;
     let scraped = sample.scraped.unwrap_or_default();
     let signals = Signals {
         probe_ok: sample.ok,
@@ -337,7 +342,7 @@ pub fn evaluate(
 /// passive signal, which ejects it after `passive_failures` in a row
 /// unless the pool-wide cap says no. Every change is an event.
 pub fn passive_failure(gw: &Gateway, backend: &Backend, error: &str, now_ms: u64) {
-    let cfg = &gw.cfg.health;
+    let cfg = &gw.cfg().health;
     let routes = gw.routes.load();
     // Serialised with every other ejection, so two racing ones cannot both
     // see room under the cap.
@@ -368,7 +373,7 @@ pub fn trial_ended(gw: &Gateway, backend: &Backend, ok: bool, now_ms: u64) {
     if !ok {
         return;
     }
-    let cfg = &gw.cfg.health;
+    let cfg = &gw.cfg().health;
     if let Some(change) =
         backend.with_health(now_ms, cfg, |h| h.machine.trial_succeeded(now_ms, cfg))
     {

@@ -6,6 +6,7 @@
 pub mod drain;
 pub mod gateway;
 pub mod lifecycle;
+pub mod reconfigure;
 pub mod start;
 
 pub use gateway::Gateway;

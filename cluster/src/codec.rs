@@ -52,8 +52,9 @@ pub mod limits {
     /// `reason` of at most 1 KiB, `evidence` of at most 16 KiB); the
     /// headroom lets entries written before those bounds still be read.
     pub const ENTRY: usize = 8 * MIB;
-    /// An append batch: at most `max_payload_entries` bounded entries.
-    pub const APPEND: usize = 64 * MIB;
+    /// An append batch: at most `max_payload_entries` bounded entries
+    /// (64 replicated configs of 1 MiB with their fields fit).
+    pub const APPEND: usize = 80 * MIB;
     /// A snapshot chunk (1 MiB of data) with its metadata.
     pub const SNAPSHOT_CHUNK: usize = 8 * MIB;
     /// An RPC answer: a small value, or an error with its message.

@@ -29,6 +29,15 @@ pub enum Decision {
     /// (see `quota::rebalance_group`). Appended last, so the bincode
     /// indices of the variants above stay as they were.
     QuotaRebalance { weights: NodeWeights },
+    /// The replicated routing config (the cluster-wide TOML sections) as
+    /// its version `config_version`: applied only as the next config
+    /// version (compare-and-set by construction). Configs have their own
+    /// versions and history: they take no decision version and no entry
+    /// in the decision history. Appended last, like `QuotaRebalance`.
+    Config {
+        config_version: u64,
+        toml: std::sync::Arc<str>,
+    },
 }
 
 impl Decision {
@@ -40,6 +49,7 @@ impl Decision {
             Decision::Freeze => "freeze",
             Decision::Unfreeze => "unfreeze",
             Decision::QuotaRebalance { .. } => "quota_rebalance",
+            Decision::Config { .. } => "config",
         }
     }
 
@@ -48,7 +58,10 @@ impl Decision {
         match self {
             Decision::Failover { from, to } => vec![from.clone(), to.clone()],
             Decision::Failback { zone } => vec![zone.clone()],
-            Decision::Freeze | Decision::Unfreeze | Decision::QuotaRebalance { .. } => Vec::new(),
+            Decision::Freeze
+            | Decision::Unfreeze
+            | Decision::QuotaRebalance { .. }
+            | Decision::Config { .. } => Vec::new(),
         }
     }
 }
@@ -154,6 +167,8 @@ pub const MAX_ZONE_BYTES: usize = 64;
 /// far below its decode limit.
 pub const MAX_QUOTA_WEIGHTS: usize = 16 * 1024;
 pub const MAX_TENANT_BYTES: usize = 128;
+/// The most bytes a replicated config may hold.
+pub const MAX_CONFIG_BYTES: usize = 1024 * 1024;
 
 impl Command {
     /// Check the bounds that keep every entry small, so a log entry and an
@@ -197,6 +212,17 @@ impl Command {
                 return Err(Rejection::new(
                     RejectRule::TooLong,
                     format!("{field} is {len} bytes; at most {max} are allowed"),
+                ));
+            }
+        }
+        if let Decision::Config { toml, .. } = decision {
+            if toml.len() > MAX_CONFIG_BYTES {
+                return Err(Rejection::new(
+                    RejectRule::TooLong,
+                    format!(
+                        "the config is {} bytes; at most {MAX_CONFIG_BYTES} are allowed",
+                        toml.len()
+                    ),
                 ));
             }
         }
@@ -290,6 +316,24 @@ impl Command {
     pub fn decision(&self) -> &Decision {
         match self {
             Command::Decide { decision, .. } | Command::Auto { decision, .. } => decision,
+        }
+    }
+
+    /// Who asked, why, and when (the leader's clock).
+    pub fn provenance(&self) -> (&str, &str, u64) {
+        match self {
+            Command::Decide {
+                actor,
+                reason,
+                at_ms,
+                ..
+            }
+            | Command::Auto {
+                actor,
+                reason,
+                at_ms,
+                ..
+            } => (actor, reason, *at_ms),
         }
     }
 

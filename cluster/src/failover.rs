@@ -118,6 +118,10 @@ pub struct Failover {
     demand: Mutex<BTreeMap<NodeId, (u64, Vec<TenantDemand>)>>,
     /// On the leader: when it last proposed a rebalance (ms, wall clock).
     last_rebalance_ms: Mutex<u64>,
+    /// On the leader: when each tenant last had traffic on any node (the
+    /// end of the latest period a report showed it asking), for the
+    /// config safety rule on tenant keys.
+    tenant_seen: Mutex<BTreeMap<String, u64>>,
 }
 
 impl Failover {
@@ -132,7 +136,19 @@ impl Failover {
             plan: Mutex::new(None),
             demand: Mutex::new(BTreeMap::new()),
             last_rebalance_ms: Mutex::new(0),
+            tenant_seen: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Tenants that had traffic on some node at or after `since_ms`, as
+    /// this leader heard in reports (a new leader knows only what it heard
+    /// since it began leading).
+    pub(crate) fn tenants_seen_since(&self, since_ms: u64) -> Vec<String> {
+        lock(&self.tenant_seen)
+            .iter()
+            .filter(|(_, at)| **at >= since_ms)
+            .map(|(t, _)| t.clone())
+            .collect()
     }
 
     pub(crate) fn set_demand_source(&self, source: DemandSource) {
@@ -216,6 +232,12 @@ impl Failover {
             demand.insert(report.node, (report.period_end_ms, report.demand.clone()));
         }
         drop(demand);
+        let mut seen = lock(&self.tenant_seen);
+        for t in report.demand.iter().filter(|t| t.offered > 0) {
+            let at = seen.entry(t.tenant.clone()).or_default();
+            *at = (*at).max(report.period_end_ms);
+        }
+        drop(seen);
         let mut status = lock(&self.status);
         status.reports_received += 1;
         ReportAck {

@@ -43,6 +43,9 @@ pub use node::{
 };
 pub use propose::Unconfirmed;
 pub use quota::{Limits, Priority, TenantQuota, Unit};
-pub use state::{ClusterState, DecisionRecord, Preview, ZoneChange, ZoneControl, HISTORY_LIMIT};
+pub use state::{
+    config_digest, ClusterState, ConfigRecord, DecisionRecord, Preview, ZoneChange, ZoneControl,
+    CONFIG_HISTORY_LIMIT, HISTORY_LIMIT,
+};
 pub use types::{Member, Role, TypeConfig};
 pub use view::{Automation, ClusterView, NodeId, ZoneId, ZoneStatus};

@@ -659,6 +659,12 @@ impl ClusterNode {
         self.failover.set_source(source);
     }
 
+    /// Tenants with traffic on any node since `since_ms`, as this node
+    /// heard while leading (the config rule on removed tenant keys).
+    pub fn tenants_seen_since(&self, since_ms: u64) -> Vec<String> {
+        self.failover.tenants_seen_since(since_ms)
+    }
+
     /// Where this node's per-period tenant demand comes from (for the
     /// leader's quota rebalance). Until one is set the node reports none.
     pub fn set_demand_source(&self, source: crate::failover::DemandSource) {
@@ -1283,6 +1289,40 @@ mod tests {
         let bytes = codec::encode(&request).unwrap();
         // Far below the limit, so the body limit and timeouts never bite.
         assert!(bytes.len() * 16 < limits::APPEND, "{} bytes", bytes.len());
+        let back: AppendEntriesRequest = codec::decode(&bytes).unwrap();
+        assert_eq!(back.entries.len(), MAX_PAYLOAD_ENTRIES as usize);
+    }
+
+    #[test]
+    fn a_full_append_batch_of_the_largest_configs_decodes_within_its_limit() {
+        use crate::codec::{self, limits};
+        use crate::command::{Decision, MAX_ACTOR_BYTES, MAX_CONFIG_BYTES, MAX_REASON_BYTES};
+        use crate::types::alias::{AppendEntriesRequest, Entry};
+        let largest = Command::decide(
+            Decision::Config {
+                config_version: u64::MAX,
+                toml: "t".repeat(MAX_CONFIG_BYTES).into(),
+            },
+            "x".repeat(MAX_ACTOR_BYTES),
+            "y".repeat(MAX_REASON_BYTES),
+        )
+        .if_version(u64::MAX)
+        .stamped(u64::MAX);
+        assert_eq!(largest.validate(), Ok(()));
+        let log_id = |i| openraft::LogId::new(openraft::CommittedLeaderId::new(u64::MAX, 1), i);
+        let request = AppendEntriesRequest {
+            vote: openraft::Vote::new_committed(u64::MAX, 1),
+            prev_log_id: Some(log_id(u64::MAX - 100)),
+            entries: (0..MAX_PAYLOAD_ENTRIES)
+                .map(|i| Entry {
+                    log_id: log_id(u64::MAX - 64 + i),
+                    payload: openraft::EntryPayload::Normal(largest.clone()),
+                })
+                .collect(),
+            leader_commit: Some(log_id(u64::MAX - 1)),
+        };
+        let bytes = codec::encode(&request).unwrap();
+        assert!(bytes.len() < limits::APPEND, "{} bytes", bytes.len());
         let back: AppendEntriesRequest = codec::decode(&bytes).unwrap();
         assert_eq!(back.entries.len(), MAX_PAYLOAD_ENTRIES as usize);
     }

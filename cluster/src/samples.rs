@@ -95,6 +95,15 @@ pub(crate) fn every_command() -> Vec<Command> {
         )
         .if_version(5)
         .stamped(1_700_000_065_000),
+        Command::decide(
+            Decision::Config {
+                config_version: 1,
+                toml: "[[backends]]\nname = \"qwen-b2\"\nzone = \"az-b\"\n".into(),
+            },
+            "ops",
+            "add a backend in az-b",
+        )
+        .stamped(1_700_000_070_000),
     ]
 }
 

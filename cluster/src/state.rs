@@ -15,6 +15,19 @@ use crate::view::{Automation, ClusterView, ZoneId, ZoneStatus};
 
 /// How many applied decisions the history keeps (oldest dropped first).
 pub const HISTORY_LIMIT: usize = 1000;
+/// How many replicated config versions are kept (oldest dropped first).
+pub const CONFIG_HISTORY_LIMIT: usize = 50;
+
+/// One version of the replicated routing config.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigRecord {
+    pub version: u64,
+    /// The cluster-wide TOML sections, as validated on the leader.
+    pub toml: Arc<str>,
+    pub actor: String,
+    pub reason: String,
+    pub at_ms: u64,
+}
 
 /// One applied decision, as kept in the history.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,6 +102,10 @@ pub struct ClusterState {
     /// the data plane splits each zone's allocation by them. Added in
     /// format version 2 (older states read as empty).
     quota: Arc<NodeWeights>,
+    /// The replicated routing config's versions, newest last (at most
+    /// [`CONFIG_HISTORY_LIMIT`]); empty before the first. Added in format
+    /// version 2.
+    config: VecDeque<ConfigRecord>,
 }
 
 /// [`ClusterState`] as format versions 0 and 1 laid it out (before quota
@@ -111,6 +128,7 @@ impl From<ClusterStateV1> for ClusterState {
             history: v.history,
             control: v.control,
             quota: Arc::default(),
+            config: VecDeque::new(),
         }
     }
 }
@@ -182,7 +200,18 @@ impl ClusterState {
             zones: self.zones.clone(),
             automation: self.automation,
             quota: Arc::clone(&self.quota),
+            config: self.config.back().map(|c| (c.version, Arc::clone(&c.toml))),
         }
+    }
+
+    /// The replicated config's current version (0 before the first).
+    pub fn config_version(&self) -> u64 {
+        self.config.back().map_or(0, |c| c.version)
+    }
+
+    /// The kept config versions, newest first.
+    pub fn configs(&self) -> Vec<ConfigRecord> {
+        self.config.iter().rev().cloned().collect()
     }
 
     /// The last quota rebalance's node weights (empty before the first).
@@ -246,7 +275,8 @@ impl ClusterState {
     /// re-splitting quotas meanwhile). A rebalance itself is always exact:
     /// its weights were planned from the version it names.
     fn only_rebalances_since(&self, expected: u64, decision: &Decision) -> bool {
-        if matches!(decision, Decision::QuotaRebalance { .. }) || expected > self.decision_version {
+        let zoneless = |d: &Decision| matches!(d, Decision::QuotaRebalance { .. });
+        if zoneless(decision) || expected > self.decision_version {
             return false;
         }
         let since: Vec<&DecisionRecord> = self
@@ -255,9 +285,7 @@ impl ClusterState {
             .filter(|r| r.version > expected)
             .collect();
         since.len() as u64 == self.decision_version - expected
-            && since
-                .iter()
-                .all(|r| matches!(r.decision, Decision::QuotaRebalance { .. }))
+            && since.iter().all(|r| zoneless(&r.decision))
     }
 
     /// The generic rules every decision passes, and what it would change.
@@ -307,6 +335,24 @@ impl ClusterState {
             // Weights change no zone; the data plane uses a group's weights
             // only when they cover exactly that group and sum to one.
             Decision::QuotaRebalance { .. } => {}
+            // A config is only ever the next config version: two operators
+            // applying against the same version cannot both win.
+            Decision::Config { config_version, .. } => {
+                // Configs have their own version and stay out of the
+                // decision versions (and the decision history).
+                preview.version = self.decision_version;
+                let next = self.config_version() + 1;
+                if *config_version != next {
+                    return Err(Rejection::new(
+                        RejectRule::StaleVersion,
+                        format!(
+                            "config version {} was expected next, but the cluster is at config version {}",
+                            config_version,
+                            next - 1
+                        ),
+                    ));
+                }
+            }
         }
         Ok(preview)
     }
@@ -393,6 +439,26 @@ impl ClusterState {
             Ok(p) => p,
             Err(r) => return r.into(),
         };
+        if let Decision::Config {
+            config_version,
+            toml,
+        } = cmd.decision()
+        {
+            let (actor, reason, at_ms) = cmd.provenance();
+            if self.config.len() >= CONFIG_HISTORY_LIMIT {
+                self.config.pop_front();
+            }
+            self.config.push_back(ConfigRecord {
+                version: *config_version,
+                toml: Arc::clone(toml),
+                actor: actor.to_owned(),
+                reason: reason.to_owned(),
+                at_ms,
+            });
+            return Outcome::Applied {
+                version: self.decision_version,
+            };
+        }
         let origin = cmd.origin();
         let (Command::Decide {
             decision,
@@ -518,6 +584,15 @@ impl ClusterState {
             .collect();
         Ok(changes)
     }
+}
+
+/// How the decision history names a config: `sha256:<hex>` of its text.
+pub fn config_digest(toml: &str) -> String {
+    use sha2::Digest;
+    format!(
+        "sha256:{}",
+        hex::encode(sha2::Sha256::digest(toml.as_bytes()))
+    )
 }
 
 #[cfg(test)]

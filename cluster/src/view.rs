@@ -171,6 +171,17 @@ pub struct ClusterView {
     /// million of its group); empty before the first. Format version 2.
     #[serde(default)]
     pub quota: Arc<crate::quota::NodeWeights>,
+    /// The replicated routing config: its version and TOML (the
+    /// cluster-wide sections); `None` before the first. Format version 2.
+    #[serde(default)]
+    pub config: Option<(u64, Arc<str>)>,
+}
+
+impl ClusterView {
+    /// The replicated config's version (0 before the first).
+    pub fn config_version(&self) -> u64 {
+        self.config.as_ref().map_or(0, |(v, _)| *v)
+    }
 }
 
 /// [`ClusterView`] as format versions 0 and 1 laid it out (before quota
@@ -189,6 +200,7 @@ impl From<ClusterViewV1> for ClusterView {
             zones: v.zones,
             automation: v.automation,
             quota: Arc::default(),
+            config: None,
         }
     }
 }
@@ -204,6 +216,7 @@ impl ClusterView {
                 .collect(),
             automation: Automation::Auto,
             quota: Arc::default(),
+            config: None,
         }
     }
 

@@ -61,12 +61,19 @@ pub enum AdminError {
     LeaderUnreachable(String),
     #[error("control plane failed: {0}")]
     Fatal(String),
+    /// A submitted config that does not validate.
+    #[error("{file}: {key}: {reason}")]
+    InvalidConfig {
+        file: String,
+        key: String,
+        reason: String,
+    },
 }
 
 impl AdminError {
     fn status(&self) -> StatusCode {
         match self {
-            AdminError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            AdminError::BadRequest(_) | AdminError::InvalidConfig { .. } => StatusCode::BAD_REQUEST,
             AdminError::Forbidden(_) => StatusCode::FORBIDDEN,
             AdminError::NoControlPlane | AdminError::NoLeader(_) => StatusCode::SERVICE_UNAVAILABLE,
             AdminError::Rejected { .. } => StatusCode::CONFLICT,
@@ -82,6 +89,7 @@ impl AdminError {
     fn code(&self) -> &'static str {
         match self {
             AdminError::BadRequest(_) => "invalid_request",
+            AdminError::InvalidConfig { .. } => "invalid_config",
             AdminError::Forbidden(_) => "forbidden",
             AdminError::NoControlPlane => "no_control_plane",
             AdminError::NoLeader(_) => "no_leader",
@@ -99,7 +107,7 @@ impl AdminError {
         match self {
             AdminError::Rejected { .. } => "rejected",
             AdminError::OutcomeUnknown { .. } | AdminError::MembershipUnknown(_) => "unknown",
-            AdminError::BadRequest(_) => "invalid",
+            AdminError::BadRequest(_) | AdminError::InvalidConfig { .. } => "invalid",
             _ => "failed",
         }
     }
@@ -108,7 +116,7 @@ impl AdminError {
 impl IntoResponse for AdminError {
     fn into_response(self) -> Response {
         let kind = match self {
-            AdminError::BadRequest(_) => "invalid_request_error",
+            AdminError::BadRequest(_) | AdminError::InvalidConfig { .. } => "invalid_request_error",
             AdminError::Forbidden(_) => "permission_error",
             AdminError::Rejected { .. } => "decision_rejected",
             _ => "server_error",
@@ -116,6 +124,11 @@ impl IntoResponse for AdminError {
         let mut body = error_body(&self.to_string(), kind, self.code());
         if let AdminError::OutcomeUnknown { check_version, .. } = &self {
             body["error"]["check_version"] = json!(check_version);
+        }
+        if let AdminError::InvalidConfig { file, key, reason } = &self {
+            body["error"]["file"] = json!(file);
+            body["error"]["key"] = json!(key);
+            body["error"]["reason"] = json!(reason);
         }
         (self.status(), Json(body)).into_response()
     }
@@ -200,12 +213,13 @@ pub async fn cluster(
         .collect();
     let Some(node) = &gw.cluster else {
         return Json(json!({
-            "node_id": gw.cfg.node.id,
-            "zone": gw.cfg.node.zone,
+            "node_id": gw.cfg().node.id,
+            "zone": gw.cfg().node.zone,
             "control_plane": "standalone",
             "leader": null,
             "term": 0,
             "decision_version": view.decision_version,
+            "config_version": gw.cfg().config_version,
             "automation": view.automation,
             "zones": zones,
             "nodes": [],
@@ -233,6 +247,7 @@ pub async fn cluster(
         "zone": status.zone,
         "role": status.role,
         "decision_version": view.decision_version,
+        "config_version": gw.cfg().config_version,
         "reachable": true,
         "leader": status.is_leader,
         "view_age_ms": view_age_ms,
@@ -246,7 +261,7 @@ pub async fn cluster(
             let peers = status.members.iter().filter(|m| m.member.id != status.node_id).map(|m| {
             let (member, auth) = (m.member.clone(), auth.clone());
             let leader = status.leader == Some(member.id);
-            let peer = peer_admin(&gw.cfg, member.id, &member.admin_addr);
+            let peer = peer_admin(&gw.cfg(), member.id, &member.admin_addr);
             async move {
                 let answer = match peer {
                     Ok((client, base)) => {
@@ -268,6 +283,7 @@ pub async fn cluster(
                     "zone": member.zone,
                     "role": member.role,
                     "decision_version": answer.as_ref().map(|a| a["decision_version"].clone()),
+                    "config_version": answer.as_ref().map(|a| a["config_version"].clone()),
                     "reachable": answer.is_some(),
                     "leader": leader,
                     "view_age_ms": answer.as_ref().map(|a| a["view_age_ms"].clone()),
@@ -297,6 +313,7 @@ pub async fn cluster(
         // replicated membership (the truth after formation).
         "bootstrap_differs": status.bootstrap_differs,
         "decision_version": view.decision_version,
+        "config_version": gw.cfg().config_version,
         "automation": view.automation,
         "zones": zones,
         "fail_static": failover.fail_static,
@@ -365,11 +382,11 @@ fn parse_required<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Adm
 }
 
 /// One operator write, as parsed from its body.
-struct Write {
-    decision: Decision,
-    reason: Option<String>,
-    if_version: Option<u64>,
-    dry_run: bool,
+pub(crate) struct Write {
+    pub decision: Decision,
+    pub reason: Option<String>,
+    pub if_version: Option<u64>,
+    pub dry_run: bool,
 }
 
 /// `POST /admin/v1/{failover,failback,freeze,unfreeze}`.
@@ -436,7 +453,7 @@ enum Answer {
     Applied(zonegate_cluster::Applied),
 }
 
-async fn decide(
+pub(crate) async fn decide(
     gw: &Gateway,
     who: &Identity,
     headers: &HeaderMap,
@@ -446,6 +463,10 @@ async fn decide(
 ) -> Result<Response, AdminError> {
     let node: &ClusterNode = gw.cluster.as_deref().ok_or(AdminError::NoControlPlane)?;
     let kind = w.decision.kind();
+    let config_version = match &w.decision {
+        Decision::Config { config_version, .. } => Some(*config_version),
+        _ => None,
+    };
     let reason = w.reason.unwrap_or_else(|| "operator request".to_owned());
     let mut cmd = Command::decide(w.decision, format!("token:{}", who.name), reason.clone());
     if let Some(v) = w.if_version {
@@ -477,8 +498,11 @@ async fn decide(
                 version = applied.version,
                 "decision committed"
             );
-            Ok(Json(json!({"version": applied.version, "kind": kind, "committed": true, "leader": node.id()}))
-                .into_response())
+            let mut answer = json!({"version": applied.version, "kind": kind, "committed": true, "leader": node.id()});
+            if let Some(v) = config_version {
+                answer["config_version"] = json!(v);
+            }
+            Ok(Json(answer).into_response())
         }
         Err(ProposeError::NotLeader { leader, admin_addr }) => match admin_addr {
             Some(addr) if !headers.contains_key(FORWARDED) => {
@@ -487,7 +511,7 @@ async fn decide(
                     .with_label_values(&[kind, "forwarded"])
                     .inc();
                 let check_version = gw.view.borrow().decision_version + 1;
-                forward(gw, node, &addr, leader, check_version, headers, uri, body).await
+                forward_write(gw, node, &addr, leader, check_version, headers, uri, body).await
             }
             _ => Err(AdminError::NoLeader(format!(
                 "node {leader} leads but cannot be reached through this node; nothing was written"
@@ -518,7 +542,7 @@ async fn decide(
 /// the leader may have committed it before it died. `check_version` is
 /// this node's applied version + 1, the earliest the write can take.
 #[allow(clippy::too_many_arguments)]
-async fn forward(
+pub(crate) async fn forward_write(
     gw: &Gateway,
     node: &ClusterNode,
     addr: &str,
@@ -528,7 +552,7 @@ async fn forward(
     uri: &Uri,
     body: &Bytes,
 ) -> Result<Response, AdminError> {
-    let (client, base) = peer_admin(&gw.cfg, leader, addr)?;
+    let (client, base) = peer_admin(&gw.cfg(), leader, addr)?;
     let req = client
         .post(format!("{base}{}", uri.path()))
         .timeout(FORWARD_TIMEOUT);

@@ -51,11 +51,11 @@ pub async fn explain(State(gw): State<Arc<Gateway>>, Query(q): Query<ExplainQuer
     let entry = q
         .zone
         .as_deref()
-        .map_or_else(|| gw.cfg.node.zone.clone(), ZoneId::new);
+        .map_or_else(|| gw.cfg().node.zone.clone(), ZoneId::new);
     let pinned = q
         .session
         .as_deref()
-        .filter(|_| gw.cfg.affinity.zone_pin)
+        .filter(|_| gw.cfg().affinity.zone_pin)
         .and_then(|s| gw.pins.get(hash_key(s.as_bytes()), unix_s()));
     let (home, home_why) = match (&pinned, &q.zone) {
         (Some(z), _) => (
@@ -73,8 +73,8 @@ pub async fn explain(State(gw): State<Arc<Gateway>>, Query(q): Query<ExplainQuer
         plain_text: true,
     };
     // A small prompt: the class then depends on max_tokens alone.
-    let class = classify(&meta, 256, false, &gw.cfg.affinity);
-    let policy = gw.cfg.affinity.cross_zone_fallback;
+    let class = classify(&meta, 256, false, &gw.cfg().affinity);
+    let policy = gw.cfg().affinity.cross_zone_fallback;
     let plan = plan_zones(&home, &view, &model.zones, class, policy);
     let effective_why = if plan.effective == home {
         format!("{home} is active")
@@ -88,7 +88,8 @@ pub async fn explain(State(gw): State<Arc<Gateway>>, Query(q): Query<ExplainQuer
     // (last when its pool panics and fallbacks exist), then fallbacks by
     // configured order, then by usable share.
     let now = now_ms();
-    let preferred = gw.cfg.fallback_order.get(&plan.effective);
+    let cfg = gw.cfg();
+    let preferred = cfg.fallback_order.get(&plan.effective);
     let mut fallbacks = plan.fallbacks.clone();
     fallbacks.sort_by_key(|z| {
         let configured = preferred
@@ -124,7 +125,7 @@ pub async fn explain(State(gw): State<Arc<Gateway>>, Query(q): Query<ExplainQuer
         .collect();
     Json(json!({
         "model": q.model,
-        "node": gw.cfg.node.id,
+        "node": gw.cfg().node.id,
         "decision_version": view.decision_version,
         "class": match class {
             crate::dataplane::request::RequestClass::Short => "short",

@@ -116,7 +116,7 @@ async fn forward(
 ) -> Result<Response, AdminError> {
     let node = gw.cluster.as_deref().ok_or(AdminError::NoControlPlane)?;
     let writes = method == Method::POST;
-    let (client, base) = peer_admin(&gw.cfg, leader, addr)?;
+    let (client, base) = peer_admin(&gw.cfg(), leader, addr)?;
     let req = client
         .request(method, format!("{base}/admin/v1/members"))
         .timeout(FORWARD_TIMEOUT);

@@ -29,13 +29,13 @@ const REASONS: &[&str] = &[
 
 pub async fn quotas(State(gw): State<Arc<Gateway>>) -> Json<Value> {
     let view = gw.view.borrow().clone();
-    gw.quotas.refresh(&view);
+    gw.quotas.load().refresh(&view);
     Json(report(&gw))
 }
 
 /// The answer, from the allocations last computed (see `Quotas::refresh`).
 pub fn report(gw: &Gateway) -> Value {
-    let q = &gw.quotas;
+    let q = gw.quotas.load();
     let table = q.table.load();
     let now = now_ns();
     let tenants: Vec<Value> = q
@@ -108,7 +108,7 @@ pub fn report(gw: &Gateway) -> Value {
                 "line": o.line(since_of(o)),
                 })).collect::<Vec<_>>(),
                 "usage": {
-                    "node": gw.cfg.node.id,
+                    "node": gw.cfg().node.id,
                     "in_flight": t.concurrency.used(),
                     "admitted_total": gw.metrics.quota_admitted.with_label_values(&[&t.quota.tenant]).get(),
                     "rejected_total": rejected,
@@ -131,15 +131,15 @@ pub fn report(gw: &Gateway) -> Value {
         })
         .collect();
     json!({
-        "node": gw.cfg.node.id,
-        "zone": gw.cfg.node.zone,
+        "node": gw.cfg().node.id,
+        "zone": gw.cfg().node.zone,
         "decision_version": table.decision_version,
         "settings": {
-            "long_request_units": gw.cfg.quotas.long_request_units,
-            "p0_reserve": gw.cfg.quotas.p0_reserve,
-            "rebalance_interval_ms": gw.cfg.quotas.rebalance_interval.as_millis() as u64,
-            "drift_threshold": gw.cfg.quotas.drift_threshold,
-            "node_floor": gw.cfg.quotas.node_floor,
+            "long_request_units": gw.cfg().quotas.long_request_units,
+            "p0_reserve": gw.cfg().quotas.p0_reserve,
+            "rebalance_interval_ms": gw.cfg().quotas.rebalance_interval.as_millis() as u64,
+            "drift_threshold": gw.cfg().quotas.drift_threshold,
+            "node_floor": gw.cfg().quotas.node_floor,
         },
         "tenants": tenants,
         "capacity": capacity,
@@ -214,7 +214,7 @@ mod tests {
         view.zones
             .insert(b.clone(), ZoneStatus::FailedOver { target: a.clone() });
         tx.send_replace(Arc::new(view.clone()));
-        gw.quotas.refresh(&view);
+        gw.quotas.load().refresh(&view);
         let r = report(&gw);
         let zone = &r["tenants"][0]["zones"][0];
         assert_eq!(zone["zone"], "az-a");

@@ -67,6 +67,9 @@ pub enum Verb {
     },
     /// Members: list, add, remove, promote, readdress (src/cli/members.rs).
     Members(super::members::Members),
+    /// The replicated routing config: show, diff, apply, rollback, history
+    /// (src/cli/config.rs).
+    Config(super::config::ConfigCmd),
     /// Follow the cluster live: redraws status every interval on a
     /// terminal, else prints one line per change. Ctrl-C stops it.
     Watch {
@@ -149,6 +152,9 @@ pub async fn run(
         return super::members::run(admin, token, json_out, m).await;
     }
     let api = Api::new(admin, token, json_out)?;
+    if let Verb::Config(c) = verb {
+        return super::config::run(&api, json_out, c).await;
+    }
     let look = render::Look::for_stdout();
     match verb {
         Verb::Status => {

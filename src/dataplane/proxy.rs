@@ -27,7 +27,7 @@ use self::attempts::{Attempts, Outgoing};
 use self::continuation::Continuer;
 use crate::clock::now_ms;
 use crate::clock::unix_s;
-use crate::config::Tenant;
+use crate::config::{Config, Tenant};
 use crate::dataplane::affinity::PIN_HEADER;
 use crate::dataplane::auth;
 use crate::dataplane::balance::hash_key;
@@ -55,7 +55,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
 }
 
 async fn models(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
-    if let Err(e) = authenticate(&gw, &headers) {
+    if let Err(e) = authenticate(&gw.cfg(), &headers) {
         return e.into_response();
     }
     let routes = gw.routes.load();
@@ -80,9 +80,9 @@ async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
     }
 }
 
-fn authenticate<'a>(gw: &'a Gateway, headers: &HeaderMap) -> Result<&'a Tenant, ApiError> {
+fn authenticate<'a>(cfg: &'a Config, headers: &HeaderMap) -> Result<&'a Tenant, ApiError> {
     let key = auth::bearer(headers).ok_or(ApiError::MissingKey)?;
-    auth::tenant(key, &gw.cfg.tenants).ok_or(ApiError::WrongKey)
+    auth::tenant(key, &cfg.tenants).ok_or(ApiError::WrongKey)
 }
 
 fn witness_error() -> ApiError {
@@ -94,7 +94,10 @@ async fn handle(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
         return witness_error().into_response();
     }
     let started = Instant::now();
-    let result = match authenticate(&gw, req.headers()) {
+    // One config version for the whole request, whatever is applied
+    // meanwhile.
+    let cfg = gw.cfg_arc();
+    let result = match authenticate(&cfg, req.headers()) {
         Ok(tenant) => serve(&gw, tenant, req, started)
             .await
             .map_err(|f| (Some(tenant), f)),
@@ -109,6 +112,7 @@ async fn handle(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
                 | (_, None) => Vec::new(),
                 (_, Some(t)) => gw
                     .quotas
+                    .load()
                     .headers(tenant_index(&gw, t), crate::clock::now_ns()),
             };
             let tenant = tenant.map_or("-", |t| t.name.as_str());
@@ -129,6 +133,11 @@ async fn handle(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
             let mut resp = e.into_response();
             let version = gw.view.borrow().decision_version.to_string();
             forward::set_header(resp.headers_mut(), "x-zonegate-decision-version", &version);
+            forward::set_header(
+                resp.headers_mut(),
+                "x-zonegate-config-version",
+                &cfg.config_version.to_string(),
+            );
             quota::set_headers(resp.headers_mut(), &limits);
             resp
         }
@@ -146,8 +155,8 @@ async fn serve(
     let (parts, body) = req.into_parts();
     let body = read_body(
         body,
-        gw.cfg.node.max_body_bytes,
-        gw.cfg.node.limits.body_read_timeout,
+        gw.cfg().node.max_body_bytes,
+        gw.cfg().node.limits.body_read_timeout,
     )
     .await
     .map_err(|e| (None, e))?;
@@ -161,7 +170,7 @@ async fn serve(
     let facts = RequestFacts::new(gw, tenant, &parts, &meta, body.len(), deadline);
     let admission = admit(gw, &facts, &meta, body.len()).map_err(failed)?;
     let min_tier =
-        chain::min_tier(&parts.headers, body.len(), &gw.cfg.prompt_tiers).map_err(failed)?;
+        chain::min_tier(&parts.headers, body.len(), &gw.cfg().prompt_tiers).map_err(failed)?;
     let (models, skipped) = chain::model_chain(gw, &routes, primary, min_tier);
     if models.is_empty() {
         return Err(failed(chain::no_capable_model(
@@ -211,7 +220,7 @@ fn admit(
     meta: &RequestMeta,
     body_len: usize,
 ) -> Result<Admission, ApiError> {
-    gw.quotas.refresh(&facts.view);
+    gw.quotas.load().refresh(&facts.view);
     let ask = Ask {
         tenant_index: facts.tenant_index,
         model: &meta.model,
@@ -220,15 +229,17 @@ fn admit(
         max_tokens: meta.max_tokens,
         zone: facts.view.effective_zone(&facts.home),
     };
-    gw.quotas.admit(&ask, crate::clock::now_ns())
+    gw.quotas.load().admit(&ask, crate::clock::now_ns())
 }
 
 /// A tenant's place in config (for its quota state and metric handles).
 fn tenant_index(gw: &Gateway, tenant: &Tenant) -> usize {
-    gw.cfg
-        .tenants
+    let cfg = gw.cfg();
+    // By identity, else by name (the config was swapped meanwhile).
+    cfg.tenants
         .iter()
         .position(|t| std::ptr::eq(t, tenant))
+        .or_else(|| cfg.tenants.iter().position(|t| t.name == tenant.name))
         .unwrap_or(0)
 }
 
@@ -290,9 +301,9 @@ impl RequestFacts {
             tenant: tenant.name.clone(),
             tenant_index: tenant_index(gw, tenant),
             session,
-            home: pinned.unwrap_or_else(|| gw.cfg.node.zone.clone()),
+            home: pinned.unwrap_or_else(|| gw.cfg().node.zone.clone()),
             request_id: request_id(&parts.headers),
-            class: classify(meta, body_len, embeddings, &gw.cfg.affinity),
+            class: classify(meta, body_len, embeddings, &gw.cfg().affinity),
             stream: meta.stream,
             deadline,
             decision_version: view.decision_version,
@@ -323,7 +334,7 @@ fn session_key<'a>(headers: &'a HeaderMap, meta: &'a RequestMeta) -> Option<&'a 
 /// echoed (good on any node), else from this node's pin table. Forged or
 /// expired tokens are ignored, never an error.
 fn pinned_zone(gw: &Gateway, headers: &HeaderMap, tenant: &str, session: u64) -> Option<ZoneId> {
-    if !gw.cfg.affinity.zone_pin {
+    if !gw.cfg().affinity.zone_pin {
         return None;
     }
     let now = unix_s();

@@ -217,6 +217,13 @@ impl TenantLimiter {
         }
     }
 
+    /// The demand since the last call; `None` for a tenant that had none,
+    /// unless `always`.
+    fn take_demand_of(&self, always: bool) -> Option<TenantDemand> {
+        let d = self.take_demand();
+        (always || d.offered > 0).then_some(d)
+    }
+
     /// Whether any of the tenant's units is limited (its responses then
     /// carry the `x-ratelimit-*` headers).
     pub fn limited(&self) -> bool {
@@ -712,12 +719,13 @@ impl Quotas {
         Ok(adm)
     }
 
-    /// Every tenant's demand since the last call (the reporter's source).
+    /// Every tenant's demand since the last call (the reporter's source):
+    /// limited tenants always (the rebalance weighs them), others when
+    /// they had traffic (the leader's config rules ask who did).
     pub fn take_demand(tenants: &[Arc<TenantLimiter>]) -> Vec<TenantDemand> {
         tenants
             .iter()
-            .filter(|t| t.limited())
-            .map(|t| t.take_demand())
+            .filter_map(|t| t.take_demand_of(t.limited()))
             .collect()
     }
 

@@ -311,7 +311,13 @@ impl Routes {
             .map(|bc| {
                 previous
                     .and_then(|p| p.backends.iter().find(|b| b.name == bc.name))
-                    .filter(|b| b.authority == bc.authority && b.zone == bc.zone)
+                    .filter(|b| {
+                        b.authority == bc.authority
+                            && b.zone == bc.zone
+                            && b.scheme == bc.scheme
+                            && b.tls == bc.tls
+                            && b.weight == bc.weight
+                    })
                     .cloned()
                     .unwrap_or_else(|| Arc::new(Backend::new(bc, &cfg.health, now_ms())))
             })

@@ -22,9 +22,11 @@ use zonegate_net::sign::KeyRing;
 use zonegate_net::tls::BackendTls;
 
 pub struct Gateway {
-    pub cfg: Arc<Config>,
-    /// Built once at start (nothing replaces it yet; replicated config
-    /// will swap it whole); read per request without a lock.
+    /// The config in effect: the node's file, with the cluster's replicated
+    /// sections once it has them; swapped whole by [`Gateway::reconfigure`].
+    config: ArcSwap<Config>,
+    /// Built from the config; swapped whole with it (live backends kept by
+    /// name); read per request without a lock.
     pub routes: ArcSwap<Routes>,
     /// The control plane's latest view; the data plane never waits on it.
     pub view: watch::Receiver<Arc<ClusterView>>,
@@ -42,7 +44,8 @@ pub struct Gateway {
     /// This period's per-zone request results, reported to the leader.
     pub zone_stats: ZoneStats,
     /// Tenants' allocations on this node, models' limits, zone capacity.
-    pub quotas: crate::dataplane::quota::Quotas,
+    /// The quota stage's state, rebuilt with the config.
+    pub quotas: ArcSwap<crate::dataplane::quota::Quotas>,
     /// Decided once from config: checked on every request.
     witness: bool,
     /// Set from SIGTERM on: readiness fails, the drain has begun.
@@ -176,16 +179,10 @@ impl Gateway {
         };
         let quotas = crate::dataplane::quota::Quotas::new(&cfg, &view.borrow(), &metrics);
         if let Some(node) = &cluster {
-            // The quota stage's demand goes into this node's zone reports;
-            // the leader rebalances from them.
-            let tenants = quotas.tenants.clone();
-            node.set_demand_source(Arc::new(move || {
-                crate::dataplane::quota::Quotas::take_demand(&tenants)
-            }));
-            node.set_rebalance_plan(quotas.rebalance_plan(&cfg));
+            feed_rebalance(node, &quotas, &cfg);
         }
         Self {
-            quotas,
+            quotas: ArcSwap::from_pointee(quotas),
             routes: ArcSwap::from_pointee(routes),
             view,
             budget,
@@ -207,7 +204,45 @@ impl Gateway {
                     .chain([&cfg.node.zone]),
             ),
             drain: crate::node::drain::Drain::default(),
-            cfg,
+            config: ArcSwap::new(cfg),
         }
     }
+
+    /// Routes with `cfg` from now on: the route table rebuilt (backends
+    /// unchanged in address, zone, weight and TLS keep their live state;
+    /// new ones start in slow start; removed ones finish what they carry
+    /// and their probes stop) and the quota stage rebuilt, each swapped
+    /// whole. Requests in flight keep the versions they started with.
+    pub fn reconfigure(&self, cfg: Config) {
+        let cfg = Arc::new(cfg);
+        let routes = Routes::build(&cfg, Some(&self.routes.load()));
+        let quotas = crate::dataplane::quota::Quotas::new(&cfg, &self.view.borrow(), &self.metrics);
+        if let Some(node) = &self.cluster {
+            feed_rebalance(node, &quotas, &cfg);
+        }
+        self.config.store(Arc::clone(&cfg));
+        self.routes.store(Arc::new(routes));
+        self.quotas.store(Arc::new(quotas));
+    }
+
+    /// The config in effect (cheap; hold it briefly, or take
+    /// [`Gateway::cfg_arc`] to keep one version across awaits).
+    pub fn cfg(&self) -> arc_swap::Guard<Arc<Config>> {
+        self.config.load()
+    }
+
+    /// The config in effect, to keep across a whole request.
+    pub fn cfg_arc(&self) -> Arc<Config> {
+        self.config.load_full()
+    }
+}
+
+/// The quota stage's demand goes into this node's zone reports and its
+/// tenants' quotas into the leader's rebalance.
+fn feed_rebalance(node: &ClusterNode, quotas: &crate::dataplane::quota::Quotas, cfg: &Config) {
+    let tenants = quotas.tenants.clone();
+    node.set_demand_source(Arc::new(move || {
+        crate::dataplane::quota::Quotas::take_demand(&tenants)
+    }));
+    node.set_rebalance_plan(quotas.rebalance_plan(cfg));
 }

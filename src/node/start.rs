@@ -57,7 +57,7 @@ impl RunningNode {
     pub async fn drain(mut self, grace: Duration) {
         let gw = Arc::clone(&self.gateway);
         let drain = &gw.drain;
-        let timeout = gw.cfg.node.drain_timeout;
+        let timeout = gw.cfg().node.drain_timeout;
         drain.begin();
         gw.metrics.draining.set(1);
         tracing::info!(
@@ -241,7 +241,11 @@ pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<Runni
         stop.subscribe(),
     ));
     if !reloadable.is_empty() {
-        tasks.spawn(reload_certificates(reloadable, stop.subscribe()));
+        tasks.spawn(reload_certificates(
+            reloadable,
+            hangup_signal(),
+            stop.subscribe(),
+        ));
     }
     if let Some(node) = &gateway.cluster {
         let gw = Arc::downgrade(&gateway);
@@ -250,6 +254,23 @@ pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<Runni
                 .map(|gw| gw.zone_observations())
                 .unwrap_or_default()
         }));
+    }
+    if gateway.cluster.is_some() {
+        tasks.spawn(super::reconfigure::follow(
+            Arc::clone(&gateway),
+            stop.subscribe(),
+        ));
+    } else {
+        match hangup_signal() {
+            Some(hangup) => {
+                tasks.spawn(super::reconfigure::reload_on_hangup(
+                    Arc::clone(&gateway),
+                    hangup,
+                    stop.subscribe(),
+                ));
+            }
+            None => tracing::warn!("the config reloads only on restart"),
+        }
     }
     let mut probes = health::spawn_probes(&gateway);
     let mut stopped = stop.subscribe();
@@ -302,7 +323,7 @@ fn ready_requires_leader(app: axum::Router, gw: &Arc<Gateway>) -> axum::Router {
     let Some(node) = gw
         .cluster
         .clone()
-        .filter(|_| gw.cfg.cluster.ready_requires_leader)
+        .filter(|_| gw.cfg().cluster.ready_requires_leader)
     else {
         return app;
     };
@@ -353,16 +374,11 @@ impl Budgets {
 /// Reloads listener certificates when their files change (checked every
 /// few seconds) and on SIGHUP; a bad new file keeps the old certificate
 /// and says why.
-async fn reload_certificates(tls: Vec<Arc<ServerTls>>, mut stop: watch::Receiver<bool>) {
-    let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            tracing::warn!(
-                "cannot watch SIGHUP (certificates still reload when their files change): {e}"
-            );
-            None
-        }
-    };
+async fn reload_certificates(
+    tls: Vec<Arc<ServerTls>>,
+    mut hangup: Option<tokio::signal::unix::Signal>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut tick = tokio::time::interval(CERT_CHECK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -391,6 +407,14 @@ async fn reload_certificates(tls: Vec<Arc<ServerTls>>, mut stop: watch::Receiver
             }
         }
     }
+}
+
+/// A SIGHUP stream, registered now: before the node announces itself, so
+/// a SIGHUP never meets the default action (which exits).
+fn hangup_signal() -> Option<tokio::signal::unix::Signal> {
+    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .inspect_err(|e| tracing::warn!("cannot watch SIGHUP: {e}"))
+        .ok()
 }
 
 /// How often certificate files are checked for changes.
@@ -514,7 +538,7 @@ pub async fn run_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<()> {
     let mut signals = super::lifecycle::StopSignals::install();
     let node = start_with(cfg, opts).await?;
     let scheme = |tls: &Option<TlsFiles>| if tls.is_some() { "https" } else { "http" };
-    let cfg = &node.gateway.cfg;
+    let cfg = node.gateway.cfg();
     println!(
         "zonegate: data plane listening on {}://{}",
         scheme(&cfg.node.tls),
@@ -538,7 +562,7 @@ pub async fn run_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<()> {
     };
     let grace = tokio::select! {
         stop = signals.recv() => match stop {
-            Stop::Terminate => node.gateway.cfg.node.drain_grace,
+            Stop::Terminate => node.gateway.cfg().node.drain_grace,
             Stop::Interrupt => Duration::ZERO,
         },
         msg = lost => {

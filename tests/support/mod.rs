@@ -283,6 +283,31 @@ impl NodeProcess {
         Self::start_member_secret(dir, me, members, rest, args, CLUSTER_SECRET).await
     }
 
+    /// Starts member `me` with its stderr (the log) written to
+    /// `dir/stderr.log`.
+    pub async fn start_member_logging(
+        dir: tempfile::TempDir,
+        me: &MemberSpec,
+        members: &[MemberSpec],
+        rest: &str,
+    ) -> NodeProcess {
+        let path = write_member_config(dir.path(), me, members, rest);
+        let log = std::fs::File::create(dir.path().join("stderr.log")).expect("log file");
+        let mut cmd = command();
+        cmd.env("ZONEGATE_CLUSTER_SECRET", CLUSTER_SECRET);
+        cmd.stderr(log);
+        cmd.arg("serve").arg("--config").arg(&path);
+        let proc = spawn_listening(cmd, 2, Duration::from_secs(30))
+            .await
+            .expect("gateway member starts");
+        NodeProcess {
+            data: proc.urls[0].clone(),
+            admin: proc.urls[1].clone(),
+            dir,
+            proc,
+        }
+    }
+
     /// Like [`NodeProcess::start_member_with`], with `secret` as
     /// `ZONEGATE_CLUSTER_SECRET` (a rotation's `new,old`).
     pub async fn start_member_secret(
@@ -497,7 +522,16 @@ impl TestCluster {
             }
             if let Some(Some(l)) = leaders.first() {
                 if leaders.iter().all(|x| *x == Some(*l)) && self.nodes[*l as usize - 1].is_some() {
-                    return *l;
+                    // A leader proposes only once a quorum acknowledged it
+                    // in its term.
+                    let v = get_json(
+                        &format!("{}/admin/v1/cluster?scope=local", self.node(*l).admin),
+                        Some(ADMIN_TOKEN),
+                    )
+                    .await;
+                    if v["millis_since_quorum_ack"].is_u64() {
+                        return *l;
+                    }
                 }
             }
             assert!(

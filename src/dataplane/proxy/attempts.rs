@@ -103,7 +103,7 @@ pub(super) async fn forward_chain<'a>(
     let mut next = 0;
     while let Some(&(model, link)) = queue.get(next) {
         next += 1;
-        let cross_zone_ok = gw.cfg.affinity.cross_zone_fallback;
+        let cross_zone_ok = gw.cfg().affinity.cross_zone_fallback;
         let plan = plan_zones(&req.home, &req.view, &model.zones, req.class, cross_zone_ok);
         zone_watch
             .zone
@@ -249,13 +249,13 @@ struct ModelAttempts {
 impl ModelAttempts {
     fn new(gw: &Gateway, req: &RequestFacts, model: &ModelRoute) -> Self {
         // A session keeps its backend within its zone by consistent hashing.
-        let balance = if req.session.is_some() && gw.cfg.affinity.zone_pin {
+        let balance = if req.session.is_some() && gw.cfg().affinity.zone_pin {
             Balance::Ring
         } else {
             model.cfg.balance
         };
         Self {
-            max: gw.cfg.retry.max_attempts,
+            max: gw.cfg().retry.max_attempts,
             made: 0,
             balance,
             session: req.session,
@@ -263,7 +263,7 @@ impl ModelAttempts {
             rng: fastrand::Rng::new(),
             same_again: None,
             busy: None,
-            max_retry_after_wait: gw.cfg.retry.max_retry_after_wait,
+            max_retry_after_wait: gw.cfg().retry.max_retry_after_wait,
         }
     }
 
@@ -438,7 +438,7 @@ fn note_failure(gw: &Gateway, model: &ModelRoute, backend: &Backend, e: &Attempt
     tracing::debug!(backend = %backend.name, error = %e, "attempt failed");
     match e {
         AttemptError::Busy(wait) => {
-            backend.cool_down(now, wait.unwrap_or(gw.cfg.retry.default_cooldown))
+            backend.cool_down(now, wait.unwrap_or(gw.cfg().retry.default_cooldown))
         }
         e if e.counts_against_health() => {
             crate::health::passive_failure(gw, backend, &e.to_string(), now);
@@ -549,7 +549,8 @@ fn order_fallbacks(
     effective: &ZoneId,
     mut zones: Vec<ZoneId>,
 ) -> Vec<ZoneId> {
-    let preferred = gw.cfg.fallback_order.get(effective);
+    let cfg = gw.cfg();
+    let preferred = cfg.fallback_order.get(effective);
     let now = now_ms();
     let rank = |z: &ZoneId| {
         let configured = preferred

@@ -85,14 +85,15 @@ pub(super) fn model_chain<'a>(
     primary: &'a ModelRoute,
     min_tier: u32,
 ) -> (Chain<'a>, Vec<(&'a str, u32)>) {
-    let floor = gw
-        .cfg
+    let cfg = gw.cfg();
+    let floor = cfg
         .health
         .floor_model
         .as_deref()
         .filter(|_| routes.breaker_open() && primary.is_unhealthy())
         .and_then(|f| routes.model(f))
         .map(|m| (m, Link::Floor));
+    drop(cfg);
     let listed = std::iter::once((primary, Link::Primary)).chain(
         primary
             .cfg

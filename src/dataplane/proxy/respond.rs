@@ -58,7 +58,7 @@ fn served(gw: &Gateway, req: RequestFacts, w: &Winner<'_>, attempts: u32) -> Ser
     // zone's prefix caches for the pin's lifetime).
     let pin_token = req
         .session
-        .filter(|_| gw.cfg.affinity.zone_pin)
+        .filter(|_| gw.cfg().affinity.zone_pin)
         .map(|s| pin(gw, &req.tenant, s, &req.home));
     Served {
         pin_token,
@@ -101,7 +101,7 @@ pub(super) fn respond(
     continuer: Option<Continuer>,
     admission: Admission,
 ) -> Response {
-    let model_handles = winner.model.handles(&gw.metrics, &gw.cfg.tenants);
+    let model_handles = winner.model.handles(&gw.metrics, &gw.cfg().tenants);
     let ok = model_handles.ok_by_tenant.get(req.tenant_index).cloned();
     let tokens = model_handles
         .tokens_by_tenant
@@ -122,6 +122,11 @@ pub(super) fn respond(
         &mut headers,
         "x-zonegate-decision-version",
         &ctx.decision_version.to_string(),
+    );
+    forward::set_header(
+        &mut headers,
+        "x-zonegate-config-version",
+        &gw.cfg().config_version.to_string(),
     );
     forward::set_header(&mut headers, "x-zonegate-route", &ctx.route);
     forward::set_header(&mut headers, "x-zonegate-model", &ctx.model);

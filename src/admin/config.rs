@@ -1,0 +1,318 @@
+//! `GET|POST /admin/v1/config`: the replicated routing config, its
+//! versions, and changes to it. A change is validated on the leader with
+//! the validation of a start (file, key and reason), checked against the
+//! config safety rules, and committed as the next config version; a
+//! follower forwards it first, so the leader's validation is the one that
+//! counts.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use zonegate_cluster::command::MAX_CONFIG_BYTES;
+use zonegate_cluster::{config_digest, ClusterView, Decision, ZoneId};
+
+use super::cluster::{decide, forward_write, AdminError, Identity, Write, FORWARDED};
+use crate::config::{replicated, Config};
+use crate::node::gateway::Gateway;
+
+#[derive(Deserialize, Default)]
+pub struct ConfigQuery {
+    version: Option<u64>,
+}
+
+/// `GET /admin/v1/config[?version=V]`: the replicated sections in effect
+/// (or of a kept version), and the kept versions.
+pub async fn show(State(gw): State<Arc<Gateway>>, Query(q): Query<ConfigQuery>) -> Response {
+    let cfg = gw.cfg_arc();
+    let history: Vec<_> = gw
+        .cluster
+        .as_ref()
+        .map(|n| n.state_snapshot().configs())
+        .unwrap_or_default();
+    let toml = match q.version {
+        None => cfg.replicated_toml().to_owned(),
+        Some(v) => match history.iter().find(|c| c.version == v) {
+            Some(c) => c.toml.to_string(),
+            None => {
+                return AdminError::BadRequest(format!(
+                    "config version {v} is not kept (the last {} are)",
+                    zonegate_cluster::CONFIG_HISTORY_LIMIT
+                ))
+                .into_response()
+            }
+        },
+    };
+    Json(json!({
+        "config_version": gw.view.borrow().config_version(),
+        "routing_with": cfg.config_version,
+        "version": q.version.unwrap_or(cfg.config_version),
+        "toml": toml,
+        "history": history.iter().map(|c| json!({
+            "version": c.version,
+            "actor": c.actor,
+            "reason": c.reason,
+            "at_ms": c.at_ms,
+            "digest": config_digest(&c.toml),
+            "bytes": c.toml.len(),
+        })).collect::<Vec<_>>(),
+    }))
+    .into_response()
+}
+
+/// The body of `POST /admin/v1/config`: JSON, or the TOML itself.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ApplyBody {
+    toml: Option<String>,
+    /// Commit a copy of kept version V as the next version.
+    rollback_to: Option<u64>,
+    /// Compare-and-set on the config version.
+    if_version: Option<u64>,
+    #[serde(default)]
+    dry_run: bool,
+    #[serde(default)]
+    force: bool,
+    reason: Option<String>,
+}
+
+/// One safety rule a config would trip.
+#[derive(Serialize, Debug, PartialEq, Eq)]
+pub struct Tripped {
+    pub rule: &'static str,
+    pub message: String,
+}
+
+/// What a config would change: backends added and removed per zone and
+/// model, and the safety rules it trips.
+#[derive(Serialize, Debug, Default)]
+pub struct Plan {
+    pub added: BTreeMap<String, Vec<String>>,
+    pub removed: BTreeMap<String, Vec<String>>,
+    pub sections: Vec<String>,
+    pub rules: Vec<Tripped>,
+}
+
+/// Pure: the changes from `old` to `new` and the rules they trip, given
+/// the zones that serve (`view`) and the tenants with traffic in the last
+/// hour.
+pub fn plan(old: &Config, new: &Config, view: &ClusterView, recent: &BTreeSet<String>) -> Plan {
+    let key = |zone: &ZoneId, model: &str| format!("{zone}/{model}");
+    let pairs = |c: &Config| -> BTreeSet<(String, String)> {
+        c.backends
+            .iter()
+            .flat_map(|b| b.models.iter().map(|m| (key(&b.zone, m), b.name.clone())))
+            .collect()
+    };
+    let (before, after) = (pairs(old), pairs(new));
+    let mut p = Plan {
+        sections: replicated::differing(old.replicated_toml(), new.replicated_toml()),
+        ..Plan::default()
+    };
+    for (k, b) in after.difference(&before) {
+        p.added.entry(k.clone()).or_default().push(b.clone());
+    }
+    for (k, b) in before.difference(&after) {
+        p.removed.entry(k.clone()).or_default().push(b.clone());
+    }
+    let serving = |z: &ZoneId| {
+        view.zones
+            .get(z)
+            .is_none_or(|s| matches!(s, zonegate_cluster::ZoneStatus::Active))
+    };
+    for m in &new.models {
+        let served = new
+            .backends
+            .iter()
+            .any(|b| b.models.contains(&m.name) && serving(&b.zone));
+        if !served {
+            p.rules.push(Tripped {
+                rule: "model_without_backend",
+                message: format!("model {} would have no backend in a serving zone", m.name),
+            });
+        }
+    }
+    let zones =
+        |c: &Config| -> BTreeSet<ZoneId> { c.backends.iter().map(|b| b.zone.clone()).collect() };
+    for z in zones(old).difference(&zones(new)) {
+        if serving(z) {
+            p.rules.push(Tripped {
+                rule: "zone_emptied",
+                message: format!("every backend of active zone {z} would be removed"),
+            });
+        }
+    }
+    for t in old.tenants.iter().filter(|t| recent.contains(&t.name)) {
+        let kept = new
+            .tenants
+            .iter()
+            .find(|n| n.name == t.name)
+            .is_some_and(|n| n.key_hashes.iter().any(|h| t.key_hashes.contains(h)));
+        if !kept {
+            p.rules.push(Tripped {
+                rule: "tenant_keys_removed",
+                message: format!(
+                    "tenant {} had traffic in the last hour and would keep none of its keys",
+                    t.name
+                ),
+            });
+        }
+    }
+    p
+}
+
+/// `POST /admin/v1/config`.
+pub async fn apply(
+    State(gw): State<Arc<Gateway>>,
+    Extension(who): Extension<Identity>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match apply_inner(&gw, &who, &uri, &headers, &body).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(target: "zonegate::audit", token = %who.name, kind = "config", error = %e, "config not committed");
+            e.into_response()
+        }
+    }
+}
+
+async fn apply_inner(
+    gw: &Gateway,
+    who: &Identity,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Response, AdminError> {
+    let node = gw.cluster.as_deref().ok_or_else(|| {
+        AdminError::BadRequest(
+            "this node runs standalone: edit its file and send it SIGHUP to reload".into(),
+        )
+    })?;
+    // The leader validates: a follower hands the request on unread.
+    let status = node.status();
+    if !status.is_leader && !headers.contains_key(FORWARDED) {
+        if let (Some(leader), Some(addr)) = (status.leader, status.leader_admin_addr.clone()) {
+            let check = gw.view.borrow().decision_version + 1;
+            return forward_write(gw, node, &addr, leader, check, headers, uri, body).await;
+        }
+        return Err(AdminError::NoLeader(
+            "no leader with a quorum right now; nothing was written; retry shortly".into(),
+        ));
+    }
+    if body.len() > MAX_CONFIG_BYTES + 64 * 1024 {
+        return Err(AdminError::BadRequest(format!(
+            "the config is larger than {MAX_CONFIG_BYTES} bytes"
+        )));
+    }
+    let req = parse(headers, body)?;
+    let state = node.state_snapshot();
+    let current = state.config_version();
+    if let Some(v) = req.if_version.filter(|v| *v != current) {
+        return Err(AdminError::Rejected {
+            rule: "stale_version",
+            message: format!("made against config version {v}, but the cluster is at {current}"),
+        });
+    }
+    let toml = match (req.toml, req.rollback_to) {
+        (Some(t), None) => t,
+        (None, Some(v)) => state
+            .configs()
+            .into_iter()
+            .find(|c| c.version == v)
+            .map(|c| c.toml.to_string())
+            .ok_or_else(|| {
+                AdminError::BadRequest(format!(
+                    "config version {v} is not kept; see `ctl config history`"
+                ))
+            })?,
+        _ => {
+            return Err(AdminError::BadRequest(
+                "send either the config (TOML, or JSON with `toml`) or `rollback_to`".into(),
+            ))
+        }
+    };
+    if toml.len() > MAX_CONFIG_BYTES {
+        return Err(AdminError::BadRequest(format!(
+            "the config is {} bytes; at most {MAX_CONFIG_BYTES} are allowed",
+            toml.len()
+        )));
+    }
+    let next = current + 1;
+    let base = gw.cfg_arc();
+    let new = base
+        .with_replicated(&toml, next, "submitted config")
+        .map_err(|e| AdminError::InvalidConfig {
+            file: e.file,
+            key: e.key,
+            reason: e.reason,
+        })?;
+    let recent: BTreeSet<String> = node
+        .tenants_seen_since(crate::clock::unix_ms().saturating_sub(3_600_000))
+        .into_iter()
+        .collect();
+    let plan = plan(&base, &new, &gw.view.borrow(), &recent);
+    if req.dry_run {
+        return Ok(Json(json!({
+            "dry_run": true,
+            "would_apply": plan.rules.is_empty() || req.force,
+            "config_version": next,
+            "plan": plan,
+        }))
+        .into_response());
+    }
+    if !plan.rules.is_empty() && !req.force {
+        let names: Vec<&str> = plan.rules.iter().map(|r| r.rule).collect();
+        return Err(AdminError::Rejected {
+            rule: plan.rules[0].rule,
+            message: format!(
+                "{} (rules: {}; --force overrides)",
+                plan.rules
+                    .iter()
+                    .map(|r| r.message.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                names.join(", ")
+            ),
+        });
+    }
+    let reason = req.reason.unwrap_or_else(|| match req.rollback_to {
+        Some(v) => format!("rollback to config version {v}"),
+        None => "operator request".into(),
+    });
+    let write = Write {
+        decision: Decision::Config {
+            config_version: next,
+            toml: toml.into(),
+        },
+        reason: Some(reason),
+        if_version: None,
+        dry_run: false,
+    };
+    decide(gw, who, headers, uri, body, write).await
+}
+
+fn parse(headers: &HeaderMap, body: &Bytes) -> Result<ApplyBody, AdminError> {
+    let json = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if json {
+        serde_json::from_slice(body)
+            .map_err(|e| AdminError::BadRequest(format!("invalid JSON body: {e}")))
+    } else {
+        let toml = std::str::from_utf8(body)
+            .map_err(|_| AdminError::BadRequest("the config is not UTF-8".into()))?;
+        Ok(ApplyBody {
+            toml: Some(toml.to_owned()),
+            ..ApplyBody::default()
+        })
+    }
+}

@@ -1,0 +1,354 @@
+//! The replicated routing config, against real processes: applied through
+//! any node, validated on the leader, followed by every node without a
+//! restart (live backends keep their state), rolled back, refused by its
+//! safety rules unless forced; a node with an older file follows the
+//! cluster; a standalone node reloads its file on SIGHUP.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::*;
+
+async fn ctl(admin: &str, args: &[&str]) -> (i32, String, String) {
+    let out = tokio::process::Command::new(bin())
+        .args(["ctl", "--admin", admin, "--token", ADMIN_TOKEN])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn config_of(node: &NodeProcess) -> Value {
+    node.admin_get("/admin/v1/config").await
+}
+
+/// The config version a node answers requests with.
+async fn served_version(node: &NodeProcess) -> Option<String> {
+    let resp = node.chat().json(&chat_body(8, false)).send().await.ok()?;
+    resp.headers()
+        .get("x-zonegate-config-version")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+async fn backend_state(node: &NodeProcess, name: &str) -> Option<String> {
+    let v = node.admin_get("/admin/v1/backends").await;
+    v["backends"]
+        .as_array()?
+        .iter()
+        .find(|b| b["name"] == name)
+        .map(|b| b["state"].as_str().unwrap_or_default().to_owned())
+}
+
+async fn all_serve(cluster: &TestCluster, version: &str) {
+    let nodes: Vec<&NodeProcess> = cluster.running().collect();
+    eventually(
+        Duration::from_secs(20),
+        &format!("every node routes with config version {version}"),
+        || async {
+            for n in &nodes {
+                if served_version(n).await.as_deref() != Some(version) {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_applied_through_a_follower_reaches_every_node_and_rolls_back() {
+    let cluster = TestCluster::start(
+        2,
+        "[health]\ninterval = \"200ms\"\nstable_interval = \"1s\"\n",
+    )
+    .await;
+    let leader = cluster.leader().await;
+    // The first leader seeded config version 1 from its file.
+    all_serve(&cluster, "1").await;
+    let follower = cluster.node(if leader == 1 { 2 } else { 1 });
+
+    // An ejected backend stays ejected across the change.
+    cluster.mocks["az-c-2"]
+        .faults(json!({"unhealthy": true}))
+        .await;
+    eventually(
+        Duration::from_secs(30),
+        "az-c-2 is ejected everywhere",
+        || async {
+            for n in cluster.running() {
+                if backend_state(n, "az-c-2").await.as_deref() != Some("down") {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+
+    // A steady trickle of requests, none of which may fail.
+    let trickle_node = cluster.node(3).data.clone();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let trickle = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let (mut ok, mut failed) = (0, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let resp = client()
+                    .post(format!("{trickle_node}/v1/chat/completions"))
+                    .bearer_auth(API_KEY)
+                    .json(&chat_body(8, false))
+                    .send()
+                    .await;
+                match resp {
+                    Ok(r) if r.status() == 200 => ok += 1,
+                    Ok(r) => {
+                        let version = r.headers().get("x-zonegate-config-version").cloned();
+                        failed.push(format!(
+                            "{} {version:?} {}",
+                            r.status(),
+                            r.text().await.unwrap_or_default()
+                        ))
+                    }
+                    Err(e) => failed.push(e.to_string()),
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (ok, failed)
+        })
+    };
+
+    // Add a backend in az-b through a follower.
+    let extra = Mock::start("az-b-9", "az-b", &[MODEL]).await;
+    let current = config_of(follower).await["toml"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("v2.toml");
+    std::fs::write(
+        &file,
+        format!("{current}\n{}", extra.backend_toml(&[MODEL])),
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let (code, out, err) = ctl(&follower.admin, &["config", "diff", file]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("+name = \"az-b-9\""), "{out}");
+    let (code, out, err) = ctl(
+        &follower.admin,
+        &["config", "apply", file, "--reason", "more az-b"],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("config version 2"), "{out}");
+    all_serve(&cluster, "2").await;
+    for n in cluster.running() {
+        assert!(
+            backend_state(n, "az-b-9").await.is_some(),
+            "az-b-9 on {}",
+            n.admin
+        );
+        assert_eq!(backend_state(n, "az-c-2").await.as_deref(), Some("down"));
+    }
+    // The az-b node sends traffic to the new backend.
+    eventually(Duration::from_secs(30), "az-b-9 serves", || async {
+        let _ = cluster
+            .in_zone("az-b")
+            .chat()
+            .json(&chat_body(8, false))
+            .send()
+            .await;
+        extra.stats().await["requests"].as_u64().unwrap_or(0) > 0
+    })
+    .await;
+
+    // A stale --if-version, an invalid key, and each safety rule refuse,
+    // changing nothing.
+    let (code, _, err) = ctl(
+        &follower.admin,
+        &["config", "apply", file, "--if-version", "1"],
+    )
+    .await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("stale_version"), "{err}");
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, format!("{current}\n[retry]\nbudget_ratio = 7.0\n")).unwrap();
+    let (code, _, err) = ctl(&follower.admin, &["config", "apply", bad.to_str().unwrap()]).await;
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("submitted config") && err.contains("retry.budget_ratio"),
+        "{err}"
+    );
+    let mut without_az_c: toml::Table = current.parse().unwrap();
+    if let Some(toml::Value::Array(backends)) = without_az_c.get_mut("backends") {
+        backends.retain(|b| b.get("zone").and_then(|z| z.as_str()) != Some("az-c"));
+    }
+    let emptied = dir.path().join("emptied.toml");
+    std::fs::write(&emptied, toml::to_string(&without_az_c).unwrap()).unwrap();
+    let (code, out, _) = ctl(
+        &follower.admin,
+        &["config", "apply", emptied.to_str().unwrap(), "--dry-run"],
+    )
+    .await;
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("zone_emptied") && out.contains("- az-c/"),
+        "{out}"
+    );
+    let (code, _, err) = ctl(
+        &follower.admin,
+        &["config", "apply", emptied.to_str().unwrap()],
+    )
+    .await;
+    assert_eq!(code, 1);
+    assert!(err.contains("zone_emptied"), "{err}");
+    let keyless = dir.path().join("keyless.toml");
+    std::fs::write(
+        &keyless,
+        current.replace(
+            &zonegate::config::sha256_hex(API_KEY),
+            &zonegate::config::sha256_hex("another-key"),
+        ),
+    )
+    .unwrap();
+    // The rule knows deptA's traffic once the leader heard a report of it.
+    let keyless = keyless.to_str().unwrap().to_owned();
+    eventually(
+        Duration::from_secs(20),
+        "the leader saw deptA's traffic",
+        || async {
+            let (_, out, _) =
+                ctl(&follower.admin, &["config", "apply", &keyless, "--dry-run"]).await;
+            out.contains("tenant_keys_removed")
+        },
+    )
+    .await;
+    let (code, _, err) = ctl(&follower.admin, &["config", "apply", &keyless]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("tenant_keys_removed"), "{err}");
+    all_serve(&cluster, "2").await;
+    // --force overrides a rule.
+    let (code, out, err) = ctl(
+        &follower.admin,
+        &["config", "apply", emptied.to_str().unwrap(), "--force"],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    all_serve(&cluster, "3").await;
+    for n in cluster.running() {
+        assert_eq!(
+            backend_state(n, "az-c-1").await,
+            None,
+            "removed on {}",
+            n.admin
+        );
+    }
+
+    // Roll back to version 1: the routing of the beginning, as version 4.
+    let (code, out, err) = ctl(&follower.admin, &["config", "rollback", "--to", "1"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    all_serve(&cluster, "4").await;
+    for n in cluster.running() {
+        assert_eq!(backend_state(n, "az-b-9").await, None);
+        assert!(backend_state(n, "az-c-1").await.is_some());
+    }
+    let (_, history, _) = ctl(&follower.admin, &["config", "history"]).await;
+    assert!(
+        history.contains("rollback to config version 1"),
+        "{history}"
+    );
+
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (ok, failed) = trickle.await.unwrap();
+    assert!(ok > 0);
+    assert!(
+        failed.is_empty(),
+        "{} of {} trickled requests failed: {failed:?}",
+        failed.len(),
+        ok + failed.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_with_an_older_file_routes_with_the_clusters_config() {
+    let mut cluster = TestCluster::start(1, "").await;
+    let leader = cluster.leader().await;
+    all_serve(&cluster, "1").await;
+    let entry = cluster.node(leader).admin.clone();
+    let current = cluster.node(leader).admin_get("/admin/v1/config").await["toml"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let extra = Mock::start("az-a-9", "az-a", &[MODEL]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("v2.toml");
+    std::fs::write(
+        &file,
+        format!("{current}\n{}", extra.backend_toml(&[MODEL])),
+    )
+    .unwrap();
+    let (code, out, err) = ctl(&entry, &["config", "apply", file.to_str().unwrap()]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    all_serve(&cluster, "2").await;
+
+    // Node 1 restarts with its old file (no az-a-9).
+    let dir1 = cluster.nodes[0].take().unwrap().kill_keeping_data().await;
+    let rest: String = ZONES
+        .iter()
+        .map(|z| cluster.mocks[&format!("{z}-1")].backend_toml(&[MODEL]))
+        .collect();
+    let me = cluster.members[0].clone();
+    let node = NodeProcess::start_member_logging(dir1, &me, &cluster.members, &rest).await;
+    cluster.nodes[0] = Some(node);
+    all_serve(&cluster, "2").await;
+    assert!(backend_state(cluster.node(1), "az-a-9").await.is_some());
+    let log = std::fs::read_to_string(cluster.node(1).dir.path().join("stderr.log")).unwrap();
+    assert!(
+        log.contains("differs from the cluster's config") && log.contains("backends"),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_node_reloads_its_file_on_sighup_and_keeps_it_when_invalid() {
+    let a = Mock::start("a-1", "az-a", &[MODEL]).await;
+    let b = Mock::start("a-2", "az-a", &[MODEL]).await;
+    let node = NodeProcess::start("az-a", &a.backend_toml(&[MODEL])).await;
+    let path = node.dir.path().join("gateway.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let pid = node.pid().unwrap().to_string();
+    let hup = || async {
+        let ok = tokio::process::Command::new("kill")
+            .args(["-HUP", &pid])
+            .status()
+            .await
+            .unwrap();
+        assert!(ok.success());
+    };
+    std::fs::write(&path, format!("{text}\n{}", b.backend_toml(&[MODEL]))).unwrap();
+    hup().await;
+    eventually(Duration::from_secs(20), "a-2 is loaded", || async {
+        backend_state(&node, "a-2").await.is_some()
+    })
+    .await;
+    // An invalid file: the node keeps its config and serves on.
+    std::fs::write(&path, format!("{text}\n[retry]\nbudget_ratio = 9\n")).unwrap();
+    hup().await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(backend_state(&node, "a-2").await.is_some());
+    let resp = node.chat().json(&chat_body(8, false)).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+}
