@@ -6,6 +6,8 @@
 #   benches/load.sh                    # 32 connections, 15 s per target
 #   CONNECTIONS=64 DURATION=30 benches/load.sh
 #   CLUSTER=1 benches/load.sh          # zonegate as a Raft member (control plane running)
+#   QUOTA=1 benches/load.sh            # the tenant has rpm/tpm/concurrency quotas far above the
+#                                      # load: every request pays the whole quota stage (and headers)
 #
 # Needs nginx and wrk (`apt-get install nginx wrk`); this is a benchmark,
 # never part of the tests. Everything listens on 127.0.0.1 and stops when
@@ -77,6 +79,7 @@ data_dir = "$WORK/data"
 [[tenants]]
 name = "bench"
 key_sha256 = "$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)"
+$( [ "${QUOTA:-0}" = 1 ] && echo 'quota = { rpm = 1000000000, tpm = 1000000000000, concurrency = 100000 }' )
 [[backends]]
 name = "static"
 zone = "az-a"

@@ -107,7 +107,7 @@ async fn handle(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
             // Every response of a limited tenant carries its rate limits.
             let limits = match (&e, tenant) {
                 (ApiError::RateLimited { .. } | ApiError::CapacityExceeded { .. }, _)
-                | (_, None) => Vec::new(),
+                | (_, None) => http::HeaderMap::new(),
                 (_, Some(t)) => gw
                     .quotas
                     .headers(tenant_index(&gw, t), crate::clock::now_ns()),
