@@ -510,7 +510,11 @@ impl Quotas {
         // Standalone, or a member this config does not list (added at run
         // time): this node counts in its zone's group rather than holding
         // nothing or everything.
-        if !nodes.iter().any(|(n, _)| *n == cfg.node.id) {
+        let witness = cfg
+            .members
+            .iter()
+            .any(|m| m.id == cfg.node.id && m.role == zonegate_cluster::Role::Witness);
+        if !witness && !nodes.iter().any(|(n, _)| *n == cfg.node.id) {
             nodes.push((cfg.node.id, cfg.node.zone.clone()));
         }
         let tenants = cfg
