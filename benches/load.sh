@@ -6,10 +6,14 @@
 #   benches/load.sh                    # 32 connections, 15 s per target
 #   CONNECTIONS=64 DURATION=30 benches/load.sh
 #   CLUSTER=1 benches/load.sh          # zonegate as a Raft member (control plane running)
+#   TLS=1 benches/load.sh              # also zonegate over HTTPS: HTTP/1.1 keep-alive (wrk),
+#                                      # HTTP/2 (h2load, if installed), and new connections
+#                                      # per request (wrk, Connection: close)
 #   QUOTA=1 benches/load.sh            # the tenant has rpm/tpm/concurrency quotas far above the
 #                                      # load: every request pays the whole quota stage (and headers)
 #
-# Needs nginx and wrk (`apt-get install nginx wrk`); this is a benchmark,
+# Needs nginx and wrk (`apt-get install nginx wrk`; TLS=1 also openssl, and
+# h2load from nghttp2-client for the HTTP/2 row); this is a benchmark,
 # never part of the tests. Everything listens on 127.0.0.1 and stops when
 # the script exits.
 set -euo pipefail
@@ -102,6 +106,26 @@ RUST_LOG=warn "$BIN" serve --config "$WORK/zonegate.toml" >"$WORK/zonegate.log" 
 ZG_PID=$!
 PIDS+=($ZG_PID)
 
+if [ "${TLS:-0}" = 1 ]; then
+  # A second, otherwise identical node serving HTTPS (idle while the
+  # others are measured).
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+    -subj /CN=localhost -addext subjectAltName=IP:127.0.0.1,DNS:localhost \
+    -keyout "$WORK/tls.key" -out "$WORK/tls.crt" 2>/dev/null
+  TLS_PORT=$(free_port)
+  sed -e "s/^listen = .*/listen = \"127.0.0.1:$TLS_PORT\"/" \
+      -e "s/^admin_listen = .*/admin_listen = \"127.0.0.1:$(free_port)\"/" \
+      -e "s|^data_dir = .*|data_dir = \"$WORK/data-tls\"|" \
+      -e '/^\[\[cluster.members\]\]/,$d' "$WORK/zonegate.toml" >"$WORK/zonegate-tls.toml"
+  printf '[node.tls]\ncert = "%s"\nkey = "%s"\n' "$WORK/tls.crt" "$WORK/tls.key" >>"$WORK/zonegate-tls.toml"
+  RUST_LOG=warn "$BIN" serve --config "$WORK/zonegate-tls.toml" >"$WORK/zonegate-tls.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 100); do
+    curl -sk -o /dev/null "https://127.0.0.1:$TLS_PORT/healthz" && break
+    sleep 0.1
+  done
+fi
+
 for port in $BACKEND_PORT $NGINX_PORT $ZG_PORT; do
   for _ in $(seq 100); do
     curl -s -o /dev/null "http://127.0.0.1:$port/" && break
@@ -134,19 +158,40 @@ echo "warming up..." >&2
 wrk -t1 -c4 -d2s -s "$WORK/post.lua" "http://127.0.0.1:$ZG_PORT/v1/chat/completions" >/dev/null
 wrk -t1 -c4 -d2s -s "$WORK/post.lua" "http://127.0.0.1:$NGINX_PORT/v1/chat/completions" >/dev/null
 
+h2() {
+  # h2load prints "finished in Xs, N req/s" and a latency line in µs/ms.
+  h2load -t"$THREADS" -c"$CONNECTIONS" -m1 -D"$DURATION" \
+    -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" \
+    -d "$WORK/body.json" "$1" 2>/dev/null | awk -v name="$2" '
+      /finished in/ { rps = $4 }
+      /^requests:/ { failed = $8 }
+      END { printf "%s %s - - %s 0\n", name, rps, failed }'
+}
+
 RESULTS=$(
   run direct   "http://127.0.0.1:$BACKEND_PORT/v1/chat/completions"
   run nginx    "http://127.0.0.1:$NGINX_PORT/v1/chat/completions"
   run zonegate "http://127.0.0.1:$ZG_PORT/v1/chat/completions"
+  if [ "${TLS:-0}" = 1 ]; then
+    run zg-tls "https://127.0.0.1:$TLS_PORT/v1/chat/completions"
+    if command -v h2load >/dev/null; then
+      printf '%s' '{"model":"bench","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}' >"$WORK/body.json"
+      h2 "https://127.0.0.1:$TLS_PORT/v1/chat/completions" zg-h2
+    fi
+    sed -i 's/^wrk.headers\["Content-Type"\]/wrk.headers["Connection"] = "close"\n&/' "$WORK/post.lua"
+    run zg-tls-new "https://127.0.0.1:$TLS_PORT/v1/chat/completions"
+    run zg-new "http://127.0.0.1:$ZG_PORT/v1/chat/completions"
+  fi
 )
 LOADED_RSS_KB=$(ps -o rss= -p "$ZG_PID" | tr -d ' ')
 
 echo
 echo "loopback load: $CONNECTIONS connections, $DURATION s each, $(nproc) cores, wrk -t$THREADS, control plane: $([ "${CLUSTER:-0}" = 1 ] && echo raft || echo standalone)"
-printf '%-9s %10s %9s %9s %8s\n' target "req/s" "p50 ms" "p99 ms" errors
+printf '%-11s %10s %9s %9s %8s\n' target "req/s" "p50 ms" "p99 ms" errors
 echo "$RESULTS" | while read -r name rps p50 p99 errors _; do
-  printf '%-9s %10s %9s %9s %8s\n' "$name" "$rps" "$p50" "$p99" "$errors"
+  printf '%-11s %10s %9s %9s %8s\n' "$name" "$rps" "$p50" "$p99" "$errors"
 done
+[ "${TLS:-0}" = 1 ] && echo "(zg-tls: HTTPS keep-alive; zg-h2: HTTP/2 over TLS, h2load, 1 stream per connection; *-new: a new connection per request)"
 DIRECT_P99=$(echo "$RESULTS" | awk '$1=="direct"{print $4}')
 NGINX_RPS=$(echo "$RESULTS" | awk '$1=="nginx"{print $2}')
 ZG_RPS=$(echo "$RESULTS" | awk '$1=="zonegate"{print $2}')

@@ -96,7 +96,7 @@ fn main() {
             Arc::clone(&cfg),
             rx,
             None,
-            b"bench",
+            zonegate_net::sign::KeyRing::random(zonegate_net::sign::Purpose::Pin),
             Metrics::new(),
         ));
         let _probes = zonegate::health::spawn_probes(&gw);

@@ -21,6 +21,7 @@ use http::{header, Method, Uri};
 use serde_json::json;
 
 use crate::clock::now_ms;
+use crate::config::AdminToken;
 use crate::dataplane::auth;
 use crate::dataplane::error::ApiError;
 use crate::node::gateway::Gateway;
@@ -58,24 +59,94 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .with_state(gw)
 }
 
-async fn require_token(State(gw): State<Arc<Gateway>>, mut req: Request, next: Next) -> Response {
-    let token = auth::bearer(req.headers()).ok_or(ApiError::MissingKey);
-    let role =
-        token.and_then(|t| auth::admin_token(t, &gw.cfg.admin.tokens).ok_or(ApiError::WrongKey));
-    match role {
-        Ok(t) if auth::allows(t.role, req.method()) => {
-            req.extensions_mut().insert(cluster::Identity {
-                name: t.name.clone(),
-                role: t.role,
-            });
-            next.run(req).await
+/// Why a request's admin token was not accepted.
+enum Refused {
+    Key(ApiError),
+    /// A known token used from outside its `allow_from` networks.
+    NotFrom(String),
+}
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        match self {
+            Refused::Key(e) => e.into_response(),
+            Refused::NotFrom(name) => cluster::AdminError::Forbidden(name).into_response(),
         }
-        Ok(t) => cluster::AdminError::Forbidden(t.name.clone()).into_response(),
-        Err(e) => e.into_response(),
     }
 }
 
-async fn metrics(State(gw): State<Arc<Gateway>>) -> Response {
+/// The admin token of a request, checked against its source network.
+fn token_of<'a>(gw: &'a Gateway, req: &Request) -> Result<&'a AdminToken, Refused> {
+    let token = auth::bearer(req.headers()).ok_or(ApiError::MissingKey);
+    let token = token
+        .and_then(|t| auth::admin_token(t, &gw.cfg.admin.tokens).ok_or(ApiError::WrongKey))
+        .map_err(Refused::Key)?;
+    let source = source(req);
+    if !token.allow_from.is_empty()
+        && !source.is_some_and(|ip| token.allow_from.iter().any(|n| n.contains(ip)))
+    {
+        tracing::warn!(
+            target: "zonegate::audit",
+            token = %token.name,
+            source = ?source,
+            path = %req.uri().path(),
+            "admin token used from a network it is not allowed from"
+        );
+        return Err(Refused::NotFrom(token.name.clone()));
+    }
+    Ok(token)
+}
+
+/// The address a request came from (its TCP peer).
+fn source(req: &Request) -> Option<std::net::IpAddr> {
+    req.extensions()
+        .get::<zonegate_net::listen::Peer>()
+        .map(|p| p.addr.ip())
+}
+
+/// Bearer token, role and source network; every write is audited with the
+/// token's name, the source address, the request id and the answer.
+async fn require_token(State(gw): State<Arc<Gateway>>, mut req: Request, next: Next) -> Response {
+    let t = match token_of(&gw, &req) {
+        Ok(t) => t,
+        Err(refused) => return refused.into_response(),
+    };
+    if !auth::allows(t.role, req.method()) {
+        return cluster::AdminError::Forbidden(t.name.clone()).into_response();
+    }
+    req.extensions_mut().insert(cluster::Identity {
+        name: t.name.clone(),
+        role: t.role,
+    });
+    let write = !matches!(*req.method(), Method::GET | Method::HEAD);
+    if !write {
+        return next.run(req).await;
+    }
+    let request_id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .map_or_else(|| format!("{:016x}", fastrand::u64(..)), str::to_owned);
+    let (source, path) = (source(&req), req.uri().path().to_owned());
+    let answer = next.run(req).await;
+    tracing::info!(
+        target: "zonegate::audit",
+        token = %t.name,
+        source = ?source,
+        request_id = %request_id,
+        path = %path,
+        status = answer.status().as_u16(),
+        "admin write"
+    );
+    answer
+}
+
+async fn metrics(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
+    if gw.cfg.admin.metrics_auth {
+        if let Err(refused) = token_of(&gw, &req) {
+            return refused.into_response();
+        }
+    }
     refresh_metrics(&gw);
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
@@ -94,6 +165,34 @@ fn refresh_metrics(gw: &Gateway) {
     let _one_scrape_at_a_time = m.scrape_guard();
     // Quota allocations follow the view even when no request came.
     gw.quotas.refresh(&gw.view.borrow().clone());
+    for (name, stats, limit) in gw.listeners.lock().iter() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let l = [*name];
+        m.listener_connections
+            .with_label_values(&l)
+            .set(i64::try_from(stats.open.load(Relaxed)).unwrap_or(i64::MAX));
+        m.listener_connection_limit
+            .with_label_values(&l)
+            .set(i64::try_from(*limit).unwrap_or(i64::MAX));
+        mirror(
+            &m.listener_accepted.with_label_values(&l),
+            stats.accepted.load(Relaxed),
+        );
+        mirror(
+            &m.listener_refused.with_label_values(&l),
+            stats.refused.load(Relaxed),
+        );
+        for (reason, n) in [
+            ("idle", &stats.closed_idle),
+            ("header_timeout", &stats.closed_header_timeout),
+            ("tls_failed", &stats.tls_failed),
+        ] {
+            mirror(
+                &m.listener_closed.with_label_values(&[name, reason]),
+                n.load(Relaxed),
+            );
+        }
+    }
     if let Some(node) = &gw.cluster {
         let s = node.status();
         m.raft_term.set(i64::try_from(s.term).unwrap_or(i64::MAX));

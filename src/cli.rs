@@ -21,3 +21,29 @@ pub fn check_config(file: &Path) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// Env var naming a PEM file of CA certificates the command line trusts
+/// for `https://` admin URLs, besides the system's roots.
+pub const CA_FILE_ENV: &str = "ZONEGATE_CA_FILE";
+
+/// The command line's HTTP client: the system's CA certificates plus those
+/// of `ZONEGATE_CA_FILE`, for admin APIs served over `[admin.tls]`.
+pub(crate) fn http_client(timeout: std::time::Duration) -> anyhow::Result<reqwest::Client> {
+    use anyhow::Context as _;
+    let mut builder = reqwest::Client::builder().timeout(timeout);
+    for cert in rustls_native_certs::load_native_certs().certs {
+        if let Ok(c) = reqwest::Certificate::from_der(&cert) {
+            builder = builder.add_root_certificate(c);
+        }
+    }
+    if let Ok(path) = std::env::var(CA_FILE_ENV) {
+        let pem =
+            std::fs::read(&path).with_context(|| format!("{CA_FILE_ENV}={path}: cannot read"))?;
+        for c in reqwest::Certificate::from_pem_bundle(&pem)
+            .with_context(|| format!("{CA_FILE_ENV}={path}: not PEM certificates"))?
+        {
+            builder = builder.add_root_certificate(c);
+        }
+    }
+    builder.build().context("cannot build an HTTP client")
+}

@@ -12,10 +12,14 @@ use serde::Deserialize;
 use zonegate_cluster::{
     FailoverConfig, Limits, Member, Role as MemberRole, ScoreWeights, TenantQuota, ZoneId,
 };
+use zonegate_net::tls::{BackendTls, TlsFiles};
 
 mod quota;
+mod security;
 
 pub use quota::QuotaConfig;
+pub use security::{LimitSettings, Network};
+use security::{RawBackendTls, RawLimits, RawTls};
 /// Tenant priority: P0 is never starved, P2 yields first (the quota
 /// arithmetic's type, so the control plane reads the same values).
 pub use zonegate_cluster::Priority;
@@ -151,6 +155,8 @@ struct RawNode {
     max_body_bytes: u64,
     drain_grace: Option<String>,
     drain_timeout: Option<String>,
+    tls: Option<RawTls>,
+    limits: Option<RawLimits>,
 }
 
 fn default_max_body_bytes() -> u64 {
@@ -194,6 +200,7 @@ struct RawBackend {
     #[serde(default)]
     model_names: BTreeMap<String, String>,
     capacity: Option<u32>,
+    tls: Option<RawBackendTls>,
 }
 
 fn one() -> u32 {
@@ -303,6 +310,10 @@ struct RawBalance {
 struct RawAdmin {
     #[serde(default)]
     tokens: Vec<RawAdminToken>,
+    tls: Option<RawTls>,
+    limits: Option<RawLimits>,
+    #[serde(default)]
+    metrics_auth: bool,
 }
 
 #[derive(Deserialize, Default)]
@@ -315,6 +326,10 @@ struct RawCluster {
     election_timeout_max: Option<String>,
     #[serde(default)]
     ready_requires_leader: bool,
+    tls: Option<RawTls>,
+    limits: Option<RawLimits>,
+    #[serde(default)]
+    allow_plaintext: bool,
 }
 
 #[derive(Deserialize)]
@@ -338,6 +353,8 @@ struct RawAdminToken {
     name: String,
     sha256: String,
     role: Role,
+    #[serde(default)]
+    allow_from: Vec<String>,
 }
 
 // ---------------------------------------------------------------------------
@@ -386,6 +403,13 @@ pub struct ClusterSettings {
     /// quorum heard from within a few election timeouts). Off by default:
     /// a partitioned node keeps serving with its last view (fail static).
     pub ready_requires_leader: bool,
+    /// `[cluster.tls]`: mutual TLS between members (Raft, reports).
+    pub tls: Option<TlsFiles>,
+    /// `[cluster.limits]`: the Raft listener's budget and timeouts.
+    pub limits: LimitSettings,
+    /// `[cluster] allow_plaintext`: run a multi-zone cluster without TLS
+    /// (local demos and tests).
+    pub allow_plaintext: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -403,6 +427,10 @@ pub struct NodeConfig {
     /// After the grace: how long in-flight requests may finish; streams
     /// still open then end with the SSE error event.
     pub drain_timeout: Duration,
+    /// `[node.tls]`: HTTPS (HTTP/1.1 and HTTP/2 by ALPN) on the data plane.
+    pub tls: Option<TlsFiles>,
+    /// `[node.limits]`: the data plane's budget and timeouts.
+    pub limits: LimitSettings,
 }
 
 #[derive(Clone, Debug)]
@@ -428,6 +456,8 @@ pub struct BackendConfig {
     /// Capacity units this backend carries (a request costs 1, a long one
     /// `quotas.long_request_units`); `None` when undeclared.
     pub capacity: Option<u32>,
+    /// How an `https://` backend is verified.
+    pub tls: BackendTls,
 }
 
 /// How a stream that broke after bytes reached the client is continued
@@ -622,6 +652,12 @@ pub enum Role {
 #[derive(Clone, Debug, Default)]
 pub struct AdminConfig {
     pub tokens: Vec<AdminToken>,
+    /// `[admin.tls]`: HTTPS on the admin API.
+    pub tls: Option<TlsFiles>,
+    /// `[admin.limits]`: the admin listener's budget and timeouts.
+    pub limits: LimitSettings,
+    /// `/metrics` needs a viewer token.
+    pub metrics_auth: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -629,6 +665,8 @@ pub struct AdminToken {
     pub name: String,
     pub hash: [u8; 32],
     pub role: Role,
+    /// Source networks the token is accepted from; empty: any.
+    pub allow_from: Vec<Network>,
 }
 
 impl Config {
@@ -709,8 +747,16 @@ impl Validator<'_> {
 
     fn validate(&self, raw: RawConfig) -> Result<Config, ConfigError> {
         let mut node = self.node(raw.node)?;
-        let cluster = self.cluster(&raw.cluster)?;
-        let members = self.members(raw.cluster, &mut node)?;
+        let mut raw_cluster = raw.cluster;
+        let cluster = self.cluster(&mut raw_cluster)?;
+        let members = self.members(raw_cluster, &mut node)?;
+        let zones: HashSet<&ZoneId> = members.iter().map(|m| &m.zone).collect();
+        if zones.len() > 1 && cluster.tls.is_none() && !cluster.allow_plaintext {
+            return Err(self.err(
+                "cluster.tls",
+                "a multi-zone cluster needs mutual TLS between members ([cluster.tls] with cert, key and client_ca); set [cluster] allow_plaintext = true only for local demos and tests",
+            ));
+        }
         let witness = members
             .iter()
             .any(|m| m.id == node.id && m.role == MemberRole::Witness);
@@ -819,7 +865,7 @@ impl Validator<'_> {
     /// `[cluster]` timing: election_timeout_min ≥ 3 × heartbeat (several
     /// heartbeats per timeout, so one slow beat elects nobody) and min <
     /// max (openraft draws its timeout between them).
-    fn cluster(&self, raw: &RawCluster) -> Result<ClusterSettings, ConfigError> {
+    fn cluster(&self, raw: &mut RawCluster) -> Result<ClusterSettings, ConfigError> {
         let d = zonegate_cluster::Timing::default();
         let heartbeat =
             self.duration("cluster.heartbeat", raw.heartbeat.as_deref(), d.heartbeat)?;
@@ -856,6 +902,9 @@ impl Validator<'_> {
                 ..d
             },
             ready_requires_leader: raw.ready_requires_leader,
+            tls: self.tls("cluster", raw.tls.take(), true)?,
+            limits: self.limits("cluster", raw.limits.take())?,
+            allow_plaintext: raw.allow_plaintext,
         })
     }
 
@@ -957,6 +1006,8 @@ impl Validator<'_> {
                 raw.drain_timeout.as_deref(),
                 Duration::from_secs(30),
             )?,
+            tls: self.tls("node", raw.tls, false)?,
+            limits: self.limits("node", raw.limits)?,
         })
     }
 
@@ -1030,17 +1081,25 @@ impl Validator<'_> {
                 if b.zone.trim().is_empty() {
                     return Err(self.err(format!("{key}.zone"), "must not be empty"));
                 }
-                let uri: http::Uri = b
-                    .url
-                    .parse()
-                    .map_err(|e| self.err(format!("{key}.url"), format!("`{}` is not a URL: {e}", b.url)))?;
-                let scheme = uri.scheme().cloned();
-                if scheme != Some(Scheme::HTTP) {
-                    return Err(self.err(
+                let uri: http::Uri = b.url.parse().map_err(|e| {
+                    self.err(
                         format!("{key}.url"),
-                        "only http:// backends are supported (terminate TLS in front of the backend)",
-                    ));
+                        format!("`{}` is not a URL: {e}", b.url),
+                    )
+                })?;
+                let scheme = uri.scheme().cloned();
+                let scheme = match scheme {
+                    Some(s) if s == Scheme::HTTP || s == Scheme::HTTPS => s,
+                    _ => {
+                        return Err(
+                            self.err(format!("{key}.url"), "must be an http:// or https:// URL")
+                        )
+                    }
+                };
+                if scheme == Scheme::HTTP && b.tls.is_some() {
+                    return Err(self.err(format!("{key}.tls"), "is only for https:// backends"));
                 }
+                let tls = self.backend_tls(&key, b.tls)?;
                 let authority = uri
                     .authority()
                     .cloned()
@@ -1057,10 +1116,15 @@ impl Validator<'_> {
                 if b.weight == 0 {
                     return Err(self.err(format!("{key}.weight"), "must be at least 1"));
                 }
-                for (path_key, path) in [("health_path", Some(&b.health_path)), ("metrics_path", b.metrics_path.as_ref())] {
+                for (path_key, path) in [
+                    ("health_path", Some(&b.health_path)),
+                    ("metrics_path", b.metrics_path.as_ref()),
+                ] {
                     if let Some(p) = path {
                         if !p.starts_with('/') {
-                            return Err(self.err(format!("{key}.{path_key}"), "must start with `/`"));
+                            return Err(
+                                self.err(format!("{key}.{path_key}"), "must start with `/`")
+                            );
                         }
                     }
                 }
@@ -1075,7 +1139,8 @@ impl Validator<'_> {
                 Ok(BackendConfig {
                     name: b.name,
                     zone: ZoneId::new(b.zone.trim()),
-                    scheme: Scheme::HTTP,
+                    scheme,
+                    tls,
                     authority,
                     models: b.models,
                     weight: b.weight,
@@ -1452,12 +1517,19 @@ impl Validator<'_> {
             .map(|(i, t)| {
                 Ok(AdminToken {
                     hash: self.sha256(&format!("admin.tokens[{i}].sha256"), &t.sha256)?,
+                    allow_from: self
+                        .networks(&format!("admin.tokens[{i}].allow_from"), &t.allow_from)?,
                     name: t.name,
                     role: t.role,
                 })
             })
             .collect::<Result<_, ConfigError>>()?;
-        Ok(AdminConfig { tokens })
+        Ok(AdminConfig {
+            tokens,
+            tls: self.tls("admin", raw.tls, false)?,
+            limits: self.limits("admin", raw.limits)?,
+            metrics_auth: raw.metrics_auth,
+        })
     }
 }
 
@@ -1554,7 +1626,42 @@ pub(crate) mod tests {
                 "unknown field",
             ),
             (&MINIMAL.replace("2c26b4", "zz26b4"), "tenants[0].key_sha256", "64 hex"),
-            (&MINIMAL.replace("http://127", "https://127"), "backends[0].url", "only http://"),
+            (&MINIMAL.replace("http://127", "ftp://127"), "backends[0].url", "http:// or https://"),
+            (
+                &MINIMAL.replace("models = [\"qwen25-7b-instruct\"]", "models = [\"qwen25-7b-instruct\"]\n        tls = { insecure_skip_verify = true }"),
+                "backends[0].tls",
+                "only for https://",
+            ),
+            (
+                &MINIMAL.replace("http://127", "https://127").replace("models = [\"qwen25-7b-instruct\"]", "models = [\"qwen25-7b-instruct\"]\n        tls = { ca = \"/nonexistent/ca.pem\" }"),
+                "backends[0].tls.ca",
+                "/nonexistent/ca.pem",
+            ),
+            (
+                &format!("{MINIMAL}\n[node.tls]\ncert = \"/nonexistent/c.pem\"\nkey = \"/nonexistent/k.pem\""),
+                "node.tls",
+                "/nonexistent/c.pem",
+            ),
+            (
+                &format!("{MINIMAL}\n[node.limits]\nmax_connections = 0"),
+                "node.limits.max_connections",
+                "at least 1",
+            ),
+            (
+                &format!("{MINIMAL}\n[admin.limits]\nidle_timeout = \"forever\""),
+                "admin.limits.idle_timeout",
+                "duration",
+            ),
+            (
+                &format!("{MINIMAL}\n[[admin.tokens]]\nname = \"o\"\nsha256 = \"{}\"\nrole = \"operator\"\nallow_from = [\"10.0.0.0/40\"]", sha256_hex("t")),
+                "admin.tokens[0].allow_from",
+                "IP network",
+            ),
+            (
+                &format!("{MINIMAL}\n[[cluster.members]]\nid = 1\nzone = \"az-a\"\nraft = \"127.0.0.1:7001\"\nadmin = \"127.0.0.1:9001\"\n[[cluster.members]]\nid = 2\nzone = \"az-b\"\nraft = \"127.0.0.1:7002\"\nadmin = \"127.0.0.1:9002\""),
+                "cluster.tls",
+                "mutual TLS",
+            ),
             (
                 &format!("{MINIMAL}\n[[models]]\nname = \"other\""),
                 "models[0].name",

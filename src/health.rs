@@ -18,8 +18,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{Request, Uri};
 use http_body_util::{BodyExt, Empty, Limited};
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
+use zonegate_net::tls::BackendTls;
+
+use crate::dataplane::forward::{self, Connector};
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
@@ -55,26 +57,36 @@ pub trait Prober: Send + Sync + 'static {
     fn probe<'a>(&'a self, backend: &'a Backend) -> impl Future<Output = ProbeSample> + Send + 'a;
 }
 
-type ProbeClient = Client<HttpConnector, Empty<Bytes>>;
+type ProbeClient = Client<Connector, Empty<Bytes>>;
 
-/// Probes over HTTP on a small keep-alive pool of its own, so probes never
-/// queue behind (or take connections from) real requests.
+/// Probes over HTTP(S) on a small keep-alive pool of its own, so probes
+/// never queue behind (or take connections from) real requests; one pool
+/// per backend TLS setting.
 #[derive(Clone)]
 pub struct HttpProber {
-    client: ProbeClient,
+    clients: Arc<parking_lot::Mutex<Vec<(BackendTls, ProbeClient)>>>,
     timeout: Duration,
 }
 
 impl HttpProber {
     pub fn new(timeout: Duration) -> Self {
-        let mut http = HttpConnector::new();
-        http.set_connect_timeout(Some(timeout));
-        http.set_nodelay(true);
+        Self {
+            clients: Arc::default(),
+            timeout,
+        }
+    }
+
+    fn client(&self, tls: &BackendTls) -> ProbeClient {
+        let mut clients = self.clients.lock();
+        if let Some((_, c)) = clients.iter().find(|(t, _)| t == tls) {
+            return c.clone();
+        }
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(1)
             .pool_idle_timeout(Duration::from_secs(90))
-            .build(http);
-        Self { client, timeout }
+            .build(forward::connector(self.timeout, tls));
+        clients.push((tls.clone(), client.clone()));
+        client
     }
 
     async fn get(&self, backend: &Backend, path: &str) -> Option<(bool, Bytes)> {
@@ -86,7 +98,7 @@ impl HttpProber {
             .ok()?;
         let req = Request::get(uri).body(Empty::new()).ok()?;
         let exchange = async {
-            let resp = self.client.request(req).await.ok()?;
+            let resp = self.client(&backend.tls).request(req).await.ok()?;
             let ok = resp.status().is_success();
             let body = Limited::new(resp.into_body(), MAX_SCRAPE_BYTES)
                 .collect()
@@ -409,7 +421,13 @@ mod tests {
         let cfg = Arc::new(Config::parse("t.toml", text).unwrap());
         let (_tx, rx) =
             tokio::sync::watch::channel(Arc::new(ClusterView::initial([&cfg.node.zone])));
-        Arc::new(Gateway::new(cfg, rx, None, b"test-pins", Metrics::new()))
+        Arc::new(Gateway::new(
+            cfg,
+            rx,
+            None,
+            zonegate_net::sign::KeyRing::random(zonegate_net::sign::Purpose::Pin),
+            Metrics::new(),
+        ))
     }
 
     fn script(healthy: fn(&str, Duration) -> bool) -> Arc<Script> {

@@ -35,7 +35,8 @@ async fn a_node_without_a_leader_is_marked_stale_and_refused_rpcs_are_counted() 
         .unwrap();
     assert_eq!(ready.status(), 200);
 
-    // A call with a wrong secret is refused and counted.
+    // An unsigned call (the old cleartext-secret header means nothing) is
+    // refused and counted.
     let raft = &cluster.members[survivor as usize - 1].raft;
     let resp = client()
         .post(format!("http://{raft}/raft/v1/vote"))
@@ -50,7 +51,7 @@ async fn a_node_without_a_leader_is_marked_stale_and_refused_rpcs_are_counted() 
         metric_sum(
             &m,
             "zonegate_raft_rpc_refused_total",
-            &["reason=\"bad_secret\""]
+            &["reason=\"unsigned\""]
         ) >= 1.0,
         "{m}"
     );

@@ -47,7 +47,7 @@ async fn sessions_stick_to_their_zone_and_backend_and_pins_travel_between_nodes(
             "the session moved backends"
         );
         token = header(&resp, "x-zonegate-pin");
-        assert!(token.starts_with("v1:"), "a pin token is issued: {token:?}");
+        assert!(token.starts_with("v2:"), "a pin token is issued: {token:?}");
     }
 
     // Entering at az-b's node with the token: served at home, in az-a.

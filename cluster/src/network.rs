@@ -2,16 +2,20 @@
 //! axum server side ([`server`]) and the test fault hook ([`FaultTable`]).
 //!
 //! Wire contract: `POST` with a bincode body (see [`crate::codec`]) to one
-//! path per RPC; every request carries the cluster secret and the sender's
-//! node id in headers. A `200` body is the bincode of
-//! `Result<Response, RaftError<E>>`: a Raft-level refusal is a valid answer,
-//! not a transport failure. `401` means a wrong or missing secret, `403` a
-//! sender that is not a member or does not match the RPC's vote.
+//! path per RPC; every request carries the sender's node id and an HMAC
+//! signature (never the secret; see [`zonegate_net::sign`]), and every
+//! answer after authentication is signed back, bound to the request's
+//! nonce. A `200` body is the bincode of `Result<Response, RaftError<E>>`:
+//! a Raft-level refusal is a valid answer, not a transport failure. `401`
+//! means a missing, bad, stale or replayed signature, `403` a sender that
+//! is not a member, does not match the RPC's vote, or (mutual TLS) whose
+//! certificate does not name it.
 
 pub mod fault;
 pub mod server;
 pub mod wire;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,9 +27,13 @@ pub use fault::FaultTable;
 pub use server::refusals;
 pub use wire::{
     NODE_HEADER, PATH_APPEND, PATH_HELLO, PATH_REJOIN, PATH_REPORT, PATH_SNAPSHOT, PATH_VOTE,
-    SECRET_HEADER,
 };
+pub use zonegate_net::sign::SIGNATURE_HEADER;
 
+use zonegate_net::sign::{self, Call, KeyRing, SignError};
+use zonegate_net::tls::MemberTls;
+
+use crate::clock::now_ms;
 use crate::codec::{self, Bounded};
 use crate::detect::Report;
 use crate::failover::{ReportAck, SendReport};
@@ -61,16 +69,76 @@ pub enum TransportError {
     },
     #[error("answer from node {to}: {source}")]
     Identity { to: NodeId, source: Mismatch },
+    #[error("answer from node {to} refused: {source} (check the cluster secret)")]
+    Unsigned { to: NodeId, source: SignError },
+    #[error("TLS towards node {to}: {reason}")]
+    Tls { to: NodeId, reason: String },
 }
 
-/// openraft's network factory: one HTTP client shared by all peers.
+/// openraft's network factory. Every call is signed with this node's Raft
+/// key ([`zonegate_net::sign`]); with mutual TLS each peer gets its own
+/// client, which presents this member's certificate and accepts only the
+/// peer's (see [`zonegate_net::tls::MemberTls`]).
 #[derive(Clone)]
 pub struct Network {
     node_id: NodeId,
-    secret: Arc<str>,
-    client: reqwest::Client,
+    keys: Arc<KeyRing>,
+    transport: Transport,
     faults: Option<Arc<FaultTable>>,
     identity: Option<Arc<Identity>>,
+}
+
+/// Plain HTTP over one shared client, or HTTPS with a client per peer
+/// (rebuilt when the certificate files change).
+#[derive(Clone)]
+enum Transport {
+    Plain(reqwest::Client),
+    Tls {
+        tls: MemberTls,
+        connect_timeout: Duration,
+        clients: Arc<parking_lot::Mutex<HashMap<NodeId, (Stamp, reqwest::Client)>>>,
+    },
+}
+
+type Stamp = Vec<Option<(std::time::SystemTime, u64)>>;
+
+fn client_builder(connect_timeout: Duration) -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        // Raft peers are addressed directly; an HTTP proxy from the
+        // environment must never sit between them.
+        .no_proxy()
+        .connect_timeout(connect_timeout)
+        .tcp_nodelay(true)
+        .pool_idle_timeout(Duration::from_secs(30))
+}
+
+impl Transport {
+    /// The client for calls to `peer`, and the URL scheme.
+    fn client(&self, peer: NodeId) -> Result<(reqwest::Client, &'static str), String> {
+        match self {
+            Transport::Plain(c) => Ok((c.clone(), "http")),
+            Transport::Tls {
+                tls,
+                connect_timeout,
+                clients,
+            } => {
+                let stamp = tls.stamp();
+                let mut clients = clients.lock();
+                if let Some((s, c)) = clients.get(&peer) {
+                    if *s == stamp {
+                        return Ok((c.clone(), "https"));
+                    }
+                }
+                let config = tls.client_for(peer).map_err(|e| e.to_string())?;
+                let client = client_builder(*connect_timeout)
+                    .use_preconfigured_tls(config)
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                clients.insert(peer, (stamp, client.clone()));
+                Ok((client, "https"))
+            }
+        }
+    }
 }
 
 impl Network {
@@ -81,57 +149,47 @@ impl Network {
         self
     }
 
-    /// POST an empty, authenticated request to `addr` + `path` (hello,
-    /// rejoin); returns the status and the answer's cluster id and joined
-    /// headers.
+    /// POST an empty, signed request to member `to` at `addr` + `path`
+    /// (hello, rejoin); returns the status and the answer's cluster id and
+    /// joined headers, once the answer's signature checks out.
     pub(crate) async fn post_empty(
         &self,
+        to: NodeId,
         addr: &str,
         path: &str,
         timeout: Duration,
-    ) -> Result<(u16, String, String), reqwest::Error> {
-        let resp = self
-            .client
-            .post(format!("http://{addr}{path}"))
-            .header(SECRET_HEADER, &*self.secret)
-            .header(NODE_HEADER, self.node_id.to_string())
-            .timeout(timeout)
-            .send()
-            .await?;
-        let header = |name: &str| {
-            resp.headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned()
+    ) -> Result<(u16, String, String), TransportError> {
+        let peer = PeerClient {
+            net: self.clone(),
+            target: to,
+            addr: addr.to_owned(),
         };
-        Ok((
-            resp.status().as_u16(),
-            header(CLUSTER_HEADER),
-            header(JOINED_HEADER),
-        ))
+        let (status, id, joined, _) = peer.exchange(path, Vec::new(), timeout, 0, false).await?;
+        Ok((status, id, joined))
     }
 
-    /// A network for node `node_id`; `faults`, when given, is consulted
-    /// before every RPC.
+    /// A network for node `node_id` signing with `keys`, over mutual TLS
+    /// when `tls` is given; `faults`, when given, is consulted before
+    /// every RPC.
     pub fn new(
         node_id: NodeId,
-        secret: Arc<str>,
+        keys: Arc<KeyRing>,
+        tls: Option<MemberTls>,
         connect_timeout: Duration,
         faults: Option<Arc<FaultTable>>,
     ) -> Result<Self, reqwest::Error> {
-        let client = reqwest::Client::builder()
-            // Raft peers are addressed directly; an HTTP proxy from the
-            // environment must never sit between them.
-            .no_proxy()
-            .connect_timeout(connect_timeout)
-            .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build()?;
+        let transport = match tls {
+            None => Transport::Plain(client_builder(connect_timeout).build()?),
+            Some(tls) => Transport::Tls {
+                tls,
+                connect_timeout,
+                clients: Arc::default(),
+            },
+        };
         Ok(Self {
             node_id,
-            secret,
-            client,
+            keys,
+            transport,
             faults,
             identity: None,
         })
@@ -218,23 +276,54 @@ impl PeerClient {
         req: &Req,
         ttl: Duration,
     ) -> Result<T, TransportError> {
+        let to = self.target;
+        let body = codec::encode(req).map_err(|source| TransportError::Body { to, source })?;
+        let (status, _, _, bytes) = self.exchange(path, body, ttl, T::LIMIT, true).await?;
+        if !(200..300).contains(&status) {
+            return Err(TransportError::Refused { to, status });
+        }
+        codec::decode(&bytes).map_err(|source| TransportError::Body { to, source })
+    }
+
+    /// One signed call (`adopt_identity`: check the answer's cluster id
+    /// against this node's, as Raft RPCs do; the start-up hello does not):
+    /// its status, the answer's identity headers and
+    /// body (at most `cap` bytes). A refusal before authentication
+    /// (400/401/403) comes back as [`TransportError::Refused`]; any other
+    /// answer must carry a valid signature bound to this call.
+    async fn exchange(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+        ttl: Duration,
+        cap: usize,
+        adopt_identity: bool,
+    ) -> Result<(u16, String, String, Vec<u8>), TransportError> {
         let (from, to) = (self.net.node_id, self.target);
         if let Some(faults) = &self.net.faults {
             if faults.is_blocked(from, to) {
                 return Err(TransportError::Cut { from, to });
             }
         }
-        let body = codec::encode(req).map_err(|source| TransportError::Body { to, source })?;
         let http = |source| TransportError::Http {
             to,
             addr: self.addr.clone(),
             source,
         };
-        let mut req = self
+        let (client, scheme) = self
             .net
-            .client
-            .post(format!("http://{}{path}", self.addr))
-            .header(SECRET_HEADER, &*self.net.secret)
+            .transport
+            .client(to)
+            .map_err(|reason| TransportError::Tls { to, reason })?;
+        let call = Call {
+            method: "POST",
+            path,
+            node: from,
+        };
+        let signature = sign::sign_call(&self.net.keys, call, &body, now_ms());
+        let mut req = client
+            .post(format!("{scheme}://{}{path}", self.addr))
+            .header(SIGNATURE_HEADER, signature.header())
             .header(NODE_HEADER, from.to_string())
             .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
             .timeout(ttl)
@@ -244,38 +333,74 @@ impl PeerClient {
             req = req.header(CLUSTER_HEADER, id).header(JOINED_HEADER, joined);
         }
         let resp = req.send().await.map_err(http)?;
-        let status = resp.status();
-        if !status.is_success() {
-            return Err(TransportError::Refused {
-                to,
-                status: status.as_u16(),
-            });
+        let status = resp.status().as_u16();
+        if matches!(status, 400 | 401 | 403 | 404 | 413) {
+            return Err(TransportError::Refused { to, status });
         }
-        if let Some(identity) = &self.net.identity {
-            let theirs = resp
-                .headers()
-                .get(CLUSTER_HEADER)
-                .and_then(|v| v.to_str().ok());
-            identity
-                .on_answer(to, theirs)
-                .await
-                .map_err(|source| TransportError::Identity { to, source })?;
-        }
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let (id, joined, signed) = (
+            header(CLUSTER_HEADER),
+            header(JOINED_HEADER),
+            header(SIGNATURE_HEADER),
+        );
         // The answer is bounded like a request: a peer (or whatever now
         // listens on its port) that answers garbage or a length bomb fails
         // this RPC, never the process.
-        let bytes = read_capped(resp, T::LIMIT).await.map_err(|e| match e {
-            Capped::Http(source) => http(source),
-            Capped::TooLarge(len) => TransportError::Body {
-                to,
-                source: codec::CodecError::TooLarge {
-                    len,
-                    limit: T::LIMIT,
+        let bytes = read_capped(resp, cap.max(ANSWER_HEAD))
+            .await
+            .map_err(|e| match e {
+                Capped::Http(source) => http(source),
+                Capped::TooLarge(len) => TransportError::Body {
+                    to,
+                    source: codec::CodecError::TooLarge { len, limit: cap },
                 },
-            },
-        })?;
-        codec::decode(&bytes).map_err(|source| TransportError::Body { to, source })
+            })?;
+        let answering = Call {
+            method: "POST",
+            path,
+            node: to,
+        };
+        sign::verify_answer(
+            &self.net.keys,
+            Some(signed.as_str()).filter(|s| !s.is_empty()),
+            status,
+            answering,
+            &signature.nonce,
+            &answer_digest_input(&bytes, &id, &joined),
+            now_ms(),
+        )
+        .map_err(|source| TransportError::Unsigned { to, source })?;
+        if let Some(identity) = self.net.identity.as_ref().filter(|_| adopt_identity) {
+            if (200..300).contains(&status) {
+                identity
+                    .on_answer(to, Some(id.as_str()).filter(|s| !s.is_empty()))
+                    .await
+                    .map_err(|source| TransportError::Identity { to, source })?;
+            }
+        }
+        Ok((status, id, joined, bytes))
     }
+}
+
+/// Room for a refusal's text when the answer type itself is empty.
+const ANSWER_HEAD: usize = 4096;
+
+/// What an answer's signature covers: its body and its identity headers
+/// (the cluster id and joined set are the whole answer to a hello).
+pub(crate) fn answer_digest_input(body: &[u8], cluster_id: &str, joined: &str) -> Vec<u8> {
+    let mut v = Vec::with_capacity(body.len() + cluster_id.len() + joined.len() + 2);
+    v.extend_from_slice(body);
+    v.push(0);
+    v.extend_from_slice(cluster_id.as_bytes());
+    v.push(0);
+    v.extend_from_slice(joined.as_bytes());
+    v
 }
 
 enum Capped {
@@ -340,20 +465,39 @@ mod tests {
     use super::*;
     use crate::samples::{append_error_answer, append_requests, bomb_string};
 
-    /// A "peer" that answers every POST with `body` (HTTP 200).
+    const SECRET: &str = "test-secret-0123456789";
+
+    fn keys() -> KeyRing {
+        KeyRing::derive(SECRET, sign::Purpose::Raft).unwrap()
+    }
+
+    /// A "peer" (member 2) that answers every POST with `body` (HTTP 200),
+    /// signed as a member would: the garbage is past authentication.
     async fn peer_answering(body: Vec<u8>) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
-        let app = axum::Router::new().fallback(move || {
+        let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
             let body = body.clone();
-            async move { body }
+            async move {
+                let header = req.headers()[SIGNATURE_HEADER].to_str().unwrap();
+                let nonce = sign::Signature::parse(header).unwrap().nonce;
+                let me = Call {
+                    method: "POST",
+                    path: req.uri().path(),
+                    node: 2,
+                };
+                let signed = answer_digest_input(&body, "", "");
+                let sig = sign::sign_answer(keys().signer(), 200, me, &nonce, &signed, now_ms());
+                ([(SIGNATURE_HEADER, sig.header())], body)
+            }
         });
         tokio::spawn(async move { axum::serve(listener, app).await });
         addr
     }
 
     async fn client_for(addr: String) -> PeerClient {
-        let mut net = Network::new(1, Arc::from("s"), Duration::from_secs(5), None).unwrap();
+        let mut net =
+            Network::new(1, Arc::new(keys()), None, Duration::from_secs(5), None).unwrap();
         let member = Member {
             id: 2,
             raft_addr: addr,

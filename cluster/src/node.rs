@@ -39,6 +39,9 @@ use crate::store::{self, StoreError, StoreLiveness};
 use crate::types::alias::Raft;
 use crate::types::{Member, Role};
 use crate::view::{Automation, ClusterView, NodeId, ZoneId};
+use zonegate_net::listen::{self, ListenConfig, Stats};
+use zonegate_net::sign::{KeyRing, Purpose};
+use zonegate_net::tls::MemberTls;
 
 /// Raft timers and the log-compaction cadence. The defaults elect a new leader within about 1.4 s of the
 /// old one dying on loopback, inside the 2 s budget:
@@ -96,8 +99,15 @@ pub struct ClusterConfig {
     pub members: Vec<Member>,
     /// Holds the sled store (`raft.sled`); reused across restarts.
     pub data_dir: PathBuf,
-    /// Shared secret every Raft RPC carries.
+    /// The cluster secret (a comma-separated list while rotating: the
+    /// first signs, any verifies). Raft calls are signed with a key
+    /// derived from it; it is never sent.
     pub secret: String,
+    /// Mutual TLS between members: this member's certificate and key, and
+    /// the cluster CA (`client_ca`) peers must chain to.
+    pub tls: Option<zonegate_net::tls::TlsFiles>,
+    /// The Raft listener's connection budget and timeouts.
+    pub limits: zonegate_net::listen::Limits,
     pub raft_listen: RaftListen,
     pub timing: Timing,
     /// Test hook: when set, RPCs on links it blocks are dropped.
@@ -225,6 +235,9 @@ pub struct ClusterNode {
     roster: Roster,
     /// One membership change at a time from this node.
     member_change: tokio::sync::Mutex<()>,
+    /// The Raft listener's TLS (reloaded by the node's certificate task).
+    raft_tls: Option<Arc<zonegate_net::tls::ServerTls>>,
+    raft_max_connections: usize,
 }
 
 /// The most entries in one append RPC.
@@ -301,6 +314,21 @@ async fn bind(listen: RaftListen) -> Result<tokio::net::TcpListener, ClusterErro
 }
 
 impl ClusterNode {
+    /// The Raft listener's counters.
+    pub fn raft_listener_stats(&self) -> Arc<Stats> {
+        Arc::clone(&RAFT_LISTENER)
+    }
+
+    /// The Raft listener's connection budget.
+    pub fn raft_max_connections(&self) -> usize {
+        self.raft_max_connections
+    }
+
+    /// The Raft listener's TLS, when mutual TLS is on.
+    pub fn raft_tls(&self) -> Option<Arc<zonegate_net::tls::ServerTls>> {
+        self.raft_tls.clone()
+    }
+
     /// Start this member: open the store under `data_dir`, serve Raft RPC,
     /// and join the group. Starting every member forms the cluster; a node
     /// restarted with its `data_dir` resumes where it stopped.
@@ -315,6 +343,8 @@ impl ClusterNode {
             timing,
             faults,
             rejoin,
+            tls,
+            limits,
             ..
         } = config;
         let role = members[&node_id].role;
@@ -330,9 +360,17 @@ impl ClusterNode {
         let identity = Arc::new(Identity::new(node_id, identities)?);
         let view_rx = sm_store.subscribe_view();
         let state_rx = sm_store.subscribe_state();
-        let secret: Arc<str> = Arc::from(secret);
-        let network = Network::new(node_id, secret.clone(), timing.election_timeout_min, faults)?
-            .with_identity(identity.clone());
+        let keys = KeyRing::derive(&secret, Purpose::Raft)
+            .map_err(|e| ClusterError::InvalidConfig(format!("cluster secret: {e}")))?;
+        let member_tls = tls.clone().map(|files| MemberTls { files });
+        let network = Network::new(
+            node_id,
+            Arc::new(keys.clone()),
+            member_tls,
+            timing.election_timeout_min,
+            faults,
+        )?
+        .with_identity(identity.clone());
         let pristine = check_identity(&network, &identity, &members, node_id, rejoin).await?;
         let raft_config = Arc::new(raft_config(&timing)?);
         let raft = Raft::new(node_id, raft_config, network.clone(), log_store, sm_store)
@@ -346,9 +384,26 @@ impl ClusterNode {
         let (stop_tx, stop_rx) = watch::channel(false);
         let failover = Arc::new(Failover::new(node_id, FailoverConfig::default()));
         let roster = Roster::new(members.clone(), raft.metrics());
-        let service = RaftService::new(raft.clone(), secret, roster.clone())
-            .with_failover(failover.clone())
-            .with_identity(identity.clone());
+        let server_tls = tls
+            .map(|files| zonegate_net::tls::ServerTls::load(files, &[b"http/1.1"]))
+            .transpose()
+            .map_err(|e| ClusterError::InvalidConfig(format!("cluster.tls: {e}")))?;
+        let listen_config = ListenConfig {
+            name: "raft",
+            tls: server_tls.clone(),
+            limits,
+            stats: Arc::clone(&RAFT_LISTENER),
+        };
+        let service = RaftService::new(
+            raft.clone(),
+            node_id,
+            keys,
+            roster.clone(),
+            server_tls.is_some(),
+            limits.body_read_timeout,
+        )
+        .with_failover(failover.clone())
+        .with_identity(identity.clone());
         let leader_contact = service.leader_contact();
         let app = server::router(Arc::new(service));
         let proposer = Proposer {
@@ -377,7 +432,7 @@ impl ClusterNode {
             stop: stop_rx.clone(),
         };
         let tasks = vec![
-            tokio::spawn(serve(listener, app, stop_rx.clone())),
+            tokio::spawn(listen::serve(listener, app, listen_config, stop_rx.clone())),
             tokio::spawn(reporter.run()),
             tokio::spawn(leader_loop.run()),
         ];
@@ -402,6 +457,8 @@ impl ClusterNode {
             election_timeout_max: timing.election_timeout_max,
             roster,
             member_change: tokio::sync::Mutex::new(()),
+            raft_tls: server_tls,
+            raft_max_connections: limits.max_connections,
         };
         node.initialize_if_first(pristine == Pristine::MayForm)
             .await?;
@@ -746,7 +803,7 @@ impl ClusterNode {
             let (network, id, addr) = (self.network.clone(), *id, r.raft_addr.clone());
             probes.spawn(async move {
                 let answer = network
-                    .post_empty(&addr, crate::network::PATH_HELLO, HELLO_TIMEOUT)
+                    .post_empty(id, &addr, crate::network::PATH_HELLO, HELLO_TIMEOUT)
                     .await;
                 (id, matches!(answer, Ok((200, _, _))))
             });
@@ -973,7 +1030,7 @@ async fn check_identity(
         let (network, id, addr) = (network.clone(), m.id, m.raft_addr.clone());
         asks.spawn(async move {
             let answer = network
-                .post_empty(&addr, crate::network::PATH_HELLO, HELLO_TIMEOUT)
+                .post_empty(id, &addr, crate::network::PATH_HELLO, HELLO_TIMEOUT)
                 .await;
             (id, answer)
         });
@@ -1060,13 +1117,12 @@ async fn rejoin_loop(
                 tracing::info!(node_id = me, "rejoined: back in its configured role");
                 return;
             }
-        } else if let Some(addr) = leader
+        } else if let Some((to, addr)) = leader
             .filter(|l| *l != me)
-            .and_then(|l| members.get(&l))
-            .map(|m| m.raft_addr.clone())
+            .and_then(|l| members.get(&l).map(|m| (l, m.raft_addr.clone())))
         {
             if let Err(e) = network
-                .post_empty(&addr, crate::network::PATH_REJOIN, HELLO_TIMEOUT)
+                .post_empty(to, &addr, crate::network::PATH_REJOIN, HELLO_TIMEOUT)
                 .await
             {
                 tracing::debug!(error = %e, "rejoin request failed; retrying");
@@ -1100,22 +1156,8 @@ fn raft_config(timing: &Timing) -> Result<openraft::Config, ClusterError> {
     .map_err(|e| ClusterError::InvalidConfig(e.to_string()))
 }
 
-/// Serve Raft RPC on `listener` until `stop` turns true.
-async fn serve(
-    listener: tokio::net::TcpListener,
-    app: axum::Router,
-    mut stop: watch::Receiver<bool>,
-) {
-    let shutdown = async move {
-        let _ = stop.wait_for(|stop| *stop).await;
-    };
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-    {
-        tracing::error!(error = %e, "raft rpc server stopped");
-    }
-}
+/// The Raft listener's counters (one node per process).
+pub static RAFT_LISTENER: std::sync::LazyLock<Arc<Stats>> = std::sync::LazyLock::new(Arc::default);
 
 /// On the leader, add configured learners missing from the membership, one
 /// change at a time; retried while any is missing.
@@ -1196,6 +1238,8 @@ mod tests {
             timing: Timing::default(),
             faults: None,
             rejoin: false,
+            tls: None,
+            limits: zonegate_net::listen::Limits::with_max(16),
         };
         let printed = format!("{config:?}");
         assert!(!printed.contains("hunter2"));

@@ -15,12 +15,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zonegate_cluster::network::{NODE_HEADER, PATH_REPORT, PATH_VOTE, SECRET_HEADER};
+use zonegate_cluster::network::{NODE_HEADER, PATH_REPORT, PATH_VOTE, SIGNATURE_HEADER};
 use zonegate_cluster::{
     codec, ClusterConfig, ClusterNode, Command, Decision, Evidence, FailoverConfig, FaultTable,
     Member, NodeId, Origin, ProposeError, RaftListen, RejectRule, Role, Timing, ZoneId,
     ZoneObservation, ZoneStatus,
 };
+use zonegate_net::listen::Limits;
+use zonegate_net::sign::{self, Call, KeyRing, Purpose};
 
 const DEADLINE: Duration = Duration::from_secs(20);
 const SECRET: &str = "test-cluster-secret";
@@ -137,6 +139,8 @@ impl TestCluster {
             timing: self.timing.clone(),
             faults: Some(self.faults.clone()),
             rejoin: false,
+            tls: None,
+            limits: Limits::with_max(256),
         })
         .await
         .unwrap()
@@ -248,6 +252,35 @@ fn three_zones() -> [(&'static str, Role); 3] {
         ("az-b", Role::Voter),
         ("az-c", Role::Voter),
     ]
+}
+
+/// A call as member `sender` would send it: signed with `secret`'s Raft
+/// key, or unsigned without a secret.
+fn signed(
+    req: reqwest::RequestBuilder,
+    secret: Option<&str>,
+    sender: &str,
+    path: &str,
+    body: Vec<u8>,
+) -> reqwest::RequestBuilder {
+    let mut req = req.header(NODE_HEADER, sender);
+    if let Some(s) = secret {
+        let ring = KeyRing::derive(s, Purpose::Raft).unwrap();
+        let call = Call {
+            method: "POST",
+            path,
+            node: sender.parse().unwrap_or(0),
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        req = req.header(
+            SIGNATURE_HEADER,
+            sign::sign_call(&ring, call, &body, now).header(),
+        );
+    }
+    req.body(body)
 }
 
 async fn with_timeout<F: Future>(f: F) -> F::Output {
@@ -595,11 +628,7 @@ async fn raft_rpc_without_the_secret_or_with_a_forged_sender_is_refused_and_chan
         };
         let client = reqwest::Client::new();
         let send = |secret: Option<&str>, sender: &str, body: Vec<u8>| {
-            let mut req = client.post(&url).header(NODE_HEADER, sender).body(body);
-            if let Some(s) = secret {
-                req = req.header(SECRET_HEADER, s);
-            }
-            req.send()
+            signed(client.post(&url), secret, sender, PATH_VOTE, body).send()
         };
         // (name, secret, sender header, body, expected HTTP status)
         type Case<'a> = (&'a str, Option<&'a str>, String, Vec<u8>, u16);
@@ -607,7 +636,7 @@ async fn raft_rpc_without_the_secret_or_with_a_forged_sender_is_refused_and_chan
             ("no secret", None, leader.to_string(), forged(leader), 401),
             (
                 "wrong secret",
-                Some("guess"),
+                Some("a-guessed-secret-value"),
                 leader.to_string(),
                 forged(leader),
                 401,
@@ -756,6 +785,8 @@ async fn invalid_configs_fail_at_start_with_a_reason() {
         timing: Timing::default(),
         faults: None,
         rejoin: false,
+        tls: None,
+        limits: Limits::with_max(256),
     };
     let cases = [
         (
@@ -1014,21 +1045,23 @@ async fn zone_reports_need_the_secret_and_their_own_sender() {
         let client = reqwest::Client::new();
         // (name, secret, sender header, body, expected HTTP status)
         let cases: Vec<(&str, &str, NodeId, Vec<u8>, u16)> = vec![
-            ("wrong secret", "guess", 2, report(2), 401),
+            ("wrong secret", "a-guessed-secret-value", 2, report(2), 401),
             ("unknown sender", SECRET, 99, report(99), 403),
             ("report naming another node", SECRET, 2, report(3), 403),
             ("garbage body", SECRET, 2, vec![7, 7, 7], 400),
             ("a member's own report", SECRET, 2, report(2), 200),
         ];
         for (name, secret, sender, body, status) in cases {
-            let resp = client
-                .post(&url)
-                .header(SECRET_HEADER, secret)
-                .header(NODE_HEADER, sender.to_string())
-                .body(body)
-                .send()
-                .await
-                .unwrap();
+            let resp = signed(
+                client.post(&url),
+                Some(secret),
+                &sender.to_string(),
+                PATH_REPORT,
+                body,
+            )
+            .send()
+            .await
+            .unwrap();
             assert_eq!(resp.status().as_u16(), status, "{name}");
             if status == 200 {
                 let ack: zonegate_cluster::ReportAck =
@@ -1084,14 +1117,16 @@ async fn hostile_bodies_on_every_raft_endpoint_get_400_and_the_node_keeps_commit
             let addr = cluster.node(target).raft_addr();
             for path in [PATH_APPEND, PATH_VOTE, PATH_SNAPSHOT, PATH_REPORT] {
                 for (name, body) in hostile_bodies() {
-                    let resp = client
-                        .post(format!("http://{addr}{path}"))
-                        .header(SECRET_HEADER, SECRET)
-                        .header(NODE_HEADER, leader.to_string())
-                        .body(body)
-                        .send()
-                        .await
-                        .unwrap();
+                    let resp = signed(
+                        client.post(format!("http://{addr}{path}")),
+                        Some(SECRET),
+                        &leader.to_string(),
+                        path,
+                        body,
+                    )
+                    .send()
+                    .await
+                    .unwrap();
                     assert_eq!(resp.status().as_u16(), 400, "{name} on {path} of {target}");
                 }
             }

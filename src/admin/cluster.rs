@@ -131,6 +131,38 @@ pub(crate) fn http() -> &'static reqwest::Client {
     })
 }
 
+/// The client and base URL for member `peer`'s admin API at `addr`: plain
+/// HTTP; or, with `[admin.tls]`, HTTPS: under `[cluster.tls]` presenting
+/// this member's certificate and accepting only the peer's
+/// (`node-<id>.zonegate`, whatever address was dialled), else trusting the
+/// system's roots for the address's name.
+pub(crate) fn peer_admin(
+    cfg: &crate::config::Config,
+    peer: u64,
+    addr: &str,
+) -> Result<(reqwest::Client, String), AdminError> {
+    if cfg.admin.tls.is_none() {
+        return Ok((http().clone(), format!("http://{addr}")));
+    }
+    let builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(1));
+    let builder = match &cfg.cluster.tls {
+        Some(files) => {
+            let member = zonegate_net::tls::MemberTls {
+                files: files.clone(),
+            };
+            let config = member
+                .client_for(peer)
+                .map_err(|e| AdminError::Fatal(format!("cluster.tls: {e}")))?;
+            builder.use_preconfigured_tls(config)
+        }
+        None => builder,
+    };
+    let client = builder
+        .build()
+        .map_err(|e| AdminError::Fatal(format!("admin client: {e}")))?;
+    Ok((client, format!("https://{addr}")))
+}
+
 /// Control-plane metrics read at scrape time (called by `/metrics`): the
 /// counters kept by the cluster crate are carried over into their
 /// Prometheus counters.
@@ -214,16 +246,22 @@ pub async fn cluster(
             let peers = status.members.iter().filter(|m| m.member.id != status.node_id).map(|m| {
             let (member, auth) = (m.member.clone(), auth.clone());
             let leader = status.leader == Some(member.id);
+            let peer = peer_admin(&gw.cfg, member.id, &member.admin_addr);
             async move {
-                let mut req = http()
-                    .get(format!("http://{}/admin/v1/cluster?scope=local", member.admin_addr))
-                    .timeout(Duration::from_secs(1));
-                if let Some(a) = auth {
-                    req = req.header(header::AUTHORIZATION, a);
-                }
-                let answer = match req.send().await {
-                    Ok(r) if r.status().is_success() => r.json::<Value>().await.ok(),
-                    _ => None,
+                let answer = match peer {
+                    Ok((client, base)) => {
+                        let mut req = client
+                            .get(format!("{base}/admin/v1/cluster?scope=local"))
+                            .timeout(Duration::from_secs(1));
+                        if let Some(a) = auth {
+                            req = req.header(header::AUTHORIZATION, a);
+                        }
+                        match req.send().await {
+                            Ok(r) if r.status().is_success() => r.json::<Value>().await.ok(),
+                            _ => None,
+                        }
+                    }
+                    Err(_) => None,
                 };
                 json!({
                     "id": member.id,
@@ -449,7 +487,7 @@ async fn decide(
                     .with_label_values(&[kind, "forwarded"])
                     .inc();
                 let check_version = gw.view.borrow().decision_version + 1;
-                forward(node, &addr, leader, check_version, headers, uri, body).await
+                forward(gw, node, &addr, leader, check_version, headers, uri, body).await
             }
             _ => Err(AdminError::NoLeader(format!(
                 "node {leader} leads but cannot be reached through this node; nothing was written"
@@ -479,7 +517,9 @@ async fn decide(
 /// closed connection, timeout) is "outcome unknown", never "failed":
 /// the leader may have committed it before it died. `check_version` is
 /// this node's applied version + 1, the earliest the write can take.
+#[allow(clippy::too_many_arguments)]
 async fn forward(
+    gw: &Gateway,
     node: &ClusterNode,
     addr: &str,
     leader: u64,
@@ -488,8 +528,9 @@ async fn forward(
     uri: &Uri,
     body: &Bytes,
 ) -> Result<Response, AdminError> {
-    let req = http()
-        .post(format!("http://{addr}{}", uri.path()))
+    let (client, base) = peer_admin(&gw.cfg, leader, addr)?;
+    let req = client
+        .post(format!("{base}{}", uri.path()))
         .timeout(FORWARD_TIMEOUT);
     let lost = |e: reqwest::Error| AdminError::OutcomeUnknown {
         message: format!(

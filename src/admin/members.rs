@@ -16,7 +16,7 @@ use http::{HeaderMap, Method};
 use serde_json::json;
 use zonegate_cluster::{ClusterNode, MemberChange, MemberChangeError, ProposeError};
 
-use super::cluster::{http, AdminError, Identity, FORWARDED};
+use super::cluster::{peer_admin, AdminError, Identity, FORWARDED};
 use crate::node::gateway::Gateway;
 
 /// A membership change may wait for a learner to catch up, then commit a
@@ -31,8 +31,7 @@ pub async fn list(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Respons
     let status = node.status();
     if !status.is_leader && !headers.contains_key(FORWARDED) {
         if let (Some(leader), Some(addr)) = (status.leader, status.leader_admin_addr.clone()) {
-            if let Ok(resp) =
-                forward(node, Method::GET, &addr, leader, &headers, Bytes::new()).await
+            if let Ok(resp) = forward(&gw, Method::GET, &addr, leader, &headers, Bytes::new()).await
             {
                 return resp;
             }
@@ -91,7 +90,7 @@ async fn change_inner(
         Err(MemberChangeError::Propose(ProposeError::NotLeader { leader, admin_addr })) => {
             match admin_addr {
                 Some(addr) if !headers.contains_key(FORWARDED) => {
-                    forward(node, Method::POST, &addr, leader, headers, body).await
+                    forward(gw, Method::POST, &addr, leader, headers, body).await
                 }
                 _ => Err(AdminError::NoLeader(format!(
                     "node {leader} leads but cannot be reached through this node; nothing was changed"
@@ -108,16 +107,18 @@ async fn change_inner(
 /// Sends the request on to the leader with the caller's token and relays
 /// its answer. Only a failed connection means nothing was sent.
 async fn forward(
-    node: &ClusterNode,
+    gw: &Gateway,
     method: Method,
     addr: &str,
     leader: u64,
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Response, AdminError> {
+    let node = gw.cluster.as_deref().ok_or(AdminError::NoControlPlane)?;
     let writes = method == Method::POST;
-    let req = http()
-        .request(method, format!("http://{addr}/admin/v1/members"))
+    let (client, base) = peer_admin(&gw.cfg, leader, addr)?;
+    let req = client
+        .request(method, format!("{base}/admin/v1/members"))
         .timeout(FORWARD_TIMEOUT);
     let lost = |e: reqwest::Error| {
         if writes {

@@ -196,7 +196,13 @@ mod tests {
         let (a, b) = (ZoneId::new("az-a"), ZoneId::new("az-b"));
         let mut view = ClusterView::initial([&a, &b]);
         let (tx, rx) = watch::channel(Arc::new(view.clone()));
-        let gw = Gateway::new(cfg, rx, None, b"secret", Metrics::new());
+        let gw = Gateway::new(
+            cfg,
+            rx,
+            None,
+            zonegate_net::sign::KeyRing::random(zonegate_net::sign::Purpose::Pin),
+            Metrics::new(),
+        );
         let r = report(&gw);
         assert_eq!(r["tenants"][0]["global"]["rpm"], 600);
         assert_eq!(

@@ -339,10 +339,7 @@ impl Api {
         Ok(Self {
             admin: admin.trim_end_matches('/').to_owned(),
             token: token.map(str::to_owned),
-            client: reqwest::Client::builder()
-                .timeout(Duration::from_secs(30))
-                .build()
-                .context("cannot build an HTTP client")?,
+            client: super::http_client(Duration::from_secs(30))?,
             json_out,
         })
     }

@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use anyhow::Context;
 use serde_json::{json, Value};
 
 use super::ctl::{CtlFailure, EXIT_OUTCOME_UNKNOWN, EXIT_REFUSED, EXIT_USAGE};
@@ -109,11 +108,8 @@ pub async fn run(
     m: Members,
 ) -> anyhow::Result<()> {
     let admin = admin.trim_end_matches('/');
-    let client = reqwest::Client::builder()
-        // A change may wait for a learner to catch up and two commits.
-        .timeout(Duration::from_secs(60))
-        .build()
-        .context("cannot build an HTTP client")?;
+    // A change may wait for a learner to catch up and two commits.
+    let client = super::http_client(Duration::from_secs(60))?;
     let (method, path, body) = request_of(&m);
     let writes = method == reqwest::Method::POST;
     let mut req = client.request(method, format!("{admin}{path}"));

@@ -5,73 +5,72 @@
 
 use std::time::Duration;
 
-use hmac::{Hmac, Mac};
 use lru::LruCache;
 use parking_lot::Mutex;
-use sha2::Sha256;
+use subtle::ConstantTimeEq;
 use zonegate_cluster::ZoneId;
-
-type HmacSha256 = Hmac<Sha256>;
+use zonegate_net::sign::{Key, KeyRing};
 
 /// The header that carries a pin token, in responses and in requests.
 pub const PIN_HEADER: &str = "x-zonegate-pin";
 
-/// Signs and verifies pin tokens: `v1:<expiry unix s>:<zone>:<hex mac>`,
-/// where the MAC (HMAC-SHA256 with the cluster secret) covers the session
-/// key's hash, the zone and the expiry. A token is only good for the session
-/// it was issued to, and a forged or expired one is ignored.
+/// Signs and verifies pin tokens: `v2:<key id>:<expiry unix s>:<zone>:<hex
+/// mac>`, where the MAC (HMAC-SHA256 with the pin key, derived from the
+/// cluster secret apart from the Raft key) covers the tenant, the session
+/// key's hash, the zone and the expiry. A token is only good for the tenant
+/// and session it was issued to; a forged, expired or other-tenant one is
+/// ignored. Tokens signed with any key of the ring are honoured, so pins
+/// survive a rotation while the old secret is still listed.
 #[derive(Clone)]
 pub struct PinSigner {
-    key: Vec<u8>,
+    keys: KeyRing,
 }
 
 impl std::fmt::Debug for PinSigner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("PinSigner(<secret>)")
+        write!(f, "PinSigner({:?})", self.keys.ids())
     }
 }
 
 impl PinSigner {
-    pub fn new(secret: &[u8]) -> Self {
-        Self {
-            key: secret.to_vec(),
-        }
+    pub fn new(keys: KeyRing) -> Self {
+        Self { keys }
     }
 
-    fn mac(&self, session: u64, zone: &str, expiry_s: u64) -> Option<HmacSha256> {
-        let mut mac = HmacSha256::new_from_slice(&self.key).ok()?;
-        mac.update(b"zonegate-pin-v1|");
-        mac.update(&session.to_le_bytes());
-        mac.update(b"|");
-        mac.update(zone.as_bytes());
-        mac.update(b"|");
-        mac.update(&expiry_s.to_le_bytes());
-        Some(mac)
+    fn mac(key: &Key, tenant: &str, session: u64, zone: &str, expiry_s: u64) -> [u8; 32] {
+        key.mac(&[
+            b"zonegate-pin-v2",
+            tenant.as_bytes(),
+            &session.to_le_bytes(),
+            zone.as_bytes(),
+            &expiry_s.to_le_bytes(),
+        ])
     }
 
-    /// A token pinning `session` (its hash) to `zone` until `expiry_s`.
-    pub fn sign(&self, session: u64, zone: &ZoneId, expiry_s: u64) -> Option<String> {
-        let tag = self
-            .mac(session, zone.as_str(), expiry_s)?
-            .finalize()
-            .into_bytes();
-        Some(format!("v1:{expiry_s}:{}:{}", zone, hex::encode(tag)))
+    /// A token pinning `tenant`'s `session` (its hash) to `zone` until
+    /// `expiry_s`.
+    pub fn sign(&self, tenant: &str, session: u64, zone: &ZoneId, expiry_s: u64) -> String {
+        let key = self.keys.signer();
+        let tag = Self::mac(key, tenant, session, zone.as_str(), expiry_s);
+        format!("v2:{}:{expiry_s}:{}:{}", key.id(), zone, hex::encode(tag))
     }
 
-    /// The zone a token pins `session` to, if it is authentic and unexpired
-    /// at `now_s`. Anything else is `None`: never an error.
-    pub fn verify(&self, token: &str, session: u64, now_s: u64) -> Option<ZoneId> {
-        let rest = token.strip_prefix("v1:")?;
+    /// The zone a token pins `tenant`'s `session` to, if it is authentic
+    /// and unexpired at `now_s`. Anything else is `None`: never an error.
+    pub fn verify(&self, token: &str, tenant: &str, session: u64, now_s: u64) -> Option<ZoneId> {
+        let rest = token.strip_prefix("v2:")?;
+        let (kid, rest) = rest.split_once(':')?;
         let (expiry, rest) = rest.split_once(':')?;
         let (zone, tag) = rest.rsplit_once(':')?;
         let expiry_s: u64 = expiry.parse().ok()?;
         if expiry_s <= now_s || zone.is_empty() {
             return None;
         }
-        let tag = hex::decode(tag).ok()?;
-        // `verify_slice` compares in constant time.
-        self.mac(session, zone, expiry_s)?.verify_slice(&tag).ok()?;
-        Some(ZoneId::new(zone))
+        let key = self.keys.find(kid)?;
+        let mut given = [0u8; 32];
+        hex::decode_to_slice(tag, &mut given).ok()?;
+        let expected = Self::mac(key, tenant, session, zone, expiry_s);
+        bool::from(expected.ct_eq(&given)).then(|| ZoneId::new(zone))
     }
 }
 
@@ -153,37 +152,73 @@ impl PinTable {
 mod tests {
     use super::*;
 
+    use zonegate_net::sign::Purpose;
+
+    const OLD: &str = "old-cluster-secret-0123";
+    const NEW: &str = "new-cluster-secret-0123";
+
+    fn signer(secrets: &str) -> PinSigner {
+        PinSigner::new(KeyRing::derive(secrets, Purpose::Pin).unwrap())
+    }
+
     #[test]
-    fn a_token_round_trips_for_its_session_only() {
-        let s = PinSigner::new(b"secret");
+    fn a_token_round_trips_for_its_tenant_and_session_only() {
+        let s = signer(OLD);
         let zone = ZoneId::new("az-b");
-        let t = s.sign(42, &zone, 1_000).unwrap();
-        assert_eq!(s.verify(&t, 42, 999), Some(zone));
-        assert_eq!(s.verify(&t, 43, 999), None, "another session's token");
-        assert_eq!(s.verify(&t, 42, 1_000), None, "expired");
+        let t = s.sign("deptA", 42, &zone, 1_000);
+        assert_eq!(s.verify(&t, "deptA", 42, 999), Some(zone));
         assert_eq!(
-            PinSigner::new(b"other").verify(&t, 42, 999),
+            s.verify(&t, "deptA", 43, 999),
+            None,
+            "another session's token"
+        );
+        assert_eq!(
+            s.verify(&t, "deptB", 42, 999),
+            None,
+            "another tenant's token"
+        );
+        assert_eq!(s.verify(&t, "deptA", 42, 1_000), None, "expired");
+        assert_eq!(
+            signer(NEW).verify(&t, "deptA", 42, 999),
             None,
             "another cluster's secret"
         );
     }
 
     #[test]
+    fn pins_signed_with_the_old_key_hold_while_it_is_listed() {
+        let zone = ZoneId::new("az-a");
+        let t = signer(OLD).sign("deptA", 1, &zone, 100);
+        assert_eq!(
+            signer(&format!("{NEW},{OLD}")).verify(&t, "deptA", 1, 50),
+            Some(zone.clone())
+        );
+        assert_eq!(signer(NEW).verify(&t, "deptA", 1, 50), None);
+        // Pin and Raft keys differ: a Raft-key MAC is no pin.
+        let raft = PinSigner::new(KeyRing::derive(OLD, Purpose::Raft).unwrap());
+        assert_eq!(
+            signer(OLD).verify(&raft.sign("deptA", 1, &zone, 100), "deptA", 1, 50),
+            None
+        );
+    }
+
+    #[test]
     fn forged_or_garbled_tokens_are_ignored() {
-        let s = PinSigner::new(b"secret");
-        let good = s.sign(7, &ZoneId::new("az-a"), 5_000).unwrap();
+        let s = signer(OLD);
+        let good = s.sign("t", 7, &ZoneId::new("az-a"), 5_000);
         let moved = good.replace(":az-a:", ":az-c:");
         let later = good.replacen("5000", "9000", 1);
         for bad in [
             "",
-            "v1",
+            "v2",
             "v2:1:a:00",
-            "v1:x:az-a:00",
-            "v1:5000:az-a:zz",
+            "v2:k:x:az-a:00",
+            "v2:k:5000:az-a:zz",
+            "v1:5000:az-a:00",
             &moved,
             &later,
         ] {
-            assert_eq!(s.verify(bad, 7, 10), None, "{bad}");
+            assert_eq!(s.verify(bad, "t", 7, 10), None, "{bad}");
         }
     }
 

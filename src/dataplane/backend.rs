@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use http::uri::{Authority, Scheme};
 use zonegate_cluster::ZoneId;
+use zonegate_net::tls::BackendTls;
 
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -36,6 +37,8 @@ pub struct Backend {
     pub zone: ZoneId,
     pub scheme: Scheme,
     pub authority: Authority,
+    /// How an `https://` backend is verified.
+    pub tls: BackendTls,
     pub weight: u32,
     pub health_path: String,
     pub metrics_path: Option<String>,
@@ -108,6 +111,7 @@ impl Backend {
             zone: cfg.zone.clone(),
             scheme: cfg.scheme.clone(),
             authority: cfg.authority.clone(),
+            tls: cfg.tls.clone(),
             weight: cfg.weight,
             health_path: cfg.health_path.clone(),
             metrics_path: cfg.metrics_path.clone(),
@@ -391,6 +395,7 @@ mod tests {
             metrics_path: None,
             model_names: HashMap::new(),
             capacity: None,
+            tls: BackendTls::default(),
         };
         Backend::new(&cfg, &HealthConfig::default(), 0)
     }

@@ -22,6 +22,8 @@ pub enum ApiError {
     MethodNotAllowed(String),
     #[error("request body exceeds the limit of {0} bytes")]
     PayloadTooLarge(usize),
+    #[error("the request body was not received within {0:?}")]
+    BodyTimeout(std::time::Duration),
     #[error("{0}")]
     ZoneUnavailable(String),
     #[error("{message}")]
@@ -72,6 +74,7 @@ impl ApiError {
             ApiError::ModelNotFound(_) | ApiError::UnknownPath(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::ZoneUnavailable(_)
             | ApiError::NoBackend { .. }
             | ApiError::NotReady(_)
@@ -95,7 +98,8 @@ impl ApiError {
             | ApiError::ModelNotFound(_)
             | ApiError::UnknownPath(_)
             | ApiError::MethodNotAllowed(_)
-            | ApiError::PayloadTooLarge(_) => "invalid_request_error",
+            | ApiError::PayloadTooLarge(_)
+            | ApiError::BodyTimeout(_) => "invalid_request_error",
             ApiError::MissingKey | ApiError::WrongKey => "authentication_error",
             ApiError::AllBusy { .. } => "rate_limit_error",
             ApiError::RateLimited { kind, .. } => kind,
@@ -114,6 +118,7 @@ impl ApiError {
             ApiError::UnknownPath(_) => "unknown_url",
             ApiError::MethodNotAllowed(_) => "method_not_allowed",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
+            ApiError::BodyTimeout(_) => "request_timeout",
             ApiError::ZoneUnavailable(_) => "zone_unavailable",
             ApiError::NoBackend { .. } => "no_backend_available",
             ApiError::AllBusy { .. } => "backends_busy",

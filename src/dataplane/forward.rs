@@ -11,27 +11,70 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
+use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use rustls::pki_types::ServerName;
 use tokio::time::Instant;
+use zonegate_net::tls::BackendTls;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The request pool: keep-alive HTTP/1.1 connections to every backend.
-pub type Upstream = Client<HttpConnector, Full<Bytes>>;
+/// The request pool: keep-alive HTTP/1.1 connections to backends, over
+/// TLS for `https://` ones.
+pub type Upstream = Client<Connector, Full<Bytes>>;
 
-/// Builds a pooled client. Probes use a separate one (see `health`), so a
-/// saturated request pool never delays health checks and vice versa.
-pub fn client(connect_timeout: Duration, max_idle_per_host: usize) -> Upstream {
+/// Dials `http://` backends in the clear and `https://` ones with rustls.
+pub type Connector = HttpsConnector<HttpConnector>;
+
+/// A connector for backends reached with `tls` (its CA, server name, or
+/// no verification). One per distinct setting: `http://` backends share
+/// the default one, whose TLS side is never used.
+pub fn connector(connect_timeout: Duration, tls: &BackendTls) -> Connector {
     let mut http = HttpConnector::new();
+    http.enforce_http(false);
     http.set_nodelay(true);
     http.set_connect_timeout(Some(connect_timeout));
     http.set_keepalive(Some(Duration::from_secs(60)));
+    let config = tls.client_config().unwrap_or_else(|e| {
+        // Validated at start; a CA file removed since is reported on
+        // every connection this backend fails to make.
+        tracing::error!("backend TLS: {e}; https:// connections with this setting will fail");
+        no_roots()
+    });
+    let builder = HttpsConnectorBuilder::new()
+        .with_tls_config(config)
+        .https_or_http();
+    let builder = match tls
+        .server_name
+        .as_deref()
+        .and_then(|n| ServerName::try_from(n.to_owned()).ok())
+    {
+        Some(name) => builder.with_server_name_resolver(FixedServerNameResolver::new(name)),
+        None => builder,
+    };
+    builder.enable_http1().wrap_connector(http)
+}
+
+/// A TLS client that trusts nothing: what a failed setting falls back to.
+fn no_roots() -> rustls::ClientConfig {
+    rustls::ClientConfig::builder_with_provider(zonegate_net::tls::provider())
+        .with_safe_default_protocol_versions()
+        .map(|b| {
+            b.with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth()
+        })
+        .unwrap_or_else(|e| unreachable!("ring supports the default protocol versions: {e}"))
+}
+
+/// Builds a pooled client. Probes use a separate one (see `health`), so a
+/// saturated request pool never delays health checks and vice versa.
+pub fn client(connect_timeout: Duration, max_idle_per_host: usize, tls: &BackendTls) -> Upstream {
     Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(max_idle_per_host)
-        .build(http)
+        .build(connector(connect_timeout, tls))
 }
 
 /// Why an attempt failed before its first byte. The retry loop asks the

@@ -20,7 +20,6 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
 use http::{HeaderMap, Method, Uri};
-use http_body_util::{BodyExt, Limited};
 use serde_json::json;
 use zonegate_cluster::{ClusterView, ZoneId};
 
@@ -145,9 +144,13 @@ async fn serve(
     started: Instant,
 ) -> Result<Response, Failed> {
     let (parts, body) = req.into_parts();
-    let body = read_body(body, gw.cfg.node.max_body_bytes)
-        .await
-        .map_err(|e| (None, e))?;
+    let body = read_body(
+        body,
+        gw.cfg.node.max_body_bytes,
+        gw.cfg.node.limits.body_read_timeout,
+    )
+    .await
+    .map_err(|e| (None, e))?;
     let meta = RequestMeta::parse(&body).map_err(|e| (None, e))?;
     let failed = |e| (Some(meta.model.clone()), e);
     let routes = gw.routes.load();
@@ -229,15 +232,19 @@ fn tenant_index(gw: &Gateway, tenant: &Tenant) -> usize {
         .unwrap_or(0)
 }
 
-async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            Err(ApiError::PayloadTooLarge(limit))
-        }
-        Err(e) => Err(ApiError::BadRequest(format!(
-            "could not read the request body: {e}"
-        ))),
+/// The whole body, at most `limit` bytes, within `[node.limits]
+/// body_read_timeout` (a client trickling its body holds no slot for long).
+async fn read_body(
+    body: Body,
+    limit: usize,
+    timeout: std::time::Duration,
+) -> Result<Bytes, ApiError> {
+    use zonegate_net::listen::BodyError;
+    match zonegate_net::listen::read_body(body, limit, timeout).await {
+        Ok(b) => Ok(b),
+        Err(BodyError::TooLarge) => Err(ApiError::PayloadTooLarge(limit)),
+        Err(BodyError::Timeout) => Err(ApiError::BodyTimeout(timeout)),
+        Err(e) => Err(ApiError::BadRequest(e.to_string())),
     }
 }
 
@@ -272,8 +279,11 @@ impl RequestFacts {
         deadline: tokio::time::Instant,
     ) -> Self {
         let embeddings = parts.uri.path() == "/v1/embeddings";
-        let session = session_key(&parts.headers, meta).map(|s| hash_key(s.as_bytes()));
-        let pinned = session.and_then(|s| pinned_zone(gw, &parts.headers, s));
+        // A session is a tenant's: another tenant with the same session key
+        // shares neither its pin nor its pin token.
+        let session = session_key(&parts.headers, meta)
+            .map(|s| hash_key(&[tenant.name.as_bytes(), &[0], s.as_bytes()].concat()));
+        let pinned = session.and_then(|s| pinned_zone(gw, &parts.headers, &tenant.name, s));
         let view = gw.view.borrow().clone();
         gw.with_budget(|b| b.record_request(now_ms() / 1000));
         RequestFacts {
@@ -312,7 +322,7 @@ fn session_key<'a>(headers: &'a HeaderMap, meta: &'a RequestMeta) -> Option<&'a 
 /// The home zone a session is pinned to: from a valid token the client
 /// echoed (good on any node), else from this node's pin table. Forged or
 /// expired tokens are ignored, never an error.
-fn pinned_zone(gw: &Gateway, headers: &HeaderMap, session: u64) -> Option<ZoneId> {
+fn pinned_zone(gw: &Gateway, headers: &HeaderMap, tenant: &str, session: u64) -> Option<ZoneId> {
     if !gw.cfg.affinity.zone_pin {
         return None;
     }
@@ -320,12 +330,12 @@ fn pinned_zone(gw: &Gateway, headers: &HeaderMap, session: u64) -> Option<ZoneId
     headers
         .get(PIN_HEADER)
         .and_then(|v| v.to_str().ok())
-        .and_then(|t| gw.pin_signer.verify(t, session, now))
+        .and_then(|t| gw.pin_signer.verify(t, tenant, session, now))
         .or_else(|| gw.pins.get(session, now))
 }
 
 /// Pins (or refreshes) a session to `zone`; returns the token for the client.
-pub(super) fn pin(gw: &Gateway, session: u64, zone: &ZoneId) -> Option<String> {
+pub(super) fn pin(gw: &Gateway, tenant: &str, session: u64, zone: &ZoneId) -> String {
     let expiry = gw.pins.put(session, zone.clone(), unix_s());
-    gw.pin_signer.sign(session, zone, expiry)
+    gw.pin_signer.sign(tenant, session, zone, expiry)
 }

@@ -17,6 +17,9 @@ use crate::dataplane::retry::RetryBudget;
 use crate::dataplane::routing::Routes;
 use crate::telemetry::events::EventLog;
 use crate::telemetry::Metrics;
+use zonegate_net::listen::Stats;
+use zonegate_net::sign::KeyRing;
+use zonegate_net::tls::BackendTls;
 
 pub struct Gateway {
     pub cfg: Arc<Config>,
@@ -44,6 +47,9 @@ pub struct Gateway {
     witness: bool,
     /// Set from SIGTERM on: readiness fails, the drain has begun.
     pub drain: crate::node::drain::Drain,
+    /// The node's listeners (name, counters, connection budget), for
+    /// metrics; filled by `node::start`.
+    pub listeners: parking_lot::Mutex<Vec<(&'static str, Arc<Stats>, usize)>>,
 }
 
 /// How each thread's retry budget is made: the ratio, window and floor of
@@ -70,7 +76,7 @@ thread_local! {
     /// run their own single-threaded runtime, so a pooled connection, its
     /// task and the requests that use it stay on one thread: no
     /// cross-thread wake-ups.
-    static UPSTREAM: std::cell::RefCell<Vec<(Duration, Upstream)>> = const { std::cell::RefCell::new(Vec::new()) };
+    static UPSTREAM: std::cell::RefCell<Vec<(Duration, BackendTls, Upstream)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Gateway {
@@ -95,15 +101,19 @@ impl Gateway {
         })
     }
 
-    /// The calling thread's upstream pool for `connect_timeout`.
-    pub fn upstream(&self, connect_timeout: Duration) -> Upstream {
+    /// The calling thread's upstream pool for `connect_timeout` and the
+    /// backend's TLS setting (`http://` backends share the default one).
+    pub fn upstream(&self, connect_timeout: Duration, tls: &BackendTls) -> Upstream {
         UPSTREAM.with(|pools| {
             let mut pools = pools.borrow_mut();
-            if let Some((_, pool)) = pools.iter().find(|(t, _)| *t == connect_timeout) {
+            if let Some((_, _, pool)) = pools
+                .iter()
+                .find(|(t, s, _)| *t == connect_timeout && s == tls)
+            {
                 return pool.clone();
             }
-            let pool = forward::client(connect_timeout, 256);
-            pools.push((connect_timeout, pool.clone()));
+            let pool = forward::client(connect_timeout, 256, tls);
+            pools.push((connect_timeout, tls.clone(), pool.clone()));
             pool
         })
     }
@@ -145,7 +155,7 @@ impl Gateway {
         cfg: Arc<Config>,
         view: watch::Receiver<Arc<ClusterView>>,
         cluster: Option<Arc<ClusterNode>>,
-        pin_secret: &[u8],
+        pin_keys: KeyRing,
         metrics: Metrics,
     ) -> Self {
         let routes = Routes::build(&cfg, None);
@@ -182,7 +192,8 @@ impl Gateway {
             metrics,
             events: Arc::new(EventLog::default()),
             cluster,
-            pin_signer: PinSigner::new(pin_secret),
+            pin_signer: PinSigner::new(pin_keys),
+            listeners: parking_lot::Mutex::new(Vec::new()),
             pins: PinTable::new(cfg.affinity.pin_capacity, cfg.affinity.pin_ttl),
             witness: cfg
                 .members

@@ -8,11 +8,13 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::middleware;
 use axum::response::IntoResponse;
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use zonegate_cluster::{ClusterConfig, ClusterNode, ClusterView, RaftListen};
+use zonegate_net::listen::ListenConfig;
+use zonegate_net::sign::{KeyRing, Purpose};
+use zonegate_net::tls::{ServerTls, TlsFiles};
 
 use crate::config::Config;
 use crate::node::drain;
@@ -146,26 +148,70 @@ pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
 /// [`start`] with [`ServeOptions`].
 pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<RunningNode> {
     let cfg = Arc::new(cfg);
+    let budgets = Budgets::from_fd_limit(zonegate_net::listen::raise_fd_limit());
     let data = data_listeners(cfg.node.listen)?;
     let admin_l = bind(cfg.node.admin_listen, "node.admin_listen").await?;
     let data_addr = data[0].local_addr()?;
     let admin_addr = admin_l.local_addr()?;
 
-    let (cluster, view_rx) = control_plane(&cfg, opts).await?;
-    // Pins are signed with the cluster secret, so every node honours every
-    // other node's pins; a standalone node without one signs with a random
-    // key of its own (its pins are only ever read by itself).
-    let pin_secret = std::env::var(SECRET_ENV)
+    let (cluster, view_rx) = control_plane(&cfg, opts, budgets.raft).await?;
+    // Pins are signed with a key derived from the cluster secret, so every
+    // node honours every other node's pins; a standalone node without one
+    // signs with a random key of its own (its pins are only ever read by
+    // itself).
+    let pin_keys = match std::env::var(SECRET_ENV)
         .ok()
         .filter(|s| !s.trim().is_empty())
-        .unwrap_or_else(|| format!("{:032x}", fastrand::u128(..)));
+    {
+        Some(secrets) => KeyRing::derive(&secrets, Purpose::Pin)
+            .map_err(|e| anyhow::anyhow!("{SECRET_ENV}: {e}"))?,
+        None => KeyRing::random(Purpose::Pin),
+    };
     let gateway = Arc::new(Gateway::new(
         Arc::clone(&cfg),
         view_rx,
         cluster.clone(),
-        pin_secret.as_bytes(),
+        pin_keys,
         Metrics::new(),
     ));
+    let server_tls = |files: &Option<TlsFiles>, what: &str| {
+        files
+            .clone()
+            .map(|f| ServerTls::load(f, &[b"h2", b"http/1.1"]))
+            .transpose()
+            .with_context(|| format!("{what}.tls"))
+    };
+    let data_listen = ListenConfig {
+        name: "data",
+        tls: server_tls(&cfg.node.tls, "node")?,
+        limits: cfg.node.limits.resolve(budgets.data),
+        stats: Arc::default(),
+    };
+    let admin_listen = ListenConfig {
+        name: "admin",
+        tls: server_tls(&cfg.admin.tls, "admin")?,
+        limits: cfg.admin.limits.resolve(budgets.admin),
+        stats: Arc::default(),
+    };
+    {
+        let mut listeners = gateway.listeners.lock();
+        for l in [&data_listen, &admin_listen] {
+            listeners.push((l.name, Arc::clone(&l.stats), l.limits.max_connections));
+        }
+        if let Some(node) = &gateway.cluster {
+            listeners.push((
+                "raft",
+                node.raft_listener_stats(),
+                node.raft_max_connections(),
+            ));
+        }
+    }
+    let reloadable: Vec<Arc<ServerTls>> = [&data_listen.tls, &admin_listen.tls]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .chain(gateway.cluster.as_ref().and_then(|n| n.raft_tls()))
+        .collect();
 
     let (stop, _) = watch::channel(false);
     let (data_stop, _) = watch::channel(false);
@@ -179,19 +225,24 @@ pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<Runni
             middleware::from_fn_with_state(Arc::clone(&gateway), drain::track),
         );
         let stopped = data_stop.subscribe();
+        let listen = data_listen.clone();
         threads.push(
             std::thread::Builder::new()
                 .name(format!("zonegate-data-{i}"))
-                .spawn(move || data_plane_thread(listener, app, stopped))
+                .spawn(move || data_plane_thread(listener, app, listen, stopped))
                 .context("cannot start a data-plane thread")?,
         );
     }
     // The admin API shares the main runtime with probes and Raft.
-    tasks.spawn(serve_admin(
+    tasks.spawn(zonegate_net::listen::serve(
         admin_l,
         admin::router(Arc::clone(&gateway)),
+        admin_listen,
         stop.subscribe(),
     ));
+    if !reloadable.is_empty() {
+        tasks.spawn(reload_certificates(reloadable, stop.subscribe()));
+    }
     if let Some(node) = &gateway.cluster {
         let gw = Arc::downgrade(&gateway);
         node.set_observation_source(Arc::new(move || {
@@ -222,8 +273,9 @@ pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<Runni
 async fn control_plane(
     cfg: &Config,
     opts: ServeOptions,
+    raft_budget: usize,
 ) -> anyhow::Result<(Option<Arc<ClusterNode>>, watch::Receiver<Arc<ClusterView>>)> {
-    if let Some(node) = start_cluster(cfg, opts).await? {
+    if let Some(node) = start_cluster(cfg, opts, raft_budget).await? {
         let view = node.view();
         return Ok((Some(Arc::new(node)), view));
     }
@@ -273,18 +325,76 @@ fn ready_requires_leader(app: axum::Router, gw: &Arc<Gateway>) -> axum::Router {
     ))
 }
 
-/// Serves the admin API until `stop` turns true.
-async fn serve_admin(listener: TcpListener, app: axum::Router, mut stop: watch::Receiver<bool>) {
-    let shutdown = async move {
-        let _ = stop.wait_for(|s| *s).await;
-    };
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-    {
-        tracing::error!("admin listener failed: {e}");
+/// Each listener's connection budget by default, from the open-files
+/// limit (raised to the hard limit first): the admin API and Raft keep
+/// their own small budgets; the data plane gets half of what is left,
+/// since every proxied request also holds a connection to a backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Budgets {
+    data: usize,
+    admin: usize,
+    raft: usize,
+}
+
+impl Budgets {
+    fn from_fd_limit(fds: u64) -> Self {
+        let fds = usize::try_from(fds).unwrap_or(usize::MAX);
+        let (admin, raft) = (256, 512);
+        // Headroom for the store, logs, probes and the process itself.
+        let spare = fds.saturating_sub(admin + raft + 256);
+        Self {
+            data: (spare / 2).max(64),
+            admin,
+            raft,
+        }
     }
 }
+
+/// Reloads listener certificates when their files change (checked every
+/// few seconds) and on SIGHUP; a bad new file keeps the old certificate
+/// and says why.
+async fn reload_certificates(tls: Vec<Arc<ServerTls>>, mut stop: watch::Receiver<bool>) {
+    let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(
+                "cannot watch SIGHUP (certificates still reload when their files change): {e}"
+            );
+            None
+        }
+    };
+    let mut tick = tokio::time::interval(CERT_CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let forced = tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = tick.tick() => false,
+            Some(()) = async {
+                match hangup.as_mut() {
+                    Some(h) => h.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => true,
+        };
+        for t in &tls {
+            let outcome = if forced {
+                t.reload().map(|()| true)
+            } else {
+                t.reload_if_changed()
+            };
+            match outcome {
+                Ok(true) => tracing::info!(tls = ?t, "certificate reloaded"),
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(tls = ?t, "certificate not reloaded, keeping the old one: {e}")
+                }
+            }
+        }
+    }
+}
+
+/// How often certificate files are checked for changes.
+const CERT_CHECK: Duration = Duration::from_secs(5);
 
 /// One data-plane listener per core on the same address (SO_REUSEPORT, so
 /// the kernel spreads connections over them), the nginx worker model: each
@@ -319,7 +429,8 @@ fn data_listeners(addr: SocketAddr) -> anyhow::Result<Vec<std::net::TcpListener>
 fn data_plane_thread(
     listener: std::net::TcpListener,
     app: axum::Router,
-    mut stopped: watch::Receiver<bool>,
+    listen: ListenConfig,
+    stopped: watch::Receiver<bool>,
 ) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -332,32 +443,24 @@ fn data_plane_thread(
         }
     };
     runtime.block_on(async move {
-        let listener = match TcpListener::from_std(listener) {
-            Ok(l) => l.tap_io(|tcp| {
-                let _ = tcp.set_nodelay(true);
-            }),
-            Err(e) => {
-                tracing::error!("data-plane listener failed: {e}");
-                return;
-            }
-        };
-        let shutdown = async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        };
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            tracing::error!("data-plane listener failed: {e}");
+        match TcpListener::from_std(listener) {
+            Ok(l) => zonegate_net::listen::serve(l, app, listen, stopped).await,
+            Err(e) => tracing::error!("data-plane listener failed: {e}"),
         }
     });
 }
 
-/// Env var holding the secret every Raft RPC carries.
+/// Env var holding the cluster secret (a comma-separated list while
+/// rotating: the first signs, any verifies). Raft and pin keys are derived
+/// from it; it is never sent.
 pub const SECRET_ENV: &str = "ZONEGATE_CLUSTER_SECRET";
 
 /// Starts this node's Raft member when `[[cluster.members]]` is set.
-async fn start_cluster(cfg: &Config, opts: ServeOptions) -> anyhow::Result<Option<ClusterNode>> {
+async fn start_cluster(
+    cfg: &Config,
+    opts: ServeOptions,
+    raft_budget: usize,
+) -> anyhow::Result<Option<ClusterNode>> {
     if cfg.members.is_empty() {
         return Ok(None);
     }
@@ -385,6 +488,8 @@ async fn start_cluster(cfg: &Config, opts: ServeOptions) -> anyhow::Result<Optio
         timing: cfg.cluster.timing.clone(),
         faults: None,
         rejoin: opts.rejoin,
+        tls: cfg.cluster.tls.clone(),
+        limits: cfg.cluster.limits.resolve(raft_budget),
     })
     .await
     .context("cannot start the control plane")?;
@@ -408,11 +513,18 @@ pub async fn run_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<()> {
     let (id, zone) = (cfg.node.id, cfg.node.zone.clone());
     let mut signals = super::lifecycle::StopSignals::install();
     let node = start_with(cfg, opts).await?;
+    let scheme = |tls: &Option<TlsFiles>| if tls.is_some() { "https" } else { "http" };
+    let cfg = &node.gateway.cfg;
     println!(
-        "zonegate: data plane listening on http://{}",
+        "zonegate: data plane listening on {}://{}",
+        scheme(&cfg.node.tls),
         node.data_addr
     );
-    println!("zonegate: admin listening on http://{}", node.admin_addr);
+    println!(
+        "zonegate: admin listening on {}://{}",
+        scheme(&cfg.admin.tls),
+        node.admin_addr
+    );
     tracing::info!(node = id, zone = %zone, data = %node.data_addr, admin = %node.admin_addr, "node serving");
     let mut amnesia = match &node.gateway.cluster {
         Some(c) => c.amnesia(),

@@ -230,7 +230,12 @@ metrics! {
     raft_has_leader: IntGauge = "zonegate_raft_has_leader", "1 while this node knows a Raft leader", [];
     raft_applied_index: IntGauge = "zonegate_raft_applied_index", "Last Raft log index this node applied", [];
     raft_quorum_ack_age: Gauge = "zonegate_raft_quorum_ack_age_seconds", "On the leader: seconds since a quorum last acknowledged it (0 on other nodes)", [];
-    raft_rpc_refused: IntCounterVec = "zonegate_raft_rpc_refused_total", "Raft RPCs and values refused before reaching Raft, by reason (bad_secret, not_a_member, sender_mismatch, bad_body, newer_format)", ["reason"];
+    raft_rpc_refused: IntCounterVec = "zonegate_raft_rpc_refused_total", "Raft RPCs and values refused before reaching Raft, by reason (unsigned, unknown_key, bad_signature, stale, replayed, bad_certificate, slow_body, not_a_member, sender_mismatch, bad_body, wrong_cluster, amnesia, newer_format)", ["reason"];
+    listener_connections: IntGaugeVec = "zonegate_listener_connections", "Open connections per listener (data, admin, raft)", ["listener"];
+    listener_connection_limit: IntGaugeVec = "zonegate_listener_connection_limit", "Connection budget per listener: past it new connections are closed at accept", ["listener"];
+    listener_accepted: IntCounterVec = "zonegate_listener_accepted_total", "Connections accepted within the listener's budget", ["listener"];
+    listener_refused: IntCounterVec = "zonegate_listener_refused_total", "Connections closed at accept because the listener's budget was full", ["listener"];
+    listener_closed: IntCounterVec = "zonegate_listener_closed_total", "Connections closed by the listener, by reason (idle, header_timeout, tls_failed)", ["listener", "reason"];
     cluster_view_age: Gauge = "zonegate_cluster_view_age_seconds", "Time since this node last heard from a leader with a quorum (-1 before it ever did)", [];
     cluster_leader_contact: IntGauge = "zonegate_cluster_leader_contact", "1 while this node heard from a leader with a quorum within three election timeouts", [];
     decisions: IntCounterVec = "zonegate_decisions_total", "Decisions proposed through this node's admin API, by outcome", ["kind", "outcome"];

@@ -66,6 +66,11 @@ fallback = ["{small}"]
 
 [health]
 interval = "1s"
+
+# The demo's nodes talk over loopback; a real cluster uses [cluster.tls]
+# (see SECURITY.md).
+[cluster]
+allow_plaintext = true
 "#,
         id = node.id,
         zone = node.zone,

@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod tls;
+
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -192,10 +194,23 @@ pub fn write_member_config(
             "admin_listen = \"127.0.0.1:0\"",
             &format!("admin_listen = \"{}\"", me.admin),
         );
-    let config = format!("{base}{}{rest}", members_toml(members));
+    let config = format!("{base}{}{}", members_toml(members), plaintext_cluster(rest));
     let path = dir.join("gateway.toml");
     std::fs::write(&path, config).expect("write config");
     path
+}
+
+/// `rest` with `[cluster] allow_plaintext = true`: test clusters talk
+/// over loopback without TLS (the TLS tests configure `[cluster.tls]`
+/// themselves).
+pub fn plaintext_cluster(rest: &str) -> String {
+    if rest.contains("[cluster.tls]") {
+        rest.to_owned()
+    } else if rest.contains("[cluster]\n") {
+        rest.replacen("[cluster]\n", "[cluster]\nallow_plaintext = true\n", 1)
+    } else {
+        format!("{rest}\n[cluster]\nallow_plaintext = true\n")
+    }
 }
 
 pub fn members_toml(members: &[MemberSpec]) -> String {
@@ -265,9 +280,22 @@ impl NodeProcess {
         rest: &str,
         args: &[&str],
     ) -> NodeProcess {
+        Self::start_member_secret(dir, me, members, rest, args, CLUSTER_SECRET).await
+    }
+
+    /// Like [`NodeProcess::start_member_with`], with `secret` as
+    /// `ZONEGATE_CLUSTER_SECRET` (a rotation's `new,old`).
+    pub async fn start_member_secret(
+        dir: tempfile::TempDir,
+        me: &MemberSpec,
+        members: &[MemberSpec],
+        rest: &str,
+        args: &[&str],
+        secret: &str,
+    ) -> NodeProcess {
         let path = write_member_config(dir.path(), me, members, rest);
         let mut cmd = command();
-        cmd.env("ZONEGATE_CLUSTER_SECRET", CLUSTER_SECRET);
+        cmd.env("ZONEGATE_CLUSTER_SECRET", secret);
         cmd.arg("serve").arg("--config").arg(&path).args(args);
         let proc = spawn_listening(cmd, 2, Duration::from_secs(30))
             .await

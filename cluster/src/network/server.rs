@@ -1,25 +1,28 @@
 //! The Raft RPC server: an axum router that authenticates each call, checks
 //! the sender's identity, and hands the request to the local Raft node.
 //!
-//! Architecture Invariant: a call without the right secret, or from a node
-//! that is not a member, or whose vote names another node than the sender,
-//! is answered before the Raft node sees it, so it changes nothing.
+//! Architecture Invariant: a call without a valid, fresh, unreplayed
+//! signature, or from a node that is not a member (or, with mutual TLS,
+//! whose certificate does not name it), is refused before its body is
+//! read; one whose vote names another node than the sender is answered
+//! before the Raft node sees it. Either way it changes nothing.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use serde::Serialize;
-use subtle::ConstantTimeEq;
+use zonegate_net::listen::{self, BodyError, Peer};
+use zonegate_net::sign::{self, Call, KeyRing, SignError, Verifier, SIGNATURE_HEADER};
 
+use super::answer_digest_input;
 use super::wire::{
     NODE_HEADER, PATH_APPEND, PATH_HELLO, PATH_REJOIN, PATH_REPORT, PATH_SNAPSHOT, PATH_VOTE,
-    SECRET_HEADER,
 };
 use crate::clock::now_ms;
 use crate::codec::{self, Bounded};
@@ -30,15 +33,14 @@ use crate::roster::Roster;
 use crate::types::alias::{AppendEntriesRequest, InstallSnapshotRequest, Raft, Vote, VoteRequest};
 use crate::view::NodeId;
 
-/// A ceiling on every RPC body, above axum's 2 MiB default: the largest
-/// bodies are snapshot chunks (the node sets openraft's
-/// `snapshot_max_chunk_size` to 1 MiB) and append batches.
-const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
-
 /// What the RPC handlers share.
 pub struct RaftService {
     raft: Raft,
-    secret: Arc<str>,
+    node_id: NodeId,
+    verifier: Verifier,
+    /// Callers must present a client certificate naming them.
+    mutual_tls: bool,
+    body_read_timeout: std::time::Duration,
     members: Roster,
     failover: Option<Arc<Failover>>,
     identity: Option<Arc<Identity>>,
@@ -47,10 +49,20 @@ pub struct RaftService {
 }
 
 impl RaftService {
-    pub(crate) fn new(raft: Raft, secret: Arc<str>, members: Roster) -> Self {
+    pub(crate) fn new(
+        raft: Raft,
+        node_id: NodeId,
+        keys: KeyRing,
+        members: Roster,
+        mutual_tls: bool,
+        body_read_timeout: std::time::Duration,
+    ) -> Self {
         Self {
             raft,
-            secret,
+            node_id,
+            verifier: Verifier::new(keys),
+            mutual_tls,
+            body_read_timeout,
             members,
             failover: None,
             identity: None,
@@ -86,14 +98,20 @@ pub fn router(service: Arc<RaftService>) -> Router {
         .route(PATH_REPORT, post(report))
         .route(PATH_HELLO, post(hello))
         .route(PATH_REJOIN, post(rejoin))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(service)
 }
 
 /// Why a call was turned away before reaching Raft.
 #[derive(Debug)]
 enum Refusal {
-    BadSecret,
+    /// Unsigned, badly signed, stale or replayed.
+    Signature(SignError),
+    /// Mutual TLS: the client certificate does not name the sender.
+    PeerCertificate {
+        sender: NodeId,
+    },
+    /// The body did not arrive in time, or exceeds the endpoint's limit.
+    Body(BodyError),
     UnknownSender,
     SenderMismatch {
         sender: NodeId,
@@ -114,21 +132,31 @@ enum Refusal {
 }
 
 /// The `reason` labels of refused calls, in [`REFUSED`]'s order.
-const REFUSAL_REASONS: [&str; 6] = [
-    "bad_secret",
+const REFUSAL_REASONS: [&str; 12] = [
+    "unsigned",
     "not_a_member",
     "sender_mismatch",
     "bad_body",
     "wrong_cluster",
     "amnesia",
+    "unknown_key",
+    "bad_signature",
+    "stale",
+    "replayed",
+    "bad_certificate",
+    "slow_body",
 ];
 
 /// Calls refused by this process's Raft servers, per reason.
-static REFUSED: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+static REFUSED: [AtomicU64; 12] = [const { AtomicU64::new(0) }; 12];
 
 /// How many Raft RPCs and reports this process refused before they reached
-/// Raft, per reason (`bad_secret`, `not_a_member`, `sender_mismatch`: a
-/// vote or report naming another node, `bad_body`: undecodable,
+/// Raft, per reason (`unsigned`, `unknown_key`, `bad_signature`, `stale`,
+/// `replayed`: the signature checks; `bad_certificate`: a client
+/// certificate not naming the sender; `slow_body`: a body not received in
+/// time; `not_a_member`, `sender_mismatch`: a
+/// vote or report naming another node, `bad_body`: undecodable or over the
+/// endpoint's limit,
 /// `wrong_cluster`: another cluster id, `amnesia`: this node lost its
 /// store and a member knows it held the id), plus
 /// `newer_format`: values in a newer format version, refused by any decode
@@ -150,7 +178,16 @@ impl Refusal {
     /// counted elsewhere (a newer format version, by the codec).
     fn counter(&self) -> Option<usize> {
         match self {
-            Refusal::BadSecret => Some(0),
+            Refusal::Signature(e) => Some(match e.reason() {
+                "unknown_key" => 6,
+                "bad_signature" => 7,
+                "stale" => 8,
+                "replayed" => 9,
+                _ => 0,
+            }),
+            Refusal::PeerCertificate { .. } => Some(10),
+            Refusal::Body(BodyError::TooLarge) => Some(3),
+            Refusal::Body(_) => Some(11),
             Refusal::UnknownSender => Some(1),
             Refusal::SenderMismatch { .. } | Refusal::ReportMismatch { .. } => Some(2),
             Refusal::BadBody(codec::CodecError::NewerFormat { .. })
@@ -171,9 +208,28 @@ impl IntoResponse for Refusal {
         // Debug, not warn: a misconfigured peer retries every backoff
         // interval and must not flood the log.
         match self {
-            Refusal::BadSecret => {
-                tracing::debug!("raft rpc refused: bad cluster secret");
-                (StatusCode::UNAUTHORIZED, "bad cluster secret").into_response()
+            Refusal::Signature(e) => {
+                tracing::debug!(error = %e, "raft rpc refused: signature");
+                (StatusCode::UNAUTHORIZED, e.to_string()).into_response()
+            }
+            Refusal::PeerCertificate { sender } => {
+                tracing::debug!(
+                    sender,
+                    "raft rpc refused: the client certificate does not name the sender"
+                );
+                (
+                    StatusCode::FORBIDDEN,
+                    "the client certificate does not name the sending member",
+                )
+                    .into_response()
+            }
+            Refusal::Body(e) => {
+                tracing::debug!(error = %e, "raft rpc refused: body");
+                let status = match e {
+                    BodyError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+                    _ => StatusCode::REQUEST_TIMEOUT,
+                };
+                (status, e.to_string()).into_response()
             }
             Refusal::UnknownSender => {
                 tracing::debug!("raft rpc refused: sender is not a member");
@@ -217,24 +273,126 @@ impl IntoResponse for Refusal {
     }
 }
 
-/// Check the secret (constant time) and that the sender is a member.
-fn authenticate(service: &RaftService, headers: &HeaderMap) -> Result<NodeId, Refusal> {
-    let given = headers
-        .get(SECRET_HEADER)
-        .map(|v| v.as_bytes())
-        .unwrap_or_default();
-    if !bool::from(given.ct_eq(service.secret.as_bytes())) {
-        return Err(Refusal::BadSecret);
-    }
-    let sender = headers
+/// A call that passed authentication: who sent it, the nonce its answer
+/// is bound to, and its body.
+struct Received {
+    sender: NodeId,
+    nonce: String,
+    /// The key the call was signed with; its answer is signed with it too.
+    kid: String,
+    path: &'static str,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+/// Authenticates a call before its body is read: a valid, fresh,
+/// unreplayed signature over a member's node id, and with mutual TLS a client
+/// certificate naming that member. Then reads the body (at most `limit`
+/// bytes, within the body-read timeout) and checks it against its signed
+/// digest.
+async fn receive(
+    service: &RaftService,
+    req: Request,
+    path: &'static str,
+    limit: usize,
+) -> Result<Received, Refusal> {
+    let (parts, body) = req.into_parts();
+    // An unsigned or badly signed call is a 401 whoever it claims to be;
+    // the signature covers the claimed node id.
+    let sender = parts
+        .headers
         .get(NODE_HEADER)
         .and_then(|v| v.to_str().ok())
-        .and_then(|s| s.parse::<NodeId>().ok())
+        .and_then(|s| s.parse::<NodeId>().ok());
+    let signature = parts
+        .headers
+        .get(SIGNATURE_HEADER)
+        .and_then(|v| v.to_str().ok());
+    let call = Call {
+        method: parts.method.as_str(),
+        path,
+        node: sender.unwrap_or_default(),
+    };
+    let signed = service
+        .verifier
+        .check_head(signature, call, now_ms())
+        .map_err(Refusal::Signature)?;
+    let sender = sender
+        .filter(|s| service.members.contains(*s))
         .ok_or(Refusal::UnknownSender)?;
-    if !service.members.contains(sender) {
-        return Err(Refusal::UnknownSender);
+    if service.mutual_tls {
+        let named = parts
+            .extensions
+            .get::<Peer>()
+            .and_then(|p| p.certs.as_ref())
+            .and_then(|c| c.first())
+            .is_some_and(|cert| zonegate_net::tls::names_member(cert, sender));
+        if !named {
+            return Err(Refusal::PeerCertificate { sender });
+        }
     }
-    Ok(sender)
+    let body = listen::read_body(
+        axum::body::Body::new(body),
+        limit,
+        service.body_read_timeout,
+    )
+    .await
+    .map_err(Refusal::Body)?;
+    sign::check_body(&signed, &body).map_err(Refusal::Signature)?;
+    Ok(Received {
+        sender,
+        nonce: signed.nonce,
+        kid: signed.kid,
+        path,
+        headers: parts.headers,
+        body,
+    })
+}
+
+impl RaftService {
+    /// The answer to an authenticated call: `result`'s body or refusal,
+    /// this node's identity headers, and a signature over all of them
+    /// bound to the call's nonce.
+    async fn answer(&self, call: &Received, result: Result<Response, Refusal>) -> Response {
+        let answer = with_identity(self, result.unwrap_or_else(IntoResponse::into_response));
+        let (mut parts, body) = answer.into_parts();
+        // Answers are built from bytes already in memory.
+        let Ok(body) = axum::body::to_bytes(body, usize::MAX).await else {
+            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+        };
+        let header = |name: &str| {
+            parts
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let digest_input =
+            answer_digest_input(&body, &header(CLUSTER_HEADER), &header(JOINED_HEADER));
+        let me = Call {
+            method: "POST",
+            path: call.path,
+            node: self.node_id,
+        };
+        let key = self
+            .verifier
+            .ring()
+            .find(&call.kid)
+            .unwrap_or_else(|| self.verifier.ring().signer());
+        let signature = sign::sign_answer(
+            key,
+            parts.status.as_u16(),
+            me,
+            &call.nonce,
+            &digest_input,
+            now_ms(),
+        );
+        if let Ok(v) = HeaderValue::from_str(&signature.header()) {
+            parts.headers.insert(SIGNATURE_HEADER, v);
+        }
+        Response::from_parts(parts, axum::body::Body::from(body))
+    }
 }
 
 /// A vote names the candidate or leader that sent it; anything else is a
@@ -296,95 +454,116 @@ fn reply<T: Serialize>(answer: &T) -> Response {
     }
 }
 
-async fn append(
-    State(service): State<Arc<RaftService>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, Refusal> {
-    let sender = authenticate(&service, &headers)?;
-    let req: AppendEntriesRequest = decode(&body)?;
-    check_vote(sender, &req.vote)?;
-    admit(&service, sender, &headers).await?;
-    let result = service.raft.append_entries(req).await;
-    if matches!(&result, Ok(r) if !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_)))
-    {
-        *crate::lock::lock(&service.leader_contact) = Some(std::time::Instant::now());
-    }
-    let answer = reply(&result);
-    Ok(with_identity(&service, answer))
+/// One authenticated RPC: receive (authenticate, read the body), decode
+/// the message, `handle` it, and answer signed. Every refusal after
+/// authentication is signed too, so the caller can tell it from a forgery.
+async fn serve_call<T: Bounded>(
+    service: &RaftService,
+    req: Request,
+    path: &'static str,
+    handle: impl AsyncFnOnce(&Received, T) -> Result<Response, Refusal>,
+) -> Response {
+    let call = match receive(service, req, path, T::LIMIT).await {
+        Ok(c) => c,
+        Err(r) => return r.into_response(),
+    };
+    let result = match decode::<T>(&call.body) {
+        Ok(message) => handle(&call, message).await,
+        Err(r) => Err(r),
+    };
+    service.answer(&call, result).await
 }
 
-async fn vote(
-    State(service): State<Arc<RaftService>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, Refusal> {
-    let sender = authenticate(&service, &headers)?;
-    let req: VoteRequest = decode(&body)?;
-    check_vote(sender, &req.vote)?;
-    admit(&service, sender, &headers).await?;
-    if service.identity.as_ref().is_some_and(|i| i.rejoining()) {
-        return Err(Refusal::Rejoining);
-    }
-    let answer = reply(&service.raft.vote(req).await);
-    Ok(with_identity(&service, answer))
+async fn append(State(service): State<Arc<RaftService>>, req: Request) -> Response {
+    serve_call(&service, req, PATH_APPEND, async |call, rpc: AppendEntriesRequest| {
+        check_vote(call.sender, &rpc.vote)?;
+        admit(&service, call.sender, &call.headers).await?;
+        let result = service.raft.append_entries(rpc).await;
+        if matches!(&result, Ok(r) if !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_)))
+        {
+            *crate::lock::lock(&service.leader_contact) = Some(std::time::Instant::now());
+        }
+        Ok(reply(&result))
+    })
+    .await
 }
 
-async fn snapshot(
-    State(service): State<Arc<RaftService>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, Refusal> {
-    let sender = authenticate(&service, &headers)?;
-    let req: InstallSnapshotRequest = decode(&body)?;
-    check_vote(sender, &req.vote)?;
-    admit(&service, sender, &headers).await?;
-    let answer = reply(&service.raft.install_snapshot(req).await);
-    Ok(with_identity(&service, answer))
+async fn vote(State(service): State<Arc<RaftService>>, req: Request) -> Response {
+    serve_call(&service, req, PATH_VOTE, async |call, rpc: VoteRequest| {
+        check_vote(call.sender, &rpc.vote)?;
+        admit(&service, call.sender, &call.headers).await?;
+        if service.identity.as_ref().is_some_and(|i| i.rejoining()) {
+            return Err(Refusal::Rejoining);
+        }
+        Ok(reply(&service.raft.vote(rpc).await))
+    })
+    .await
+}
+
+async fn snapshot(State(service): State<Arc<RaftService>>, req: Request) -> Response {
+    serve_call(
+        &service,
+        req,
+        PATH_SNAPSHOT,
+        async |call, rpc: InstallSnapshotRequest| {
+            check_vote(call.sender, &rpc.vote)?;
+            admit(&service, call.sender, &call.headers).await?;
+            Ok(reply(&service.raft.install_snapshot(rpc).await))
+        },
+    )
+    .await
 }
 
 /// A node's zone observations: handed to the detector, answered with the
 /// leader's latest assessment (or `leader: false`).
-async fn report(
-    State(service): State<Arc<RaftService>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, Refusal> {
-    let sender = authenticate(&service, &headers)?;
-    let report: Report = decode(&body)?;
-    if let Some(identity) = &service.identity {
-        let theirs = headers.get(CLUSTER_HEADER).and_then(|v| v.to_str().ok());
-        identity.check(theirs).map_err(Refusal::Identity)?;
-    }
-    if report.node != sender {
-        return Err(Refusal::ReportMismatch {
-            sender,
-            named: report.node,
-        });
-    }
-    let failover = service.failover.as_ref().ok_or(Refusal::NoDetector)?;
-    let zone = service
-        .members
-        .get(sender)
-        .map(|m| m.zone.clone())
-        .ok_or(Refusal::UnknownSender)?;
-    let leading_term = {
-        let m = service.raft.metrics();
-        let m = m.borrow();
-        (m.state == openraft::ServerState::Leader).then_some(m.current_term)
-    };
-    let answer = reply(&failover.receive(leading_term, &zone, &report, now_ms()));
-    Ok(with_identity(&service, answer))
+async fn report(State(service): State<Arc<RaftService>>, req: Request) -> Response {
+    serve_call(&service, req, PATH_REPORT, async |call, report: Report| {
+        if let Some(identity) = &service.identity {
+            let theirs = call
+                .headers
+                .get(CLUSTER_HEADER)
+                .and_then(|v| v.to_str().ok());
+            identity.check(theirs).map_err(Refusal::Identity)?;
+        }
+        let sender = call.sender;
+        if report.node != sender {
+            return Err(Refusal::ReportMismatch {
+                sender,
+                named: report.node,
+            });
+        }
+        let failover = service.failover.as_ref().ok_or(Refusal::NoDetector)?;
+        let zone = service
+            .members
+            .get(sender)
+            .map(|m| m.zone.clone())
+            .ok_or(Refusal::UnknownSender)?;
+        let leading_term = {
+            let m = service.raft.metrics();
+            let m = m.borrow();
+            (m.state == openraft::ServerState::Leader).then_some(m.current_term)
+        };
+        Ok(reply(&failover.receive(
+            leading_term,
+            &zone,
+            &report,
+            now_ms(),
+        )))
+    })
+    .await
 }
 
 /// The start-up check of a node without a store: this node's cluster id
 /// and joined set, in headers.
-async fn hello(
-    State(service): State<Arc<RaftService>>,
-    headers: HeaderMap,
-) -> Result<Response, Refusal> {
-    authenticate(&service, &headers)?;
-    Ok(with_identity(&service, StatusCode::OK.into_response()))
+async fn hello(State(service): State<Arc<RaftService>>, req: Request) -> Response {
+    match receive(&service, req, PATH_HELLO, 0).await {
+        Ok(call) => {
+            service
+                .answer(&call, Ok(StatusCode::OK.into_response()))
+                .await
+        }
+        Err(r) => r.into_response(),
+    }
 }
 
 /// A rejoining member asks the leader for its next step: a voter in the
@@ -394,15 +573,20 @@ async fn hello(
 /// (openraft refuses a second while one is in flight; the member asks
 /// again). Answers 202 when a change was started or none is needed yet,
 /// 409 when this node does not lead.
-async fn rejoin(
-    State(service): State<Arc<RaftService>>,
-    headers: HeaderMap,
-) -> Result<Response, Refusal> {
+async fn rejoin(State(service): State<Arc<RaftService>>, req: Request) -> Response {
+    let call = match receive(&service, req, PATH_REJOIN, 0).await {
+        Ok(c) => c,
+        Err(r) => return r.into_response(),
+    };
+    let answer = start_rejoin_step(&service, call.sender);
+    service.answer(&call, Ok(answer)).await
+}
+
+fn start_rejoin_step(service: &RaftService, sender: NodeId) -> Response {
     use openraft::ChangeMembers;
-    let sender = authenticate(&service, &headers)?;
     let m = service.raft.metrics().borrow().clone();
     if m.state != openraft::ServerState::Leader {
-        return Ok((StatusCode::CONFLICT, "not the leader").into_response());
+        return (StatusCode::CONFLICT, "not the leader").into_response();
     }
     let membership = m.membership_config.membership();
     let is_voter = membership.voter_ids().any(|id| id == sender);
@@ -444,5 +628,5 @@ async fn rejoin(
             }
         });
     }
-    Ok(StatusCode::ACCEPTED.into_response())
+    StatusCode::ACCEPTED.into_response()
 }

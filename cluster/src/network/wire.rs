@@ -1,7 +1,5 @@
 //! The wire contract both sides of Raft RPC share: paths and headers.
 
-/// Header carrying the shared cluster secret.
-pub const SECRET_HEADER: &str = "x-zonegate-cluster-secret";
 /// Header carrying the sending node's id.
 pub const NODE_HEADER: &str = "x-zonegate-node-id";
 

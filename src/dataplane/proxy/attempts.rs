@@ -363,7 +363,14 @@ async fn attempt(
         deadline: req.deadline,
         detect_context_length: !model.cfg.context_fallback.is_empty(),
     };
-    forward::attempt(&gw.upstream(t.connect), uri, headers, payload, limits).await
+    forward::attempt(
+        &gw.upstream(t.connect, &backend.tls),
+        uri,
+        headers,
+        payload,
+        limits,
+    )
+    .await
 }
 
 /// How a request's effective zone did, for the zone observations the

@@ -59,7 +59,7 @@ fn served(gw: &Gateway, req: RequestFacts, w: &Winner<'_>, attempts: u32) -> Ser
     let pin_token = req
         .session
         .filter(|_| gw.cfg.affinity.zone_pin)
-        .and_then(|s| pin(gw, s, &req.home));
+        .map(|s| pin(gw, &req.tenant, s, &req.home));
     Served {
         pin_token,
         tenant: req.tenant,

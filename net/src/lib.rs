@@ -1,0 +1,7 @@
+//! zonegate's ports, shared by the data plane, the admin API and Raft:
+//! listeners with budgets and timeouts ([`listen`]), TLS material that
+//! reloads ([`tls`]), and signed calls between members ([`sign`]).
+
+pub mod listen;
+pub mod sign;
+pub mod tls;

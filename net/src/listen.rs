@@ -1,0 +1,484 @@
+//! Serving one listener: optional TLS, HTTP/1.1 and HTTP/2, a connection
+//! budget, a header-read (and TLS handshake) timeout and an idle timeout,
+//! and a graceful stop. Every port of a node (data plane, admin, Raft) is
+//! served here, each with its own budget, so a flood on one never takes
+//! the others' file descriptors.
+//!
+//! Architecture Invariant: a connection counts against its listener's
+//! budget from accept to close; over the budget a new connection is closed
+//! at once (never queued), and is counted.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::Router;
+use http::Request;
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use rustls::pki_types::CertificateDer;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tower::ServiceExt;
+
+use crate::tls::ServerTls;
+
+/// A listener's limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Open connections at most; more are closed at accept.
+    pub max_connections: usize,
+    /// From a connection's first byte of a request head (or of the TLS
+    /// handshake) to the complete head.
+    pub header_read_timeout: Duration,
+    /// A connection with no request in flight and no bytes read for this
+    /// long is closed.
+    pub idle_timeout: Duration,
+    /// Reading one request body, start to end (applied by the handlers
+    /// that read bodies, see [`Limits::body_read_timeout`]).
+    pub body_read_timeout: Duration,
+}
+
+impl Limits {
+    /// The defaults for a listener allowed `max_connections`.
+    pub fn with_max(max_connections: usize) -> Self {
+        Self {
+            max_connections,
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            body_read_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Counters of one listener (shared by its accept loops on every thread).
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub open: AtomicUsize,
+    pub accepted: AtomicU64,
+    /// Closed at accept: over the budget.
+    pub refused: AtomicU64,
+    /// Closed for silence with no request in flight.
+    pub closed_idle: AtomicU64,
+    /// Closed because a request head (or the TLS handshake) was not
+    /// complete within the header-read timeout.
+    pub closed_header_timeout: AtomicU64,
+    /// TLS handshakes that failed (a plain-HTTP client, a bad or missing
+    /// client certificate, garbage).
+    pub tls_failed: AtomicU64,
+}
+
+/// One listener's settings.
+#[derive(Clone, Debug)]
+pub struct ListenConfig {
+    /// `data`, `admin` or `raft`: in logs and metric labels.
+    pub name: &'static str,
+    pub tls: Option<Arc<ServerTls>>,
+    pub limits: Limits,
+    pub stats: Arc<Stats>,
+}
+
+/// Who is at the other end of a request's connection: a request extension
+/// every handler can read.
+#[derive(Clone, Debug)]
+pub struct Peer {
+    pub addr: SocketAddr,
+    /// The client's certificate chain, when it presented one over TLS.
+    pub certs: Option<Arc<Vec<CertificateDer<'static>>>>,
+}
+
+/// Serves `app` on `listener` until `stop` turns true; then stops
+/// accepting, lets each connection finish its in-flight requests (HTTP/1
+/// closes after the current response, HTTP/2 sends GOAWAY), and returns
+/// once every connection is closed.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    config: ListenConfig,
+    mut stop: watch::Receiver<bool>,
+) {
+    let config = Arc::new(config);
+    // Each connection task holds a sender; all dropped = all closed.
+    let (alive, mut closed) = mpsc::channel::<()>(1);
+    let mut last_accept_error: Option<Instant> = None;
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = stopped(&mut stop) => break,
+            a = listener.accept() => a,
+        };
+        let (stream, addr) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // EMFILE and friends: the connection stays in the backlog;
+                // pause instead of spinning, and say so at most once a second.
+                if last_accept_error.is_none_or(|t| t.elapsed() > Duration::from_secs(1)) {
+                    tracing::warn!(listener = config.name, "accept error: {e}");
+                    last_accept_error = Some(Instant::now());
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let stats = &config.stats;
+        if stats.open.fetch_add(1, Ordering::AcqRel) >= config.limits.max_connections {
+            stats.open.fetch_sub(1, Ordering::AcqRel);
+            stats.refused.fetch_add(1, Ordering::Relaxed);
+            drop(stream);
+            continue;
+        }
+        stats.accepted.fetch_add(1, Ordering::Relaxed);
+        let _ = stream.set_nodelay(true);
+        let open = Open(Arc::clone(&config.stats));
+        let (app, config, stop, alive) = (
+            app.clone(),
+            Arc::clone(&config),
+            stop.clone(),
+            alive.clone(),
+        );
+        tokio::spawn(async move {
+            connection(stream, addr, app, &config, stop).await;
+            drop((open, alive));
+        });
+    }
+    drop(alive);
+    let _ = closed.recv().await;
+}
+
+/// Resolves once `stop` is true (or its sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Decrements the open count when a connection ends, however it ends.
+struct Open(Arc<Stats>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+async fn connection(
+    stream: TcpStream,
+    addr: SocketAddr,
+    app: Router,
+    config: &ListenConfig,
+    stop: watch::Receiver<bool>,
+) {
+    let state = Arc::new(ConnState::new());
+    match &config.tls {
+        None => {
+            let peer = Peer { addr, certs: None };
+            let io = Watched::new(stream, Arc::clone(&state));
+            serve_connection(io, peer, app, config, state, stop).await;
+        }
+        Some(tls) => {
+            let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
+            let handshake =
+                tokio::time::timeout(config.limits.header_read_timeout, acceptor.accept(stream))
+                    .await;
+            let stream = match handshake {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    config.stats.tls_failed.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(listener = config.name, %addr, "TLS handshake failed: {e}");
+                    return;
+                }
+                Err(_) => {
+                    config
+                        .stats
+                        .closed_header_timeout
+                        .fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            };
+            let certs = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .map(|c| Arc::new(c.iter().map(|c| c.clone().into_owned()).collect()));
+            let peer = Peer { addr, certs };
+            let io = Watched::new(stream, Arc::clone(&state));
+            serve_connection(io, peer, app, config, state, stop).await;
+        }
+    }
+}
+
+async fn serve_connection<I>(
+    io: Watched<I>,
+    peer: Peer,
+    app: Router,
+    config: &ListenConfig,
+    state: Arc<ConnState>,
+    mut stop: watch::Receiver<bool>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let svc_state = Arc::clone(&state);
+    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        req.extensions_mut().insert(peer.clone());
+        let guard = InFlight::begin(Arc::clone(&svc_state));
+        let app = app.clone();
+        async move {
+            let resp = app.oneshot(req.map(Body::new)).await?;
+            Ok::<_, std::convert::Infallible>(resp.map(|body| {
+                Body::new(Tracked {
+                    body,
+                    _guard: guard,
+                })
+            }))
+        }
+    });
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    let mut stopping = false;
+    loop {
+        let check_at = state.next_check(&config.limits);
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            _ = stopped(&mut stop), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = tokio::time::sleep_until(check_at) => {
+                let counter = match state.verdict(&config.limits, Instant::now()) {
+                    Verdict::Keep => continue,
+                    Verdict::Idle => &config.stats.closed_idle,
+                    Verdict::HeaderTimeout => &config.stats.closed_header_timeout,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                // HTTP/2 gets its GOAWAY; a half-sent head is just dropped.
+                conn.as_mut().graceful_shutdown();
+                let _ = tokio::time::timeout(Duration::from_secs(1), conn.as_mut()).await;
+                return;
+            }
+        }
+    }
+}
+
+/// What the watchdog of one connection knows: requests in flight, when
+/// bytes last came in, and since when a request head is pending.
+struct ConnState {
+    epoch: Instant,
+    in_flight: AtomicUsize,
+    /// Milliseconds since `epoch` of the last read or response end.
+    last_activity_ms: AtomicU64,
+    /// Milliseconds since `epoch` (+1) of the first byte read while no
+    /// request was in flight; 0 when no head is pending.
+    head_since_ms: AtomicU64,
+}
+
+enum Verdict {
+    Keep,
+    Idle,
+    HeaderTimeout,
+}
+
+impl ConnState {
+    fn new() -> Self {
+        Self {
+            epoch: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            last_activity_ms: AtomicU64::new(0),
+            head_since_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    fn on_read(&self) {
+        let now = self.ms();
+        self.last_activity_ms.store(now, Ordering::Relaxed);
+        if self.in_flight.load(Ordering::Relaxed) == 0 {
+            let _ = self.head_since_ms.compare_exchange(
+                0,
+                now + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    fn at(&self, ms: u64) -> Instant {
+        self.epoch + Duration::from_millis(ms)
+    }
+
+    /// When the watchdog looks next: the earliest deadline that could fire.
+    fn next_check(&self, limits: &Limits) -> Instant {
+        if self.in_flight.load(Ordering::Relaxed) > 0 {
+            return Instant::now() + limits.idle_timeout;
+        }
+        let idle = self.at(self.last_activity_ms.load(Ordering::Relaxed)) + limits.idle_timeout;
+        match self.head_since_ms.load(Ordering::Relaxed) {
+            0 => idle,
+            since => idle.min(self.at(since - 1) + limits.header_read_timeout),
+        }
+        // A deadline in the past fires at once; the verdict decides.
+        .max(Instant::now() + Duration::from_millis(5))
+    }
+
+    fn verdict(&self, limits: &Limits, now: Instant) -> Verdict {
+        if self.in_flight.load(Ordering::Relaxed) > 0 {
+            return Verdict::Keep;
+        }
+        let head = self.head_since_ms.load(Ordering::Relaxed);
+        if head != 0 && now >= self.at(head - 1) + limits.header_read_timeout {
+            return Verdict::HeaderTimeout;
+        }
+        if now >= self.at(self.last_activity_ms.load(Ordering::Relaxed)) + limits.idle_timeout {
+            return Verdict::Idle;
+        }
+        Verdict::Keep
+    }
+}
+
+/// A request from its head until its response body is done (or dropped).
+struct InFlight(Arc<ConnState>);
+
+impl InFlight {
+    fn begin(state: Arc<ConnState>) -> Self {
+        state.in_flight.fetch_add(1, Ordering::Relaxed);
+        state.head_since_ms.store(0, Ordering::Relaxed);
+        Self(state)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let s = &self.0;
+        s.last_activity_ms.store(s.ms(), Ordering::Relaxed);
+        s.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A response body that holds its request's [`InFlight`] until it ends.
+struct Tracked {
+    body: Body,
+    _guard: InFlight,
+}
+
+impl http_body::Body for Tracked {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// An I/O stream that tells its [`ConnState`] when bytes come in.
+struct Watched<I> {
+    inner: I,
+    state: Arc<ConnState>,
+}
+
+impl<I> Watched<I> {
+    fn new(inner: I, state: Arc<ConnState>) -> Self {
+        Self { inner, state }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.state.on_read();
+        }
+        polled
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// Raises the soft open-files limit to the hard limit; returns the new
+/// soft limit (what the listeners' budgets must stay under).
+pub fn raise_fd_limit() -> u64 {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!("cannot raise the open-files limit: {e}");
+            rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(1024, |(soft, _)| soft)
+        }
+    }
+}
+
+/// Reads a request body whole, at most `limit` bytes within `timeout`.
+pub async fn read_body(
+    body: Body,
+    limit: usize,
+    timeout: Duration,
+) -> Result<axum::body::Bytes, BodyError> {
+    let limited = http_body_util::Limited::new(body, limit);
+    match tokio::time::timeout(timeout, http_body_util::BodyExt::collect(limited)).await {
+        Err(_) => Err(BodyError::Timeout),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge),
+        Ok(Err(e)) => Err(BodyError::Read(e.to_string())),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+    }
+}
+
+/// Why a body could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    #[error("the request body was not received in time")]
+    Timeout,
+    #[error("the request body is larger than this endpoint accepts")]
+    TooLarge,
+    #[error("reading the request body failed: {0}")]
+    Read(String),
+}
