@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use support::*;
 
 const BULK_KEY: &str = "test-key-bulk";
+const SCORED_KEY: &str = "test-key-scored";
 
 /// A `[[tenants]]` entry with its own key.
 fn tenant(name: &str, key: &str, priority: &str, quota: &str) -> String {
@@ -150,9 +151,10 @@ async fn over_quota_is_a_429_in_openai_shape_with_rate_limit_headers() {
 async fn a_streamed_answers_usage_corrects_the_token_bucket() {
     let mock = Mock::start("a1", "az-a", &[MODEL]).await;
     let rest = format!(
-        "{}{}",
+        "{}{}{}",
         mock.backend_toml(&[MODEL]),
-        tenant("bulk", BULK_KEY, "P0", "quota = { tpm = 6000 }")
+        tenant("bulk", BULK_KEY, "P0", "quota = { tpm = 6000 }"),
+        tenant("scored", SCORED_KEY, "P0", "quota = { tpm = 6000 }")
     );
     // 6000 tokens a minute: 100 a second, one second of burst.
     let node = start("az-a", None, "quota = { tpm = 6000 }", &rest).await;
@@ -173,6 +175,19 @@ async fn a_streamed_answers_usage_corrects_the_token_bucket() {
     assert!(text.contains("\"completion_tokens\":64"), "{text}");
     // Corrected to 72 tokens: the next request is admitted at once.
     let next = node.chat().json(&chat_body(8, false)).send().await.unwrap();
+    assert_eq!(next.status(), 200, "{:?}", next.text().await);
+
+    // A stream that cannot be continued (log probabilities asked for) is
+    // relayed unread, but its usage chunk still corrects the charge.
+    let mut scored = stream(true);
+    scored["logprobs"] = json!(true);
+    let resp = post(&node, SCORED_KEY, &scored).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let _ = resp.text().await.unwrap();
+    let next = post(&node, SCORED_KEY, &chat_body(8, false))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(next.status(), 200, "{:?}", next.text().await);
 
     // Without usage, the charge is corrected only to what the bytes
