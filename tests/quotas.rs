@@ -141,6 +141,35 @@ async fn over_quota_is_a_429_in_openai_shape_with_rate_limit_headers() {
         ),
         1.0
     );
+    // Every response of the limited tenant carries its limits.
+    let models = client()
+        .get(format!("{}/v1/models", node.data))
+        .bearer_auth(API_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(header(&models, "x-ratelimit-limit-requests"), Some("6"));
+
+    // `zonegate ctl quotas`, as on-call reads it.
+    let out = tokio::process::Command::new(bin())
+        .args([
+            "ctl",
+            "--admin",
+            &node.admin,
+            "--token",
+            ADMIN_TOKEN,
+            "quotas",
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("TENANT") && text.contains("deptA"), "{text}");
+    assert!(text.contains("rpm=1"), "the rejection is counted: {text}");
+    assert!(text.contains("unlimited"), "bulk has no quota: {text}");
+
     let q = node.admin_get("/admin/v1/quotas").await;
     assert_eq!(q["tenants"][0]["tenant"], "deptA");
     assert_eq!(q["tenants"][0]["zones"][0]["nodes"][0]["limits"]["rpm"], 6);

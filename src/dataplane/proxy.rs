@@ -55,16 +55,23 @@ pub fn router(gw: Arc<Gateway>) -> Router {
 }
 
 async fn models(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
-    if let Err(e) = authenticate(&gw, &headers) {
-        return e.into_response();
-    }
+    let tenant = match authenticate(&gw, &headers) {
+        Ok(t) => t,
+        Err(e) => return e.into_response(),
+    };
+    // Every response of a limited tenant carries its rate limits.
+    let limits = gw
+        .quotas
+        .headers(tenant_index(&gw, tenant), crate::clock::now_ns());
     let routes = gw.routes.load();
     let data: Vec<_> = routes
         .model_names()
         .into_iter()
         .map(|m| json!({"id": m, "object": "model", "created": 0, "owned_by": "zonegate"}))
         .collect();
-    Json(json!({"object": "list", "data": data})).into_response()
+    let mut resp = Json(json!({"object": "list", "data": data})).into_response();
+    quota::set_headers(resp.headers_mut(), &limits);
+    resp
 }
 
 /// Ready when at least one backend can take a request.
