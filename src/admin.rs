@@ -163,8 +163,6 @@ fn refresh_metrics(gw: &Gateway) {
     use crate::telemetry::metrics::{mirror, retain, set_state};
     let m = &gw.metrics;
     let _one_scrape_at_a_time = m.scrape_guard();
-    // Quota allocations follow the view even when no request came.
-    gw.quotas.refresh(&gw.view.borrow().clone());
     for (name, stats, limit) in gw.listeners.lock().iter() {
         use std::sync::atomic::Ordering::Relaxed;
         let l = [*name];
@@ -193,6 +191,8 @@ fn refresh_metrics(gw: &Gateway) {
             );
         }
     }
+    // Quota allocations follow the view even when no request came.
+    gw.quotas.refresh(&gw.view.borrow().clone());
     if let Some(node) = &gw.cluster {
         let s = node.status();
         m.raft_term.set(i64::try_from(s.term).unwrap_or(i64::MAX));

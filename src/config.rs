@@ -199,8 +199,8 @@ struct RawBackend {
     metrics_path: Option<String>,
     #[serde(default)]
     model_names: BTreeMap<String, String>,
-    capacity: Option<u32>,
     tls: Option<RawBackendTls>,
+    capacity: Option<u32>,
 }
 
 fn one() -> u32 {
@@ -453,11 +453,11 @@ pub struct BackendConfig {
     pub metrics_path: Option<String>,
     /// Logical model name → the backend's own name, where they differ.
     pub model_names: HashMap<String, String>,
+    /// How an `https://` backend is verified.
+    pub tls: BackendTls,
     /// Capacity units this backend carries (a request costs 1, a long one
     /// `quotas.long_request_units`); `None` when undeclared.
     pub capacity: Option<u32>,
-    /// How an `https://` backend is verified.
-    pub tls: BackendTls,
 }
 
 /// How a stream that broke after bytes reached the client is continued

@@ -394,8 +394,8 @@ mod tests {
             health_path: "/health".into(),
             metrics_path: None,
             model_names: HashMap::new(),
-            capacity: None,
             tls: BackendTls::default(),
+            capacity: None,
         };
         Backend::new(&cfg, &HealthConfig::default(), 0)
     }
