@@ -9,6 +9,8 @@
 #   TLS=1 benches/load.sh              # also zonegate over HTTPS: HTTP/1.1 keep-alive (wrk),
 #                                      # HTTP/2 (h2load, if installed), and new connections
 #                                      # per request (wrk, Connection: close)
+#   QUOTA=1 benches/load.sh            # the tenant has rpm/tpm/concurrency quotas far above the
+#                                      # load: every request pays the whole quota stage (and headers)
 #
 # Needs nginx and wrk (`apt-get install nginx wrk`; TLS=1 also openssl, and
 # h2load from nghttp2-client for the HTTP/2 row); this is a benchmark,
@@ -81,6 +83,7 @@ data_dir = "$WORK/data"
 [[tenants]]
 name = "bench"
 key_sha256 = "$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)"
+$( [ "${QUOTA:-0}" = 1 ] && echo 'quota = { rpm = 1000000000, tpm = 1000000000000, concurrency = 100000 }' )
 [[backends]]
 name = "static"
 zone = "az-a"

@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use support::*;
 
 const BULK_KEY: &str = "test-key-bulk";
+const SCORED_KEY: &str = "test-key-scored";
 
 /// A `[[tenants]]` entry with its own key.
 fn tenant(name: &str, key: &str, priority: &str, quota: &str) -> String {
@@ -46,6 +47,7 @@ fn config(
                 &format!("admin_listen = \"{}\"", me.admin),
             );
         base.push_str(&members_toml(members));
+        // Test clusters talk over loopback without TLS.
         return format!("{base}{}", plaintext_cluster(rest));
     }
     format!("{base}{rest}")
@@ -139,6 +141,35 @@ async fn over_quota_is_a_429_in_openai_shape_with_rate_limit_headers() {
         ),
         1.0
     );
+    // Every response of the limited tenant carries its limits.
+    let models = client()
+        .get(format!("{}/v1/models", node.data))
+        .bearer_auth(API_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(header(&models, "x-ratelimit-limit-requests"), Some("6"));
+
+    // `zonegate ctl quotas`, as on-call reads it.
+    let out = tokio::process::Command::new(bin())
+        .args([
+            "ctl",
+            "--admin",
+            &node.admin,
+            "--token",
+            ADMIN_TOKEN,
+            "quotas",
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("TENANT") && text.contains("deptA"), "{text}");
+    assert!(text.contains("rpm=1"), "the rejection is counted: {text}");
+    assert!(text.contains("unlimited"), "bulk has no quota: {text}");
+
     let q = node.admin_get("/admin/v1/quotas").await;
     assert_eq!(q["tenants"][0]["tenant"], "deptA");
     assert_eq!(q["tenants"][0]["zones"][0]["nodes"][0]["limits"]["rpm"], 6);
@@ -149,9 +180,10 @@ async fn over_quota_is_a_429_in_openai_shape_with_rate_limit_headers() {
 async fn a_streamed_answers_usage_corrects_the_token_bucket() {
     let mock = Mock::start("a1", "az-a", &[MODEL]).await;
     let rest = format!(
-        "{}{}",
+        "{}{}{}",
         mock.backend_toml(&[MODEL]),
-        tenant("bulk", BULK_KEY, "P0", "quota = { tpm = 6000 }")
+        tenant("bulk", BULK_KEY, "P0", "quota = { tpm = 6000 }"),
+        tenant("scored", SCORED_KEY, "P0", "quota = { tpm = 6000 }")
     );
     // 6000 tokens a minute: 100 a second, one second of burst.
     let node = start("az-a", None, "quota = { tpm = 6000 }", &rest).await;
@@ -172,6 +204,19 @@ async fn a_streamed_answers_usage_corrects_the_token_bucket() {
     assert!(text.contains("\"completion_tokens\":64"), "{text}");
     // Corrected to 72 tokens: the next request is admitted at once.
     let next = node.chat().json(&chat_body(8, false)).send().await.unwrap();
+    assert_eq!(next.status(), 200, "{:?}", next.text().await);
+
+    // A stream that cannot be continued (log probabilities asked for) is
+    // relayed unread, but its usage chunk still corrects the charge.
+    let mut scored = stream(true);
+    scored["logprobs"] = json!(true);
+    let resp = post(&node, SCORED_KEY, &scored).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let _ = resp.text().await.unwrap();
+    let next = post(&node, SCORED_KEY, &chat_body(8, false))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(next.status(), 200, "{:?}", next.text().await);
 
     // Without usage, the charge is corrected only to what the bytes
@@ -526,22 +571,26 @@ async fn failover_overflows_into_the_target_p0_keeps_its_rate_and_p2_is_shed_fir
         .await
         .unwrap();
     assert!(resp.status().is_success(), "{:?}", resp.text().await);
-    let admin = nodes[0].admin.clone();
-    eventually(
-        Duration::from_secs(20),
-        "az-a's allocation restored",
-        || {
-            let admin = admin.clone();
-            async move {
-                let q = get_json(&format!("{admin}/admin/v1/quotas"), Some(ADMIN_TOKEN)).await;
-                q["tenants"][0]["overflow"]
-                    .as_array()
-                    .is_some_and(|o| o.is_empty())
-                    && own_rpm(&q, 1) == a_before
-            }
-        },
-    )
-    .await;
+    // Every node back on the previous table (each applies the failback in
+    // its own time).
+    for node in &nodes {
+        let admin = node.admin.clone();
+        eventually(
+            Duration::from_secs(20),
+            "az-a's allocation restored on every node",
+            || {
+                let admin = admin.clone();
+                async move {
+                    let q = get_json(&format!("{admin}/admin/v1/quotas"), Some(ADMIN_TOKEN)).await;
+                    q["tenants"][0]["overflow"]
+                        .as_array()
+                        .is_some_and(|o| o.is_empty())
+                        && own_rpm(&q, 1) == a_before
+                }
+            },
+        )
+        .await;
+    }
     phase.store(3, std::sync::atomic::Ordering::Relaxed);
     tokio::time::sleep(Duration::from_secs(5)).await;
     let after = nodes[0].admin_get("/admin/v1/quotas").await;

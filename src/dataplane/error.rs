@@ -38,7 +38,7 @@ pub enum ApiError {
         message: String,
         kind: &'static str,
         retry_after_s: u64,
-        headers: Vec<(&'static str, String)>,
+        headers: Box<crate::dataplane::quota::RateHeaders>,
     },
     /// Shed for zone capacity: a lower priority than the zone can still
     /// carry (429), or the zone is full even for P0 (`full`, 503).
@@ -47,7 +47,7 @@ pub enum ApiError {
         message: String,
         full: bool,
         retry_after_s: u64,
-        headers: Vec<(&'static str, String)>,
+        headers: Box<crate::dataplane::quota::RateHeaders>,
     },
     #[error("{message}")]
     UpstreamFailed { message: String },
@@ -192,22 +192,30 @@ mod tests {
 
     #[tokio::test]
     async fn quota_refusals_are_openai_rate_limit_errors_with_headers() {
-        let headers = vec![
-            ("x-ratelimit-limit-requests", "60".to_owned()),
-            ("x-ratelimit-remaining-requests", "0".to_owned()),
-            ("x-ratelimit-reset-requests", "1s".to_owned()),
-        ];
+        let headers: crate::dataplane::quota::RateHeaders = [
+            ("x-ratelimit-limit-requests", "60"),
+            ("x-ratelimit-remaining-requests", "0"),
+            ("x-ratelimit-reset-requests", "1s"),
+        ]
+        .into_iter()
+        .map(|(n, v)| {
+            (
+                http::HeaderName::from_static(n),
+                HeaderValue::from_static(v),
+            )
+        })
+        .collect();
         let resp = ApiError::RateLimited {
             message: "Rate limit reached".into(),
             kind: "requests",
             retry_after_s: 2,
-            headers: headers.clone(),
+            headers: Box::new(headers.clone()),
         }
         .into_response();
         assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(resp.headers()[header::RETRY_AFTER], "2");
         for (name, value) in &headers {
-            assert_eq!(resp.headers()[*name], value.as_str());
+            assert_eq!(&resp.headers()[name], value);
         }
         let bytes = resp.into_body().collect().await.unwrap().to_bytes();
         let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
@@ -218,7 +226,7 @@ mod tests {
             message: "shed".into(),
             full,
             retry_after_s: 1,
-            headers: Vec::new(),
+            headers: Box::default(),
         };
         assert_eq!(shed(false).status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(shed(true).status(), StatusCode::SERVICE_UNAVAILABLE);

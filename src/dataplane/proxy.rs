@@ -55,16 +55,25 @@ pub fn router(gw: Arc<Gateway>) -> Router {
 }
 
 async fn models(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
-    if let Err(e) = authenticate(&gw.cfg(), &headers) {
-        return e.into_response();
-    }
+    let cfg = gw.cfg_arc();
+    let tenant = match authenticate(&cfg, &headers) {
+        Ok(t) => t,
+        Err(e) => return e.into_response(),
+    };
+    // Every response of a limited tenant carries its rate limits.
+    let limits = gw
+        .quotas
+        .load()
+        .headers(tenant_index(&gw, tenant), crate::clock::now_ns());
     let routes = gw.routes.load();
     let data: Vec<_> = routes
         .model_names()
         .into_iter()
         .map(|m| json!({"id": m, "object": "model", "created": 0, "owned_by": "zonegate"}))
         .collect();
-    Json(json!({"object": "list", "data": data})).into_response()
+    let mut resp = Json(json!({"object": "list", "data": data})).into_response();
+    quota::set_headers(resp.headers_mut(), &limits);
+    resp
 }
 
 /// Ready when at least one backend can take a request.
@@ -109,7 +118,7 @@ async fn handle(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
             // Every response of a limited tenant carries its rate limits.
             let limits = match (&e, tenant) {
                 (ApiError::RateLimited { .. } | ApiError::CapacityExceeded { .. }, _)
-                | (_, None) => Vec::new(),
+                | (_, None) => http::HeaderMap::new(),
                 (_, Some(t)) => gw
                     .quotas
                     .load()

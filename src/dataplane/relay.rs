@@ -112,7 +112,8 @@ struct Relay {
     /// Plain bodies: bytes left by `Content-Length`; hyper stops polling
     /// once it wrote them, so the end is reported when they are handed over.
     remaining: Option<u64>,
-    /// A plain body's `usage`, read when the body came in one chunk.
+    /// A plain body's `usage`, read when the body came in one chunk, or
+    /// the usage chunk of an event stream without a transcript.
     usage: Option<Usage>,
     /// Body bytes handed to the client so far (the token estimate of an
     /// answer without `usage`).
@@ -223,6 +224,11 @@ impl Relay {
         };
         let whole = framer.push(data).map_err(|_| "oversized_event")?;
         let Some(transcript) = self.transcript.as_mut() else {
+            // Not continuable: passed on unread, but a final usage chunk
+            // still settles the tenant's token charge.
+            if let Some(u) = sse::events_usage(&whole) {
+                self.usage = Some(u);
+            }
             return Ok(whole);
         };
         if let Some(splice) = self.splice.as_mut() {

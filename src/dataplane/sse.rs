@@ -219,6 +219,17 @@ pub fn parse(event: &[u8]) -> Event<'_> {
     }
 }
 
+/// The `usage` a run of whole events carries (a stream's final usage
+/// chunk), if any: one substring search first, so the chunks without it
+/// (all but the last) cost no parse. For streams without a transcript
+/// (not continuable), whose events are otherwise passed on unread.
+pub fn events_usage(whole: &Bytes) -> Option<Usage> {
+    memchr::memmem::find(whole, b"\"usage\"")?;
+    events(whole)
+        .filter_map(|e| data_payload(&e).and_then(body_usage))
+        .last()
+}
+
 /// The payload of an event's single `data:` line (OpenAI-style servers
 /// send one per event); `None` for events without data.
 fn data_payload(event: &[u8]) -> Option<&[u8]> {
@@ -835,6 +846,24 @@ mod tests {
             run(&mut s, &mut t, &[chunk("x", "tok0 ", Some("stop"))]),
             Err(Mismatch)
         );
+    }
+
+    #[test]
+    fn the_usage_of_a_run_of_events_is_found_without_a_transcript() {
+        let text = Bytes::from_static(
+            b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n",
+        );
+        assert_eq!(
+            events_usage(&text),
+            Some(Usage {
+                prompt_tokens: 7,
+                completion_tokens: 3
+            })
+        );
+        let none = Bytes::from_static(b"data: {\"choices\":[]}\n\n");
+        assert_eq!(events_usage(&none), None);
+        let null = Bytes::from_static(b"data: {\"choices\":[],\"usage\":null}\n\n");
+        assert_eq!(events_usage(&null), None);
     }
 
     #[test]

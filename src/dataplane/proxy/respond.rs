@@ -16,7 +16,7 @@ use crate::clock::now_ms;
 use crate::dataplane::affinity::PIN_HEADER;
 use crate::dataplane::backend::{Backend, InFlight};
 use crate::dataplane::forward;
-use crate::dataplane::quota::{self, Admission};
+use crate::dataplane::quota::Admission;
 use crate::dataplane::relay::{self, RelayHooks, RelayOptions, Resumed, StreamEnd};
 use crate::dataplane::request::RequestClass;
 use crate::dataplane::routing::PoolGuard;
@@ -116,6 +116,9 @@ pub(super) fn respond(
     let status = committed.status;
     let sse = forward::is_sse(&committed.headers);
     let mut headers = forward::downstream_headers(std::mem::take(&mut committed.headers));
+    // Room for zonegate's headers and a limited tenant's six rate-limit
+    // headers, so the map grows (and rehashes) at most once.
+    headers.reserve(16);
     forward::set_header(&mut headers, "x-zonegate-backend", &ctx.backend.name);
     forward::set_header(&mut headers, "x-zonegate-zone", ctx.backend.zone.as_str());
     forward::set_header(
@@ -134,7 +137,7 @@ pub(super) fn respond(
     if let Some(token) = &ctx.pin_token {
         forward::set_header(&mut headers, PIN_HEADER, token);
     }
-    quota::set_headers(&mut headers, &admission.headers);
+    admission.write_headers(&mut headers);
     if sse {
         model_handles.ttft.observe(started.elapsed().as_secs_f64());
     }
