@@ -164,7 +164,7 @@ h2() {
     -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" \
     -d "$WORK/body.json" "$1" 2>/dev/null | awk -v name="$2" '
       /finished in/ { rps = $4 }
-      /^requests:/ { failed = $8 }
+      /^requests:/ { failed = $10 }
       END { printf "%s %s - - %s 0\n", name, rps, failed }'
 }
 

@@ -1,0 +1,50 @@
+//! Applying a replicated config on a node: merge the cluster's sections
+//! into the node's file, validate, and build the route table reusing the
+//! live backends, for 1,000 backends (issue 12's target: ≤ 100 ms).
+//!
+//! ```sh
+//! cargo bench --bench reconfigure
+//! ```
+
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use zonegate::config::Config;
+use zonegate::dataplane::routing::Routes;
+
+fn node_file(backends: usize) -> String {
+    let mut s = String::from(
+        "[node]\nid = 1\nzone = \"az-a\"\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndata_dir = \"data\"\n\n[[tenants]]\nname = \"t\"\nkey_sha256 = \"2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae\"\n",
+    );
+    for i in 0..backends {
+        let zone = ["az-a", "az-b", "az-c"][i % 3];
+        s.push_str(&format!(
+            "\n[[backends]]\nname = \"b{i}\"\nzone = \"{zone}\"\nurl = \"http://10.0.{}.{}:8000\"\nmodels = [\"m{}\", \"shared\"]\n",
+            i / 250,
+            i % 250,
+            i % 20
+        ));
+    }
+    s
+}
+
+fn bench(c: &mut Criterion) {
+    let base = Config::parse("node.toml", &node_file(1_000)).expect("valid");
+    let old = Routes::build(&base, None);
+    // The next version: one backend more.
+    let next = format!(
+        "{}\n[[backends]]\nname = \"new\"\nzone = \"az-b\"\nurl = \"http://10.9.9.9:8000\"\nmodels = [\"shared\"]\n",
+        base.replicated_toml()
+    );
+    c.bench_function("apply_config/1000_backends", |b| {
+        b.iter(|| {
+            let cfg = base
+                .with_replicated(black_box(&next), 2, "cluster config v2")
+                .expect("valid");
+            black_box(Routes::build(&cfg, Some(&old)))
+        })
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
