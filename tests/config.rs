@@ -154,7 +154,12 @@ async fn a_config_applied_through_a_follower_reaches_every_node_and_rolls_back()
     .await;
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("config version 2"), "{out}");
+    let committed = std::time::Instant::now();
     all_serve(&cluster, "2").await;
+    eprintln!(
+        "config version 2 served by every node {:?} after the commit",
+        committed.elapsed()
+    );
     for n in cluster.running() {
         assert!(
             backend_state(n, "az-b-9").await.is_some(),

@@ -316,3 +316,144 @@ fn parse(headers: &HeaderMap, body: &Bytes) -> Result<ApplyBody, AdminError> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEAD: &str = r#"
+[node]
+id = 1
+zone = "az-a"
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+data_dir = "data"
+"#;
+
+    fn tenant(key: &str) -> String {
+        format!(
+            "\n[[tenants]]\nname = \"deptA\"\nkey_sha256 = \"{}\"\n",
+            crate::config::sha256_hex(key)
+        )
+    }
+
+    fn backend(name: &str, zone: &str, model: &str) -> String {
+        format!("\n[[backends]]\nname = \"{name}\"\nzone = \"{zone}\"\nurl = \"http://127.0.0.1:1\"\nmodels = [\"{model}\"]\n")
+    }
+
+    fn cfg(parts: &[String]) -> Config {
+        Config::parse("t.toml", &format!("{HEAD}{}", parts.concat())).unwrap()
+    }
+
+    fn view(failed_over: &[&str]) -> ClusterView {
+        let zones = [ZoneId::new("az-a"), ZoneId::new("az-b")];
+        let mut v = ClusterView::initial(zones.iter());
+        for z in failed_over {
+            v.zones.insert(
+                ZoneId::new(z),
+                zonegate_cluster::ZoneStatus::FailedOver {
+                    target: ZoneId::new("az-a"),
+                },
+            );
+        }
+        v
+    }
+
+    #[test]
+    fn the_config_rules_table() {
+        let old = cfg(&[
+            tenant("k1"),
+            backend("a1", "az-a", "m"),
+            backend("b1", "az-b", "m"),
+            backend("b2", "az-b", "x"),
+        ]);
+        let recent: BTreeSet<String> = ["deptA".to_owned()].into();
+        let none = BTreeSet::new();
+        // (name, new config, failed-over zones, recent tenants, rules tripped)
+        let cases: Vec<(&str, Config, &[&str], &BTreeSet<String>, Vec<&str>)> = vec![
+            (
+                "one backend more",
+                cfg(&[
+                    tenant("k1"),
+                    backend("a1", "az-a", "m"),
+                    backend("b1", "az-b", "m"),
+                    backend("b2", "az-b", "x"),
+                    backend("a2", "az-a", "m"),
+                ]),
+                &[],
+                &recent,
+                vec![],
+            ),
+            (
+                "az-b emptied",
+                cfg(&[
+                    tenant("k1"),
+                    backend("a1", "az-a", "m"),
+                    backend("a2", "az-a", "x"),
+                ]),
+                &[],
+                &recent,
+                vec!["zone_emptied"],
+            ),
+            (
+                "az-b emptied while failed over",
+                cfg(&[
+                    tenant("k1"),
+                    backend("a1", "az-a", "m"),
+                    backend("a2", "az-a", "x"),
+                ]),
+                &["az-b"],
+                &recent,
+                vec![],
+            ),
+            (
+                "x only in a failed-over zone",
+                old.clone(),
+                &["az-b"],
+                &recent,
+                vec!["model_without_backend"],
+            ),
+            (
+                "keys rotated away with traffic",
+                cfg(&[
+                    tenant("k2"),
+                    backend("a1", "az-a", "m"),
+                    backend("b1", "az-b", "m"),
+                    backend("b2", "az-b", "x"),
+                ]),
+                &[],
+                &recent,
+                vec!["tenant_keys_removed"],
+            ),
+            (
+                "keys rotated away, no traffic",
+                cfg(&[
+                    tenant("k2"),
+                    backend("a1", "az-a", "m"),
+                    backend("b1", "az-b", "m"),
+                    backend("b2", "az-b", "x"),
+                ]),
+                &[],
+                &none,
+                vec![],
+            ),
+        ];
+        for (name, new, failed, recent, want) in cases {
+            let p = plan(&old, &new, &view(failed), recent);
+            let got: Vec<&str> = p.rules.iter().map(|r| r.rule).collect();
+            assert_eq!(got, want, "{name}: {p:?}");
+        }
+        let p = plan(
+            &old,
+            &cfg(&[
+                tenant("k1"),
+                backend("a1", "az-a", "m"),
+                backend("b2", "az-b", "x"),
+            ]),
+            &view(&[]),
+            &none,
+        );
+        assert_eq!(p.removed.get("az-b/m"), Some(&vec!["b1".to_owned()]));
+        assert_eq!(p.sections, vec!["backends".to_owned()]);
+    }
+}
