@@ -8,26 +8,10 @@
 
 mod support;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use support::*;
-
-async fn ctl(admin: &str, args: &[&str]) -> (i32, String, String) {
-    let out = tokio::process::Command::new(bin())
-        .args(["ctl", "--admin", admin, "--token", ADMIN_TOKEN])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 async fn config_of(node: &NodeProcess) -> Value {
     node.admin_get("/admin/v1/config").await

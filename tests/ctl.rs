@@ -16,24 +16,6 @@ use serde_json::{json, Value};
 use support::*;
 use tokio::io::AsyncBufReadExt;
 
-/// Runs `zonegate ctl --admin URL --token T ARGS…` without a terminal;
-/// returns (exit code, stdout, stderr).
-async fn ctl(admin: &str, args: &[&str]) -> (i32, String, String) {
-    let out = tokio::process::Command::new(bin())
-        .args(["ctl", "--admin", admin, "--token", ADMIN_TOKEN])
-        .args(args)
-        .stdin(Stdio::null())
-        .env_remove("NO_COLOR")
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 async fn ctl_ok(admin: &str, args: &[&str]) -> String {
     let (code, out, err) = ctl(admin, args).await;
     assert_eq!(code, 0, "ctl {args:?} failed: {err}\n{out}");

@@ -243,6 +243,12 @@ impl NodeProcess {
         std::fs::write(&path, config).expect("write config");
         let mut cmd = command();
         cmd.arg("serve").arg("--config").arg(&path);
+        Self::spawned(cmd, dir).await
+    }
+
+    /// Runs `cmd` (a `serve`) until it announces its data and admin
+    /// addresses; `dir` holds its config and data.
+    async fn spawned(cmd: Command, dir: tempfile::TempDir) -> NodeProcess {
         let proc = spawn_listening(cmd, 2, Duration::from_secs(30))
             .await
             .expect("gateway starts");
@@ -297,15 +303,7 @@ impl NodeProcess {
         cmd.env("ZONEGATE_CLUSTER_SECRET", CLUSTER_SECRET);
         cmd.stderr(log);
         cmd.arg("serve").arg("--config").arg(&path);
-        let proc = spawn_listening(cmd, 2, Duration::from_secs(30))
-            .await
-            .expect("gateway member starts");
-        NodeProcess {
-            data: proc.urls[0].clone(),
-            admin: proc.urls[1].clone(),
-            dir,
-            proc,
-        }
+        Self::spawned(cmd, dir).await
     }
 
     /// Like [`NodeProcess::start_member_with`], with `secret` as
@@ -322,15 +320,7 @@ impl NodeProcess {
         let mut cmd = command();
         cmd.env("ZONEGATE_CLUSTER_SECRET", secret);
         cmd.arg("serve").arg("--config").arg(&path).args(args);
-        let proc = spawn_listening(cmd, 2, Duration::from_secs(30))
-            .await
-            .expect("gateway member starts");
-        NodeProcess {
-            data: proc.urls[0].clone(),
-            admin: proc.urls[1].clone(),
-            dir,
-            proc,
-        }
+        Self::spawned(cmd, dir).await
     }
 
     /// Starts `zonegate serve` with exactly `config`, written to
@@ -342,15 +332,7 @@ impl NodeProcess {
         let mut cmd = command();
         cmd.env("ZONEGATE_CLUSTER_SECRET", CLUSTER_SECRET);
         cmd.arg("serve").arg("--config").arg(&path);
-        let proc = spawn_listening(cmd, 2, Duration::from_secs(30))
-            .await
-            .expect("gateway starts");
-        NodeProcess {
-            data: proc.urls[0].clone(),
-            admin: proc.urls[1].clone(),
-            dir,
-            proc,
-        }
+        Self::spawned(cmd, dir).await
     }
 
     /// kill -9, and wait for the process to be gone.
@@ -567,4 +549,22 @@ impl TestCluster {
         )
         .await;
     }
+}
+
+/// Runs `zonegate ctl --admin URL --token T ARGS…` without a terminal;
+/// returns (exit code, stdout, stderr).
+pub async fn ctl(admin: &str, args: &[&str]) -> (i32, String, String) {
+    let out = tokio::process::Command::new(bin())
+        .args(["ctl", "--admin", admin, "--token", ADMIN_TOKEN])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .env_remove("NO_COLOR")
+        .output()
+        .await
+        .expect("ctl runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
