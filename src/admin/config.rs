@@ -370,7 +370,14 @@ data_dir = "data"
         let recent: BTreeSet<String> = ["deptA".to_owned()].into();
         let none = BTreeSet::new();
         // (name, new config, failed-over zones, recent tenants, rules tripped)
-        let cases: Vec<(&str, Config, &[&str], &BTreeSet<String>, Vec<&str>)> = vec![
+        type Case<'a> = (
+            &'a str,
+            Config,
+            &'a [&'a str],
+            &'a BTreeSet<String>,
+            Vec<&'a str>,
+        );
+        let cases: Vec<Case> = vec![
             (
                 "one backend more",
                 cfg(&[
