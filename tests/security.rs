@@ -156,8 +156,11 @@ async fn mtls_cluster(ca: &TestCa, admin_tls: bool) -> TestCluster {
     );
     if admin_tls {
         // The member certificate serves the admin API too: forwarded
-        // writes check the leader's name like Raft calls do.
-        rest.push_str("\n[admin.tls]\ncert = \"member.crt\"\nkey = \"member.key\"\n");
+        // writes check the leader's name like Raft calls do; callers must
+        // present a certificate from the cluster CA.
+        rest.push_str(
+            "\n[admin.tls]\ncert = \"member.crt\"\nkey = \"member.key\"\nclient_ca = \"ca.crt\"\n",
+        );
     }
     let members: Vec<MemberSpec> = ZONES
         .iter()
@@ -627,7 +630,22 @@ async fn idle_slow_and_excess_connections_are_shed_while_admin_and_raft_answer()
 async fn an_admin_api_over_tls_forwards_writes_to_the_leader_over_mutual_tls() {
     let ca = mtls_ca();
     let cluster = mtls_cluster(&ca, true).await;
-    let https = https_client(&ca);
+    // The operator's certificate, from the cluster CA.
+    let operator = ca.issue(&["oncall.example"]);
+    let operator_pem = format!("{}{}", operator.cert, operator.key);
+    let https = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.pem().as_bytes()).unwrap())
+        .identity(reqwest::Identity::from_pem(operator_pem.as_bytes()).unwrap())
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    // Without a client certificate the admin API is closed.
+    assert!(https_client(&ca)
+        .get(format!("{}/admin/v1/whoami", cluster.node(1).admin))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .is_err());
     let follower_admin = cluster.node(1).admin.clone();
     assert!(follower_admin.starts_with("https://"), "{follower_admin}");
     // Wait until node 1 sees a leader other than itself and reaches it.
@@ -667,10 +685,13 @@ async fn an_admin_api_over_tls_forwards_writes_to_the_leader_over_mutual_tls() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["leader"].as_u64(), Some(leader), "{body}");
 
-    // The operator's command line trusts the CA from ZONEGATE_CA_FILE.
+    // The operator's command line trusts the CA from ZONEGATE_CA_FILE and
+    // presents the certificate of ZONEGATE_CLIENT_CERT.
     let dir = tempfile::tempdir().unwrap();
     let ca_file = dir.path().join("ca.crt");
     std::fs::write(&ca_file, ca.pem()).unwrap();
+    let cert_file = dir.path().join("operator.pem");
+    std::fs::write(&cert_file, &operator_pem).unwrap();
     let out = tokio::process::Command::new(bin())
         .args([
             "ctl",
@@ -681,6 +702,7 @@ async fn an_admin_api_over_tls_forwards_writes_to_the_leader_over_mutual_tls() {
             "status",
         ])
         .env("ZONEGATE_CA_FILE", &ca_file)
+        .env("ZONEGATE_CLIENT_CERT", &cert_file)
         .output()
         .await
         .unwrap();
