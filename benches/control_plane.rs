@@ -66,7 +66,7 @@ async fn run() -> anyhow::Result<()> {
         std::fs::write(&path, config)?;
         let mut cmd = Command::new(exe);
         cmd.env("RUST_LOG", "error,openraft=off");
-        cmd.env(zonegate::node::start::SECRET_ENV, "bench-secret");
+        cmd.env(zonegate::node::start::SECRET_ENV, "bench-cluster-secret");
         cmd.arg("serve").arg("--config").arg(&path);
         gateways.push(Some(
             spawn_listening(cmd, 2, Duration::from_secs(30)).await?,

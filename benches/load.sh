@@ -6,6 +6,8 @@
 #   benches/load.sh                    # 32 connections, 15 s per target
 #   CONNECTIONS=64 DURATION=30 benches/load.sh
 #   CLUSTER=1 benches/load.sh          # zonegate as a Raft member (control plane running)
+#   APPLY=1 benches/load.sh            # also zonegate (a Raft member) while a replicated
+#                                      # config is applied every 0.2 s (zg-applying)
 #   TLS=1 benches/load.sh              # also zonegate over HTTPS: HTTP/1.1 keep-alive (wrk),
 #                                      # HTTP/2 (h2load, if installed), and new connections
 #                                      # per request (wrk, Connection: close)
@@ -90,16 +92,22 @@ zone = "az-a"
 url = "http://127.0.0.1:$BACKEND_PORT"
 models = ["bench"]
 CONF
+[ "${APPLY:-0}" = 1 ] && CLUSTER=1
 if [ "${CLUSTER:-0}" = 1 ]; then
   RAFT_PORT=$(free_port)
   cat >>"$WORK/zonegate.toml" <<CONF
+[[admin.tokens]]
+name = "bench"
+sha256 = "$(printf %s bench-admin | sha256sum | cut -d' ' -f1)"
+role = "operator"
+
 [[cluster.members]]
 id = 1
 zone = "az-a"
 raft = "127.0.0.1:$RAFT_PORT"
 admin = "127.0.0.1:$ADMIN_PORT"
 CONF
-  export ZONEGATE_CLUSTER_SECRET=bench-secret
+  export ZONEGATE_CLUSTER_SECRET=bench-cluster-secret
 fi
 # Access lines off for the throughput run, as nginx's access_log is off.
 RUST_LOG=warn "$BIN" serve --config "$WORK/zonegate.toml" >"$WORK/zonegate.log" 2>&1 &
@@ -172,6 +180,23 @@ RESULTS=$(
   run direct   "http://127.0.0.1:$BACKEND_PORT/v1/chat/completions"
   run nginx    "http://127.0.0.1:$NGINX_PORT/v1/chat/completions"
   run zonegate "http://127.0.0.1:$ZG_PORT/v1/chat/completions"
+  if [ "${APPLY:-0}" = 1 ]; then
+    # Two configs that differ only in [retry], applied in turn.
+    ctl() { "$BIN" ctl --admin "http://127.0.0.1:$ADMIN_PORT" --token bench-admin "$@"; }
+    ctl config show >"$WORK/base.toml"
+    printf '\n[retry]\nmax_attempts = 3\n' | cat "$WORK/base.toml" - >"$WORK/c0.toml"
+    printf '\n[retry]\nmax_attempts = 2\n' | cat "$WORK/base.toml" - >"$WORK/c1.toml"
+    # curl rather than ctl: the applier's own CPU should not be measured.
+    apply() {
+      curl -sf -o /dev/null -H "Authorization: Bearer bench-admin" -H "Content-Type: application/toml" \
+        --data-binary "@$1" "http://127.0.0.1:$ADMIN_PORT/admin/v1/config"
+    }
+    ( i=0; while :; do apply "$WORK/c$((i % 2)).toml" && echo ok >>"$WORK/applies"; i=$((i + 1)); sleep 0.2; done ) &
+    APPLIER=$!
+    run zg-applying "http://127.0.0.1:$ZG_PORT/v1/chat/completions"
+    kill "$APPLIER" 2>/dev/null || true
+    echo "(zg-applying: $(wc -l <"$WORK/applies" 2>/dev/null || echo 0) configs applied during the run)" >&2
+  fi
   if [ "${TLS:-0}" = 1 ]; then
     run zg-tls "https://127.0.0.1:$TLS_PORT/v1/chat/completions"
     if command -v h2load >/dev/null; then
