@@ -131,12 +131,13 @@ pub(crate) async fn run(api: &Api, json_out: bool, cmd: ConfigCmd) -> anyhow::Re
         }
         ConfigOp::History => {
             let v = api.call(Method::GET, "/admin/v1/config", None).await?;
-            let mut human = String::from("VERSION  WHEN (ms)        ACTOR           REASON\n");
+            let now = crate::clock::unix_ms();
+            let mut human = String::from("VERSION  AT (UTC)\n");
             for h in v["history"].as_array().into_iter().flatten() {
                 human.push_str(&format!(
-                    "{:<8} {:<16} {:<15} {}\n",
+                    "{:<8} {}  {}: {}\n",
                     h["version"],
-                    h["at_ms"],
+                    super::ctl::render::when(h["at_ms"].as_u64().unwrap_or(0), now),
                     h["actor"].as_str().unwrap_or("-"),
                     h["reason"].as_str().unwrap_or("-")
                 ));

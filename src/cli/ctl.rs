@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::{json, Value};
 
-mod render;
+pub(crate) mod render;
 mod watch;
 pub use render::{human_ms, render, when};
 

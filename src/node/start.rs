@@ -148,6 +148,12 @@ pub async fn start(cfg: Config) -> anyhow::Result<RunningNode> {
 /// [`start`] with [`ServeOptions`].
 pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<RunningNode> {
     let cfg = Arc::new(cfg);
+    for b in cfg.backends.iter().filter(|b| b.tls.insecure_skip_verify) {
+        tracing::warn!(
+            backend = %b.name,
+            "tls.insecure_skip_verify: this backend's certificate is not verified (the connection is encrypted, not authenticated)"
+        );
+    }
     let budgets = Budgets::from_fd_limit(zonegate_net::listen::raise_fd_limit());
     let data = data_listeners(cfg.node.listen)?;
     let admin_l = bind(cfg.node.admin_listen, "node.admin_listen").await?;
