@@ -249,6 +249,8 @@ async fn serve_connection<I>(
                 stopping = true;
                 conn.as_mut().graceful_shutdown();
             }
+            // A head begun or the last request ended: the deadlines moved.
+            () = state.moved.notified() => continue,
             _ = tokio::time::sleep_until(check_at) => {
                 let counter = match state.verdict(&config.limits, Instant::now()) {
                     Verdict::Keep => continue,
@@ -275,6 +277,9 @@ struct ConnState {
     /// Milliseconds since `epoch` (+1) of the first byte read while no
     /// request was in flight; 0 when no head is pending.
     head_since_ms: AtomicU64,
+    /// Wakes the watchdog when a head begins or the last request ends, so
+    /// it never sleeps past a header-read deadline that began meanwhile.
+    moved: tokio::sync::Notify,
 }
 
 enum Verdict {
@@ -290,6 +295,7 @@ impl ConnState {
             in_flight: AtomicUsize::new(0),
             last_activity_ms: AtomicU64::new(0),
             head_since_ms: AtomicU64::new(0),
+            moved: tokio::sync::Notify::new(),
         }
     }
 
@@ -300,13 +306,13 @@ impl ConnState {
     fn on_read(&self) {
         let now = self.ms();
         self.last_activity_ms.store(now, Ordering::Relaxed);
-        if self.in_flight.load(Ordering::Relaxed) == 0 {
-            let _ = self.head_since_ms.compare_exchange(
-                0,
-                now + 1,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
+        if self.in_flight.load(Ordering::Relaxed) == 0
+            && self
+                .head_since_ms
+                .compare_exchange(0, now + 1, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.moved.notify_one();
         }
     }
 
@@ -358,7 +364,9 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         let s = &self.0;
         s.last_activity_ms.store(s.ms(), Ordering::Relaxed);
-        s.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if s.in_flight.fetch_sub(1, Ordering::Relaxed) == 1 {
+            s.moved.notify_one();
+        }
     }
 }
 
@@ -481,4 +489,88 @@ pub enum BodyError {
     TooLarge,
     #[error("reading the request body failed: {0}")]
     Read(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Serves a one-route app with `limits`; returns its address.
+    async fn server(limits: Limits) -> (SocketAddr, Arc<Stats>, watch::Sender<bool>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let stats = Arc::new(Stats::default());
+        let config = ListenConfig {
+            name: "test",
+            tls: None,
+            limits,
+            stats: Arc::clone(&stats),
+        };
+        let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        let (stop, rx) = watch::channel(false);
+        tokio::spawn(serve(listener, app, config, rx));
+        (addr, stats, stop)
+    }
+
+    /// Reads until the server closes; how long that took.
+    async fn closed_after(s: &mut TcpStream) -> Duration {
+        use tokio::io::AsyncReadExt;
+        let started = Instant::now();
+        let mut buf = [0u8; 512];
+        while let Ok(n) = s.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+        started.elapsed()
+    }
+
+    #[tokio::test]
+    async fn a_head_begun_after_an_idle_pause_gets_the_header_timeout_not_the_idle_one() {
+        use tokio::io::AsyncWriteExt;
+        let limits = Limits {
+            max_connections: 16,
+            header_read_timeout: Duration::from_millis(300),
+            idle_timeout: Duration::from_secs(20),
+            body_read_timeout: Duration::from_secs(20),
+        };
+        let (addr, stats, _stop) = server(limits).await;
+        // Silent first, then a head that never ends.
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n")
+            .await
+            .expect("write");
+        assert!(closed_after(&mut s).await < Duration::from_secs(10));
+        // After a complete request on a keep-alive connection, the next
+        // head that never ends is timed out the same way.
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .expect("write");
+        let mut buf = [0u8; 256];
+        use tokio::io::AsyncReadExt;
+        let n = s.read(&mut buf).await.expect("answer");
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n")
+            .await
+            .expect("write");
+        assert!(closed_after(&mut s).await < Duration::from_secs(10));
+        assert_eq!(stats.closed_header_timeout.load(Ordering::Relaxed), 2);
+        assert_eq!(stats.closed_idle.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn over_the_budget_a_connection_is_closed_at_once() {
+        let (addr, stats, _stop) = server(Limits::with_max(1)).await;
+        let _held = TcpStream::connect(addr).await.expect("connect");
+        // The first connection is accepted before the second arrives.
+        while stats.accepted.load(Ordering::Relaxed) == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut refused = TcpStream::connect(addr).await.expect("connect");
+        assert!(closed_after(&mut refused).await < Duration::from_secs(10));
+        assert_eq!(stats.refused.load(Ordering::Relaxed), 1);
+    }
 }
