@@ -1252,6 +1252,25 @@ mod tests {
         assert!(printed.contains("<redacted>"));
     }
 
+    /// The bytes of an append batch of `MAX_PAYLOAD_ENTRIES` copies of
+    /// `largest`, with the largest ids.
+    fn full_batch(largest: Command) -> Vec<u8> {
+        use crate::types::alias::{AppendEntriesRequest, Entry};
+        let log_id = |i| openraft::LogId::new(openraft::CommittedLeaderId::new(u64::MAX, 1), i);
+        let request = AppendEntriesRequest {
+            vote: openraft::Vote::new_committed(u64::MAX, 1),
+            prev_log_id: Some(log_id(u64::MAX - 100)),
+            entries: (0..MAX_PAYLOAD_ENTRIES)
+                .map(|i| Entry {
+                    log_id: log_id(u64::MAX - 64 + i),
+                    payload: openraft::EntryPayload::Normal(largest.clone()),
+                })
+                .collect(),
+            leader_commit: Some(log_id(u64::MAX - 1)),
+        };
+        crate::codec::encode(&request).unwrap()
+    }
+
     #[test]
     fn a_full_append_batch_of_the_largest_valid_entries_decodes_within_its_limit() {
         use crate::codec::{self, limits};
@@ -1259,7 +1278,7 @@ mod tests {
             AutoLimits, Decision, MAX_ACTOR_BYTES, MAX_EVIDENCE_BYTES, MAX_REASON_BYTES,
             MAX_ZONE_BYTES,
         };
-        use crate::types::alias::{AppendEntriesRequest, Entry};
+        use crate::types::alias::AppendEntriesRequest;
         let zone = |c: &str| ZoneId::new(&c.repeat(MAX_ZONE_BYTES));
         let largest = Command::automatic(
             Decision::Failover {
@@ -1274,19 +1293,7 @@ mod tests {
         .with_evidence("z".repeat(MAX_EVIDENCE_BYTES))
         .stamped(u64::MAX);
         assert_eq!(largest.validate(), Ok(()));
-        let log_id = |i| openraft::LogId::new(openraft::CommittedLeaderId::new(u64::MAX, 1), i);
-        let request = AppendEntriesRequest {
-            vote: openraft::Vote::new_committed(u64::MAX, 1),
-            prev_log_id: Some(log_id(u64::MAX - 100)),
-            entries: (0..MAX_PAYLOAD_ENTRIES)
-                .map(|i| Entry {
-                    log_id: log_id(u64::MAX - 64 + i),
-                    payload: openraft::EntryPayload::Normal(largest.clone()),
-                })
-                .collect(),
-            leader_commit: Some(log_id(u64::MAX - 1)),
-        };
-        let bytes = codec::encode(&request).unwrap();
+        let bytes = full_batch(largest);
         // Far below the limit, so the body limit and timeouts never bite.
         assert!(bytes.len() * 16 < limits::APPEND, "{} bytes", bytes.len());
         let back: AppendEntriesRequest = codec::decode(&bytes).unwrap();
@@ -1297,7 +1304,7 @@ mod tests {
     fn a_full_append_batch_of_the_largest_configs_decodes_within_its_limit() {
         use crate::codec::{self, limits};
         use crate::command::{Decision, MAX_ACTOR_BYTES, MAX_CONFIG_BYTES, MAX_REASON_BYTES};
-        use crate::types::alias::{AppendEntriesRequest, Entry};
+        use crate::types::alias::AppendEntriesRequest;
         let largest = Command::decide(
             Decision::Config {
                 config_version: u64::MAX,
@@ -1309,19 +1316,7 @@ mod tests {
         .if_version(u64::MAX)
         .stamped(u64::MAX);
         assert_eq!(largest.validate(), Ok(()));
-        let log_id = |i| openraft::LogId::new(openraft::CommittedLeaderId::new(u64::MAX, 1), i);
-        let request = AppendEntriesRequest {
-            vote: openraft::Vote::new_committed(u64::MAX, 1),
-            prev_log_id: Some(log_id(u64::MAX - 100)),
-            entries: (0..MAX_PAYLOAD_ENTRIES)
-                .map(|i| Entry {
-                    log_id: log_id(u64::MAX - 64 + i),
-                    payload: openraft::EntryPayload::Normal(largest.clone()),
-                })
-                .collect(),
-            leader_commit: Some(log_id(u64::MAX - 1)),
-        };
-        let bytes = codec::encode(&request).unwrap();
+        let bytes = full_batch(largest);
         assert!(bytes.len() < limits::APPEND, "{} bytes", bytes.len());
         let back: AppendEntriesRequest = codec::decode(&bytes).unwrap();
         assert_eq!(back.entries.len(), MAX_PAYLOAD_ENTRIES as usize);
