@@ -573,4 +573,51 @@ mod tests {
         assert!(closed_after(&mut refused).await < Duration::from_secs(10));
         assert_eq!(stats.refused.load(Ordering::Relaxed), 1);
     }
+
+    #[tokio::test]
+    async fn a_long_answer_is_work_not_idleness() {
+        // Header and idle timeouts far shorter than the answer takes: a
+        // request in flight is never cut by them.
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let stats = Arc::new(Stats::default());
+        let config = ListenConfig {
+            name: "test",
+            tls: None,
+            limits: Limits {
+                max_connections: 4,
+                header_read_timeout: Duration::from_millis(200),
+                idle_timeout: Duration::from_millis(200),
+                body_read_timeout: Duration::from_secs(20),
+            },
+            stats: Arc::clone(&stats),
+        };
+        let app = Router::new().route(
+            "/",
+            axum::routing::get(|| async {
+                tokio::time::sleep(Duration::from_millis(1_500)).await;
+                "done"
+            }),
+        );
+        let (_stop, rx) = watch::channel(false);
+        tokio::spawn(serve(listener, app, config, rx));
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .expect("write");
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 256];
+        while !answer.ends_with(b"done") {
+            let n = s.read(&mut buf).await.expect("read");
+            assert!(
+                n > 0,
+                "closed mid-answer: {:?}",
+                String::from_utf8_lossy(&answer)
+            );
+            answer.extend_from_slice(&buf[..n]);
+        }
+        assert!(answer.starts_with(b"HTTP/1.1 200"));
+        assert_eq!(stats.closed_idle.load(Ordering::Relaxed), 0);
+    }
 }
