@@ -243,10 +243,10 @@ async fn an_idle_node_exits_right_after_the_grace() {
     );
 }
 
-/// openraft 0.9 has no leadership transfer, and followers refuse votes
-/// while the leader's lease holds: the draining leader stops its Raft
-/// member at SIGTERM, so the others elect a new leader during its grace,
-/// before it exits.
+/// At SIGTERM the draining leader asks a caught-up voter to campaign and
+/// grants it its vote (`cluster/src/handover.rs`): another member leads
+/// during the old leader's grace, before it exits, by a handover rather
+/// than by waiting out the old leader's lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_draining_leader_hands_over_leadership_before_it_exits() {
     let cluster = TestCluster::start(1, "").await;
@@ -297,6 +297,15 @@ async fn a_draining_leader_hands_over_leadership_before_it_exits() {
     let metrics = node.metrics().await;
     assert_eq!(metric_sum(&metrics, "zonegate_raft_is_leader", &[]), 0.0);
     assert_eq!(metric_sum(&metrics, "zonegate_node_draining", &[]), 1.0);
+    assert_eq!(
+        metric_sum(
+            &metrics,
+            "zonegate_raft_handovers_total",
+            &["outcome=\"transferred\""]
+        ),
+        1.0,
+        "the leader handed over rather than stopping its Raft member"
+    );
     eprintln!("leader {old} drained; node {new_leader} leads {elected_after:?} after SIGTERM");
     // Decisions still commit without it.
     let resp = client()

@@ -12,6 +12,7 @@ pub mod codec;
 pub mod command;
 pub mod detect;
 pub mod failover;
+pub mod handover;
 mod identity;
 mod lock;
 pub mod members;
@@ -35,6 +36,7 @@ pub use detect::{
     ZoneHealth, ZoneObservation,
 };
 pub use failover::{DemandSource, FailoverStatus, ObservationSource, ReportAck};
+pub use handover::Handover;
 pub use members::{MemberChange, MemberInfo, MemberRefusal, MemberRule};
 pub use network::FaultTable;
 pub use node::{

@@ -932,6 +932,20 @@ impl ClusterNode {
         self.raft.metrics()
     }
 
+    /// A draining leader makes a caught-up voter leader (see
+    /// [`crate::handover`]); gives up after twice the election timeout.
+    /// This node does not campaign again until it restarts.
+    pub async fn hand_over(&self) -> crate::Handover {
+        crate::handover::hand_over(
+            &self.raft,
+            &self.network,
+            &self.roster,
+            self.id,
+            self.election_timeout_max * 2,
+        )
+        .await
+    }
+
     /// Stop Raft, the RPC server and background tasks, and wait until the
     /// store is closed (so the same `data_dir` can be reopened).
     pub async fn shutdown(&self) -> Result<(), ClusterError> {

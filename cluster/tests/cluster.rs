@@ -1138,6 +1138,64 @@ async fn hostile_bodies_on_every_raft_endpoint_get_400_and_the_node_keeps_commit
     .await;
 }
 
+/// A member campaigns at the request of the leader it follows, never at a
+/// follower's; the leader's handover makes a caught-up voter leader, and
+/// decisions commit on both sides of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_can_hand_over_and_a_handover_loses_no_decision() {
+    use zonegate_cluster::network::PATH_ELECT;
+    use zonegate_cluster::Handover;
+    with_timeout(async {
+        let cluster = TestCluster::start(&three_zones()).await;
+        let ids = cluster.ids();
+        let leader = cluster.wait_leader(&ids).await;
+        let before = cluster.must_propose(freeze()).await;
+        let followers: Vec<NodeId> = ids.iter().copied().filter(|id| *id != leader).collect();
+        let term = cluster.node(leader).status().term;
+        let client = reqwest::Client::new();
+        let target = cluster.node(followers[0]).raft_addr();
+        let elect = |sender: NodeId, secret: Option<&'static str>| {
+            signed(
+                client.post(format!("http://{target}{PATH_ELECT}")),
+                secret,
+                &sender.to_string(),
+                PATH_ELECT,
+                Vec::new(),
+            )
+            .send()
+        };
+        assert_eq!(
+            elect(followers[1], Some(SECRET)).await.unwrap().status(),
+            409
+        );
+        assert_eq!(elect(leader, None).await.unwrap().status(), 401);
+        assert_eq!(
+            cluster.node(leader).status().term,
+            term,
+            "nobody campaigned"
+        );
+        assert!(cluster.node(leader).status().is_leader);
+
+        // Not a leader: nothing to hand over.
+        assert_eq!(
+            cluster.node(followers[0]).hand_over().await,
+            Handover::NotLeader
+        );
+        let to = match cluster.node(leader).hand_over().await {
+            Handover::Transferred { to, .. } => to,
+            other => panic!("handover failed: {other:?}"),
+        };
+        assert!(followers.contains(&to), "{to} is a follower of {leader}");
+        assert_eq!(cluster.wait_leader(&ids).await, to);
+        assert!(cluster.node(to).status().term > term);
+        let after = cluster.must_propose(unfreeze()).await;
+        assert_eq!(after, before + 1, "no decision lost or doubled");
+        cluster.wait_version(&ids, after).await;
+        cluster.shutdown().await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_answering_length_bombs_does_not_take_the_leader_down() {
     with_timeout(async {

@@ -49,11 +49,11 @@ impl RunningNode {
     }
 
     /// The graceful drain (see `node::drain`): `/readyz` fails now; a
-    /// leader stops its Raft member now so the group elects another while
-    /// this node still serves (openraft 0.9 has no leadership transfer);
-    /// after `grace` the listeners stop accepting; in-flight requests get
-    /// `[node] drain_timeout`, then open streams end with the SSE error
-    /// event; then the admin API, probes and Raft stop.
+    /// leader hands its leadership to a caught-up voter now (or, failing
+    /// that, stops its Raft member so the group elects another) while this
+    /// node still serves; after `grace` the listeners stop accepting;
+    /// in-flight requests get `[node] drain_timeout`, then open streams end
+    /// with the SSE error event; then the admin API, probes and Raft stop.
     pub async fn drain(mut self, grace: Duration) {
         let gw = Arc::clone(&self.gateway);
         let drain = &gw.drain;
@@ -70,18 +70,7 @@ impl RunningNode {
         let step_down = cluster
             .as_ref()
             .filter(|node| node.status().is_leader)
-            .map(|node| {
-                let (node, drain) = (Arc::clone(node), drain.clone());
-                tokio::spawn(async move {
-                    tracing::info!(
-                        "draining leader: stopping its Raft member so another member takes over"
-                    );
-                    drain.mark_raft_stopped();
-                    if let Err(e) = node.shutdown().await {
-                        tracing::warn!("control plane did not stop cleanly: {e}");
-                    }
-                })
-            });
+            .map(|node| tokio::spawn(hand_over(Arc::clone(node), Arc::clone(&gw))));
         tokio::time::sleep(grace).await;
         let _ = self.data_stop.send(true);
         tracing::info!(
@@ -111,19 +100,44 @@ impl RunningNode {
         }
         let _ = self.stop.send(true);
         while self.tasks.join_next().await.is_some() {}
-        match (step_down, cluster) {
-            (Some(task), _) => {
-                let _ = task.await;
+        if let Some(task) = step_down {
+            let _ = task.await;
+        }
+        if let Some(node) = cluster.filter(|_| !drain.raft_stopped()) {
+            if let Err(e) = node.shutdown().await {
+                tracing::warn!("control plane did not stop cleanly: {e}");
             }
-            (None, Some(node)) => {
-                if let Err(e) = node.shutdown().await {
-                    tracing::warn!("control plane did not stop cleanly: {e}");
-                }
-            }
-            (None, None) => {}
         }
         tracing::info!("drained");
     }
+}
+
+/// A draining leader hands over to a caught-up voter and stays a follower
+/// (it still votes) until the drain ends; if no voter takes over in time,
+/// it stops its Raft member so the others elect one after its lease.
+async fn hand_over(node: Arc<zonegate_cluster::ClusterNode>, gw: Arc<Gateway>) {
+    use zonegate_cluster::Handover;
+    let outcome = match node.hand_over().await {
+        Handover::NotLeader => return,
+        Handover::Transferred { to, after } => {
+            tracing::info!(to, after = ?after, "draining leader: member {to} leads now");
+            "transferred"
+        }
+        Handover::Failed(why) => {
+            tracing::warn!(
+                "draining leader: handover failed ({why}); stopping its Raft member so another member takes over"
+            );
+            gw.drain.mark_raft_stopped();
+            if let Err(e) = node.shutdown().await {
+                tracing::warn!("control plane did not stop cleanly: {e}");
+            }
+            "failed"
+        }
+    };
+    gw.metrics
+        .raft_handovers
+        .with_label_values(&[outcome])
+        .inc();
 }
 
 async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {

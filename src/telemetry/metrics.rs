@@ -249,6 +249,7 @@ metrics! {
     failover_auto_decisions: IntCounterVec = "zonegate_failover_auto_decisions_total", "Automatic decisions this node proposed, by outcome (proposed, applied, refused)", ["outcome"];
     /// 1 from SIGTERM until exit.
     draining: IntGauge = "zonegate_node_draining", "1 while this node drains before exiting (readiness fails)", [];
+    raft_handovers: IntCounterVec = "zonegate_raft_handovers_total", "Leadership handovers by a draining leader, by outcome (transferred, failed: its Raft member stopped instead)", ["outcome"];
     /// Data-plane requests being served (streams until their last byte).
     in_flight: IntGauge = "zonegate_node_in_flight_requests", "Data-plane requests in flight on this node, streams until their last byte", [];
     /// Streams the drain ended with the SSE error event at `drain_timeout`.

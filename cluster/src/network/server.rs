@@ -22,7 +22,8 @@ use zonegate_net::sign::{self, Call, KeyRing, SignError, Verifier, SIGNATURE_HEA
 
 use super::answer_digest_input;
 use super::wire::{
-    NODE_HEADER, PATH_APPEND, PATH_HELLO, PATH_REJOIN, PATH_REPORT, PATH_SNAPSHOT, PATH_VOTE,
+    NODE_HEADER, PATH_APPEND, PATH_ELECT, PATH_HELLO, PATH_REJOIN, PATH_REPORT, PATH_SNAPSHOT,
+    PATH_VOTE,
 };
 use crate::clock::now_ms;
 use crate::codec::{self, Bounded};
@@ -98,6 +99,7 @@ pub fn router(service: Arc<RaftService>) -> Router {
         .route(PATH_REPORT, post(report))
         .route(PATH_HELLO, post(hello))
         .route(PATH_REJOIN, post(rejoin))
+        .route(PATH_ELECT, post(elect))
         .with_state(service)
 }
 
@@ -563,6 +565,58 @@ async fn hello(State(service): State<Arc<RaftService>>, req: Request) -> Respons
                 .await
         }
         Err(r) => r.into_response(),
+    }
+}
+
+/// The leader hands over (`crate::handover`): it asks this voter to
+/// campaign now. Answers 202 when the campaign started, 409 when this
+/// node follows another leader than the sender, or is no voter, or is
+/// rejoining.
+async fn elect(State(service): State<Arc<RaftService>>, req: Request) -> Response {
+    let call = match receive(&service, req, PATH_ELECT, 0).await {
+        Ok(c) => c,
+        Err(r) => return r.into_response(),
+    };
+    if let Err(r) = admit(&service, call.sender, &call.headers).await {
+        return service.answer(&call, Err(r)).await;
+    }
+    let answer = campaign(&service, call.sender).await;
+    service.answer(&call, Ok(answer)).await
+}
+
+async fn campaign(service: &RaftService, sender: NodeId) -> Response {
+    let (may_campaign, is_voter) = {
+        let m = service.raft.metrics();
+        let m = m.borrow();
+        let is_voter = m
+            .membership_config
+            .membership()
+            .voter_ids()
+            .any(|id| id == service.node_id);
+        let follows_sender =
+            m.current_leader == Some(sender) && m.state == openraft::ServerState::Follower;
+        // A campaign that lost leaves nobody leading: campaigning again
+        // disturbs no leader.
+        let leaderless = m.current_leader.is_none() && !m.vote.is_committed();
+        (follows_sender || leaderless, is_voter)
+    };
+    let rejoining = service.identity.as_ref().is_some_and(|i| i.rejoining());
+    if !may_campaign || !is_voter || rejoining {
+        return (
+            StatusCode::CONFLICT,
+            "not a voter following the sender as leader, nor leaderless",
+        )
+            .into_response();
+    }
+    match service.raft.trigger().elect().await {
+        Ok(()) => {
+            tracing::info!(
+                leader = sender,
+                "handover: campaigning at the leader's request"
+            );
+            StatusCode::ACCEPTED.into_response()
+        }
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
     }
 }
 

@@ -16,3 +16,6 @@ pub const PATH_HELLO: &str = "/raft/v1/hello";
 /// A rejoining node asks the leader to take it as a learner, and once it
 /// caught up, to promote it to its configured role.
 pub const PATH_REJOIN: &str = "/raft/v1/rejoin";
+/// The leader hands over: it asks a caught-up voter to campaign now
+/// (see `crate::handover`). Obeyed only from the leader the voter follows.
+pub const PATH_ELECT: &str = "/raft/v1/elect";
