@@ -1,10 +1,24 @@
 #!/usr/bin/env bash
-# Loopback load benchmark: the same mock backend called directly, through
-# nginx (least_conn, keep-alive) and through zonegate, with wrk.
-# Prints requests/s and p50/p99 latency for each, and zonegate's idle RSS.
+# Loopback load benchmark: zonegate against nginx as a reverse proxy, same
+# run, same backend, with wrk. Prints requests/s and p50/p99 latency per
+# target and the ratios zonegate / nginx per cell.
 #
-#   benches/load.sh                    # 32 connections, 15 s per target
-#   CONNECTIONS=64 DURATION=30 benches/load.sh
+# The matrix (issue 16's method): wrk with 1 and 2 threads, 32 and 256
+# connections, a POST of a small chat body, against
+#   direct    the backend itself: a static nginx answering a fixed chat
+#             completion (1 worker);
+#   nginx     nginx as the peer proxy (2 workers, least_conn, keep-alive 128);
+#   zonegate  a standalone zonegate node (one data-plane thread per core).
+# Each cell also counts the upstream connections the proxy opened during
+# it (the backend's stub_status accepts): keep-alive reuse means a handful,
+# not one per request.
+# Then a streaming case (256 concurrent SSE streams of 16 chunks from the
+# mock backend, direct / nginx / zonegate) and a memory case: zonegate's
+# RSS idle, and while it carries 1,000 concurrent slow streams.
+#
+#   benches/load.sh                    # the matrix, streams and memory, 10 s per cell
+#   DURATION=20 benches/load.sh
+#   ONLY=matrix|streams|memory benches/load.sh
 #   CLUSTER=1 benches/load.sh          # zonegate as a Raft member (control plane running)
 #   APPLY=1 benches/load.sh            # also zonegate (a Raft member) while a replicated
 #                                      # config is applied every 0.2 s (zg-applying)
@@ -20,61 +34,88 @@
 # the script exits.
 set -euo pipefail
 
-CONNECTIONS=${CONNECTIONS:-32}
-DURATION=${DURATION:-15}
-THREADS=${THREADS:-2}
+DURATION=${DURATION:-10}
+ONLY=${ONLY:-all}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d)
 PIDS=()
+NGINXES=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  [ -f "$WORK/nginx.pid" ] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true
+  for n in "${NGINXES[@]}"; do [ -f "$n" ] && kill "$(cat "$n")" 2>/dev/null || true; done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 for tool in nginx wrk; do
   command -v "$tool" >/dev/null || { echo "needs $tool: apt-get install nginx wrk" >&2; exit 1; }
 done
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_http() {
+  for _ in $(seq 100); do
+    curl -s -o /dev/null "$1" && return 0
+    sleep 0.1
+  done
+  echo "not answering: $1" >&2; exit 1
+}
 
 echo "building release binary..." >&2
 (cd "$ROOT" && cargo build --release --quiet)
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/zonegate
+KEY=bench-key
+CHAT='{"model":"bench","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}'
+STREAM_CHAT='{"model":"bench-stream","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"hello"}]}'
 
-BACKEND_PORT=$(free_port)
-RUST_LOG=warn "$BIN" mock-backend --listen "127.0.0.1:$BACKEND_PORT" --name static --model bench >"$WORK/mock.log" 2>&1 &
-PIDS+=($!)
-
-NGINX_PORT=$(free_port)
-mkdir -p "$WORK/nginx"
-cat >"$WORK/nginx.conf" <<CONF
-worker_processes auto;
-pid $WORK/nginx.pid;
-error_log $WORK/nginx/error.log warn;
-events { worker_connections 4096; }
+# nginx NAME WORKERS SERVER-BLOCK-BODY [UPSTREAM]: starts an nginx, prints its port.
+start_nginx() {
+  local name=$1 workers=$2 server=$3 upstream=${4:-} port
+  port=$(free_port)
+  mkdir -p "$WORK/$name"
+  cat >"$WORK/$name.conf" <<CONF
+worker_processes $workers;
+pid $WORK/$name.pid;
+error_log $WORK/$name/error.log warn;
+events { worker_connections 8192; }
 http {
   access_log off;
-  client_body_temp_path $WORK/nginx;
-  proxy_temp_path $WORK/nginx;
-  upstream backend { least_conn; server 127.0.0.1:$BACKEND_PORT; keepalive 128; }
+  client_body_temp_path $WORK/$name;
+  proxy_temp_path $WORK/$name;
+  keepalive_requests 1000000;
+  $upstream
   server {
-    listen 127.0.0.1:$NGINX_PORT;
-    location / {
-      proxy_pass http://backend;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffering off;
-    }
+    listen 127.0.0.1:$port reuseport;
+    $server
   }
 }
 CONF
-nginx -c "$WORK/nginx.conf" -p "$WORK/nginx"
+  nginx -c "$WORK/$name.conf" -p "$WORK/$name"
+  NGINXES+=("$WORK/$name.pid")
+  echo "$port"
+}
+
+# The backends: a static nginx answering every POST with one chat
+# completion (and /health, /metrics), and the mock backend for streams.
+COMPLETION='{"id":"chatcmpl-static","object":"chat.completion","created":1,"model":"bench","choices":[{"index":0,"message":{"role":"assistant","content":"hello from a static backend"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":5,"total_tokens":10}}'
+STATIC_PORT=$(start_nginx static 1 "
+    location = /status { stub_status; }
+    location = /metrics { default_type text/plain; return 200 'vllm:num_requests_waiting 0\n'; }
+    location / { default_type application/json; return 200 '$COMPLETION'; }")
+MOCK_PORT=$(free_port)
+RUST_LOG=warn "$BIN" mock-backend --listen "127.0.0.1:$MOCK_PORT" --name mock --model bench-stream >"$WORK/mock.log" 2>&1 &
+PIDS+=($!)
+
+proxy_to() {
+  echo "upstream $1 { least_conn; server 127.0.0.1:$2; keepalive 128; }"
+}
+NGINX_PORT=$(start_nginx proxy 2 "
+    location /v1/chat/stream { proxy_pass http://mock/v1/chat/completions; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; }
+    location / { proxy_pass http://static; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; }" \
+  "$(proxy_to static "$STATIC_PORT") $(proxy_to mock "$MOCK_PORT")")
 
 ZG_PORT=$(free_port)
 ADMIN_PORT=$(free_port)
-KEY=bench-key
 cat >"$WORK/zonegate.toml" <<CONF
 [node]
 id = 1
@@ -89,8 +130,13 @@ $( [ "${QUOTA:-0}" = 1 ] && echo 'quota = { rpm = 1000000000, tpm = 100000000000
 [[backends]]
 name = "static"
 zone = "az-a"
-url = "http://127.0.0.1:$BACKEND_PORT"
+url = "http://127.0.0.1:$STATIC_PORT"
 models = ["bench"]
+[[backends]]
+name = "mock"
+zone = "az-a"
+url = "http://127.0.0.1:$MOCK_PORT"
+models = ["bench-stream"]
 CONF
 [ "${APPLY:-0}" = 1 ] && CLUSTER=1
 if [ "${CLUSTER:-0}" = 1 ]; then
@@ -134,20 +180,19 @@ if [ "${TLS:-0}" = 1 ]; then
   done
 fi
 
-for port in $BACKEND_PORT $NGINX_PORT $ZG_PORT; do
-  for _ in $(seq 100); do
-    curl -s -o /dev/null "http://127.0.0.1:$port/" && break
-    sleep 0.1
-  done
-done
-sleep 1
-IDLE_RSS_KB=$(ps -o rss= -p "$ZG_PID" | tr -d ' ')
+for port in $STATIC_PORT $MOCK_PORT $NGINX_PORT $ZG_PORT; do wait_http "http://127.0.0.1:$port/"; done
+sleep 2
+rss_kb() { ps -o rss= -p "$ZG_PID" | tr -d ' '; }
+IDLE_RSS_KB=$(rss_kb)
 
-cat >"$WORK/post.lua" <<LUA
+# wrk script: POST $BODY with the tenant's key; prints one RESULT line.
+post_lua() {
+  cat >"$WORK/$1.lua" <<LUA
 wrk.method = "POST"
-wrk.body = '{"model":"bench","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}'
+wrk.body = '$2'
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer $KEY"
+${3:-}
 done = function(summary, latency, requests)
   io.write(string.format("RESULT %.0f %.3f %.3f %d %d\n",
     summary.requests / (summary.duration / 1e6),
@@ -156,30 +201,68 @@ done = function(summary, latency, requests)
     summary.requests))
 end
 LUA
+}
+post_lua chat "$CHAT"
+post_lua stream "$STREAM_CHAT"
+post_lua close "$CHAT" 'wrk.headers["Connection"] = "close"'
 
+accepts() { curl -s "http://127.0.0.1:$STATIC_PORT/status" | awk 'NR==3{print $1}'; }
+
+# run NAME URL THREADS CONNECTIONS [SCRIPT [SECONDS]]: one RESULT line,
+# named, with the backend connections accepted during it.
 run() {
-  local name=$1 url=$2
-  wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION"s -s "$WORK/post.lua" "$url" | grep '^RESULT' | sed "s/^RESULT/$name/"
+  local name=$1 url=$2 t=$3 c=$4 script=${5:-chat} d=${6:-$DURATION} before after
+  before=$(accepts)
+  line=$(wrk -t"$t" -c"$c" -d"$d"s --timeout 10s -s "$WORK/$script.lua" "$url" | grep '^RESULT' || echo "RESULT 0 0 0 1 0")
+  after=$(accepts)
+  echo "$line $((after - before))" | sed "s/^RESULT/$name/"
 }
 
 echo "warming up..." >&2
-wrk -t1 -c4 -d2s -s "$WORK/post.lua" "http://127.0.0.1:$ZG_PORT/v1/chat/completions" >/dev/null
-wrk -t1 -c4 -d2s -s "$WORK/post.lua" "http://127.0.0.1:$NGINX_PORT/v1/chat/completions" >/dev/null
+wrk -t1 -c8 -d2s -s "$WORK/chat.lua" "http://127.0.0.1:$ZG_PORT/v1/chat/completions" >/dev/null
+wrk -t1 -c8 -d2s -s "$WORK/chat.lua" "http://127.0.0.1:$NGINX_PORT/v1/chat/completions" >/dev/null
 
-h2() {
-  # h2load prints "finished in Xs, N req/s" and a latency line in µs/ms.
-  h2load -t"$THREADS" -c"$CONNECTIONS" -m1 -D"$DURATION" \
-    -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" \
-    -d "$WORK/body.json" "$1" 2>/dev/null | awk -v name="$2" '
-      /finished in/ { rps = $4 }
-      /^requests:/ { failed = $10 }
-      END { printf "%s %s - - %s 0\n", name, rps, failed }'
+header() {
+  printf '%-12s %4s %5s %10s %8s %8s %7s %9s\n' target wrk conns "req/s" "p50 ms" "p99 ms" errors "upstream"
+}
+row() {
+  # name rps p50 p99 errors requests upstream-conns, plus threads and conns
+  printf '%-12s %4s %5s %10s %8s %8s %7s %9s\n' "$1" "-t$8" "$9" "$2" "$3" "$4" "$5" "$7"
 }
 
-RESULTS=$(
-  run direct   "http://127.0.0.1:$BACKEND_PORT/v1/chat/completions"
-  run nginx    "http://127.0.0.1:$NGINX_PORT/v1/chat/completions"
-  run zonegate "http://127.0.0.1:$ZG_PORT/v1/chat/completions"
+if [ "$ONLY" = all ] || [ "$ONLY" = matrix ]; then
+  echo
+  echo "== matrix: POST chat, $DURATION s per cell, $(nproc) cores, control plane: $([ "${CLUSTER:-0}" = 1 ] && echo raft || echo standalone)"
+  header
+  SUMMARY=""
+  for t in 1 2; do
+    for c in 32 256; do
+      CELL=""
+      for target in direct nginx zonegate; do
+        case $target in
+          direct) url="http://127.0.0.1:$STATIC_PORT/v1/chat/completions" ;;
+          nginx) url="http://127.0.0.1:$NGINX_PORT/v1/chat/completions" ;;
+          zonegate) url="http://127.0.0.1:$ZG_PORT/v1/chat/completions" ;;
+        esac
+        r=$(run "$target" "$url" "$t" "$c")
+        row $r "$t" "$c"
+        CELL+="$r"$'\n'
+      done
+      SUMMARY+=$(echo "$CELL" | awk -v t="$t" -v c="$c" '
+        $1=="direct"{dp99=$4} $1=="nginx"{nr=$2; np99=$4} $1=="zonegate"{zr=$2; zp99=$4}
+        END { printf "wrk -t%s -c%-4s zonegate/nginx req/s %.2fx   p99 zonegate %.3f vs nginx %.3f ms (%s)   added p99 over direct %+.3f ms\n",
+          t, c, zr/nr, zp99, np99, (zp99 <= np99 ? "<=" : ">"), zp99 - dp99 }')$'\n'
+    done
+  done
+  echo
+  printf '%s' "$SUMMARY"
+  echo "(upstream: backend connections the target opened during the cell; direct: the client's own)"
+fi
+
+if [ "${APPLY:-0}" = 1 ] || [ "${TLS:-0}" = 1 ]; then
+  echo
+  echo "== extra rows: wrk -t2 -c32"
+  header
   if [ "${APPLY:-0}" = 1 ]; then
     # Two configs that differ only in [retry], applied in turn.
     ctl() { "$BIN" ctl --admin "http://127.0.0.1:$ADMIN_PORT" --token bench-admin "$@"; }
@@ -191,37 +274,56 @@ RESULTS=$(
       curl -sf -o /dev/null -H "Authorization: Bearer bench-admin" -H "Content-Type: application/toml" \
         --data-binary "@$1" "http://127.0.0.1:$ADMIN_PORT/admin/v1/config"
     }
+    row $(run zonegate "http://127.0.0.1:$ZG_PORT/v1/chat/completions" 2 32) 2 32
     ( i=0; while :; do apply "$WORK/c$((i % 2)).toml" && echo ok >>"$WORK/applies"; i=$((i + 1)); sleep 0.2; done ) &
     APPLIER=$!
-    run zg-applying "http://127.0.0.1:$ZG_PORT/v1/chat/completions"
+    row $(run zg-applying "http://127.0.0.1:$ZG_PORT/v1/chat/completions" 2 32) 2 32
     kill "$APPLIER" 2>/dev/null || true
-    echo "(zg-applying: $(wc -l <"$WORK/applies" 2>/dev/null || echo 0) configs applied during the run)" >&2
+    echo "(zg-applying: $(wc -l <"$WORK/applies" 2>/dev/null || echo 0) configs applied during the run)"
   fi
   if [ "${TLS:-0}" = 1 ]; then
-    run zg-tls "https://127.0.0.1:$TLS_PORT/v1/chat/completions"
+    row $(run zg-tls "https://127.0.0.1:$TLS_PORT/v1/chat/completions" 2 32) 2 32
     if command -v h2load >/dev/null; then
-      printf '%s' '{"model":"bench","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}' >"$WORK/body.json"
-      h2 "https://127.0.0.1:$TLS_PORT/v1/chat/completions" zg-h2
+      printf '%s' "$CHAT" >"$WORK/body.json"
+      # h2load prints "finished in Xs, N req/s"; 1 stream per connection.
+      h2load -t2 -c32 -m1 -D"$DURATION" \
+        -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" \
+        -d "$WORK/body.json" "https://127.0.0.1:$TLS_PORT/v1/chat/completions" 2>/dev/null | awk '
+          /finished in/ { rps = $4 }
+          /^requests:/ { failed = $10 }
+          END { printf "%-12s %4s %5s %10s %8s %8s %7s %9s\n", "zg-h2", "h2", 32, rps, "-", "-", failed, "-" }'
     fi
-    sed -i 's/^wrk.headers\["Content-Type"\]/wrk.headers["Connection"] = "close"\n&/' "$WORK/post.lua"
-    run zg-tls-new "https://127.0.0.1:$TLS_PORT/v1/chat/completions"
-    run zg-new "http://127.0.0.1:$ZG_PORT/v1/chat/completions"
+    row $(run zg-tls-new "https://127.0.0.1:$TLS_PORT/v1/chat/completions" 2 32 close) 2 32
+    row $(run zg-new "http://127.0.0.1:$ZG_PORT/v1/chat/completions" 2 32 close) 2 32
+    echo "(zg-tls: HTTPS keep-alive; zg-h2: HTTP/2 over TLS; *-new: a new connection per request)"
   fi
-)
-LOADED_RSS_KB=$(ps -o rss= -p "$ZG_PID" | tr -d ' ')
+fi
 
-echo
-echo "loopback load: $CONNECTIONS connections, $DURATION s each, $(nproc) cores, wrk -t$THREADS, control plane: $([ "${CLUSTER:-0}" = 1 ] && echo raft || echo standalone)"
-printf '%-11s %10s %9s %9s %8s\n' target "req/s" "p50 ms" "p99 ms" errors
-echo "$RESULTS" | while read -r name rps p50 p99 errors _; do
-  printf '%-11s %10s %9s %9s %8s\n' "$name" "$rps" "$p50" "$p99" "$errors"
-done
-[ "${TLS:-0}" = 1 ] && echo "(zg-tls: HTTPS keep-alive; zg-h2: HTTP/2 over TLS, h2load, 1 stream per connection; *-new: a new connection per request)"
-DIRECT_P99=$(echo "$RESULTS" | awk '$1=="direct"{print $4}')
-NGINX_RPS=$(echo "$RESULTS" | awk '$1=="nginx"{print $2}')
-ZG_RPS=$(echo "$RESULTS" | awk '$1=="zonegate"{print $2}')
-ZG_P99=$(echo "$RESULTS" | awk '$1=="zonegate"{print $4}')
-echo
-awk -v z="$ZG_RPS" -v n="$NGINX_RPS" 'BEGIN{printf "zonegate / nginx throughput: %.2fx\n", z/n}'
-awk -v z="$ZG_P99" -v d="$DIRECT_P99" 'BEGIN{printf "zonegate added p99 over direct: %.3f ms\n", z-d}'
-echo "zonegate RSS: idle $((IDLE_RSS_KB / 1024)) MiB, after load $((LOADED_RSS_KB / 1024)) MiB"
+if [ "$ONLY" = all ] || [ "$ONLY" = streams ]; then
+  echo
+  echo "== streams: 256 concurrent SSE streams of 16 chunks (mock backend), wrk -t2, $DURATION s each"
+  header
+  row $(run direct "http://127.0.0.1:$MOCK_PORT/v1/chat/completions" 2 256 stream) 2 256
+  row $(run nginx "http://127.0.0.1:$NGINX_PORT/v1/chat/stream" 2 256 stream) 2 256
+  row $(run zonegate "http://127.0.0.1:$ZG_PORT/v1/chat/completions" 2 256 stream) 2 256
+fi
+
+if [ "$ONLY" = all ] || [ "$ONLY" = memory ]; then
+  # 1,000 streams of 16 chunks 0.5 s apart (8 s each), held open at once;
+  # RSS sampled in the middle of the run.
+  curl -s -o /dev/null -X POST -H 'Content-Type: application/json' \
+    -d '{"stream_interval_ms": 500}' "http://127.0.0.1:$MOCK_PORT/mock/faults"
+  wrk -t2 -c1000 -d12s --timeout 20s -s "$WORK/stream.lua" "http://127.0.0.1:$ZG_PORT/v1/chat/completions" >"$WORK/slow.out" &
+  WRK=$!
+  sleep 6
+  OPEN=$(curl -s "http://127.0.0.1:$ADMIN_PORT/metrics" | awk '/^zonegate_node_in_flight_requests /{print $2}')
+  STREAMS_RSS_KB=$(rss_kb)
+  wait "$WRK" || true
+  curl -s -o /dev/null -X POST -H 'Content-Type: application/json' \
+    -d '{"stream_interval_ms": 0}' "http://127.0.0.1:$MOCK_PORT/mock/faults"
+  echo
+  echo "== memory (zonegate, standalone)"
+  echo "RSS idle: $((IDLE_RSS_KB / 1024)) MiB ($IDLE_RSS_KB KiB)"
+  echo "RSS with ${OPEN:-?} streams in flight (1,000 slow streams offered): $((STREAMS_RSS_KB / 1024)) MiB ($STREAMS_RSS_KB KiB)"
+  grep -E "requests in|Non-2xx|Socket errors" "$WORK/slow.out" || true
+fi

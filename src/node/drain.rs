@@ -44,7 +44,10 @@ struct Inner {
     in_flight: AtomicU64,
     idle: Notify,
     /// Turns true at `drain_timeout`: open streams end with the error event.
+    /// A stream with data ready reads `cut_now`; one waiting for data is
+    /// woken by `cut`.
     cut: CutSignal,
+    cut_now: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -97,6 +100,7 @@ impl Drain {
 
     /// Ends every open event stream with the SSE error event.
     pub fn cut_streams(&self) {
+        self.0.cut_now.store(true, Ordering::SeqCst);
         self.0.cut.0.send_replace(true);
     }
 
@@ -158,7 +162,7 @@ pub async fn track(State(gw): State<Arc<Gateway>>, req: Request, next: Next) -> 
             cut,
             state: CutState::Streaming,
             counter,
-            _guard: guard,
+            guard,
         })
     })
 }
@@ -182,7 +186,24 @@ struct DrainBody {
     cut: Option<Pin<Box<dyn Future<Output = ()> + Send + Sync>>>,
     state: CutState,
     counter: IntCounter,
-    _guard: InFlight,
+    guard: InFlight,
+}
+
+impl DrainBody {
+    /// Ends the stream with the error event (then flush, then abort).
+    fn cut_now(&mut self) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.cut = None;
+        self.state = CutState::EventSent;
+        self.counter.inc();
+        let event = error_body(
+            "the gateway node is shutting down (drain timeout); the response is incomplete",
+            "server_error",
+            "node_draining",
+        );
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from(format!(
+            "data: {event}\n\n"
+        ))))))
+    }
 }
 
 impl HttpBody for DrainBody {
@@ -207,20 +228,11 @@ impl HttpBody for DrainBody {
             }
             CutState::Streaming => {}
         }
-        if let Some(cut) = this.cut.as_mut() {
-            if cut.as_mut().poll(cx).is_ready() {
-                this.cut = None;
-                this.state = CutState::EventSent;
-                this.counter.inc();
-                let event = error_body(
-                    "the gateway node is shutting down (drain timeout); the response is incomplete",
-                    "server_error",
-                    "node_draining",
-                );
-                return Poll::Ready(Some(Ok(Frame::data(Bytes::from(format!(
-                    "data: {event}\n\n"
-                ))))));
-            }
+        // The flag costs a load per frame; the cut signal's waker is
+        // registered only when the stream waits for data (a registration
+        // per frame was a lock per frame).
+        if this.cut.is_some() && this.guard.drain.0.cut_now.load(Ordering::Relaxed) {
+            return this.cut_now();
         }
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(None) => {
@@ -228,7 +240,14 @@ impl HttpBody for DrainBody {
                 Poll::Ready(None)
             }
             Poll::Ready(Some(r)) => Poll::Ready(Some(r.map_err(Into::into))),
-            Poll::Pending => Poll::Pending,
+            Poll::Pending => {
+                let cut = this.cut.as_mut().is_some_and(|c| c.as_mut().poll(cx).is_ready());
+                if cut {
+                    this.cut_now()
+                } else {
+                    Poll::Pending
+                }
+            }
         }
     }
 
