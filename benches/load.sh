@@ -173,7 +173,8 @@ if [ "${TLS:-0}" = 1 ]; then
       -e '/^\[\[cluster.members\]\]/,$d' "$WORK/zonegate.toml" >"$WORK/zonegate-tls.toml"
   printf '[node.tls]\ncert = "%s"\nkey = "%s"\n' "$WORK/tls.crt" "$WORK/tls.key" >>"$WORK/zonegate-tls.toml"
   RUST_LOG=warn "$BIN" serve --config "$WORK/zonegate-tls.toml" >"$WORK/zonegate-tls.log" 2>&1 &
-  PIDS+=($!)
+  TLS_PID=$!
+  PIDS+=($TLS_PID)
   for _ in $(seq 100); do
     curl -sk -o /dev/null "https://127.0.0.1:$TLS_PORT/healthz" && break
     sleep 0.1
@@ -210,12 +211,35 @@ accepts() { curl -s "http://127.0.0.1:$STATIC_PORT/status" | awk 'NR==3{print $1
 
 # run NAME URL THREADS CONNECTIONS [SCRIPT [SECONDS]]: one RESULT line,
 # named, with the backend connections accepted during it.
+# The processes whose CPU a target's row reports: the proxy's, not the
+# backend's (direct has none).
+cpu_pids() {
+  case $1 in
+    nginx) pgrep -P "$(cat "$WORK/proxy.pid")" | tr '\n' ' ' ;;
+    zg-tls*) echo "${TLS_PID:-}" ;;
+    zonegate|zg-*) echo "$ZG_PID" ;;
+  esac
+}
+# User + system CPU of the given processes, in clock ticks.
+cpu_ticks() {
+  local t=0 p
+  for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
+  echo "$t"
+}
+
+# run NAME URL THREADS CONNECTIONS [SCRIPT [SECONDS]]: one RESULT line,
+# named, with the backend connections accepted during it and the proxy's
+# CPU microseconds per request.
 run() {
-  local name=$1 url=$2 t=$3 c=$4 script=${5:-chat} d=${6:-$DURATION} before after
+  local name=$1 url=$2 t=$3 c=$4 script=${5:-chat} d=${6:-$DURATION} before after pids cpu0 cpu
+  pids=$(cpu_pids "$name")
   before=$(accepts)
+  cpu0=$(cpu_ticks $pids)
   line=$(wrk -t"$t" -c"$c" -d"$d"s --timeout 10s -s "$WORK/$script.lua" "$url" | grep '^RESULT' || echo "RESULT 0 0 0 1 0")
+  cpu=$(( ($(cpu_ticks $pids) - cpu0) * 1000000 / $(getconf CLK_TCK) ))
   after=$(accepts)
-  echo "$line $((after - before))" | sed "s/^RESULT/$name/"
+  echo "$line $((after - before))" | awk -v name="$name" -v cpu="$cpu" -v has="${pids:+1}" '
+    { $1 = name; printf "%s %s\n", $0, (has && $6 > 0) ? sprintf("%.1f", cpu / $6) : "-" }'
 }
 
 echo "warming up..." >&2
@@ -223,11 +247,11 @@ wrk -t1 -c8 -d2s -s "$WORK/chat.lua" "http://127.0.0.1:$ZG_PORT/v1/chat/completi
 wrk -t1 -c8 -d2s -s "$WORK/chat.lua" "http://127.0.0.1:$NGINX_PORT/v1/chat/completions" >/dev/null
 
 header() {
-  printf '%-12s %4s %5s %10s %8s %8s %7s %9s\n' target wrk conns "req/s" "p50 ms" "p99 ms" errors "upstream"
+  printf '%-12s %4s %5s %10s %8s %8s %7s %9s %9s\n' target wrk conns "req/s" "p50 ms" "p99 ms" errors "upstream" "cpu us/req"
 }
 row() {
-  # name rps p50 p99 errors requests upstream-conns, plus threads and conns
-  printf '%-12s %4s %5s %10s %8s %8s %7s %9s\n' "$1" "-t$8" "$9" "$2" "$3" "$4" "$5" "$7"
+  # name rps p50 p99 errors requests upstream-conns cpu, plus threads and conns
+  printf '%-12s %4s %5s %10s %8s %8s %7s %9s %9s\n' "$1" "-t$9" "${10}" "$2" "$3" "$4" "$5" "$7" "$8"
 }
 
 if [ "$ONLY" = all ] || [ "$ONLY" = matrix ]; then
@@ -249,9 +273,9 @@ if [ "$ONLY" = all ] || [ "$ONLY" = matrix ]; then
         CELL+="$r"$'\n'
       done
       SUMMARY+=$(echo "$CELL" | awk -v t="$t" -v c="$c" '
-        $1=="direct"{dp99=$4} $1=="nginx"{nr=$2; np99=$4} $1=="zonegate"{zr=$2; zp99=$4}
-        END { printf "wrk -t%s -c%-4s zonegate/nginx req/s %.2fx   p99 zonegate %.3f vs nginx %.3f ms (%s)   added p99 over direct %+.3f ms\n",
-          t, c, zr/nr, zp99, np99, (zp99 <= np99 ? "<=" : ">"), zp99 - dp99 }')$'\n'
+        $1=="direct"{dp99=$4} $1=="nginx"{nr=$2; np99=$4; nc=$8} $1=="zonegate"{zr=$2; zp99=$4; zc=$8}
+        END { printf "wrk -t%s -c%-4s zonegate/nginx req/s %.2fx, CPU per request %.2fx   p99 zonegate %.3f vs nginx %.3f ms (%s)   added p99 over direct %+.3f ms\n",
+          t, c, zr/nr, zc/nc, zp99, np99, (zp99 <= np99 ? "<=" : ">"), zp99 - dp99 }')$'\n'
     done
   done
   echo
@@ -306,6 +330,29 @@ if [ "$ONLY" = all ] || [ "$ONLY" = streams ]; then
   row $(run direct "http://127.0.0.1:$MOCK_PORT/v1/chat/completions" 2 256 stream) 2 256
   row $(run nginx "http://127.0.0.1:$NGINX_PORT/v1/chat/stream" 2 256 stream) 2 256
   row $(run zonegate "http://127.0.0.1:$ZG_PORT/v1/chat/completions" 2 256 stream) 2 256
+  echo "(the mock writes its 16 events at once: they arrive in one read; nginx relays the read"
+  echo " in one write, zonegate relays event by event, one write each: see ARCHITECTURE.md)"
+  echo
+  echo "== paced streams: the same, 2 ms between events (a fast generation)"
+  header
+  curl -s -o /dev/null -X POST -H 'Content-Type: application/json' \
+    -d '{"stream_interval_ms": 2}' "http://127.0.0.1:$MOCK_PORT/mock/faults"
+  row $(run nginx "http://127.0.0.1:$NGINX_PORT/v1/chat/stream" 2 256 stream) 2 256
+  row $(run zonegate "http://127.0.0.1:$ZG_PORT/v1/chat/completions" 2 256 stream) 2 256
+  curl -s -o /dev/null -X POST -H 'Content-Type: application/json' \
+    -d '{"stream_interval_ms": 0}' "http://127.0.0.1:$MOCK_PORT/mock/faults"
+fi
+
+if { [ "$ONLY" = all ] || [ "$ONLY" = h2 ]; } && command -v h2load >/dev/null; then
+  # HTTP/2 in the clear (prior knowledge): 4 connections carrying 64
+  # concurrent streams each must be served as well as 256 connections.
+  printf '%s' "$CHAT" >"$WORK/body.json"
+  echo
+  echo "== HTTP/2 multiplexing (h2c, h2load -t2 -c4 -m64, $DURATION s)"
+  h2load -t2 -c4 -m64 -D"$DURATION" \
+    -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" \
+    -d "$WORK/body.json" "http://127.0.0.1:$ZG_PORT/v1/chat/completions" 2>/dev/null |
+    grep -E "finished in|^requests:|^status codes:" || echo "h2load failed"
 fi
 
 if [ "$ONLY" = all ] || [ "$ONLY" = memory ]; then

@@ -5,15 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use mimalloc::MiMalloc;
 use zonegate::config::Config;
 use zonegate::telemetry::{self, LogFormat};
-
-/// mimalloc instead of glibc's malloc: the request path allocates many
-/// small, short-lived buffers across two threads, where glibc's arenas cost
-/// several percent of a core under load (measured with the load bench).
-#[global_allocator]
-static GLOBAL: MiMalloc = MiMalloc;
 
 #[derive(Parser)]
 #[command(
