@@ -241,7 +241,10 @@ impl HttpBody for DrainBody {
             }
             Poll::Ready(Some(r)) => Poll::Ready(Some(r.map_err(Into::into))),
             Poll::Pending => {
-                let cut = this.cut.as_mut().is_some_and(|c| c.as_mut().poll(cx).is_ready());
+                let cut = this
+                    .cut
+                    .as_mut()
+                    .is_some_and(|c| c.as_mut().poll(cx).is_ready());
                 if cut {
                     this.cut_now()
                 } else {
