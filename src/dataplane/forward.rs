@@ -170,6 +170,22 @@ pub struct Committed {
     pub first_byte: Duration,
 }
 
+/// zonegate's own headers, parsed once (a name given as `&str` is parsed
+/// and validated at every insert).
+pub mod names {
+    use http::header::HeaderName;
+
+    pub const BACKEND: HeaderName = HeaderName::from_static("x-zonegate-backend");
+    pub const ZONE: HeaderName = HeaderName::from_static("x-zonegate-zone");
+    pub const DECISION_VERSION: HeaderName = HeaderName::from_static("x-zonegate-decision-version");
+    pub const CONFIG_VERSION: HeaderName = HeaderName::from_static("x-zonegate-config-version");
+    pub const ROUTE: HeaderName = HeaderName::from_static("x-zonegate-route");
+    pub const MODEL: HeaderName = HeaderName::from_static("x-zonegate-model");
+    pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+    pub const PIN: HeaderName = HeaderName::from_static(crate::dataplane::affinity::PIN_HEADER);
+    pub const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+}
+
 /// Request headers that describe this hop only, or carry the client's
 /// gateway credentials, and so never go to the backend.
 const DROP_REQUEST: &[HeaderName] = &[
@@ -205,7 +221,7 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, fixed: &[HeaderName]) {
     for name in fixed.iter().chain(&named) {
         headers.remove(name);
     }
-    headers.remove("keep-alive");
+    headers.remove(names::KEEP_ALIVE);
 }
 
 /// Copies the client's headers for the backend, minus hop-by-hop ones.
@@ -354,7 +370,7 @@ pub fn is_sse(headers: &HeaderMap) -> bool {
 
 /// Sets a response header from a string, skipping values that are not
 /// valid header text (they come from config names, which are validated).
-pub fn set_header(headers: &mut HeaderMap, name: &'static str, value: &str) {
+pub fn set_header(headers: &mut HeaderMap, name: HeaderName, value: &str) {
     if let Ok(v) = HeaderValue::from_str(value) {
         headers.insert(name, v);
     }

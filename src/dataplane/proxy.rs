@@ -141,10 +141,14 @@ async fn handle(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
             // Errors, too, say which decisions this node routed with.
             let mut resp = e.into_response();
             let version = gw.view.borrow().decision_version.to_string();
-            forward::set_header(resp.headers_mut(), "x-zonegate-decision-version", &version);
             forward::set_header(
                 resp.headers_mut(),
-                "x-zonegate-config-version",
+                forward::names::DECISION_VERSION,
+                &version,
+            );
+            forward::set_header(
+                resp.headers_mut(),
+                forward::names::CONFIG_VERSION,
                 &cfg.config_version.to_string(),
             );
             quota::set_headers(resp.headers_mut(), &limits);

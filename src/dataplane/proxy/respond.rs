@@ -13,9 +13,8 @@ use super::chain::Link;
 use super::continuation::Continuer;
 use super::{pin, RequestFacts};
 use crate::clock::now_ms;
-use crate::dataplane::affinity::PIN_HEADER;
 use crate::dataplane::backend::{Backend, InFlight};
-use crate::dataplane::forward;
+use crate::dataplane::forward::{self, names};
 use crate::dataplane::quota::Admission;
 use crate::dataplane::relay::{self, RelayHooks, RelayOptions, Resumed, StreamEnd};
 use crate::dataplane::request::RequestClass;
@@ -119,23 +118,21 @@ pub(super) fn respond(
     // Room for zonegate's headers and a limited tenant's six rate-limit
     // headers, so the map grows (and rehashes) at most once.
     headers.reserve(16);
-    forward::set_header(&mut headers, "x-zonegate-backend", &ctx.backend.name);
-    forward::set_header(&mut headers, "x-zonegate-zone", ctx.backend.zone.as_str());
-    forward::set_header(
-        &mut headers,
-        "x-zonegate-decision-version",
-        &ctx.decision_version.to_string(),
+    forward::set_header(&mut headers, names::BACKEND, &ctx.backend.name);
+    forward::set_header(&mut headers, names::ZONE, ctx.backend.zone.as_str());
+    headers.insert(
+        names::DECISION_VERSION,
+        http::HeaderValue::from(ctx.decision_version),
     );
-    forward::set_header(
-        &mut headers,
-        "x-zonegate-config-version",
-        &gw.cfg().config_version.to_string(),
+    headers.insert(
+        names::CONFIG_VERSION,
+        http::HeaderValue::from(gw.cfg().config_version),
     );
-    forward::set_header(&mut headers, "x-zonegate-route", &ctx.route);
-    forward::set_header(&mut headers, "x-zonegate-model", &ctx.model);
-    forward::set_header(&mut headers, "x-request-id", &ctx.request_id);
+    forward::set_header(&mut headers, names::ROUTE, &ctx.route);
+    forward::set_header(&mut headers, names::MODEL, &ctx.model);
+    forward::set_header(&mut headers, names::REQUEST_ID, &ctx.request_id);
     if let Some(token) = &ctx.pin_token {
-        forward::set_header(&mut headers, PIN_HEADER, token);
+        forward::set_header(&mut headers, names::PIN, token);
     }
     admission.write_headers(&mut headers);
     if sse {
