@@ -4,6 +4,7 @@
 //! (`drain`).
 
 pub mod drain;
+pub mod front;
 pub mod gateway;
 pub mod lifecycle;
 pub mod reconfigure;

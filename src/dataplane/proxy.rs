@@ -41,9 +41,9 @@ use crate::node::gateway::Gateway;
 /// other path is an OpenAI-shaped 404.
 pub fn router(gw: Arc<Gateway>) -> Router {
     Router::new()
-        .route("/v1/chat/completions", post(handle))
-        .route("/v1/completions", post(handle))
-        .route("/v1/embeddings", post(handle))
+        .route(INFERENCE_PATHS[0], post(handle))
+        .route(INFERENCE_PATHS[1], post(handle))
+        .route(INFERENCE_PATHS[2], post(handle))
         .route("/v1/models", get(models))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -98,7 +98,17 @@ fn witness_error() -> ApiError {
     ApiError::NotReady("this node is a Raft witness: it votes but serves no traffic".into())
 }
 
+/// The inference endpoints: POST only, each served by [`infer`].
+pub const INFERENCE_PATHS: [&str; 3] =
+    ["/v1/chat/completions", "/v1/completions", "/v1/embeddings"];
+
 async fn handle(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
+    infer(gw, req).await
+}
+
+/// One inference request, whole: authentication, the request path, the
+/// error answer and its access line.
+pub async fn infer(gw: Arc<Gateway>, req: Request) -> Response {
     if gw.is_witness() {
         return witness_error().into_response();
     }

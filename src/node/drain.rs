@@ -132,17 +132,23 @@ impl Drop for InFlight {
 /// The data-plane layer: readiness fails while draining; every `/v1/*`
 /// request is counted until its body ends; event streams can be cut.
 pub async fn track(State(gw): State<Arc<Gateway>>, req: Request, next: Next) -> Response {
-    let drain = &gw.drain;
     let path = req.uri().path();
-    if path == "/readyz" && drain.is_draining() {
+    if path == "/readyz" && gw.drain.is_draining() {
         return ApiError::NotReady("this node is draining: it is shutting down".into())
             .into_response();
     }
     if !path.starts_with("/v1/") {
         return next.run(req).await;
     }
+    tracked(&gw, next.run(req)).await
+}
+
+/// A `/v1/*` request: counted until its body ends, its connection closed
+/// after it while draining, its event stream cut at the drain timeout.
+pub async fn tracked(gw: &Gateway, respond: impl Future<Output = Response>) -> Response {
+    let drain = &gw.drain;
     let guard = drain.enter(gw.metrics.in_flight.clone());
-    let mut resp = next.run(req).await;
+    let mut resp = respond.await;
     if drain.is_draining() {
         // hyper closes the connection after this response, so a client's
         // next request opens a connection the load balancer sends elsewhere.

@@ -241,9 +241,12 @@ pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<Runni
         // The drain layer wraps the request path from outside: readiness,
         // in-flight counting, cutting streams at the drain timeout; inside
         // it, readiness may require a leader.
-        let app = ready_requires_leader(proxy::router(Arc::clone(&gateway)), &gateway).layer(
+        // Inference requests skip the router (`node::front`) but not the
+        // drain's accounting.
+        let rest = ready_requires_leader(proxy::router(Arc::clone(&gateway)), &gateway).layer(
             middleware::from_fn_with_state(Arc::clone(&gateway), drain::track),
         );
+        let app = crate::node::front::Front::new(Arc::clone(&gateway), rest);
         let stopped = data_stop.subscribe();
         let listen = data_listen.clone();
         threads.push(
