@@ -35,7 +35,7 @@ pub struct Front {
 
 impl Front {
     /// `rest` answers what is not an inference POST.
-    pub fn new(gw: Arc<Gateway>, rest: Router) -> Router {
+    pub fn router(gw: Arc<Gateway>, rest: Router) -> Router {
         Router::new().fallback_service(Self { gw, rest })
     }
 }

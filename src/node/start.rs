@@ -246,7 +246,7 @@ pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<Runni
         let rest = ready_requires_leader(proxy::router(Arc::clone(&gateway)), &gateway).layer(
             middleware::from_fn_with_state(Arc::clone(&gateway), drain::track),
         );
-        let app = crate::node::front::Front::new(Arc::clone(&gateway), rest);
+        let app = crate::node::front::Front::router(Arc::clone(&gateway), rest);
         let stopped = data_stop.subscribe();
         let listen = data_listen.clone();
         threads.push(
