@@ -311,6 +311,54 @@ async fn a_node_restarted_with_an_older_file_routes_with_the_clusters_config() {
     );
 }
 
+/// The replicated config lives in the Raft state: a member whose disk was
+/// wiped comes back with `--rejoin` and its old file, and routes with the
+/// cluster's config (including a backend its file never named).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_member_rejoins_with_the_clusters_config() {
+    let mut cluster = TestCluster::start(1, "").await;
+    let leader = cluster.leader().await;
+    all_serve(&cluster, "1").await;
+    let entry = cluster.node(leader).admin.clone();
+    let current = cluster.node(leader).admin_get("/admin/v1/config").await["toml"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let extra = Mock::start("az-a-9", "az-a", &[MODEL]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("v2.toml");
+    std::fs::write(
+        &file,
+        format!("{current}\n{}", extra.backend_toml(&[MODEL])),
+    )
+    .unwrap();
+    let (code, out, err) = ctl(&entry, &["config", "apply", file.to_str().unwrap()]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    all_serve(&cluster, "2").await;
+
+    // A follower loses its disk (kill -9, data_dir wiped) and rejoins with
+    // its old file.
+    let wiped = (1..=3u64).find(|id| *id != leader).unwrap();
+    let i = wiped as usize - 1;
+    let dir = cluster.nodes[i].take().unwrap().kill_keeping_data().await;
+    std::fs::remove_dir_all(dir.path().join("data")).unwrap();
+    let rest: String = ZONES
+        .iter()
+        .map(|z| cluster.mocks[&format!("{z}-1")].backend_toml(&[MODEL]))
+        .collect();
+    let me = cluster.members[i].clone();
+    let node =
+        NodeProcess::start_member_with(dir, &me, &cluster.members, &rest, &["--rejoin"]).await;
+    cluster.nodes[i] = Some(node);
+    all_serve(&cluster, "2").await;
+    assert!(
+        backend_state(cluster.node(wiped), "az-a-9").await.is_some(),
+        "the rejoined member knows the backend only the cluster's config names"
+    );
+    let v = config_of(cluster.node(wiped)).await;
+    assert_eq!(v["version"], 2, "{v}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standalone_node_reloads_its_file_on_sighup_and_keeps_it_when_invalid() {
     let a = Mock::start("a-1", "az-a", &[MODEL]).await;
