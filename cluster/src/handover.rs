@@ -40,6 +40,8 @@ use crate::view::NodeId;
 pub enum Handover {
     /// This node did not lead: nothing to hand over.
     NotLeader,
+    /// This node is the only voter: nobody to hand over to.
+    Alone,
     /// `to` leads now; `after` since the handover began.
     Transferred { to: NodeId, after: Duration },
     /// No voter took over within the limit; why.
@@ -77,13 +79,20 @@ pub(crate) async fn hand_over(
 ) -> Handover {
     let began = Instant::now();
     let mut metrics = raft.metrics();
-    let quorum_ack = {
+    let (quorum_ack, other_voters) = {
         let m = metrics.borrow();
         if m.state != ServerState::Leader {
             return Handover::NotLeader;
         }
-        m.millis_since_quorum_ack
+        let voters = m.membership_config.membership().voter_ids();
+        (
+            m.millis_since_quorum_ack,
+            voters.filter(|v| *v != me).count(),
+        )
     };
+    if other_voters == 0 {
+        return Handover::Alone;
+    }
     // A leader cut off from its quorum has nobody to hand over to (the
     // whole group stopping, or a partition): no point waiting.
     if quorum_ack.is_none_or(|ms| Duration::from_millis(ms) > within) {

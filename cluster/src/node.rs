@@ -946,6 +946,12 @@ impl ClusterNode {
         .await
     }
 
+    /// This node stops campaigning (it still votes) until it restarts: a
+    /// draining follower must not become leader on its way out.
+    pub fn stop_campaigning(&self) {
+        self.raft.runtime_config().elect(false);
+    }
+
     /// Stop Raft, the RPC server and background tasks, and wait until the
     /// store is closed (so the same `data_dir` can be reopened).
     pub async fn shutdown(&self) -> Result<(), ClusterError> {

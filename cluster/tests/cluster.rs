@@ -1203,6 +1203,21 @@ async fn only_the_leader_can_hand_over_and_a_handover_loses_no_decision() {
     .await;
 }
 
+/// The only voter has nobody to hand over to, and says so at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_only_voter_has_nobody_to_hand_over_to() {
+    use zonegate_cluster::Handover;
+    with_timeout(async {
+        let cluster = TestCluster::start(&[("az-a", Role::Voter)]).await;
+        let ids = cluster.ids();
+        let leader = cluster.wait_leader(&ids).await;
+        assert_eq!(cluster.node(leader).hand_over().await, Handover::Alone);
+        assert!(cluster.node(leader).status().is_leader, "it still leads");
+        cluster.shutdown().await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_answering_length_bombs_does_not_take_the_leader_down() {
     with_timeout(async {

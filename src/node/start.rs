@@ -67,6 +67,10 @@ impl RunningNode {
             "draining: readiness fails from now on"
         );
         let cluster = gw.cluster.clone();
+        // A draining node never campaigns; a leader hands over first.
+        if let Some(node) = &cluster {
+            node.stop_campaigning();
+        }
         let step_down = cluster
             .as_ref()
             .filter(|node| node.status().is_leader)
@@ -118,7 +122,7 @@ impl RunningNode {
 async fn hand_over(node: Arc<zonegate_cluster::ClusterNode>, gw: Arc<Gateway>) {
     use zonegate_cluster::Handover;
     let outcome = match node.hand_over().await {
-        Handover::NotLeader => return,
+        Handover::NotLeader | Handover::Alone => return,
         Handover::Transferred { to, after } => {
             tracing::info!(to, after = ?after, "draining leader: member {to} leads now");
             "transferred"
