@@ -3,6 +3,8 @@
 //! the pin: through a signed token the client echoes (`x-zonegate-pin`), or
 //! through this node's bounded pin table (LRU with TTL).
 
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::time::Duration;
 
 use lru::LruCache;
@@ -82,15 +84,16 @@ const SHARDS: usize = 16;
 /// out first) and expiring.
 pub struct PinTable {
     shards: Vec<Mutex<LruCache<u64, (ZoneId, u64)>>>,
-    per_shard: usize,
-    ttl_s: u64,
+    /// Both follow the config in effect ([`PinTable::resize`]).
+    per_shard: AtomicUsize,
+    ttl_s: AtomicU64,
 }
 
 impl std::fmt::Debug for PinTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PinTable")
-            .field("capacity", &(self.per_shard * SHARDS))
-            .field("ttl_s", &self.ttl_s)
+            .field("capacity", &(self.per_shard.load(Relaxed) * SHARDS))
+            .field("ttl_s", &self.ttl_s.load(Relaxed))
             .finish()
     }
 }
@@ -99,16 +102,26 @@ impl PinTable {
     /// Room for about `capacity` sessions, each remembered for `ttl`.
     /// Memory grows with use, not with capacity.
     pub fn new(capacity: usize, ttl: Duration) -> Self {
-        let per_shard = capacity.div_ceil(SHARDS).max(1);
-        Self {
+        let table = Self {
             // Unbounded caches trimmed by hand: `LruCache::new(cap)` would
             // reserve the whole capacity up front.
             shards: (0..SHARDS)
                 .map(|_| Mutex::new(LruCache::unbounded()))
                 .collect(),
-            per_shard,
-            ttl_s: ttl.as_secs().max(1),
-        }
+            per_shard: AtomicUsize::new(1),
+            ttl_s: AtomicU64::new(1),
+        };
+        table.resize(capacity, ttl);
+        table
+    }
+
+    /// A new capacity and TTL (an applied config): pins made from now on
+    /// live `ttl`; a smaller table sheds its least recent pins as sessions
+    /// arrive; pins already made keep their expiry.
+    pub fn resize(&self, capacity: usize, ttl: Duration) {
+        self.per_shard
+            .store(capacity.div_ceil(SHARDS).max(1), Relaxed);
+        self.ttl_s.store(ttl.as_secs().max(1), Relaxed);
     }
 
     fn shard(&self, session: u64) -> &Mutex<LruCache<u64, (ZoneId, u64)>> {
@@ -130,10 +143,11 @@ impl PinTable {
 
     /// Remembers (or refreshes) `session` → `zone`; returns the expiry.
     pub fn put(&self, session: u64, zone: ZoneId, now_s: u64) -> u64 {
-        let expiry = now_s + self.ttl_s;
+        let expiry = now_s + self.ttl_s.load(Relaxed);
+        let per_shard = self.per_shard.load(Relaxed);
         let mut shard = self.shard(session).lock();
         shard.put(session, (zone, expiry));
-        while shard.len() > self.per_shard {
+        while shard.len() > per_shard {
             shard.pop_lru();
         }
         expiry
@@ -159,6 +173,22 @@ mod tests {
 
     fn signer(secrets: &str) -> PinSigner {
         PinSigner::new(KeyRing::derive(secrets, Purpose::Pin).unwrap())
+    }
+
+    #[test]
+    fn a_resized_table_uses_the_new_ttl_and_sheds_down_to_the_new_capacity() {
+        let table = PinTable::new(SHARDS * 4, Duration::from_secs(60));
+        let zone = ZoneId::new("az-a");
+        // Sessions 0, SHARDS, 2 × SHARDS, … share shard 0.
+        for i in 0..4 {
+            assert_eq!(table.put(i * SHARDS as u64, zone.clone(), 100), 160);
+        }
+        table.resize(SHARDS, Duration::from_secs(5));
+        // The next pin in shard 0 lives 5 s and leaves room for one.
+        assert_eq!(table.put(4 * SHARDS as u64, zone.clone(), 100), 105);
+        assert_eq!(table.len(), 1);
+        assert_eq!(table.get(4 * SHARDS as u64, 104), Some(zone));
+        assert_eq!(table.get(4 * SHARDS as u64, 105), None);
     }
 
     #[test]

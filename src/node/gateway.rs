@@ -30,9 +30,6 @@ pub struct Gateway {
     pub routes: ArcSwap<Routes>,
     /// The control plane's latest view; the data plane never waits on it.
     pub view: watch::Receiver<Arc<ClusterView>>,
-    /// The retry budget's settings; each data-plane thread keeps its own
-    /// budget from them (see [`Gateway::with_budget`]).
-    budget: BudgetSettings,
     pub metrics: Metrics,
     pub events: Arc<EventLog>,
     /// This node's Raft member, or `None` when it runs standalone.
@@ -60,11 +57,21 @@ pub struct Gateway {
 /// thread (a node with n data-plane threads may retry up to n × the floor
 /// when quiet), so a thread that happens to carry a failing burst alone is
 /// not starved by the split.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 struct BudgetSettings {
     ratio: f64,
     window_s: u64,
     floor_per_thread: u64,
+}
+
+impl BudgetSettings {
+    fn of(cfg: &Config) -> Self {
+        Self {
+            ratio: cfg.retry.budget_ratio,
+            window_s: cfg.retry.budget_window.as_secs().max(1),
+            floor_per_thread: u64::from(cfg.retry.min_retries_per_window),
+        }
+    }
 }
 
 thread_local! {
@@ -72,7 +79,7 @@ thread_local! {
     /// request, its retries and its continuations run on one data-plane
     /// thread, so a budget per thread needs no lock on the request path
     /// (the nginx worker model again).
-    static BUDGET: std::cell::RefCell<Option<(usize, RetryBudget)>> = const { std::cell::RefCell::new(None) };
+    static BUDGET: std::cell::RefCell<Option<(usize, BudgetSettings, RetryBudget)>> = const { std::cell::RefCell::new(None) };
 
     /// This thread's upstream pools, one per connect timeout in use (models
     /// may set their own; most share the default). Data-plane threads each
@@ -83,21 +90,25 @@ thread_local! {
 }
 
 impl Gateway {
-    /// Runs `f` on the calling thread's retry budget.
+    /// Runs `f` on the calling thread's retry budget. A config applied
+    /// with other `[retry]` budget settings starts a new budget on each
+    /// thread at its next retry decision.
     pub fn with_budget<R>(&self, f: impl FnOnce(&mut RetryBudget) -> R) -> R {
         let me = self as *const Gateway as usize;
+        let wanted = BudgetSettings::of(&self.cfg());
         BUDGET.with(|cell| {
             let mut cell = cell.borrow_mut();
             let budget = match &mut *cell {
-                Some((owner, budget)) if *owner == me => budget,
+                Some((owner, settings, budget)) if *owner == me && *settings == wanted => budget,
                 slot => {
-                    let b = self.budget;
+                    let b = wanted;
                     &mut slot
                         .insert((
                             me,
+                            b,
                             RetryBudget::new(b.ratio, b.window_s, b.floor_per_thread),
                         ))
-                        .1
+                        .2
                 }
             };
             f(budget)
@@ -172,11 +183,6 @@ impl Gateway {
                 .with_label_values(&[&b.name, b.zone.as_str()])
                 .set(0);
         }
-        let budget = BudgetSettings {
-            ratio: cfg.retry.budget_ratio,
-            window_s: cfg.retry.budget_window.as_secs().max(1),
-            floor_per_thread: u64::from(cfg.retry.min_retries_per_window),
-        };
         let quotas = crate::dataplane::quota::Quotas::new(&cfg, &view.borrow(), &metrics);
         if let Some(node) = &cluster {
             feed_rebalance(node, &quotas, &cfg);
@@ -185,7 +191,6 @@ impl Gateway {
             quotas: ArcSwap::from_pointee(quotas),
             routes: ArcSwap::from_pointee(routes),
             view,
-            budget,
             metrics,
             events: Arc::new(EventLog::default()),
             cluster,
@@ -220,6 +225,8 @@ impl Gateway {
         if let Some(node) = &self.cluster {
             feed_rebalance(node, &quotas, &cfg);
         }
+        self.pins
+            .resize(cfg.affinity.pin_capacity, cfg.affinity.pin_ttl);
         self.config.store(Arc::clone(&cfg));
         self.routes.store(Arc::new(routes));
         self.quotas.store(Arc::new(quotas));
