@@ -555,6 +555,10 @@ fn systemd_units_pass_systemd_analyze_verify() {
 /// each with the reason; each must still be declared.
 const NOT_ON_A_TEST_NODE: &[(&str, &str)] = &[
     (
+        "zonegate_raft_handovers_total",
+        "only after a draining leader handed over (tests/drain.rs checks it)",
+    ),
+    (
         "zonegate_retry_budget_exhausted_total",
         "only once retries exceed the budget",
     ),
@@ -604,8 +608,28 @@ async fn grafana_board_queries_only_metrics_a_running_cluster_exports() {
     }
     assert!(wanted.len() >= 30, "the board reads {wanted:?}");
 
-    let cluster = TestCluster::start(2, "").await;
+    // A second tenant with a small quota, so the quota row has data.
+    let quota_tenant = format!(
+        "[[tenants]]\nname = \"limited\"\nkey_sha256 = \"{}\"\nquota = {{ rpm = 2 }}\n",
+        zonegate::config::sha256_hex("limited-key")
+    );
+    let cluster = TestCluster::start(2, &quota_tenant).await;
     cluster.leader().await;
+    // Over its quota: admitted, then refused.
+    for _ in 0..4 {
+        let _ = client()
+            .post(format!(
+                "{}/v1/chat/completions",
+                cluster.in_zone("az-a").data
+            ))
+            .bearer_auth("limited-key")
+            .json(&chat_body(8, false))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await;
+    }
     // A failing backend in az-a: retries, then a passive ejection.
     cluster.mocks["az-a-1"]
         .faults(json!({"error_rate": 1.0}))
