@@ -91,7 +91,7 @@ pub const FORMAT_MAGIC: u8 = 0xFF;
 /// `ClusterState` and `ClusterView` and the tenants' demand to `Report`
 /// (and so to `Applied`, which holds a state); every other type keeps its
 /// layout, and the four decode their version 0 and 1 layouts
-/// ([`bounded_since`]).
+/// (`bounded_since`).
 pub const FORMAT_VERSION: u8 = 2;
 /// The oldest format version this build reads (0: unversioned).
 pub const OLDEST_READ_VERSION: u8 = 0;

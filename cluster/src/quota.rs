@@ -250,7 +250,7 @@ pub fn zone_table(
     (table, overflows)
 }
 
-/// Parts per million: node weights in a [`QuotaTable`].
+/// Parts per million: the unit of [`NodeWeights`].
 pub const PPM: u32 = 1_000_000;
 
 /// The leader's split of each tenant's zone allocation over the nodes

@@ -52,7 +52,7 @@ pub fn estimate_tokens(body_len: usize, max_tokens: Option<u64>) -> u64 {
 
 /// A GCRA bucket of `limit` units per minute. `tat` is the theoretical
 /// arrival time (ns on the monotonic clock): the bucket admits while it is
-/// at most [`TOLERANCE_NS`] ahead of now, then moves it by the cost. A cost
+/// at most `TOLERANCE_NS` ahead of now, then moves it by the cost. A cost
 /// is charged whole even past the tolerance (debt), so a request larger than
 /// the burst is still admitted once the bucket is clear, and later requests
 /// wait it out. Pure given `now`.
