@@ -271,11 +271,12 @@ async fn a_config_applied_through_a_follower_reaches_every_node_and_rolls_back()
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_restarted_with_an_older_file_routes_with_the_clusters_config() {
-    let mut cluster = TestCluster::start(1, "").await;
+/// Config v2, applied with `ctl` through the leader: v1 plus backend
+/// `az-a-9`, which no node's file names. Returns the leader and the new
+/// backend's mock (keep it alive).
+async fn apply_an_extra_backend(cluster: &TestCluster) -> (u64, Mock) {
     let leader = cluster.leader().await;
-    all_serve(&cluster, "1").await;
+    all_serve(cluster, "1").await;
     let entry = cluster.node(leader).admin.clone();
     let current = cluster.node(leader).admin_get("/admin/v1/config").await["toml"]
         .as_str()
@@ -291,7 +292,14 @@ async fn a_node_restarted_with_an_older_file_routes_with_the_clusters_config() {
     .unwrap();
     let (code, out, err) = ctl(&entry, &["config", "apply", file.to_str().unwrap()]).await;
     assert_eq!(code, 0, "{out}{err}");
-    all_serve(&cluster, "2").await;
+    all_serve(cluster, "2").await;
+    (leader, extra)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_with_an_older_file_routes_with_the_clusters_config() {
+    let mut cluster = TestCluster::start(1, "").await;
+    let (_, _extra) = apply_an_extra_backend(&cluster).await;
 
     // Node 1 restarts with its old file (no az-a-9).
     let dir1 = cluster.nodes[0].take().unwrap().kill_keeping_data().await;
@@ -317,24 +325,7 @@ async fn a_node_restarted_with_an_older_file_routes_with_the_clusters_config() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wiped_member_rejoins_with_the_clusters_config() {
     let mut cluster = TestCluster::start(1, "").await;
-    let leader = cluster.leader().await;
-    all_serve(&cluster, "1").await;
-    let entry = cluster.node(leader).admin.clone();
-    let current = cluster.node(leader).admin_get("/admin/v1/config").await["toml"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let extra = Mock::start("az-a-9", "az-a", &[MODEL]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("v2.toml");
-    std::fs::write(
-        &file,
-        format!("{current}\n{}", extra.backend_toml(&[MODEL])),
-    )
-    .unwrap();
-    let (code, out, err) = ctl(&entry, &["config", "apply", file.to_str().unwrap()]).await;
-    assert_eq!(code, 0, "{out}{err}");
-    all_serve(&cluster, "2").await;
+    let (leader, _extra) = apply_an_extra_backend(&cluster).await;
 
     // A follower loses its disk (kill -9, data_dir wiped) and rejoins with
     // its old file.
