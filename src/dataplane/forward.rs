@@ -1,5 +1,4 @@
-//! One attempt on one backend over a pooled keep-alive connection
-//! (`upstream`).
+//! One attempt on one backend over the pooled keep-alive client.
 //!
 //! An attempt is "committed" only once the backend's first body byte has
 //! arrived: until then any failure can be retried elsewhere. What follows
@@ -11,15 +10,20 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
 use rustls::pki_types::ServerName;
 use tokio::time::Instant;
 use zonegate_net::tls::BackendTls;
 
-use crate::dataplane::upstream::{self, Target, UpstreamBody};
-
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The request pool: keep-alive HTTP/1.1 connections to backends, over
+/// TLS for `https://` ones.
+pub type Upstream = Client<Connector, Full<Bytes>>;
 
 /// Dials `http://` backends in the clear and `https://` ones with rustls.
 pub type Connector = HttpsConnector<HttpConnector>;
@@ -62,6 +66,15 @@ fn no_roots() -> rustls::ClientConfig {
                 .with_no_client_auth()
         })
         .unwrap_or_else(|e| unreachable!("ring supports the default protocol versions: {e}"))
+}
+
+/// Builds a pooled client. Probes use a separate one (see `health`), so a
+/// saturated request pool never delays health checks and vice versa.
+pub fn client(connect_timeout: Duration, max_idle_per_host: usize, tls: &BackendTls) -> Upstream {
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(max_idle_per_host)
+        .build(connector(connect_timeout, tls))
 }
 
 /// Why an attempt failed before its first byte. The retry loop asks the
@@ -151,7 +164,7 @@ pub struct Committed {
     pub headers: HeaderMap,
     pub first: Option<Bytes>,
     /// The rest of the body; `None` when `first` was all of it.
-    pub rest: Option<UpstreamBody>,
+    pub rest: Option<Incoming>,
     /// The upstream `Content-Length`, if any.
     pub content_length: Option<u64>,
     pub first_byte: Duration,
@@ -236,7 +249,15 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         .map(|s| Duration::from_secs_f64(s.min(3600.0)))
 }
 
-pub(crate) fn source_chain(e: &dyn std::error::Error) -> String {
+fn classify_client_error(e: hyper_util::client::legacy::Error) -> AttemptError {
+    if e.is_connect() {
+        AttemptError::Connect(source_chain(&e))
+    } else {
+        AttemptError::Reset(source_chain(&e))
+    }
+}
+
+fn source_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(inner) = cur {
@@ -250,50 +271,22 @@ pub(crate) fn source_chain(e: &dyn std::error::Error) -> String {
 /// The largest 400 body read to look for `context_length_exceeded`.
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
-/// Sends one request to `target` and waits, within its limits, for the
-/// response head and its first body chunk. `uri` gives the path and
-/// query; the connection is a pooled one (a reused connection the backend
-/// closed before answering is replaced once, as no byte of the request
-/// was answered) or a new one.
+/// Sends one request and waits, within its limits, for the response head
+/// and its first body chunk.
 pub async fn attempt(
-    target: Target<'_>,
-    uri: &Uri,
-    mut headers: HeaderMap,
+    client: &Upstream,
+    uri: Uri,
+    headers: HeaderMap,
     body: Bytes,
     limits: AttemptLimits,
 ) -> Result<Committed, AttemptError> {
     let started = std::time::Instant::now();
-    if let Ok(host) = HeaderValue::from_str(target.authority.as_str()) {
-        headers.insert(header::HOST, host);
-    }
-    let path = uri
-        .path_and_query()
-        .map_or("/", http::uri::PathAndQuery::as_str);
-    let request = |headers: HeaderMap, body: Bytes| {
-        let mut req = Request::post(path)
-            .body(Full::new(body))
-            .map_err(|e| AttemptError::Connect(format!("bad upstream request: {e}")))?;
-        *req.headers_mut() = headers;
-        Ok::<_, AttemptError>(req)
-    };
+    let mut req = Request::post(uri)
+        .body(Full::new(body))
+        .map_err(|e| AttemptError::Connect(format!("bad upstream request: {e}")))?;
+    *req.headers_mut() = headers;
     let exchange = async {
-        let (mut conn, reused) = upstream::checkout(target)
-            .await
-            .map_err(|e| AttemptError::Connect(e.to_string()))?;
-        let first_try = request(headers.clone(), body.clone())?;
-        let resp = match conn.send(first_try).await {
-            Err(e) if reused && (e.is_canceled() || e.is_incomplete_message()) => {
-                // Closed by the backend while idle: not an answer.
-                conn = upstream::connect(target)
-                    .await
-                    .map_err(|e| AttemptError::Connect(e.to_string()))?;
-                conn.send(request(headers, body)?).await
-            }
-            other => other,
-        }
-        .map_err(|e| AttemptError::Reset(source_chain(&e)))?;
-        let (parts, rest) = resp.into_parts();
-        let resp = http::Response::from_parts(parts, UpstreamBody::new(rest, conn));
+        let resp = client.request(req).await.map_err(classify_client_error)?;
         let status = resp.status();
         if status == StatusCode::TOO_MANY_REQUESTS {
             return Err(AttemptError::Busy(retry_after(resp.headers())));
@@ -343,7 +336,7 @@ pub async fn attempt(
 /// act on; any other 400 is committed as the backend sent it.
 async fn whole_error_body(
     parts: http::response::Parts,
-    rest: UpstreamBody,
+    rest: Incoming,
     started: std::time::Instant,
 ) -> Result<Committed, AttemptError> {
     {

@@ -16,11 +16,11 @@ use bytes::{Bytes, BytesMut};
 use futures_util::future::BoxFuture;
 use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use crate::dataplane::forward::{BoxError, Committed};
 use crate::dataplane::sse::{self, Event, Framer, Resumption, Skim, Splice, Transcript, Usage};
-use crate::dataplane::upstream::UpstreamBody;
 
 /// How a response ended, reported once.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,7 +108,7 @@ enum Phase {
 
 struct Relay {
     first: Option<Bytes>,
-    rest: Option<UpstreamBody>,
+    rest: Option<Incoming>,
     /// Plain bodies: bytes left by `Content-Length`; hyper stops polling
     /// once it wrote them, so the end is reported when they are handed over.
     remaining: Option<u64>,
