@@ -274,6 +274,11 @@ async fn serve_connection<I>(
     }
 }
 
+/// The watchdog of a busy connection looks at most every this often,
+/// however short the header-read timeout (a 10 ms timeout must not mean a
+/// wake-up every few milliseconds on every connection).
+const MIN_LOOK: Duration = Duration::from_millis(50);
+
 /// What the watchdog of one connection knows: requests in flight, when
 /// bytes last came in, and since when a request head is pending.
 struct ConnState {
@@ -324,14 +329,15 @@ impl ConnState {
     }
 
     /// When the watchdog looks next: the earliest deadline that could
-    /// fire, and at the latest a quarter of the header-read timeout from
-    /// now. Requests do not wake the watchdog (that was two wake-ups and
-    /// two timer registrations per request): a head that begins while it
-    /// sleeps is seen at its next look, so a connection is closed between
-    /// 1 and 1.25 header-read timeouts after its head began.
+    /// fire, and at the latest a quarter of the header-read timeout from now. Requests do not
+    /// wake the watchdog (that was two wake-ups and two timer
+    /// registrations per request): a head that begins while it sleeps is
+    /// seen at its next look, so a connection is closed between 1 and 1.25
+    /// header-read timeouts after its head began (plus up to
+    /// [`MIN_LOOK`] for a timeout under 200 ms).
     fn next_check(&self, limits: &Limits) -> Instant {
         let now = Instant::now();
-        let look = now + limits.header_read_timeout / 4;
+        let look = now + (limits.header_read_timeout / 4).max(MIN_LOOK);
         if self.in_flight.load(Ordering::Relaxed) > 0 {
             return look;
         }

@@ -101,14 +101,9 @@ impl Gateway {
             let budget = match &mut *cell {
                 Some((owner, settings, budget)) if *owner == me && *settings == wanted => budget,
                 slot => {
-                    let b = wanted;
-                    &mut slot
-                        .insert((
-                            me,
-                            b,
-                            RetryBudget::new(b.ratio, b.window_s, b.floor_per_thread),
-                        ))
-                        .2
+                    let w = wanted;
+                    let budget = RetryBudget::new(w.ratio, w.window_s, w.floor_per_thread);
+                    &mut slot.insert((me, w, budget)).2
                 }
             };
             f(budget)
