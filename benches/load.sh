@@ -330,8 +330,8 @@ if [ "$ONLY" = all ] || [ "$ONLY" = streams ]; then
   row $(run direct "http://127.0.0.1:$MOCK_PORT/v1/chat/completions" 2 256 stream) 2 256
   row $(run nginx "http://127.0.0.1:$NGINX_PORT/v1/chat/stream" 2 256 stream) 2 256
   row $(run zonegate "http://127.0.0.1:$ZG_PORT/v1/chat/completions" 2 256 stream) 2 256
-  echo "(the mock writes its 16 events at once: they arrive in one read; nginx relays the read"
-  echo " in one write, zonegate relays event by event, one write each: see ARCHITECTURE.md)"
+  echo "(the mock writes its 16 events at once: they arrive in one read; both proxies relay"
+  echo " them in one write, but zonegate's events cross hyper's client one task switch each)"
   echo
   echo "== paced streams: the same, 2 ms between events (a fast generation)"
   header

@@ -9,12 +9,17 @@
 //! none can be had, the stream ends with an SSE error event and an aborted
 //! connection, never `[DONE]`: a truncated answer never looks complete.
 
+use std::future::{poll_fn, Future};
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use axum::body::Body;
 use bytes::{Bytes, BytesMut};
 use futures_util::future::BoxFuture;
-use http_body::Frame;
+use http_body::{Body as _, Frame};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Incoming;
 use tokio::time::Instant;
@@ -72,6 +77,10 @@ pub struct RelayOptions {
     pub max_continuations: u32,
 }
 
+/// The most an event stream's burst is gathered into before it is
+/// handed to the client (see `Relay::gather`).
+const GATHER_MAX: usize = 16 * 1024;
+
 /// The body for a committed response.
 pub fn body(committed: Committed, opts: RelayOptions, hooks: Box<dyn RelayHooks>) -> Body {
     let remaining = (!opts.sse).then_some(committed.content_length).flatten();
@@ -85,6 +94,7 @@ pub fn body(committed: Committed, opts: RelayOptions, hooks: Box<dyn RelayHooks>
         transcript: (opts.sse && opts.continuable).then(Transcript::new),
         splice: None,
         failure: None,
+        held: None,
         first_break: None,
         opts,
         continuations: 0,
@@ -123,6 +133,9 @@ struct Relay {
     splice: Option<Splice>,
     /// A break found after some events of a chunk were passed on.
     failure: Option<&'static str>,
+    /// The upstream's end or break, seen while gathering a burst; the
+    /// next read returns it.
+    held: Option<Result<Option<Bytes>, &'static str>>,
     /// The first break: what the client is told if nothing could continue
     /// (never a continuation's own refusal).
     first_break: Option<&'static str>,
@@ -157,6 +170,10 @@ impl Relay {
                     None => self.read().await,
                 },
             };
+            let step = match step {
+                Ok(Some(data)) if self.framer.is_some() => Ok(Some(self.gather(data).await)),
+                other => other,
+            };
             let out = match step.and_then(|chunk| match chunk {
                 Some(data) => self.pass(data),
                 None => self.upstream_done().map(|()| Bytes::new()),
@@ -182,6 +199,9 @@ impl Relay {
 
     /// The next chunk of the upstream body; `None` at its end.
     async fn read(&mut self) -> Result<Option<Bytes>, &'static str> {
+        if let Some(held) = self.held.take() {
+            return held;
+        }
         let Some(rest) = self.rest.as_mut() else {
             return Ok(None);
         };
@@ -200,6 +220,49 @@ impl Relay {
                 },
             }
         }
+    }
+
+    /// `data` joined with the event-stream chunks already on their way,
+    /// so that a burst of events (a backend that got ahead of the relay)
+    /// goes out in one write instead of one each: hyper's client hands
+    /// over one chunk per task switch, and hyper's server writes whenever
+    /// the body is pending. Chunks are taken until the runtime has run
+    /// everything that was ready without another one coming (see
+    /// `RunQueuePass`), or `GATHER_MAX` bytes; never waits for the
+    /// network. A paced stream pays one more task poll per chunk.
+    async fn gather(&mut self, data: Bytes) -> Bytes {
+        let Some(rest) = self.rest.as_mut() else {
+            return data;
+        };
+        let mut joined: Option<BytesMut> = None;
+        let mut pass = RunQueuePass::default();
+        while joined.as_ref().map_or(data.len(), BytesMut::len) < GATHER_MAX {
+            let polled = poll_fn(|cx| match Pin::new(&mut *rest).poll_frame(cx) {
+                Poll::Ready(frame) => Poll::Ready(Some(frame)),
+                Poll::Pending if pass.passed(cx) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            })
+            .await;
+            let more = match polled {
+                None => break,
+                Some(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(more) => more,
+                    Err(_) => continue,
+                },
+                Some(None) => {
+                    self.held = Some(Ok(None));
+                    break;
+                }
+                Some(Some(Err(_))) => {
+                    self.held = Some(Err("upstream_reset"));
+                    break;
+                }
+            };
+            joined
+                .get_or_insert_with(|| BytesMut::from(&data[..]))
+                .extend_from_slice(&more);
+        }
+        joined.map_or(data, BytesMut::freeze)
     }
 
     /// What of `data` the client gets now; `Err` when it shows the stream
@@ -325,6 +388,7 @@ impl Relay {
         self.continuations += 1;
         self.first = resumed.committed.first;
         self.rest = resumed.committed.rest;
+        self.held = None;
         if let Some(f) = self.framer.as_mut() {
             f.reset();
         }
@@ -362,8 +426,194 @@ impl Relay {
     }
 }
 
+/// Whether the runtime has run every task that was ready when `passed`
+/// was first asked. tokio wakes a `yield_now` only after its run queue
+/// drained (or after a batch of tasks), and the pass is over when that
+/// wake-up comes. A plain `yield_now` does not do: hyper polls a body
+/// twice within one task poll, and the second poll would find it done
+/// before any other task ran.
+#[derive(Default)]
+struct RunQueuePass(Option<Arc<PassFlag>>);
+
+struct PassFlag {
+    over: AtomicBool,
+    task: Waker,
+}
+
+impl Wake for PassFlag {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.over.store(true, Ordering::Release);
+        self.task.wake_by_ref();
+    }
+}
+
+impl RunQueuePass {
+    fn passed(&mut self, cx: &mut Context<'_>) -> bool {
+        if let Some(flag) = &self.0 {
+            return flag.over.load(Ordering::Acquire);
+        }
+        let flag = Arc::new(PassFlag {
+            over: AtomicBool::new(false),
+            task: cx.waker().clone(),
+        });
+        let waker = Waker::from(Arc::clone(&flag));
+        // Polled once, it hands `waker` to the runtime for later.
+        let _ = pin!(tokio::task::yield_now()).poll(&mut Context::from_waker(&waker));
+        self.0 = Some(flag);
+        false
+    }
+}
+
 impl Drop for Relay {
     fn drop(&mut self) {
         self.report(StreamEnd::ClientGone);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use http_body_util::Empty;
+    use hyper_util::rt::TokioIo;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    const EVENTS: usize = 16;
+
+    /// A backend that answers any request with `raw` in one write, then
+    /// closes; and the committed response hyper's client makes of it (its
+    /// first body chunk read, as the attempt reads it).
+    async fn committed(raw: Vec<u8>) -> Committed {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.expect("accept");
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf).await;
+            s.write_all(&raw).await.expect("write");
+        });
+        let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .expect("handshake");
+        tokio::spawn(conn);
+        let resp = send
+            .send_request(http::Request::new(Empty::<Bytes>::new()))
+            .await
+            .expect("response");
+        let (parts, mut rest) = resp.into_parts();
+        let first = rest.frame().await.and_then(|f| f.ok()?.into_data().ok());
+        Committed {
+            status: parts.status,
+            headers: parts.headers,
+            first,
+            rest: Some(rest),
+            content_length: None,
+            first_byte: Duration::ZERO,
+        }
+    }
+
+    /// `EVENTS` SSE events as HTTP chunks, one chunk each.
+    fn chunked_events() -> Vec<u8> {
+        let mut raw = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+        for i in 0..EVENTS {
+            let event =
+                format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"t{i}\"}}}}]}}\n\n");
+            raw.extend(format!("{:x}\r\n{event}\r\n", event.len()).bytes());
+        }
+        raw
+    }
+
+    #[derive(Clone, Default)]
+    struct Ends(Arc<Mutex<Vec<StreamEnd>>>);
+
+    impl RelayHooks for Ends {
+        fn failed(&mut self, _why: &'static str) {}
+        fn end(&mut self, end: StreamEnd, _: u32, _: Option<Usage>, _: u64) {
+            self.0.lock().expect("ends").push(end);
+        }
+    }
+
+    /// The relayed body's frames, and its error if it ended in one. Read
+    /// in a task of its own, as hyper's server does: the test's own future
+    /// is polled only between the runtime's passes.
+    async fn relay(committed: Committed, ends: &Ends) -> (Vec<Bytes>, Option<String>) {
+        let ends = ends.clone();
+        tokio::spawn(async move { read_relayed(committed, ends).await })
+            .await
+            .expect("relay task")
+    }
+
+    async fn read_relayed(committed: Committed, ends: Ends) -> (Vec<Bytes>, Option<String>) {
+        let opts = RelayOptions {
+            sse: true,
+            continuable: false,
+            idle: Duration::from_secs(30),
+            deadline: Instant::now() + Duration::from_secs(60),
+            max_continuations: 0,
+        };
+        let mut body = super::body(committed, opts, Box::new(ends));
+        let mut frames = Vec::new();
+        while let Some(frame) = body.frame().await {
+            match frame {
+                Ok(f) => frames.extend(f.into_data().ok()),
+                Err(e) => return (frames, Some(e.to_string())),
+            }
+        }
+        (frames, None)
+    }
+
+    fn count_events(frames: &[Bytes]) -> usize {
+        frames
+            .iter()
+            .map(|f| String::from_utf8_lossy(f).matches("\"content\"").count())
+            .sum()
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_events_is_relayed_in_a_few_writes_not_one_per_event() {
+        let mut raw = chunked_events();
+        raw.extend_from_slice(b"0\r\n\r\n");
+        let ends = Ends::default();
+        let (frames, error) = relay(committed(raw).await, &ends).await;
+        assert_eq!(error, None);
+        assert_eq!(count_events(&frames), EVENTS, "every event, once");
+        // The first chunk is read when the attempt commits; the rest of the
+        // burst, already on its way, is gathered.
+        assert!(
+            frames.len() <= 3,
+            "{EVENTS} events that arrived together went out in {} frames",
+            frames.len()
+        );
+        assert_eq!(*ends.0.lock().expect("ends"), [StreamEnd::Complete]);
+    }
+
+    #[tokio::test]
+    async fn a_break_behind_a_burst_still_ends_in_an_error_after_every_event() {
+        // No terminating chunk: the connection closes inside the body.
+        let ends = Ends::default();
+        let (frames, error) = relay(committed(chunked_events()).await, &ends).await;
+        assert_eq!(count_events(&frames), EVENTS, "the events before the break");
+        let last = frames.last().expect("frames");
+        assert!(
+            String::from_utf8_lossy(last).contains("stream_interrupted"),
+            "the last frame is the error event: {last:?}"
+        );
+        assert!(
+            error.is_some(),
+            "the body ends in an error, never a clean end"
+        );
+        assert_eq!(
+            *ends.0.lock().expect("ends"),
+            [StreamEnd::Aborted("upstream_reset")]
+        );
     }
 }
