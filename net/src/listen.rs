@@ -15,8 +15,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use std::convert::Infallible;
+
 use axum::body::Body;
-use axum::Router;
+use axum::response::Response;
 use http::Request;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -26,9 +28,29 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
-use tower::ServiceExt;
+use tower::{Service, ServiceExt};
 
 use crate::tls::ServerTls;
+
+/// What a listener serves: an axum `Router`, or a service of the same
+/// shape (the data plane's front door skips the router for its hot path).
+pub trait App:
+    Service<Request<Body>, Response = Response, Error = Infallible, Future: Send + 'static>
+    + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<S> App for S where
+    S: Service<Request<Body>, Response = Response, Error = Infallible, Future: Send + 'static>
+        + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
 
 /// A listener's limits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,7 +122,7 @@ pub struct Peer {
 /// once every connection is closed.
 pub async fn serve(
     listener: TcpListener,
-    app: Router,
+    app: impl App,
     config: ListenConfig,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -169,7 +191,7 @@ impl Drop for Open {
 async fn connection(
     stream: TcpStream,
     addr: SocketAddr,
-    app: Router,
+    app: impl App,
     config: &ListenConfig,
     stop: watch::Receiver<bool>,
 ) {
@@ -215,7 +237,7 @@ async fn connection(
 async fn serve_connection<I>(
     io: Watched<I>,
     peer: Peer,
-    app: Router,
+    app: impl App,
     config: &ListenConfig,
     state: Arc<ConnState>,
     mut stop: watch::Receiver<bool>,
@@ -508,6 +530,8 @@ pub enum BodyError {
 
 #[cfg(test)]
 mod tests {
+    use axum::Router;
+
     use super::*;
 
     /// Serves a one-route app with `limits`; returns its address.

@@ -7,7 +7,9 @@
 //! cost about 14k of the ~107k instructions a proxied request took
 //! (callgrind, `benches/callgrind.sh`), for a choice between three paths.
 //! The router still answers everything it did; this only skips it for the
-//! hot path, with the same drain accounting (`drain::tracked`).
+//! hot path, with the same drain accounting (`drain::tracked`). `Front` is
+//! served as it is (`zonegate_net::listen::App`), not as a router's
+//! fallback, which cost another ~4k.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -35,8 +37,8 @@ pub struct Front {
 
 impl Front {
     /// `rest` answers what is not an inference POST.
-    pub fn router(gw: Arc<Gateway>, rest: Router) -> Router {
-        Router::new().fallback_service(Self { gw, rest })
+    pub fn new(gw: Arc<Gateway>, rest: Router) -> Self {
+        Self { gw, rest }
     }
 }
 

@@ -250,7 +250,7 @@ pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<Runni
         let rest = ready_requires_leader(proxy::router(Arc::clone(&gateway)), &gateway).layer(
             middleware::from_fn_with_state(Arc::clone(&gateway), drain::track),
         );
-        let app = crate::node::front::Front::router(Arc::clone(&gateway), rest);
+        let app = crate::node::front::Front::new(Arc::clone(&gateway), rest);
         let stopped = data_stop.subscribe();
         let listen = data_listen.clone();
         threads.push(
@@ -479,7 +479,7 @@ fn data_listeners(addr: SocketAddr) -> anyhow::Result<Vec<std::net::TcpListener>
 /// Serves one data-plane listener on this thread until `stopped`.
 fn data_plane_thread(
     listener: std::net::TcpListener,
-    app: axum::Router,
+    app: crate::node::front::Front,
     listen: ListenConfig,
     stopped: watch::Receiver<bool>,
 ) {
