@@ -64,7 +64,7 @@ async fn models(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response 
     let limits = gw
         .quotas
         .load()
-        .headers(tenant_index(&gw, tenant), crate::clock::now_ns());
+        .headers(tenant_index(&cfg, tenant), crate::clock::now_ns());
     let routes = gw.routes.load();
     let data: Vec<_> = routes
         .model_names()
@@ -117,7 +117,7 @@ pub async fn infer(gw: Arc<Gateway>, req: Request) -> Response {
     // meanwhile.
     let cfg = gw.cfg_arc();
     let result = match authenticate(&cfg, req.headers()) {
-        Ok(tenant) => serve(&gw, tenant, req, started)
+        Ok(tenant) => serve(&gw, &cfg, tenant, req, started)
             .await
             .map_err(|f| (Some(tenant), f)),
         Err(e) => Err((None, (None, e))),
@@ -132,7 +132,7 @@ pub async fn infer(gw: Arc<Gateway>, req: Request) -> Response {
                 (_, Some(t)) => gw
                     .quotas
                     .load()
-                    .headers(tenant_index(&gw, t), crate::clock::now_ns()),
+                    .headers(tenant_index(&cfg, t), crate::clock::now_ns()),
             };
             let tenant = tenant.map_or("-", |t| t.name.as_str());
             gw.metrics
@@ -171,6 +171,7 @@ type Failed = (Option<String>, ApiError);
 
 async fn serve(
     gw: &Arc<Gateway>,
+    cfg: &Arc<Config>,
     tenant: &Tenant,
     req: Request,
     started: Instant,
@@ -178,8 +179,8 @@ async fn serve(
     let (parts, body) = req.into_parts();
     let body = read_body(
         body,
-        gw.cfg().node.max_body_bytes,
-        gw.cfg().node.limits.body_read_timeout,
+        cfg.node.max_body_bytes,
+        cfg.node.limits.body_read_timeout,
     )
     .await
     .map_err(|e| (None, e))?;
@@ -190,11 +191,11 @@ async fn serve(
         .model(&meta.model)
         .ok_or_else(|| failed(ApiError::ModelNotFound(meta.model.clone())))?;
     let deadline = tokio::time::Instant::from_std(started + primary.cfg.timeouts.total);
-    let facts = RequestFacts::new(gw, tenant, &parts, &meta, body.len(), deadline);
+    let facts = RequestFacts::new(gw, cfg, tenant, &parts, &meta, body.len(), deadline);
     let admission = admit(gw, &facts, &meta, body.len()).map_err(failed)?;
     let min_tier =
-        chain::min_tier(&parts.headers, body.len(), &gw.cfg().prompt_tiers).map_err(failed)?;
-    let (models, skipped) = chain::model_chain(gw, &routes, primary, min_tier);
+        chain::min_tier(&parts.headers, body.len(), &cfg.prompt_tiers).map_err(failed)?;
+    let (models, skipped) = chain::model_chain(cfg, &routes, primary, min_tier);
     if models.is_empty() {
         return Err(failed(chain::no_capable_model(
             &meta.model,
@@ -255,10 +256,9 @@ fn admit(
     gw.quotas.load().admit(&ask, crate::clock::now_ns())
 }
 
-/// A tenant's place in config (for its quota state and metric handles).
-fn tenant_index(gw: &Gateway, tenant: &Tenant) -> usize {
-    let cfg = gw.cfg();
-    // By identity, else by name (the config was swapped meanwhile).
+/// A tenant's place in `cfg` (for its quota state and metric handles).
+fn tenant_index(cfg: &Config, tenant: &Tenant) -> usize {
+    // By identity, else by name (`tenant` is from another version).
     cfg.tenants
         .iter()
         .position(|t| std::ptr::eq(t, tenant))
@@ -286,6 +286,9 @@ async fn read_body(
 /// continuations, which hold a copy).
 #[derive(Clone)]
 struct RequestFacts {
+    /// The config the request started with: one version for all of it,
+    /// whatever is applied meanwhile.
+    cfg: Arc<Config>,
     tenant: String,
     /// The tenant's place in config (for cached metric handles).
     tenant_index: usize,
@@ -306,6 +309,7 @@ impl RequestFacts {
     /// The pin stage: the session, its home zone and the request's class.
     fn new(
         gw: &Gateway,
+        cfg: &Arc<Config>,
         tenant: &Tenant,
         parts: &http::request::Parts,
         meta: &RequestMeta,
@@ -317,16 +321,17 @@ impl RequestFacts {
         // shares neither its pin nor its pin token.
         let session = session_key(&parts.headers, meta)
             .map(|s| hash_key(&[tenant.name.as_bytes(), &[0], s.as_bytes()].concat()));
-        let pinned = session.and_then(|s| pinned_zone(gw, &parts.headers, &tenant.name, s));
+        let pinned = session.and_then(|s| pinned_zone(gw, cfg, &parts.headers, &tenant.name, s));
         let view = gw.view.borrow().clone();
-        gw.with_budget(|b| b.record_request(now_ms() / 1000));
+        gw.with_budget(cfg, |b| b.record_request(now_ms() / 1000));
         RequestFacts {
+            cfg: Arc::clone(cfg),
             tenant: tenant.name.clone(),
-            tenant_index: tenant_index(gw, tenant),
+            tenant_index: tenant_index(cfg, tenant),
             session,
-            home: pinned.unwrap_or_else(|| gw.cfg().node.zone.clone()),
+            home: pinned.unwrap_or_else(|| cfg.node.zone.clone()),
             request_id: request_id(&parts.headers),
-            class: classify(meta, body_len, embeddings, &gw.cfg().affinity),
+            class: classify(meta, body_len, embeddings, &cfg.affinity),
             stream: meta.stream,
             deadline,
             decision_version: view.decision_version,
@@ -356,8 +361,14 @@ fn session_key<'a>(headers: &'a HeaderMap, meta: &'a RequestMeta) -> Option<&'a 
 /// The home zone a session is pinned to: from a valid token the client
 /// echoed (good on any node), else from this node's pin table. Forged or
 /// expired tokens are ignored, never an error.
-fn pinned_zone(gw: &Gateway, headers: &HeaderMap, tenant: &str, session: u64) -> Option<ZoneId> {
-    if !gw.cfg().affinity.zone_pin {
+fn pinned_zone(
+    gw: &Gateway,
+    cfg: &Config,
+    headers: &HeaderMap,
+    tenant: &str,
+    session: u64,
+) -> Option<ZoneId> {
+    if !cfg.affinity.zone_pin {
         return None;
     }
     let now = unix_s();

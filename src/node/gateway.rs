@@ -90,12 +90,13 @@ thread_local! {
 }
 
 impl Gateway {
-    /// Runs `f` on the calling thread's retry budget. A config applied
-    /// with other `[retry]` budget settings starts a new budget on each
-    /// thread at its next retry decision.
-    pub fn with_budget<R>(&self, f: impl FnOnce(&mut RetryBudget) -> R) -> R {
+    /// Runs `f` on the calling thread's retry budget, as `cfg` (the
+    /// request's config) sets it. A config applied with other `[retry]`
+    /// budget settings starts a new budget on each thread at its next
+    /// retry decision.
+    pub fn with_budget<R>(&self, cfg: &Config, f: impl FnOnce(&mut RetryBudget) -> R) -> R {
         let me = self as *const Gateway as usize;
-        let wanted = BudgetSettings::of(&self.cfg());
+        let wanted = BudgetSettings::of(cfg);
         BUDGET.with(|cell| {
             let mut cell = cell.borrow_mut();
             let budget = match &mut *cell {

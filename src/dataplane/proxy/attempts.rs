@@ -22,7 +22,7 @@ use zonegate_cluster::ZoneId;
 use super::chain::{Chain, Link};
 use super::RequestFacts;
 use crate::clock::now_ms;
-use crate::config::Balance;
+use crate::config::{Balance, Config};
 use crate::dataplane::backend::{Backend, InFlight};
 use crate::dataplane::error::ApiError;
 use crate::dataplane::forward::{self, AttemptError, AttemptLimits, Committed};
@@ -103,12 +103,12 @@ pub(super) async fn forward_chain<'a>(
     let mut next = 0;
     while let Some(&(model, link)) = queue.get(next) {
         next += 1;
-        let cross_zone_ok = gw.cfg().affinity.cross_zone_fallback;
+        let cross_zone_ok = req.cfg.affinity.cross_zone_fallback;
         let plan = plan_zones(&req.home, &req.view, &model.zones, req.class, cross_zone_ok);
         zone_watch
             .zone
             .get_or_insert_with(|| plan.effective.clone());
-        let mut on_model = ModelAttempts::new(gw, req, model);
+        let mut on_model = ModelAttempts::new(req, model);
         let mut revisited = false;
         let mut out_of_context = false;
         loop {
@@ -124,7 +124,7 @@ pub(super) async fn forward_chain<'a>(
                     trial,
                 }) = on_model.pick(pool, attempts)
                 {
-                    if attempts.count > 0 && !take_retry(gw, model, now_ms()) {
+                    if attempts.count > 0 && !take_retry(gw, &req.cfg, model, now_ms()) {
                         attempts.budget_exhausted = true;
                         zone_watch.finish(gw, None, attempts);
                         return Err(GaveUp {
@@ -247,15 +247,15 @@ struct ModelAttempts {
 }
 
 impl ModelAttempts {
-    fn new(gw: &Gateway, req: &RequestFacts, model: &ModelRoute) -> Self {
+    fn new(req: &RequestFacts, model: &ModelRoute) -> Self {
         // A session keeps its backend within its zone by consistent hashing.
-        let balance = if req.session.is_some() && gw.cfg().affinity.zone_pin {
+        let balance = if req.session.is_some() && req.cfg.affinity.zone_pin {
             Balance::Ring
         } else {
             model.cfg.balance
         };
         Self {
-            max: gw.cfg().retry.max_attempts,
+            max: req.cfg.retry.max_attempts,
             made: 0,
             balance,
             session: req.session,
@@ -263,7 +263,7 @@ impl ModelAttempts {
             rng: fastrand::Rng::new(),
             same_again: None,
             busy: None,
-            max_retry_after_wait: gw.cfg().retry.max_retry_after_wait,
+            max_retry_after_wait: req.cfg.retry.max_retry_after_wait,
         }
     }
 
@@ -331,9 +331,9 @@ impl ModelAttempts {
 }
 
 /// A retry takes from the retry budget; false when it is spent.
-fn take_retry(gw: &Gateway, model: &ModelRoute, now: u64) -> bool {
+fn take_retry(gw: &Gateway, cfg: &Config, model: &ModelRoute, now: u64) -> bool {
     let name = [model.cfg.name.as_str()];
-    if !gw.with_budget(|b| b.try_retry(now / 1000)) {
+    if !gw.with_budget(cfg, |b| b.try_retry(now / 1000)) {
         gw.metrics
             .retry_budget_exhausted
             .with_label_values(&name)

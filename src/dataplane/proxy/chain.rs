@@ -4,9 +4,9 @@
 
 use http::HeaderMap;
 
+use crate::config::Config;
 use crate::dataplane::error::ApiError;
 use crate::dataplane::routing::{ModelRoute, Routes};
-use crate::node::gateway::Gateway;
 
 /// How a model got into a request's chain; becomes part of
 /// `x-zonegate-route`.
@@ -80,12 +80,11 @@ pub(super) fn min_tier(
 /// healthy backend; each substitute at or above `min_tier`. Also returns the models
 /// skipped for their tier, for the error.
 pub(super) fn model_chain<'a>(
-    gw: &Gateway,
+    cfg: &Config,
     routes: &'a Routes,
     primary: &'a ModelRoute,
     min_tier: u32,
 ) -> (Chain<'a>, Vec<(&'a str, u32)>) {
-    let cfg = gw.cfg();
     let floor = cfg
         .health
         .floor_model
@@ -93,7 +92,6 @@ pub(super) fn model_chain<'a>(
         .filter(|_| routes.breaker_open() && primary.is_unhealthy())
         .and_then(|f| routes.model(f))
         .map(|m| (m, Link::Floor));
-    drop(cfg);
     let listed = std::iter::once((primary, Link::Primary)).chain(
         primary
             .cfg

@@ -57,7 +57,7 @@ fn served(gw: &Gateway, req: RequestFacts, w: &Winner<'_>, attempts: u32) -> Ser
     // zone's prefix caches for the pin's lifetime).
     let pin_token = req
         .session
-        .filter(|_| gw.cfg().affinity.zone_pin)
+        .filter(|_| req.cfg.affinity.zone_pin)
         .map(|s| pin(gw, &req.tenant, s, &req.home));
     Served {
         pin_token,
@@ -100,12 +100,13 @@ pub(super) fn respond(
     continuer: Option<Continuer>,
     admission: Admission,
 ) -> Response {
-    let model_handles = winner.model.handles(&gw.metrics, &gw.cfg().tenants);
+    let model_handles = winner.model.handles(&gw.metrics, &req.cfg.tenants);
     let ok = model_handles.ok_by_tenant.get(req.tenant_index).cloned();
     let tokens = model_handles
         .tokens_by_tenant
         .get(req.tenant_index)
         .cloned();
+    let config_version = req.cfg.config_version;
     let ctx = served(gw, req, &winner, attempts);
     let Winner {
         mut committed,
@@ -126,7 +127,7 @@ pub(super) fn respond(
     );
     headers.insert(
         names::CONFIG_VERSION,
-        http::HeaderValue::from(gw.cfg().config_version),
+        http::HeaderValue::from(config_version),
     );
     forward::set_header(&mut headers, names::ROUTE, &ctx.route);
     forward::set_header(&mut headers, names::MODEL, &ctx.model);
