@@ -27,6 +27,10 @@
 #                                      # per request (wrk, Connection: close)
 #   QUOTA=1 benches/load.sh            # the tenant has rpm/tpm/concurrency quotas far above the
 #                                      # load: every request pays the whole quota stage (and headers)
+#   BASE=/tmp/zonegate-old benches/load.sh
+#                                      # A/B in one run: adds a zg-base row (that binary, same
+#                                      # config) after every zonegate row of the matrix and streams;
+#                                      # on a shared 2-core machine two separate runs differ by ±10%
 #
 # Needs nginx and wrk (`apt-get install nginx wrk`; TLS=1 also openssl, and
 # h2load from nghttp2-client for the HTTP/2 row); this is a benchmark,
@@ -160,6 +164,19 @@ RUST_LOG=warn "$BIN" serve --config "$WORK/zonegate.toml" >"$WORK/zonegate.log" 
 ZG_PID=$!
 PIDS+=($ZG_PID)
 
+if [ -n "${BASE:-}" ]; then
+  # The build to compare with: an identical node from another binary
+  # (idle while the others are measured).
+  BASE_PORT=$(free_port)
+  sed -e "s/^listen = .*/listen = \"127.0.0.1:$BASE_PORT\"/" \
+      -e "s/^admin_listen = .*/admin_listen = \"127.0.0.1:$(free_port)\"/" \
+      -e "s|^data_dir = .*|data_dir = \"$WORK/data-base\"|" \
+      -e '/^\[\[cluster.members\]\]/,$d' "$WORK/zonegate.toml" >"$WORK/zonegate-base.toml"
+  RUST_LOG=warn "$BASE" serve --config "$WORK/zonegate-base.toml" >"$WORK/zonegate-base.log" 2>&1 &
+  BASE_PID=$!
+  PIDS+=($BASE_PID)
+fi
+
 if [ "${TLS:-0}" = 1 ]; then
   # A second, otherwise identical node serving HTTPS (idle while the
   # others are measured).
@@ -181,7 +198,7 @@ if [ "${TLS:-0}" = 1 ]; then
   done
 fi
 
-for port in $STATIC_PORT $MOCK_PORT $NGINX_PORT $ZG_PORT; do wait_http "http://127.0.0.1:$port/"; done
+for port in $STATIC_PORT $MOCK_PORT $NGINX_PORT $ZG_PORT ${BASE_PORT:-}; do wait_http "http://127.0.0.1:$port/"; done
 sleep 2
 rss_kb() { ps -o rss= -p "$ZG_PID" | tr -d ' '; }
 IDLE_RSS_KB=$(rss_kb)
@@ -217,6 +234,7 @@ cpu_pids() {
   case $1 in
     nginx) pgrep -P "$(cat "$WORK/proxy.pid")" | tr '\n' ' ' ;;
     zg-tls*) echo "${TLS_PID:-}" ;;
+    zg-base) echo "${BASE_PID:-}" ;;
     zonegate|zg-*) echo "$ZG_PID" ;;
   esac
 }
@@ -262,20 +280,23 @@ if [ "$ONLY" = all ] || [ "$ONLY" = matrix ]; then
   for t in 1 2; do
     for c in 32 256; do
       CELL=""
-      for target in direct nginx zonegate; do
+      for target in direct nginx zonegate ${BASE:+zg-base}; do
         case $target in
           direct) url="http://127.0.0.1:$STATIC_PORT/v1/chat/completions" ;;
           nginx) url="http://127.0.0.1:$NGINX_PORT/v1/chat/completions" ;;
           zonegate) url="http://127.0.0.1:$ZG_PORT/v1/chat/completions" ;;
+          zg-base) url="http://127.0.0.1:$BASE_PORT/v1/chat/completions" ;;
         esac
         r=$(run "$target" "$url" "$t" "$c")
         row $r "$t" "$c"
         CELL+="$r"$'\n'
       done
       SUMMARY+=$(echo "$CELL" | awk -v t="$t" -v c="$c" '
-        $1=="direct"{dp99=$4} $1=="nginx"{nr=$2; np99=$4; nc=$8} $1=="zonegate"{zr=$2; zp99=$4; zc=$8}
-        END { printf "wrk -t%s -c%-4s zonegate/nginx req/s %.2fx, CPU per request %.2fx   p99 zonegate %.3f vs nginx %.3f ms (%s)   added p99 over direct %+.3f ms\n",
-          t, c, zr/nr, zc/nc, zp99, np99, (zp99 <= np99 ? "<=" : ">"), zp99 - dp99 }')$'\n'
+        $1=="direct"{dp99=$4} $1=="nginx"{nr=$2; np99=$4; nc=$8} $1=="zonegate"{zr=$2; zp99=$4; zc=$8} $1=="zg-base"{br=$2; bc=$8}
+        END { printf "wrk -t%s -c%-4s zonegate/nginx req/s %.2fx, CPU per request %.2fx   p99 zonegate %.3f vs nginx %.3f ms (%s)   added p99 over direct %+.3f ms",
+          t, c, zr/nr, zc/nc, zp99, np99, (zp99 <= np99 ? "<=" : ">"), zp99 - dp99
+          if (br) printf "   zonegate/base req/s %.2fx, CPU %.2fx", zr/br, zc/bc
+          printf "\n" }')$'\n'
     done
   done
   echo
@@ -330,6 +351,7 @@ if [ "$ONLY" = all ] || [ "$ONLY" = streams ]; then
   row $(run direct "http://127.0.0.1:$MOCK_PORT/v1/chat/completions" 2 256 stream) 2 256
   row $(run nginx "http://127.0.0.1:$NGINX_PORT/v1/chat/stream" 2 256 stream) 2 256
   row $(run zonegate "http://127.0.0.1:$ZG_PORT/v1/chat/completions" 2 256 stream) 2 256
+  [ -n "${BASE:-}" ] && row $(run zg-base "http://127.0.0.1:$BASE_PORT/v1/chat/completions" 2 256 stream) 2 256
   echo "(the mock writes its 16 events at once: they arrive in one read; both proxies relay"
   echo " them in one write, but zonegate's events cross hyper's client one task switch each)"
   echo
@@ -339,6 +361,7 @@ if [ "$ONLY" = all ] || [ "$ONLY" = streams ]; then
     -d '{"stream_interval_ms": 2}' "http://127.0.0.1:$MOCK_PORT/mock/faults"
   row $(run nginx "http://127.0.0.1:$NGINX_PORT/v1/chat/stream" 2 256 stream) 2 256
   row $(run zonegate "http://127.0.0.1:$ZG_PORT/v1/chat/completions" 2 256 stream) 2 256
+  [ -n "${BASE:-}" ] && row $(run zg-base "http://127.0.0.1:$BASE_PORT/v1/chat/completions" 2 256 stream) 2 256
   curl -s -o /dev/null -X POST -H 'Content-Type: application/json' \
     -d '{"stream_interval_ms": 0}' "http://127.0.0.1:$MOCK_PORT/mock/faults"
 fi
