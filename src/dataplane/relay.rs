@@ -490,6 +490,14 @@ mod tests {
     /// closes; and the committed response hyper's client makes of it (its
     /// first body chunk read, as the attempt reads it).
     async fn committed(raw: Vec<u8>) -> Committed {
+        committed_in_two(raw, None).await
+    }
+
+    /// As `committed`, with a second write once `later`'s signal comes.
+    async fn committed_in_two(
+        raw: Vec<u8>,
+        later: Option<(tokio::sync::oneshot::Receiver<()>, Vec<u8>)>,
+    ) -> Committed {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -499,6 +507,11 @@ mod tests {
             let mut buf = [0u8; 1024];
             let _ = s.read(&mut buf).await;
             s.write_all(&raw).await.expect("write");
+            if let Some((signal, rest)) = later {
+                if signal.await.is_ok() {
+                    s.write_all(&rest).await.expect("write");
+                }
+            }
         });
         let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
         let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
@@ -593,6 +606,55 @@ mod tests {
             "{EVENTS} events that arrived together went out in {} frames",
             frames.len()
         );
+        assert_eq!(*ends.0.lock().expect("ends"), [StreamEnd::Complete]);
+    }
+
+    #[tokio::test]
+    async fn the_gather_never_waits_for_the_network() {
+        // Events 0..EVENTS/2 now; the rest only after the client has seen
+        // the first ones. A relay that waited for more would never hand
+        // them on, and the backend would never send the rest.
+        let raw = chunked_events();
+        let half = raw
+            .windows(4)
+            .enumerate()
+            .filter(|(_, w)| w == b"\n\n\r\n")
+            .map(|(i, _)| i + 4)
+            .nth(EVENTS / 2)
+            .expect("the middle event's end");
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut rest = raw[half..].to_vec();
+        rest.extend_from_slice(b"0\r\n\r\n");
+        let committed = committed_in_two(raw[..half].to_vec(), Some((rx, rest))).await;
+        let ends = Ends::default();
+        let opts = RelayOptions {
+            sse: true,
+            continuable: false,
+            idle: Duration::from_secs(30),
+            deadline: Instant::now() + Duration::from_secs(60),
+            max_continuations: 0,
+        };
+        let mut body = super::body(committed, opts, Box::new(ends.clone()));
+        let reader = tokio::spawn(async move {
+            let first = body.frame().await;
+            (first, body)
+        });
+        let (first, mut body) = tokio::time::timeout(Duration::from_secs(20), reader)
+            .await
+            .expect("the events already there were handed on without waiting for more")
+            .expect("reader");
+        let first = first
+            .expect("a frame")
+            .expect("data")
+            .into_data()
+            .expect("data");
+        let mut seen = count_events(std::slice::from_ref(&first));
+        assert!(seen >= 1, "{first:?}");
+        tx.send(()).expect("backend waiting");
+        while let Some(frame) = body.frame().await {
+            seen += count_events(&[frame.expect("data").into_data().expect("data")]);
+        }
+        assert_eq!(seen, EVENTS, "every event, once");
         assert_eq!(*ends.0.lock().expect("ends"), [StreamEnd::Complete]);
     }
 
