@@ -35,6 +35,9 @@ const LATENCY_FRESH_MS: u64 = 10_000;
 pub struct Backend {
     pub name: String,
     pub zone: ZoneId,
+    /// `name` and `zone` as the response headers that name them.
+    pub name_value: Option<http::HeaderValue>,
+    pub zone_value: Option<http::HeaderValue>,
     pub scheme: Scheme,
     pub authority: Authority,
     /// How an `https://` backend is verified.
@@ -109,6 +112,8 @@ impl Backend {
         Self {
             name: cfg.name.clone(),
             zone: cfg.zone.clone(),
+            name_value: crate::dataplane::forward::shared_value(&cfg.name),
+            zone_value: crate::dataplane::forward::shared_value(cfg.zone.as_str()),
             scheme: cfg.scheme.clone(),
             authority: cfg.authority.clone(),
             tls: cfg.tls.clone(),

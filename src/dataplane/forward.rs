@@ -376,6 +376,20 @@ pub fn set_header(headers: &mut HeaderMap, name: HeaderName, value: &str) {
     }
 }
 
+/// A header value made once (when routes are built) and cloned per
+/// response without an allocation; `None` for text that is not valid in a
+/// header (config names are validated, so only in theory).
+pub fn shared_value(text: &str) -> Option<HeaderValue> {
+    HeaderValue::from_maybe_shared(Bytes::copy_from_slice(text.as_bytes())).ok()
+}
+
+/// Sets a header made by `shared_value`.
+pub fn set_shared(headers: &mut HeaderMap, name: HeaderName, value: &Option<HeaderValue>) {
+    if let Some(v) = value {
+        headers.insert(name, v.clone());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

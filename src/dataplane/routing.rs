@@ -35,6 +35,8 @@ pub struct Routes {
 #[derive(Debug)]
 pub struct ModelRoute {
     pub cfg: ModelConfig,
+    /// The model's name as a response header value.
+    pub name_value: Option<http::HeaderValue>,
     /// One pool per zone that has a backend for this model, by zone name.
     pub pools: Vec<ZonePool>,
     /// The zones of `pools`, in the same order.
@@ -345,6 +347,7 @@ impl Routes {
                 (
                     m.name.clone(),
                     ModelRoute {
+                        name_value: crate::dataplane::forward::shared_value(&m.name),
                         cfg: m.clone(),
                         zones: pools.iter().map(|p| p.zone.clone()).collect(),
                         pools,

@@ -63,6 +63,7 @@ fn served(gw: &Gateway, req: RequestFacts, w: &Winner<'_>, attempts: u32) -> Ser
         pin_token,
         tenant: req.tenant,
         model: model.cfg.name.clone(),
+        model_value: model.name_value.clone(),
         backend,
         route,
         decision_version: req.decision_version,
@@ -79,6 +80,7 @@ struct Served {
     pin_token: Option<String>,
     tenant: String,
     model: String,
+    model_value: Option<http::HeaderValue>,
     backend: Arc<Backend>,
     route: String,
     decision_version: u64,
@@ -119,8 +121,8 @@ pub(super) fn respond(
     // Room for zonegate's headers and a limited tenant's six rate-limit
     // headers, so the map grows (and rehashes) at most once.
     headers.reserve(16);
-    forward::set_header(&mut headers, names::BACKEND, &ctx.backend.name);
-    forward::set_header(&mut headers, names::ZONE, ctx.backend.zone.as_str());
+    forward::set_shared(&mut headers, names::BACKEND, &ctx.backend.name_value);
+    forward::set_shared(&mut headers, names::ZONE, &ctx.backend.zone_value);
     headers.insert(
         names::DECISION_VERSION,
         http::HeaderValue::from(ctx.decision_version),
@@ -130,7 +132,7 @@ pub(super) fn respond(
         http::HeaderValue::from(config_version),
     );
     forward::set_header(&mut headers, names::ROUTE, &ctx.route);
-    forward::set_header(&mut headers, names::MODEL, &ctx.model);
+    forward::set_shared(&mut headers, names::MODEL, &ctx.model_value);
     forward::set_header(&mut headers, names::REQUEST_ID, &ctx.request_id);
     if let Some(token) = &ctx.pin_token {
         forward::set_header(&mut headers, names::PIN, token);
