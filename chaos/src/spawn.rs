@@ -88,7 +88,11 @@ pub fn child_command(exe: &Path) -> Command {
 /// The port is drawn below Linux's ephemeral range (32768+), where the
 /// kernel never hands out ports for `bind(0)` or outgoing connections, so
 /// between the check here and the child binding it, no other process's
-/// port-0 listener or client socket can take it.
+/// port-0 listener or client socket can take it. Two processes drawing
+/// ports at once (parallel test binaries, each starting clusters) could
+/// still draw the same one; each drawn port is claimed by creating
+/// `<temp>/zonegate-ports/<port>` first, and a claim counts for
+/// `CLAIM_TTL`.
 pub fn concrete_addr(addr: &str) -> anyhow::Result<String> {
     let parsed: std::net::SocketAddr = addr
         .parse()
@@ -99,6 +103,9 @@ pub fn concrete_addr(addr: &str) -> anyhow::Result<String> {
     for _ in 0..64 {
         let mut candidate = parsed;
         candidate.set_port(fastrand::u16(20_000..32_000));
+        if !claim(candidate.port()) {
+            continue;
+        }
         if let Ok(probe) = std::net::TcpListener::bind(candidate) {
             return Ok(probe.local_addr()?.to_string());
         }
@@ -106,4 +113,52 @@ pub fn concrete_addr(addr: &str) -> anyhow::Result<String> {
     let probe =
         std::net::TcpListener::bind(parsed).with_context(|| format!("cannot bind {addr}"))?;
     Ok(probe.local_addr()?.to_string())
+}
+
+/// How long a drawn port stays claimed against other processes' draws.
+const CLAIM_TTL: Duration = Duration::from_secs(600);
+
+/// Claims `port` for this process: false when another draw claimed it
+/// less than `CLAIM_TTL` ago. Without a usable temp directory every port
+/// is claimable (the draw is then only as safe as the bind probe).
+fn claim(port: u16) -> bool {
+    let dir = std::env::temp_dir().join("zonegate-ports");
+    if std::fs::create_dir_all(&dir).is_err() {
+        return true;
+    }
+    let path = dir.join(port.to_string());
+    let fresh = |p: &Path| {
+        std::fs::metadata(p)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age < CLAIM_TTL)
+    };
+    if fresh(&path) {
+        return false;
+    }
+    // A stale claim is taken over; a race for it is settled by create_new.
+    let _ = std::fs::remove_file(&path);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_drawn_port_is_not_drawn_again_while_claimed() {
+        let addr = concrete_addr("127.0.0.1:0").expect("a port");
+        let port: u16 = addr
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("port");
+        assert!((20_000..32_000).contains(&port), "{addr}");
+        assert!(!claim(port), "a fresh claim holds against the next draw");
+    }
 }
