@@ -565,7 +565,8 @@ mod tests {
             .expect("relay task")
     }
 
-    async fn read_relayed(committed: Committed, ends: Ends) -> (Vec<Bytes>, Option<String>) {
+    /// The relayed body of an event stream that is not continued.
+    fn sse_body(committed: Committed, ends: Ends) -> Body {
         let opts = RelayOptions {
             sse: true,
             continuable: false,
@@ -573,7 +574,11 @@ mod tests {
             deadline: Instant::now() + Duration::from_secs(60),
             max_continuations: 0,
         };
-        let mut body = super::body(committed, opts, Box::new(ends));
+        super::body(committed, opts, Box::new(ends))
+    }
+
+    async fn read_relayed(committed: Committed, ends: Ends) -> (Vec<Bytes>, Option<String>) {
+        let mut body = sse_body(committed, ends);
         let mut frames = Vec::new();
         while let Some(frame) = body.frame().await {
             match frame {
@@ -627,14 +632,7 @@ mod tests {
         rest.extend_from_slice(b"0\r\n\r\n");
         let committed = committed_in_two(raw[..half].to_vec(), Some((rx, rest))).await;
         let ends = Ends::default();
-        let opts = RelayOptions {
-            sse: true,
-            continuable: false,
-            idle: Duration::from_secs(30),
-            deadline: Instant::now() + Duration::from_secs(60),
-            max_continuations: 0,
-        };
-        let mut body = super::body(committed, opts, Box::new(ends.clone()));
+        let mut body = sse_body(committed, ends.clone());
         let reader = tokio::spawn(async move {
             let first = body.frame().await;
             (first, body)
