@@ -296,7 +296,7 @@ struct RequestFacts {
     /// The zone the session is pinned to, else this node's.
     home: ZoneId,
     view: Arc<ClusterView>,
-    request_id: String,
+    request_id: RequestId,
     class: RequestClass,
     stream: bool,
     /// One deadline over every attempt, retry, fallback and continuation:
@@ -330,7 +330,7 @@ impl RequestFacts {
             tenant_index: tenant_index(cfg, tenant),
             session,
             home: pinned.unwrap_or_else(|| cfg.node.zone.clone()),
-            request_id: request_id(&parts.headers),
+            request_id: RequestId::of(&parts.headers),
             class: classify(meta, body_len, embeddings, &cfg.affinity),
             stream: meta.stream,
             deadline,
@@ -340,13 +340,40 @@ impl RequestFacts {
     }
 }
 
-/// The client's `x-request-id`, else a fresh random one.
-fn request_id(headers: &HeaderMap) -> String {
-    headers
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .unwrap_or_else(|| format!("{:032x}", fastrand::u128(..)))
+/// A request's id: the client's `x-request-id` when it is visible text,
+/// else a fresh random one (32 hex digits). One header value, cloned into
+/// the backend's request and the response without an allocation.
+#[derive(Clone)]
+pub(super) struct RequestId(http::HeaderValue);
+
+impl RequestId {
+    fn of(headers: &HeaderMap) -> Self {
+        if let Some(v) = headers
+            .get(forward::names::REQUEST_ID)
+            .filter(|v| v.to_str().is_ok())
+        {
+            return Self(v.clone());
+        }
+        let n = fastrand::u128(..);
+        let mut hex = [0u8; 32];
+        for (i, digit) in hex.iter_mut().enumerate() {
+            *digit = b"0123456789abcdef"[((n >> (124 - 4 * i)) & 0xf) as usize];
+        }
+        Self(
+            http::HeaderValue::from_bytes(&hex)
+                .unwrap_or_else(|e| unreachable!("hex digits are header text: {e}")),
+        )
+    }
+
+    pub(super) fn value(&self) -> http::HeaderValue {
+        self.0.clone()
+    }
+}
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.to_str().unwrap_or("-"))
+    }
 }
 
 /// Session key: the `x-session-id` header, else the body's `user`.
@@ -383,4 +410,31 @@ fn pinned_zone(
 pub(super) fn pin(gw: &Gateway, tenant: &str, session: u64, zone: &ZoneId) -> String {
     let expiry = gw.pins.put(session, zone.clone(), unix_s());
     gw.pin_signer.sign(tenant, session, zone, expiry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_id_is_the_clients_when_it_is_text_else_32_fresh_hex_digits() {
+        let mut h = HeaderMap::new();
+        let fresh = RequestId::of(&h).to_string();
+        assert_eq!(fresh.len(), 32, "{fresh}");
+        assert!(fresh
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        assert_ne!(fresh, RequestId::of(&h).to_string(), "fresh ids differ");
+
+        h.insert("x-request-id", http::HeaderValue::from_static("req-123"));
+        assert_eq!(RequestId::of(&h).to_string(), "req-123");
+        assert_eq!(RequestId::of(&h).value(), "req-123");
+
+        // Not visible text: replaced, never logged or forwarded as is.
+        h.insert(
+            "x-request-id",
+            http::HeaderValue::from_bytes(b"caf\xe9").expect("obs-text is a valid value"),
+        );
+        assert_eq!(RequestId::of(&h).to_string().len(), 32);
+    }
 }

@@ -354,7 +354,7 @@ async fn attempt(
 ) -> Result<Committed, AttemptError> {
     let uri = upstream_uri(backend, out.uri);
     let mut headers = forward::upstream_headers(out.headers);
-    forward::set_header(&mut headers, forward::names::REQUEST_ID, &req.request_id);
+    headers.insert(forward::names::REQUEST_ID, req.request_id.value());
     let payload = rewrite_model(out.body, out.model, backend, &model.cfg.name);
     let t = &model.cfg.timeouts;
     let limits = AttemptLimits {

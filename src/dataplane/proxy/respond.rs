@@ -84,7 +84,7 @@ struct Served {
     backend: Arc<Backend>,
     route: String,
     decision_version: u64,
-    request_id: String,
+    request_id: super::RequestId,
     class: RequestClass,
     attempts: u32,
     idle: Duration,
@@ -133,7 +133,7 @@ pub(super) fn respond(
     );
     forward::set_header(&mut headers, names::ROUTE, &ctx.route);
     forward::set_shared(&mut headers, names::MODEL, &ctx.model_value);
-    forward::set_header(&mut headers, names::REQUEST_ID, &ctx.request_id);
+    headers.insert(names::REQUEST_ID, ctx.request_id.value());
     if let Some(token) = &ctx.pin_token {
         forward::set_header(&mut headers, names::PIN, token);
     }
