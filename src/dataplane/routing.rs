@@ -612,6 +612,20 @@ mod tests {
     use super::*;
     use zonegate_cluster::ZoneStatus;
 
+    #[test]
+    fn every_pick_reason_is_a_static_header_value() {
+        // `respond` sends the pick as `x-zonegate-route` with
+        // `HeaderValue::from_static`, which panics on anything else.
+        use PickReason::*;
+        for r in [P2c, RoundRobin, Random, Ring, Trial] {
+            assert!(
+                http::HeaderValue::from_str(r.as_str()).is_ok(),
+                "{}",
+                r.as_str()
+            );
+        }
+    }
+
     fn zones() -> Vec<ZoneId> {
         ["az-a", "az-b", "az-c"].map(ZoneId::new).to_vec()
     }

@@ -2,6 +2,7 @@
 //! (routing headers, the session pin, the body relayed through), and its
 //! end becomes metrics and the access line.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,20 +38,23 @@ fn served(gw: &Gateway, req: RequestFacts, w: &Winner<'_>, attempts: u32) -> Ser
         .observe(committed.first_byte.as_secs_f64());
     handles.ok.inc();
     let class = req.class.as_str();
-    let mut route = String::from(w.reason.as_str());
+    // The usual route is the pick alone: a static string, no allocation.
+    let mut route = Cow::Borrowed(w.reason.as_str());
     if w.cross_zone {
-        route.push_str(", fallback:cross-zone");
+        route.to_mut().push_str(", fallback:cross-zone");
         m.fallbacks.with_label_values(&["cross_zone", class]).inc();
     }
     if w.link != Link::Primary {
-        route.push_str(", ");
-        route.push_str(w.link.as_str());
+        route.to_mut().push_str(", ");
+        route.to_mut().push_str(w.link.as_str());
         m.fallbacks
             .with_label_values(&[w.link.metric_kind(), class])
             .inc();
     }
     if attempts > 1 {
-        route.push_str(&format!(", retry:{}", attempts - 1));
+        route
+            .to_mut()
+            .push_str(&format!(", retry:{}", attempts - 1));
     }
     // A session is pinned to its home zone: the zone that served it first,
     // never the zone a short request crossed to (that would lose the home
@@ -82,7 +86,7 @@ struct Served {
     model: String,
     model_value: Option<http::HeaderValue>,
     backend: Arc<Backend>,
-    route: String,
+    route: Cow<'static, str>,
     decision_version: u64,
     request_id: super::RequestId,
     class: RequestClass,
@@ -131,7 +135,12 @@ pub(super) fn respond(
         names::CONFIG_VERSION,
         http::HeaderValue::from(config_version),
     );
-    forward::set_header(&mut headers, names::ROUTE, &ctx.route);
+    match &ctx.route {
+        Cow::Borrowed(pick) => {
+            headers.insert(names::ROUTE, http::HeaderValue::from_static(pick));
+        }
+        Cow::Owned(route) => forward::set_header(&mut headers, names::ROUTE, route),
+    }
     forward::set_shared(&mut headers, names::MODEL, &ctx.model_value);
     headers.insert(names::REQUEST_ID, ctx.request_id.value());
     if let Some(token) = &ctx.pin_token {
