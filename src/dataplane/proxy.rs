@@ -323,7 +323,7 @@ impl RequestFacts {
             .map(|s| hash_key(&[tenant.name.as_bytes(), &[0], s.as_bytes()].concat()));
         let pinned = session.and_then(|s| pinned_zone(gw, cfg, &parts.headers, &tenant.name, s));
         let view = gw.view.borrow().clone();
-        gw.with_budget(cfg, |b| b.record_request(now_ms() / 1000));
+        gw.with_budget(|b| b.record_request(now_ms() / 1000));
         RequestFacts {
             cfg: Arc::clone(cfg),
             tenant: tenant.name.clone(),

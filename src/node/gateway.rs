@@ -90,13 +90,15 @@ thread_local! {
 }
 
 impl Gateway {
-    /// Runs `f` on the calling thread's retry budget, as `cfg` (the
-    /// request's config) sets it. A config applied with other `[retry]`
-    /// budget settings starts a new budget on each thread at its next
-    /// retry decision.
-    pub fn with_budget<R>(&self, cfg: &Config, f: impl FnOnce(&mut RetryBudget) -> R) -> R {
+    /// Runs `f` on the calling thread's retry budget. A config applied
+    /// with other `[retry]` budget settings starts a new budget on each
+    /// thread at its next retry decision. The budget follows the config in
+    /// effect, not the one a request started with: requests of two versions
+    /// in flight at once would otherwise restart it back and forth, each
+    /// restart a fresh floor of retries.
+    pub fn with_budget<R>(&self, f: impl FnOnce(&mut RetryBudget) -> R) -> R {
         let me = self as *const Gateway as usize;
-        let wanted = BudgetSettings::of(cfg);
+        let wanted = BudgetSettings::of(&self.cfg());
         BUDGET.with(|cell| {
             let mut cell = cell.borrow_mut();
             let budget = match &mut *cell {
@@ -248,4 +250,49 @@ fn feed_rebalance(node: &ClusterNode, quotas: &crate::dataplane::quota::Quotas, 
         crate::dataplane::quota::Quotas::take_demand(&tenants)
     }));
     node.set_rebalance_plan(quotas.rebalance_plan(cfg));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: &str) -> Config {
+        let text = format!(
+            "[node]\nid = 1\nzone = \"az-a\"\nlisten = \"127.0.0.1:0\"\n\
+             admin_listen = \"127.0.0.1:0\"\ndata_dir = \"d\"\n\
+             [[backends]]\nname = \"a\"\nzone = \"az-a\"\nurl = \"http://127.0.0.1:9\"\nmodels = [\"m\"]\n\
+             {extra}"
+        );
+        Config::parse("t.toml", &text).expect("config")
+    }
+
+    #[test]
+    fn the_retry_budget_restarts_only_when_an_applied_config_changes_it() {
+        let retry = "[retry]\nbudget_ratio = 0.0\nmin_retries_per_window = 1\n";
+        let cfg = Arc::new(config(retry));
+        let (_tx, rx) = watch::channel(Arc::new(ClusterView::initial([&cfg.node.zone])));
+        let gw = Gateway::new(
+            cfg,
+            rx,
+            None,
+            KeyRing::random(zonegate_net::sign::Purpose::Pin),
+            Metrics::new(),
+        );
+        let now = crate::clock::now_ms() / 1000;
+        assert!(gw.with_budget(|b| b.try_retry(now)), "the floor allows one");
+        assert!(!gw.with_budget(|b| b.try_retry(now)), "then it is spent");
+
+        // Another backend, the same budget: still spent.
+        let more = "[[backends]]\nname = \"b\"\nzone = \"az-a\"\nurl = \"http://127.0.0.1:10\"\nmodels = [\"m\"]\n";
+        gw.reconfigure(config(&format!("{more}{retry}")));
+        assert!(!gw.with_budget(|b| b.try_retry(now)));
+
+        // A new floor: a new budget.
+        gw.reconfigure(config(&format!(
+            "{more}[retry]\nbudget_ratio = 0.0\nmin_retries_per_window = 2\n"
+        )));
+        assert!(gw.with_budget(|b| b.try_retry(now)));
+        assert!(gw.with_budget(|b| b.try_retry(now)));
+        assert!(!gw.with_budget(|b| b.try_retry(now)));
+    }
 }

@@ -22,7 +22,7 @@ use zonegate_cluster::ZoneId;
 use super::chain::{Chain, Link};
 use super::RequestFacts;
 use crate::clock::now_ms;
-use crate::config::{Balance, Config};
+use crate::config::Balance;
 use crate::dataplane::backend::{Backend, InFlight};
 use crate::dataplane::error::ApiError;
 use crate::dataplane::forward::{self, AttemptError, AttemptLimits, Committed};
@@ -124,7 +124,7 @@ pub(super) async fn forward_chain<'a>(
                     trial,
                 }) = on_model.pick(pool, attempts)
                 {
-                    if attempts.count > 0 && !take_retry(gw, &req.cfg, model, now_ms()) {
+                    if attempts.count > 0 && !take_retry(gw, model, now_ms()) {
                         attempts.budget_exhausted = true;
                         zone_watch.finish(gw, None, attempts);
                         return Err(GaveUp {
@@ -331,9 +331,9 @@ impl ModelAttempts {
 }
 
 /// A retry takes from the retry budget; false when it is spent.
-fn take_retry(gw: &Gateway, cfg: &Config, model: &ModelRoute, now: u64) -> bool {
+fn take_retry(gw: &Gateway, model: &ModelRoute, now: u64) -> bool {
     let name = [model.cfg.name.as_str()];
-    if !gw.with_budget(cfg, |b| b.try_retry(now / 1000)) {
+    if !gw.with_budget(|b| b.try_retry(now / 1000)) {
         gw.metrics
             .retry_budget_exhausted
             .with_label_values(&name)
