@@ -8,14 +8,13 @@
 //! budget from accept to close; over the budget a new connection is closed
 //! at once (never queued), and is counted.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-
-use std::convert::Infallible;
 
 use axum::body::Body;
 use axum::response::Response;
@@ -351,11 +350,11 @@ impl ConnState {
     }
 
     /// When the watchdog looks next: the earliest deadline that could
-    /// fire, and at the latest a quarter of the header-read timeout from now. Requests do not
-    /// wake the watchdog (that was two wake-ups and two timer
-    /// registrations per request): a head that begins while it sleeps is
-    /// seen at its next look, so a connection is closed between 1 and 1.25
-    /// header-read timeouts after its head began (plus up to
+    /// fire, and at the latest a quarter of the header-read timeout from
+    /// now. Requests do not wake the watchdog (that was two wake-ups and
+    /// two timer registrations per request): a head that begins while it
+    /// sleeps is seen at its next look, so a connection is closed between
+    /// 1 and 1.25 header-read timeouts after its head began (plus up to
     /// [`MIN_LOOK`] for a timeout under 200 ms).
     fn next_check(&self, limits: &Limits) -> Instant {
         let now = Instant::now();

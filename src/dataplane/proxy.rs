@@ -256,9 +256,10 @@ fn admit(
     gw.quotas.load().admit(&ask, crate::clock::now_ns())
 }
 
-/// A tenant's place in `cfg` (for its quota state and metric handles).
+/// A tenant's place in `cfg`, the config it was authenticated with (for
+/// its quota state and metric handles).
 fn tenant_index(cfg: &Config, tenant: &Tenant) -> usize {
-    // By identity, else by name (`tenant` is from another version).
+    // By identity; by name should a caller ever pass another version's.
     cfg.tenants
         .iter()
         .position(|t| std::ptr::eq(t, tenant))
