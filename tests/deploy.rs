@@ -616,20 +616,16 @@ async fn grafana_board_queries_only_metrics_a_running_cluster_exports() {
     let cluster = TestCluster::start(2, &quota_tenant).await;
     cluster.leader().await;
     // Over its quota: admitted, then refused.
-    for _ in 0..4 {
-        let _ = client()
+    let limited = || {
+        client()
             .post(format!(
                 "{}/v1/chat/completions",
                 cluster.in_zone("az-a").data
             ))
             .bearer_auth("limited-key")
             .json(&chat_body(8, false))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await;
-    }
+    };
+    send_and_read(4, limited).await;
     // A failing backend in az-a: retries, then a passive ejection.
     cluster.mocks["az-a-1"]
         .faults(json!({"error_rate": 1.0}))
@@ -642,27 +638,9 @@ async fn grafana_board_queries_only_metrics_a_running_cluster_exports() {
         .faults(json!({"stream_cut_after": 2}))
         .await;
     let a = cluster.in_zone("az-a");
-    for _ in 0..12 {
-        let _ = a
-            .chat()
-            .json(&chat_body(8, false))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await;
-    }
+    send_and_read(12, || a.chat().json(&chat_body(8, false))).await;
     let b = cluster.in_zone("az-b");
-    for _ in 0..2 {
-        let _ = b
-            .chat()
-            .json(&chat_body(8, true))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await;
-    }
+    send_and_read(2, || b.chat().json(&chat_body(8, true))).await;
     // Both az-c backends down: short requests cross zones.
     for m in ["az-c-1", "az-c-2"] {
         cluster.mocks[m].faults(json!({"error_rate": 1.0})).await;
@@ -736,4 +714,12 @@ async fn grafana_board_queries_only_metrics_a_running_cluster_exports() {
         "board reads {} metrics; not on the test cluster (declared): {missing:?}",
         wanted.len()
     );
+}
+
+/// Sends `n` requests made by `request`, one after another, each read to
+/// its end (traffic for the metrics, whatever the answers).
+async fn send_and_read(n: usize, request: impl Fn() -> reqwest::RequestBuilder) {
+    for _ in 0..n {
+        let _ = request().send().await.expect("sent").text().await;
+    }
 }
