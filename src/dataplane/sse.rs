@@ -130,12 +130,76 @@ pub struct Usage {
 }
 
 /// The `usage` of a whole (non-streaming) JSON response body, if it has one.
+///
+/// Servers write `usage` after the answer, last or followed by a few small
+/// members (vLLM's `prompt_logprobs`, OpenAI's `system_fingerprint`), so it
+/// is looked for from the end and only what follows it is read: the
+/// answer's text is not parsed twice. Any other shape is parsed whole. As
+/// in [`events_usage`], a body without the text `"usage"` has none (a key
+/// spelled with `\u` escapes is not looked for).
 pub fn body_usage(body: &[u8]) -> Option<Usage> {
+    let at = memchr::memmem::rfind(body, b"\"usage\"")?;
+    usage_at_end(body, at).unwrap_or_else(|| whole_body_usage(body))
+}
+
+/// The top-level `usage` of `body` by a full parse.
+fn whole_body_usage(body: &[u8]) -> Option<Usage> {
     #[derive(Deserialize)]
     struct Body {
         usage: Option<Usage>,
     }
     serde_json::from_slice::<Body>(body).ok()?.usage
+}
+
+/// `Some(usage)` if the `"usage"` at `at` (the last in `body`) is a key of
+/// the outermost object, proved by reading only what follows it: its
+/// value, then members up to the object's closing brace at the end of the
+/// body. `None` if that is not what follows (a nested key, a string): the
+/// caller parses the body whole.
+fn usage_at_end(body: &[u8], at: usize) -> Option<Option<Usage>> {
+    // An escaped quote is inside a string; an unescaped one followed by
+    // `usage"` opens a string (a closing quote is never followed by a
+    // letter in JSON).
+    let backslashes = body[..at].iter().rev().take_while(|b| **b == b'\\').count();
+    if backslashes % 2 == 1 {
+        return None;
+    }
+    let mut rest = &body[at + b"\"usage\"".len()..];
+    let usage: Option<Usage> = after_colon(&mut rest).and_then(|()| next_value(&mut rest))?;
+    loop {
+        match skip_ws(rest).split_first()? {
+            (b'}', tail) => return skip_ws(tail).is_empty().then_some(usage),
+            (b',', tail) => {
+                rest = skip_ws(tail);
+                if !rest.starts_with(b"\"") {
+                    return None;
+                }
+                next_value::<IgnoredAny>(&mut rest)?;
+                after_colon(&mut rest)?;
+                next_value::<IgnoredAny>(&mut rest)?;
+            }
+            _ => return None,
+        }
+    }
+}
+
+fn skip_ws(s: &[u8]) -> &[u8] {
+    let n = s.iter().take_while(|b| b" \t\r\n".contains(b)).count();
+    &s[n..]
+}
+
+/// Consumes optional whitespace and a `:`.
+fn after_colon(rest: &mut &[u8]) -> Option<()> {
+    *rest = skip_ws(rest).strip_prefix(b":")?;
+    Some(())
+}
+
+/// Consumes one JSON value.
+fn next_value<'de, T: Deserialize<'de>>(rest: &mut &'de [u8]) -> Option<T> {
+    let mut values = serde_json::Deserializer::from_slice(rest).into_iter::<T>();
+    let value = values.next()?.ok()?;
+    *rest = &rest[values.byte_offset()..];
+    Some(value)
 }
 
 #[derive(Deserialize)]
@@ -864,6 +928,59 @@ mod tests {
         assert_eq!(events_usage(&none), None);
         let null = Bytes::from_static(b"data: {\"choices\":[],\"usage\":null}\n\n");
         assert_eq!(events_usage(&null), None);
+    }
+
+    #[test]
+    fn a_bodys_usage_read_from_its_end_is_the_one_a_full_parse_finds() {
+        let u = |p, c| {
+            Some(Usage {
+                prompt_tokens: p,
+                completion_tokens: c,
+            })
+        };
+        let answer = r#"{"id":"x","choices":[{"message":{"content":"hi"}}]"#;
+        let cases: Vec<(String, Option<Usage>)> = vec![
+            // Last, as OpenAI-style servers write it.
+            (format!(r#"{answer},"usage":{{"prompt_tokens":5,"completion_tokens":7}}}}"#), u(5, 7)),
+            // Followed by small members (vLLM, OpenAI), with whitespace.
+            (
+                format!("{answer}, \"usage\" : {{\"prompt_tokens\":1,\"completion_tokens\":2}} ,\n \"prompt_logprobs\": null, \"kv\": {{\"a\": [1, \"}}\"]}} }}\n"),
+                u(1, 2),
+            ),
+            // First: the end does not prove it, the full parse finds it.
+            (r#"{"usage":{"prompt_tokens":3},"choices":[]}"#.into(), u(3, 0)),
+            (format!(r#"{answer},"usage":null}}"#), None),
+            // Text the model wrote is inside a string: its quotes are escaped.
+            (
+                r#"{"choices":[{"message":{"content":"\"usage\":{\"prompt_tokens\":99}}"}}]}"#.into(),
+                None,
+            ),
+            (
+                r#"{"usage":{"prompt_tokens":4},"choices":[{"message":{"content":"\"usage\":{\"prompt_tokens\":99}}"}}]}"#.into(),
+                u(4, 0),
+            ),
+            // A key that ends in `"usage`: its quote is escaped.
+            (r#"{"\"usage":{"prompt_tokens":9}}"#.into(), None),
+            // An escaped backslash before a real key.
+            (r#"{"a":"x\\","usage":{"completion_tokens":6}}"#.into(), u(0, 6)),
+            // A nested `usage` key is not the answer's.
+            (format!(r#"{answer},"meta":{{"usage":{{"prompt_tokens":8}}}}}}"#), None),
+            (format!(r#"{answer},"usage":{{"prompt_tokens":8}}}},{{}}"#), None),
+            (r#"{"a":[{"usage":{"prompt_tokens":8}}]}"#.into(), None),
+            (r#"{"x":"usage"}"#.into(), None),
+            (r#"{"usage":{"prompt_tokens":"many"}}"#.into(), None),
+            (r#"{"usage":{"prompt_tokens":1},9:1}"#.into(), None),
+            (r#"{"usage":{"prompt_tokens":1}"#.into(), None),
+            ("".into(), None),
+        ];
+        for (body, want) in cases {
+            assert_eq!(body_usage(body.as_bytes()), want, "{body}");
+            assert_eq!(
+                whole_body_usage(body.as_bytes()),
+                want,
+                "full parse of {body}"
+            );
+        }
     }
 
     #[test]
