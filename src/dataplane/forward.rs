@@ -210,18 +210,26 @@ const DROP_RESPONSE: &[HeaderName] = &[
 ];
 
 fn strip_hop_by_hop(headers: &mut HeaderMap, fixed: &[HeaderName]) {
+    // One pass over the handful of names present, instead of one hash
+    // lookup per hop-by-hop name; the names found are at most
+    // `fixed.len() + 1` plus those `Connection` lists.
+    let connection = headers.get_all(header::CONNECTION);
     // Headers named by `Connection` are hop-by-hop too (RFC 9110 §7.6.1).
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::try_from(n.trim()).ok())
+    let listed = |name: &HeaderName| {
+        connection
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|n| n.trim().eq_ignore_ascii_case(name.as_str()))
+    };
+    let found: Vec<HeaderName> = headers
+        .keys()
+        .filter(|k| fixed.contains(k) || *k == names::KEEP_ALIVE || listed(k))
+        .cloned()
         .collect();
-    for name in fixed.iter().chain(&named) {
+    for name in &found {
         headers.remove(name);
     }
-    headers.remove(names::KEEP_ALIVE);
 }
 
 /// Copies the client's headers for the backend, minus hop-by-hop ones.
@@ -403,7 +411,13 @@ mod tests {
         h.insert("keep-alive", "timeout=5".parse().unwrap());
         h.insert("x-session-id", "s1".parse().unwrap());
         h.insert(header::CONTENT_TYPE, "application/json".parse().unwrap());
+        h.append(header::CONNECTION, "X-Other".parse().unwrap());
+        h.insert("x-other", "2".parse().unwrap());
         let up = upstream_headers(&h);
+        assert!(
+            !up.contains_key("x-other"),
+            "a second Connection line, any case"
+        );
         assert!(!up.contains_key(header::AUTHORIZATION));
         assert!(!up.contains_key("x-private"));
         assert!(!up.contains_key("keep-alive"));
