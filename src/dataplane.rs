@@ -1,7 +1,7 @@
 //! The request path, one stage per module: `auth` → `request` (read) →
 //! `routing` (resolve, plan zones) → `affinity` (pin) → `quota` (admit) →
 //! `balance` (pick) →
-//! `forward` (with `retry`'s budget) → respond (`relay` streams the body,
+//! `forward` (with `retry`'s budget, over `upstream`'s pooled connections) → respond (`relay` streams the body,
 //! `sse` reads event streams); `proxy` strings the stages together and
 //! `error` is where its errors become HTTP. `backend` holds
 //! each backend's live signals, `observe` the per-zone results the node
@@ -21,3 +21,4 @@ pub mod request;
 pub mod retry;
 pub mod routing;
 pub mod sse;
+pub mod upstream;

@@ -40,6 +40,8 @@ pub struct Backend {
     pub zone_value: Option<http::HeaderValue>,
     pub scheme: Scheme,
     pub authority: Authority,
+    /// The `Host` header of requests to it.
+    pub host_value: Option<http::HeaderValue>,
     /// How an `https://` backend is verified.
     pub tls: BackendTls,
     pub weight: u32,
@@ -60,6 +62,18 @@ pub struct Backend {
     trial_interval_ms: AtomicU64,
     trial_running: AtomicBool,
     health: Mutex<Health>,
+}
+
+/// The `Host` header for requests to `authority`: its host, and its port
+/// unless the scheme's default (as HTTP clients write it).
+fn host_value(scheme: &Scheme, authority: &Authority) -> Option<http::HeaderValue> {
+    let default = if *scheme == Scheme::HTTPS { 443 } else { 80 };
+    match authority.port_u16() {
+        Some(port) if port != default => {
+            http::HeaderValue::from_str(&format!("{}:{port}", authority.host())).ok()
+        }
+        _ => http::HeaderValue::from_str(authority.host()).ok(),
+    }
 }
 
 /// The first half-open trial comes this long after an ejection; each
@@ -116,6 +130,7 @@ impl Backend {
             zone_value: crate::dataplane::forward::shared_value(cfg.zone.as_str()),
             scheme: cfg.scheme.clone(),
             authority: cfg.authority.clone(),
+            host_value: host_value(&cfg.scheme, &cfg.authority),
             tls: cfg.tls.clone(),
             weight: cfg.weight,
             health_path: cfg.health_path.clone(),

@@ -1,4 +1,5 @@
-//! One attempt on one backend over the pooled keep-alive client.
+//! One attempt on one backend over a pooled keep-alive connection
+//! (`upstream`).
 //!
 //! An attempt is "committed" only once the backend's first body byte has
 //! arrived: until then any failure can be retried elsewhere. What follows
@@ -10,20 +11,15 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use rustls::pki_types::ServerName;
 use tokio::time::Instant;
 use zonegate_net::tls::BackendTls;
 
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use crate::dataplane::upstream::{self, SendError, Target, UpstreamBody};
 
-/// The request pool: keep-alive HTTP/1.1 connections to backends, over
-/// TLS for `https://` ones.
-pub type Upstream = Client<Connector, Full<Bytes>>;
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Dials `http://` backends in the clear and `https://` ones with rustls.
 pub type Connector = HttpsConnector<HttpConnector>;
@@ -66,15 +62,6 @@ fn no_roots() -> rustls::ClientConfig {
                 .with_no_client_auth()
         })
         .unwrap_or_else(|e| unreachable!("ring supports the default protocol versions: {e}"))
-}
-
-/// Builds a pooled client. Probes use a separate one (see `health`), so a
-/// saturated request pool never delays health checks and vice versa.
-pub fn client(connect_timeout: Duration, max_idle_per_host: usize, tls: &BackendTls) -> Upstream {
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .pool_max_idle_per_host(max_idle_per_host)
-        .build(connector(connect_timeout, tls))
 }
 
 /// Why an attempt failed before its first byte. The retry loop asks the
@@ -164,7 +151,7 @@ pub struct Committed {
     pub headers: HeaderMap,
     pub first: Option<Bytes>,
     /// The rest of the body; `None` when `first` was all of it.
-    pub rest: Option<Incoming>,
+    pub rest: Option<UpstreamBody>,
     /// The upstream `Content-Length`, if any.
     pub content_length: Option<u64>,
     pub first_byte: Duration,
@@ -257,15 +244,7 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         .map(|s| Duration::from_secs_f64(s.min(3600.0)))
 }
 
-fn classify_client_error(e: hyper_util::client::legacy::Error) -> AttemptError {
-    if e.is_connect() {
-        AttemptError::Connect(source_chain(&e))
-    } else {
-        AttemptError::Reset(source_chain(&e))
-    }
-}
-
-fn source_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn source_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(inner) = cur {
@@ -279,22 +258,30 @@ fn source_chain(e: &dyn std::error::Error) -> String {
 /// The largest 400 body read to look for `context_length_exceeded`.
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
-/// Sends one request and waits, within its limits, for the response head
-/// and its first body chunk.
+/// Sends one request to `target` and waits, within its limits, for the
+/// response head and its first body chunk. `path` is the request's
+/// origin-form target and `host` its `Host` header.
 pub async fn attempt(
-    client: &Upstream,
-    uri: Uri,
-    headers: HeaderMap,
+    target: Target<'_>,
+    path: Uri,
+    host: Option<&HeaderValue>,
+    mut headers: HeaderMap,
     body: Bytes,
     limits: AttemptLimits,
 ) -> Result<Committed, AttemptError> {
     let started = std::time::Instant::now();
-    let mut req = Request::post(uri)
+    if let Some(host) = host {
+        headers.insert(header::HOST, host.clone());
+    }
+    let mut req = Request::post(path)
         .body(Full::new(body))
         .map_err(|e| AttemptError::Connect(format!("bad upstream request: {e}")))?;
     *req.headers_mut() = headers;
     let exchange = async {
-        let resp = client.request(req).await.map_err(classify_client_error)?;
+        let resp = upstream::send(target, req).await.map_err(|e| match e {
+            SendError::Connect(e) => AttemptError::Connect(e),
+            SendError::Reset(e) => AttemptError::Reset(e),
+        })?;
         let status = resp.status();
         if status == StatusCode::TOO_MANY_REQUESTS {
             return Err(AttemptError::Busy(retry_after(resp.headers())));
@@ -344,7 +331,7 @@ pub async fn attempt(
 /// act on; any other 400 is committed as the backend sent it.
 async fn whole_error_body(
     parts: http::response::Parts,
-    rest: Incoming,
+    rest: UpstreamBody,
     started: std::time::Instant,
 ) -> Result<Committed, AttemptError> {
     {

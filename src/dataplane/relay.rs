@@ -21,11 +21,11 @@ use bytes::{Bytes, BytesMut};
 use futures_util::future::BoxFuture;
 use http_body::{Body as _, Frame};
 use http_body_util::{BodyExt, StreamBody};
-use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use crate::dataplane::forward::{BoxError, Committed};
 use crate::dataplane::sse::{self, Event, Framer, Resumption, Skim, Splice, Transcript, Usage};
+use crate::dataplane::upstream::UpstreamBody;
 
 /// How a response ended, reported once.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,7 +118,7 @@ enum Phase {
 
 struct Relay {
     first: Option<Bytes>,
-    rest: Option<Incoming>,
+    rest: Option<UpstreamBody>,
     /// Plain bodies: bytes left by `Content-Length`; hyper stops polling
     /// once it wrote them, so the end is reported when they are handed over.
     remaining: Option<u64>,
@@ -478,8 +478,6 @@ impl Drop for Relay {
 mod tests {
     use std::sync::{Arc, Mutex};
 
-    use http_body_util::Empty;
-    use hyper_util::rt::TokioIo;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
@@ -513,13 +511,7 @@ mod tests {
                 }
             }
         });
-        let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .expect("handshake");
-        tokio::spawn(conn);
-        let resp = send
-            .send_request(http::Request::new(Empty::<Bytes>::new()))
+        let resp = crate::dataplane::upstream::tests::send_to(addr, "/")
             .await
             .expect("response");
         let (parts, mut rest) = resp.into_parts();

@@ -3,7 +3,6 @@
 //! pool, the retry budget, metrics and events.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
@@ -11,7 +10,6 @@ use zonegate_cluster::{ClusterNode, ClusterView, ZoneObservation};
 
 use crate::config::Config;
 use crate::dataplane::affinity::{PinSigner, PinTable};
-use crate::dataplane::forward::{self, Upstream};
 use crate::dataplane::observe::ZoneStats;
 use crate::dataplane::retry::RetryBudget;
 use crate::dataplane::routing::Routes;
@@ -19,7 +17,6 @@ use crate::telemetry::events::EventLog;
 use crate::telemetry::Metrics;
 use zonegate_net::listen::Stats;
 use zonegate_net::sign::KeyRing;
-use zonegate_net::tls::BackendTls;
 
 pub struct Gateway {
     /// The config in effect: the node's file, with the cluster's replicated
@@ -81,12 +78,6 @@ thread_local! {
     /// (the nginx worker model again).
     static BUDGET: std::cell::RefCell<Option<(usize, BudgetSettings, RetryBudget)>> = const { std::cell::RefCell::new(None) };
 
-    /// This thread's upstream pools, one per connect timeout in use (models
-    /// may set their own; most share the default). Data-plane threads each
-    /// run their own single-threaded runtime, so a pooled connection, its
-    /// task and the requests that use it stay on one thread: no
-    /// cross-thread wake-ups.
-    static UPSTREAM: std::cell::RefCell<Vec<(Duration, BackendTls, Upstream)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Gateway {
@@ -110,23 +101,6 @@ impl Gateway {
                 }
             };
             f(budget)
-        })
-    }
-
-    /// The calling thread's upstream pool for `connect_timeout` and the
-    /// backend's TLS setting (`http://` backends share the default one).
-    pub fn upstream(&self, connect_timeout: Duration, tls: &BackendTls) -> Upstream {
-        UPSTREAM.with(|pools| {
-            let mut pools = pools.borrow_mut();
-            if let Some((_, _, pool)) = pools
-                .iter()
-                .find(|(t, s, _)| *t == connect_timeout && s == tls)
-            {
-                return pool.clone();
-            }
-            let pool = forward::client(connect_timeout, 256, tls);
-            pools.push((connect_timeout, tls.clone(), pool.clone()));
-            pool
         })
     }
 

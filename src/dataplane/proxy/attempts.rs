@@ -28,6 +28,7 @@ use crate::dataplane::error::ApiError;
 use crate::dataplane::forward::{self, AttemptError, AttemptLimits, Committed};
 use crate::dataplane::observe::ZoneResult;
 use crate::dataplane::routing::{plan_zones, ModelRoute, PickReason, PoolGuard, Routes, ZonePool};
+use crate::dataplane::upstream::Target;
 use crate::node::gateway::Gateway;
 
 /// The client's request as every attempt resends it.
@@ -134,7 +135,7 @@ pub(super) async fn forward_chain<'a>(
                     attempts.tried.push(Arc::as_ptr(&backend) as usize);
                     attempts.count += 1;
                     let guards = (backend.start_request(), pool.enter());
-                    let result = attempt(gw, req, out, model, &backend).await;
+                    let result = attempt(req, out, model, &backend).await;
                     if trial {
                         crate::health::trial_ended(gw, &backend, result.is_ok(), now_ms());
                     }
@@ -346,13 +347,15 @@ fn take_retry(gw: &Gateway, model: &ModelRoute, now: u64) -> bool {
 
 /// One attempt on `backend`, with the body and limits it must see.
 async fn attempt(
-    gw: &Gateway,
     req: &RequestFacts,
     out: &Outgoing<'_>,
     model: &ModelRoute,
     backend: &Backend,
 ) -> Result<Committed, AttemptError> {
-    let uri = upstream_uri(backend, out.uri);
+    let path = out
+        .uri
+        .path_and_query()
+        .map_or_else(|| Uri::from_static("/"), |p| Uri::from(p.clone()));
     let mut headers = forward::upstream_headers(out.headers);
     headers.insert(forward::names::REQUEST_ID, req.request_id.value());
     let payload = rewrite_model(out.body, out.model, backend, &model.cfg.name);
@@ -363,9 +366,16 @@ async fn attempt(
         deadline: req.deadline,
         detect_context_length: !model.cfg.context_fallback.is_empty(),
     };
+    let target = Target {
+        scheme: &backend.scheme,
+        authority: &backend.authority,
+        connect_timeout: t.connect,
+        tls: &backend.tls,
+    };
     forward::attempt(
-        &gw.upstream(t.connect, &backend.tls),
-        uri,
+        target,
+        path,
+        backend.host_value.as_ref(),
         headers,
         payload,
         limits,
@@ -510,15 +520,6 @@ pub(super) fn final_error(model: &str, a: &Attempts, zone_blocked: bool) -> ApiE
         return ApiError::UpstreamTimeout { message };
     }
     ApiError::UpstreamFailed { message }
-}
-
-fn upstream_uri(backend: &Backend, client_uri: &Uri) -> Uri {
-    let mut parts = http::uri::Parts::default();
-    parts.scheme = Some(backend.scheme.clone());
-    parts.authority = Some(backend.authority.clone());
-    parts.path_and_query = client_uri.path_and_query().cloned();
-    // Scheme, authority and path each came from a valid URI.
-    Uri::from_parts(parts).unwrap_or_else(|_| client_uri.clone())
 }
 
 /// The body for this backend: untouched, unless the model it must name
