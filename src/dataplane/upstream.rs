@@ -155,15 +155,19 @@ thread_local! {
 /// Gives a connection whose response was read whole back to this
 /// thread's pool, once it can take the next request. It usually can at
 /// once; if its task has not yet caught up, a small task waits for it.
+/// A body dropped while its thread or runtime shuts down just closes its
+/// connection.
 fn release(mut conn: Conn) {
     if conn.sender.is_ready() {
-        POOL.with(|p| p.borrow_mut().put(conn));
+        let _ = POOL.try_with(|p| p.borrow_mut().put(conn));
     } else if !conn.sender.is_closed() {
-        tokio::spawn(async move {
-            if conn.sender.ready().await.is_ok() {
-                POOL.with(|p| p.borrow_mut().put(conn));
-            }
-        });
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if conn.sender.ready().await.is_ok() {
+                    let _ = POOL.try_with(|p| p.borrow_mut().put(conn));
+                }
+            });
+        }
     }
 }
 
