@@ -378,6 +378,41 @@ pub fn shared_value(text: &str) -> Option<HeaderValue> {
     HeaderValue::from_maybe_shared(Bytes::copy_from_slice(text.as_bytes())).ok()
 }
 
+/// The two version headers every answer carries (`set_version`).
+#[derive(Clone, Copy)]
+pub enum Version {
+    Decision,
+    Config,
+}
+
+thread_local! {
+    /// The last decision and config version made into a header value on
+    /// this thread: versions change rarely, so an answer clones it
+    /// instead of formatting (and allocating) a number.
+    static VERSIONS: std::cell::RefCell<[Option<(u64, HeaderValue)>; 2]> =
+        const { std::cell::RefCell::new([None, None]) };
+}
+
+/// Sets `x-zonegate-decision-version` or `x-zonegate-config-version`.
+pub fn set_version(headers: &mut HeaderMap, which: Version, version: u64) {
+    let value = VERSIONS.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        match &mut cell[which as usize] {
+            Some((made, value)) if *made == version => value.clone(),
+            slot => {
+                let value = HeaderValue::from(version);
+                *slot = Some((version, value.clone()));
+                value
+            }
+        }
+    });
+    let name = match which {
+        Version::Decision => names::DECISION_VERSION,
+        Version::Config => names::CONFIG_VERSION,
+    };
+    headers.insert(name, value);
+}
+
 /// Sets a header made by `shared_value`.
 pub fn set_shared(headers: &mut HeaderMap, name: HeaderName, value: &Option<HeaderValue>) {
     if let Some(v) = value {
@@ -411,6 +446,17 @@ mod tests {
         assert!(!up.contains_key(header::CONNECTION));
         assert_eq!(up["x-session-id"], "s1");
         assert_eq!(up[header::CONTENT_TYPE], "application/json");
+    }
+
+    #[test]
+    fn a_version_header_follows_the_version_it_is_given() {
+        let mut h = HeaderMap::new();
+        for (decision, config) in [(3, 7), (3, 7), (4, 7), (4, 8), (3, 7)] {
+            set_version(&mut h, Version::Decision, decision);
+            set_version(&mut h, Version::Config, config);
+            assert_eq!(h[names::DECISION_VERSION], decision.to_string());
+            assert_eq!(h[names::CONFIG_VERSION], config.to_string());
+        }
     }
 
     #[test]

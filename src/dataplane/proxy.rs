@@ -150,17 +150,10 @@ pub async fn infer(gw: Arc<Gateway>, req: Request) -> Response {
             );
             // Errors, too, say which decisions this node routed with.
             let mut resp = e.into_response();
-            let version = gw.view.borrow().decision_version.to_string();
-            forward::set_header(
-                resp.headers_mut(),
-                forward::names::DECISION_VERSION,
-                &version,
-            );
-            forward::set_header(
-                resp.headers_mut(),
-                forward::names::CONFIG_VERSION,
-                &cfg.config_version.to_string(),
-            );
+            let decision = gw.view.borrow().decision_version;
+            let headers = resp.headers_mut();
+            forward::set_version(headers, forward::Version::Decision, decision);
+            forward::set_version(headers, forward::Version::Config, cfg.config_version);
             quota::set_headers(resp.headers_mut(), &limits);
             resp
         }

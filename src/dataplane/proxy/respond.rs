@@ -15,7 +15,7 @@ use super::continuation::Continuer;
 use super::{pin, RequestFacts};
 use crate::clock::now_ms;
 use crate::dataplane::backend::{Backend, InFlight};
-use crate::dataplane::forward::{self, names};
+use crate::dataplane::forward::{self, names, Version};
 use crate::dataplane::quota::Admission;
 use crate::dataplane::relay::{self, RelayHooks, RelayOptions, Resumed, StreamEnd};
 use crate::dataplane::request::RequestClass;
@@ -127,14 +127,8 @@ pub(super) fn respond(
     headers.reserve(16);
     forward::set_shared(&mut headers, names::BACKEND, &ctx.backend.name_value);
     forward::set_shared(&mut headers, names::ZONE, &ctx.backend.zone_value);
-    headers.insert(
-        names::DECISION_VERSION,
-        http::HeaderValue::from(ctx.decision_version),
-    );
-    headers.insert(
-        names::CONFIG_VERSION,
-        http::HeaderValue::from(config_version),
-    );
+    forward::set_version(&mut headers, Version::Decision, ctx.decision_version);
+    forward::set_version(&mut headers, Version::Config, config_version);
     match &ctx.route {
         Cow::Borrowed(pick) => {
             headers.insert(names::ROUTE, http::HeaderValue::from_static(pick));
