@@ -295,7 +295,7 @@ pub async fn attempt(
             .and_then(|v| v.to_str().ok()?.parse().ok());
         let (parts, mut rest) = resp.into_parts();
         if status == StatusCode::BAD_REQUEST && limits.detect_context_length {
-            return whole_error_body(parts, rest, started).await;
+            return Box::pin(whole_error_body(parts, rest, started)).await;
         }
         let first = loop {
             match rest.frame().await {

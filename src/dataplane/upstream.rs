@@ -197,11 +197,13 @@ pub async fn send(
             Err(mut e) => match e.take_message() {
                 // Not sent: the backend closed the connection while it
                 // was idle. A new one may take it.
-                Some(req) => (connect(target).await?, req),
+                Some(req) => (Box::pin(connect(target)).await?, req),
                 None => return Err(SendError::Reset(source_chain(e.error()))),
             },
         },
-        None => (connect(target).await?, req),
+        // Boxed: dialling's future is large and rare; inline, it would be
+        // part of (and copied with) every request's future.
+        None => (Box::pin(connect(target)).await?, req),
     };
     match conn.sender.send_request(req).await {
         Ok(resp) => Ok(with_conn(resp, conn)),
