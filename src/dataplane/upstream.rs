@@ -2,16 +2,17 @@
 //! thread.
 //!
 //! Each data-plane thread runs its own single-threaded runtime, so its
-//! pool needs no lock and no hashing: idle connections are kept per
-//! backend address and dialling setting in a short list, most recent
-//! last, at most [`MAX_IDLE_PER_KEY`] each for [`IDLE_TIMEOUT`]. Each
+//! pool needs no lock: idle connections are kept per backend address and
+//! dialling setting, most recent last, at most [`MAX_IDLE_PER_KEY`] each
+//! for [`IDLE_TIMEOUT`]. Each
 //! connection runs as a task of its own (hyper's `http1` connection),
 //! which notices a backend's close while idle. A connection goes back to
 //! the pool when the response body it carried has been read to its end;
 //! one dropped earlier closes with it.
 //!
 //! This replaces hyper-util's pooled client, which per request took a
-//! mutex, hashed its key three times and spawned a task that waited for
+//! mutex, hashed its key three times (we hash the address once) and
+//! spawned a task that waited for
 //! the connection to be ready again. Its one safety net is kept: a
 //! request that a reused connection could not send (its task saw the
 //! backend close it) is sent once more on a new connection, as no byte
@@ -20,6 +21,7 @@
 //! then) fails the attempt as a reset, and the retry loop moves on.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -55,37 +57,34 @@ pub struct Target<'a> {
     pub tls: &'a BackendTls,
 }
 
-/// A [`Target`] owned by its connections.
+/// How a [`Target`]'s connections are dialled: connections to one
+/// address are shared only by requests that would dial them alike.
 #[derive(Clone, Debug, PartialEq)]
-struct Key {
+struct Setting {
     scheme: Scheme,
-    authority: Authority,
     connect_timeout: Duration,
     tls: BackendTls,
 }
 
-impl Key {
+impl Setting {
     fn of(t: Target<'_>) -> Self {
         Self {
             scheme: t.scheme.clone(),
-            authority: t.authority.clone(),
             connect_timeout: t.connect_timeout,
             tls: t.tls.clone(),
         }
     }
 
     fn is(&self, t: Target<'_>) -> bool {
-        self.authority == *t.authority
-            && self.scheme == *t.scheme
-            && self.connect_timeout == t.connect_timeout
-            && self.tls == *t.tls
+        self.scheme == *t.scheme && self.connect_timeout == t.connect_timeout && self.tls == *t.tls
     }
 }
 
 /// One HTTP/1.1 connection; its I/O runs in a task of its own.
 pub struct Conn {
     sender: http1::SendRequest<Full<Bytes>>,
-    key: Key,
+    authority: Authority,
+    setting: Setting,
 }
 
 struct Idle {
@@ -93,12 +92,22 @@ struct Idle {
     since: Instant,
 }
 
+impl Idle {
+    fn usable(&self) -> bool {
+        self.since.elapsed() < IDLE_TIMEOUT && !self.conn.sender.is_closed()
+    }
+}
+
 #[derive(Default)]
 struct Pool {
     /// One connector per dialling setting: building one loads the
     /// system's CA certificates.
     connectors: Vec<(Duration, BackendTls, Connector)>,
-    idle: Vec<(Key, Vec<Idle>)>,
+    /// Idle connections by backend address as configured (hashed as one
+    /// short string, at any number of backends; `Authority`'s own hash
+    /// lowercases byte by byte), then by setting (almost always one),
+    /// most recent last.
+    idle: HashMap<Box<str>, Vec<(Setting, Vec<Idle>)>>,
     releases: u32,
 }
 
@@ -118,11 +127,12 @@ impl Pool {
     }
 
     fn take(&mut self, target: Target<'_>) -> Option<Conn> {
-        let (_, list) = self.idle.iter_mut().find(|(k, _)| k.is(target))?;
+        let settings = self.idle.get_mut(target.authority.as_str())?;
+        let (_, list) = settings.iter_mut().find(|(s, _)| s.is(target))?;
         // Most recent first: the least likely to have been closed.
-        while let Some(Idle { conn, since }) = list.pop() {
-            if since.elapsed() < IDLE_TIMEOUT && !conn.sender.is_closed() {
-                return Some(conn);
+        while let Some(idle) = list.pop() {
+            if idle.usable() {
+                return Some(idle.conn);
             }
         }
         None
@@ -131,19 +141,29 @@ impl Pool {
     fn put(&mut self, conn: Conn) {
         self.releases = self.releases.wrapping_add(1);
         if self.releases % SWEEP_EVERY == 0 {
-            for (_, list) in &mut self.idle {
-                list.retain(|i| i.since.elapsed() < IDLE_TIMEOUT && !i.conn.sender.is_closed());
-            }
-            self.idle.retain(|(_, list)| !list.is_empty());
+            self.idle.retain(|_, settings| {
+                for (_, list) in settings.iter_mut() {
+                    list.retain(Idle::usable);
+                }
+                settings.retain(|(_, list)| !list.is_empty());
+                !settings.is_empty()
+            });
         }
+        if !self.idle.contains_key(conn.authority.as_str()) {
+            self.idle.insert(conn.authority.as_str().into(), Vec::new());
+        }
+        // Present: inserted just above if it was not.
+        let Some(settings) = self.idle.get_mut(conn.authority.as_str()) else {
+            return;
+        };
         let idle = Idle {
             since: Instant::now(),
             conn,
         };
-        match self.idle.iter_mut().find(|(k, _)| *k == idle.conn.key) {
+        match settings.iter_mut().find(|(s, _)| *s == idle.conn.setting) {
             Some((_, list)) if list.len() < MAX_IDLE_PER_KEY => list.push(idle),
             Some(_) => {}
-            None => self.idle.push((idle.conn.key.clone(), vec![idle])),
+            None => settings.push((idle.conn.setting.clone(), vec![idle])),
         }
     }
 }
@@ -245,7 +265,8 @@ async fn connect(target: Target<'_>) -> Result<Conn, SendError> {
     });
     Ok(Conn {
         sender,
-        key: Key::of(target),
+        authority: target.authority.clone(),
+        setting: Setting::of(target),
     })
 }
 
@@ -316,11 +337,20 @@ pub(crate) mod tests {
         addr: SocketAddr,
         path: &str,
     ) -> Result<Response<UpstreamBody>, SendError> {
+        send_with(addr, path, Duration::from_secs(5)).await
+    }
+
+    /// As `send_to`, dialling with `connect_timeout`.
+    async fn send_with(
+        addr: SocketAddr,
+        path: &str,
+        connect_timeout: Duration,
+    ) -> Result<Response<UpstreamBody>, SendError> {
         let authority = Authority::try_from(addr.to_string()).expect("authority");
         let target = Target {
             scheme: &Scheme::HTTP,
             authority: &authority,
-            connect_timeout: Duration::from_secs(5),
+            connect_timeout,
             tls: &BackendTls::default(),
         };
         let req = Request::post(path)
@@ -377,6 +407,18 @@ pub(crate) mod tests {
             assert_eq!(read_whole(resp).await, "ok");
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn requests_that_dial_differently_never_share_a_connection() {
+        let (addr, accepted) = backend(OK, usize::MAX).await;
+        for timeout in [5, 6, 5, 6] {
+            let resp = send_with(addr, "/", Duration::from_secs(timeout))
+                .await
+                .expect("answer");
+            assert_eq!(read_whole(resp).await, "ok");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 2, "one per setting");
     }
 
     #[tokio::test]

@@ -56,7 +56,7 @@ impl Service<Request> for Front {
             req.method() == Method::POST && proxy::INFERENCE_PATHS.contains(&req.uri().path());
         if inference {
             let gw = Arc::clone(&self.gw);
-            // The request's future is large (~8.6 KB); boxed once here, it
+            // The request's future is large (~12 KB); boxed once here, it
             // is not copied again into `tracked` and this block.
             let respond = Box::pin(proxy::infer(Arc::clone(&gw), req));
             Box::pin(async move { Ok(drain::tracked(&gw, respond).await) })
