@@ -4,21 +4,21 @@
 //! Each data-plane thread runs its own single-threaded runtime, so its
 //! pool needs no lock: idle connections are kept per backend address and
 //! dialling setting, most recent last, at most [`MAX_IDLE_PER_KEY`] each
-//! for [`IDLE_TIMEOUT`]. Each
-//! connection runs as a task of its own (hyper's `http1` connection),
-//! which notices a backend's close while idle. A connection goes back to
-//! the pool when the response body it carried has been read to its end;
-//! one dropped earlier closes with it.
+//! for [`IDLE_TIMEOUT`] (a task per thread closes older ones every 30 s).
+//! Each connection runs as a task of its own (hyper's `http1`
+//! connection), which notices a backend's close while idle. A connection
+//! goes back to the pool when the response body it carried has been read
+//! to its end; one dropped earlier closes with it.
 //!
 //! This replaces hyper-util's pooled client, which per request took a
 //! mutex, hashed its key three times (we hash the address once) and
-//! spawned a task that waited for
-//! the connection to be ready again. Its one safety net is kept: a
-//! request that a reused connection could not send (its task saw the
-//! backend close it) is sent once more on a new connection, as no byte
-//! of it reached the backend. As with that client, a close that crosses
-//! a request already written (the backend's idle timeout expiring just
-//! then) fails the attempt as a reset, and the retry loop moves on.
+//! spawned a task that waited for the connection to be ready again. Its
+//! one safety net is kept: a request that a reused connection could not
+//! send (its task saw the backend close it) is sent once more on a new
+//! connection, as no byte of it reached the backend. As with that client,
+//! a close that crosses a request already written (the backend's idle
+//! timeout expiring just then) fails the attempt as a reset, and the
+//! retry loop moves on.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -43,9 +43,9 @@ use crate::dataplane::forward::{connector, source_chain, Connector};
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Idle connections kept per backend and dialling setting.
 pub const MAX_IDLE_PER_KEY: usize = 256;
-/// Every this many releases, expired idle connections of every backend
-/// are let go (those of a backend no longer used would otherwise linger).
-const SWEEP_EVERY: u32 = 1024;
+/// How often idle connections past [`IDLE_TIMEOUT`] are closed, traffic
+/// or not (those of a backend no longer used would otherwise stay open).
+const SWEEP_PERIOD: Duration = Duration::from_secs(30);
 
 /// Where a request goes: which connections can serve it. Borrowed from
 /// the backend for each request.
@@ -108,7 +108,8 @@ struct Pool {
     /// lowercases byte by byte), then by setting (almost always one),
     /// most recent last.
     idle: HashMap<Box<str>, Vec<(Setting, Vec<Idle>)>>,
-    releases: u32,
+    /// The thread's sweeping task is running.
+    sweeping: bool,
 }
 
 impl Pool {
@@ -138,16 +139,20 @@ impl Pool {
         None
     }
 
+    /// Closes the idle connections past their time or already closed.
+    fn sweep(&mut self) {
+        self.idle.retain(|_, settings| {
+            for (_, list) in settings.iter_mut() {
+                list.retain(Idle::usable);
+            }
+            settings.retain(|(_, list)| !list.is_empty());
+            !settings.is_empty()
+        });
+    }
+
     fn put(&mut self, conn: Conn) {
-        self.releases = self.releases.wrapping_add(1);
-        if self.releases % SWEEP_EVERY == 0 {
-            self.idle.retain(|_, settings| {
-                for (_, list) in settings.iter_mut() {
-                    list.retain(Idle::usable);
-                }
-                settings.retain(|(_, list)| !list.is_empty());
-                !settings.is_empty()
-            });
+        if !self.sweeping {
+            self.sweeping = start_sweeping();
         }
         if !self.idle.contains_key(conn.authority.as_str()) {
             self.idle.insert(conn.authority.as_str().into(), Vec::new());
@@ -170,6 +175,24 @@ impl Pool {
 
 thread_local! {
     static POOL: RefCell<Pool> = RefCell::new(Pool::default());
+}
+
+/// Starts the task that sweeps the pool of the thread it runs on (a
+/// data-plane thread's single-threaded runtime keeps it on the pool's
+/// own); `false` outside a runtime.
+fn start_sweeping() -> bool {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return false;
+    };
+    runtime.spawn(async {
+        loop {
+            tokio::time::sleep(SWEEP_PERIOD).await;
+            if POOL.try_with(|p| p.borrow_mut().sweep()).is_err() {
+                return;
+            }
+        }
+    });
+    true
 }
 
 /// Gives a connection whose response was read whole back to this
@@ -448,6 +471,41 @@ pub(crate) mod tests {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_past_its_time_is_closed_by_the_sweep() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (closed_tx, closed) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.expect("accept");
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            s.write_all(OK).await.expect("write");
+            // The next read ends when the gateway closes the connection.
+            while s.read(&mut buf).await.unwrap_or(0) > 0 {}
+            let _ = closed_tx.send(());
+        });
+        let resp = send_to(addr, "/").await.expect("answer");
+        assert_eq!(read_whole(resp).await, "ok");
+        let authority = addr.to_string();
+        POOL.with(|p| {
+            let mut pool = p.borrow_mut();
+            let settings = pool.idle.get_mut(authority.as_str()).expect("pooled");
+            let idle = &mut settings[0].1[0];
+            idle.since = Instant::now()
+                .checked_sub(IDLE_TIMEOUT + Duration::from_secs(1))
+                .expect("an instant in the past");
+            pool.sweep();
+            assert!(pool.idle.is_empty());
+        });
+        tokio::time::timeout(Duration::from_secs(10), closed)
+            .await
+            .expect("the backend sees the connection closed")
+            .expect("signal");
     }
 
     #[tokio::test]
