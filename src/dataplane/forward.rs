@@ -284,9 +284,12 @@ pub async fn attempt(
         })?;
         let status = resp.status();
         if status == StatusCode::TOO_MANY_REQUESTS {
-            return Err(AttemptError::Busy(retry_after(resp.headers())));
+            let busy = AttemptError::Busy(retry_after(resp.headers()));
+            resp.into_body().drain_in_background();
+            return Err(busy);
         }
         if status.is_server_error() {
+            resp.into_body().drain_in_background();
             return Err(AttemptError::Status(status));
         }
         let content_length = resp

@@ -43,6 +43,10 @@ use crate::dataplane::forward::{connector, source_chain, Connector};
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Idle connections kept per backend and dialling setting.
 pub const MAX_IDLE_PER_KEY: usize = 256;
+/// The largest error answer read in the background to keep its
+/// connection ([`UpstreamBody::drain_in_background`]), and for how long.
+const MAX_DRAIN: u64 = 16 * 1024;
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often idle connections past [`IDLE_TIMEOUT`] are closed, traffic
 /// or not (those of a backend no longer used would otherwise stay open).
 const SWEEP_PERIOD: Duration = Duration::from_secs(30);
@@ -302,6 +306,33 @@ pub struct UpstreamBody {
 }
 
 impl UpstreamBody {
+    /// Reads the rest of a small answer nobody needs (a 429 or a 5xx) in a
+    /// task of its own, so that its connection goes back to the pool
+    /// instead of closing: under a storm of such answers each would
+    /// otherwise cost the struggling backend a new connection (and a TLS
+    /// handshake). The caller moves on at once. A body of unknown or
+    /// larger length, or one slower than a second, closes its connection.
+    pub fn drain_in_background(self) {
+        let small = self
+            .body
+            .size_hint()
+            .exact()
+            .is_some_and(|n| n <= MAX_DRAIN);
+        if self.body.is_end_stream() || !small {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut body = self;
+        runtime.spawn(async move {
+            let read = async {
+                while let Some(Ok(_)) = http_body_util::BodyExt::frame(&mut body).await {}
+            };
+            let _ = tokio::time::timeout(DRAIN_TIMEOUT, read).await;
+        });
+    }
+
     fn release(&mut self) {
         if let Some(conn) = self.conn.take() {
             release(conn);
@@ -442,6 +473,32 @@ pub(crate) mod tests {
             assert_eq!(read_whole(resp).await, "ok");
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 2, "one per setting");
+    }
+
+    #[tokio::test]
+    async fn a_small_error_answer_drained_in_the_background_keeps_its_connection() {
+        const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 5\r\n\r\nbusy!";
+        let (addr, accepted) = backend(BUSY, usize::MAX).await;
+        let authority = addr.to_string();
+        let idle = || {
+            POOL.with(|p| {
+                p.borrow()
+                    .idle
+                    .get(authority.as_str())
+                    .map_or(0, |s| s.iter().map(|(_, l)| l.len()).sum::<usize>())
+            })
+        };
+        for _ in 0..3 {
+            let resp = send_to(addr, "/").await.expect("answer");
+            assert_eq!(resp.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+            resp.into_body().drain_in_background();
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while idle() == 0 {
+                assert!(std::time::Instant::now() < deadline, "never pooled");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]
