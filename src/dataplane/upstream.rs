@@ -22,6 +22,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -47,6 +48,31 @@ pub const MAX_IDLE_PER_KEY: usize = 256;
 /// connection ([`UpstreamBody::drain_in_background`]), and for how long.
 const MAX_DRAIN: u64 = 16 * 1024;
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
+/// Drains running at once, at most (beyond, the connection just closes):
+/// a backend that trickles its error answers must not make the gateway
+/// hold a connection per failed request.
+const MAX_DRAINS: usize = 128;
+static DRAINING: AtomicUsize = AtomicUsize::new(0);
+
+/// One running drain, counted in [`DRAINING`] until dropped.
+struct Draining;
+
+impl Draining {
+    fn begin() -> Option<Self> {
+        DRAINING
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_DRAINS).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Self)
+    }
+}
+
+impl Drop for Draining {
+    fn drop(&mut self) {
+        DRAINING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 /// How often idle connections past [`IDLE_TIMEOUT`] are closed, traffic
 /// or not (those of a backend no longer used would otherwise stay open).
 const SWEEP_PERIOD: Duration = Duration::from_secs(30);
@@ -311,7 +337,8 @@ impl UpstreamBody {
     /// instead of closing: under a storm of such answers each would
     /// otherwise cost the struggling backend a new connection (and a TLS
     /// handshake). The caller moves on at once. A body of unknown or
-    /// larger length, or one slower than a second, closes its connection.
+    /// larger length, one slower than a second, or one beyond
+    /// 128 running drains closes its connection.
     pub fn drain_in_background(self) {
         let small = self
             .body
@@ -324,8 +351,12 @@ impl UpstreamBody {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        let Some(draining) = Draining::begin() else {
+            return;
+        };
         let mut body = self;
         runtime.spawn(async move {
+            let _draining = draining;
             let read = async {
                 while let Some(Ok(_)) = http_body_util::BodyExt::frame(&mut body).await {}
             };
