@@ -403,6 +403,27 @@ impl Drop for InFlight {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_host_header_names_the_port_only_when_it_is_not_the_default() {
+        for (scheme, authority, want) in [
+            (Scheme::HTTP, "127.0.0.1:8000", "127.0.0.1:8000"),
+            (Scheme::HTTP, "vllm.internal:80", "vllm.internal"),
+            (Scheme::HTTP, "vllm.internal", "vllm.internal"),
+            (Scheme::HTTPS, "api.example.com:443", "api.example.com"),
+            (
+                Scheme::HTTPS,
+                "api.example.com:8443",
+                "api.example.com:8443",
+            ),
+            (Scheme::HTTP, "[::1]:8000", "[::1]:8000"),
+            (Scheme::HTTP, "user:secret@10.0.0.5:9000", "10.0.0.5:9000"),
+        ] {
+            let authority: Authority = authority.parse().expect("authority");
+            let got = host_value(&scheme, &authority).expect("a header value");
+            assert_eq!(got, want, "{scheme}://{authority}");
+        }
+    }
+
     fn backend() -> Backend {
         let cfg = BackendConfig {
             name: "b".into(),
