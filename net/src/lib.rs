@@ -2,6 +2,7 @@
 //! listeners with budgets and timeouts ([`listen`]), TLS material that
 //! reloads ([`tls`]), and signed calls between members ([`sign`]).
 
+mod h1;
 pub mod listen;
 pub mod sign;
 pub mod tls;

@@ -29,6 +29,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tower::{Service, ServiceExt};
 
+use crate::h1;
 use crate::tls::ServerTls;
 
 /// What a listener serves: an axum `Router`, or a service of the same
@@ -94,6 +95,10 @@ pub struct Stats {
     /// TLS handshakes that failed (a plain-HTTP client, a bad or missing
     /// client certificate, garbage).
     pub tls_failed: AtomicU64,
+    /// HTTP/1 connections the lean server handed to hyper at a request it
+    /// does not take (chunked, `Expect`, a body not yet read, ...), and
+    /// HTTP/2 ones without TLS.
+    pub handed_to_hyper: AtomicU64,
 }
 
 /// One listener's settings.
@@ -199,7 +204,7 @@ async fn connection(
         None => {
             let peer = Peer { addr, certs: None };
             let io = Watched::new(stream, Arc::clone(&state));
-            serve_connection(io, peer, app, config, state, stop).await;
+            serve_connection(io, peer, app, config, state, stop, false).await;
         }
         Some(tls) => {
             let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
@@ -226,9 +231,10 @@ async fn connection(
                 .1
                 .peer_certificates()
                 .map(|c| Arc::new(c.iter().map(|c| c.clone().into_owned()).collect()));
+            let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
             let peer = Peer { addr, certs };
             let io = Watched::new(stream, Arc::clone(&state));
-            serve_connection(io, peer, app, config, state, stop).await;
+            serve_connection(io, peer, app, config, state, stop, h2).await;
         }
     }
 }
@@ -240,9 +246,52 @@ async fn serve_connection<I>(
     config: &ListenConfig,
     state: Arc<ConnState>,
     mut stop: watch::Receiver<bool>,
+    h2: bool,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let mut stopping = false;
+    // One stop future and one timer for the connection's life: the selects
+    // below are polled at every wake of the connection, so nothing in them
+    // is created or registered per request.
+    let stop_rx = stop.clone();
+    let stopping_signal = stopped(&mut stop);
+    tokio::pin!(stopping_signal);
+    let check = tokio::time::sleep_until(state.next_check(&config.limits));
+    tokio::pin!(check);
+    // HTTP/1 requests are served by the lean server while they are plain;
+    // hyper takes the connection at the first that is not (see `h1`).
+    let io = if h2 {
+        h1::Rewind::new(io, Default::default())
+    } else {
+        let lean = h1::serve(io, &peer, &app, &state, &stop_rx);
+        tokio::pin!(lean);
+        loop {
+            tokio::select! {
+                ended = lean.as_mut() => match ended {
+                    h1::Ended::Closed => return,
+                    h1::Ended::Handoff(io) => {
+                        config.stats.handed_to_hyper.fetch_add(1, Ordering::Relaxed);
+                        break io;
+                    }
+                },
+                _ = &mut stopping_signal, if !stopping => {
+                    // A request in flight or a head begun is finished (and
+                    // answered with `connection: close`); an idle connection
+                    // closes now.
+                    stopping = true;
+                    if state.is_idle() {
+                        return;
+                    }
+                }
+                () = &mut check => {
+                    if watchdog_closes(&state, config, check.as_mut()) {
+                        return;
+                    }
+                }
+            }
+        }
+    };
     let svc_state = Arc::clone(&state);
     let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         req.extensions_mut().insert(peer.clone());
@@ -261,14 +310,9 @@ async fn serve_connection<I>(
     let builder = auto::Builder::new(TokioExecutor::new());
     let conn = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
-    let mut stopping = false;
-    // One stop future and one timer for the connection's life: the select
-    // below is polled at every wake of the connection, so nothing in it is
-    // created or registered per request.
-    let stopping_signal = stopped(&mut stop);
-    tokio::pin!(stopping_signal);
-    let check = tokio::time::sleep_until(state.next_check(&config.limits));
-    tokio::pin!(check);
+    if stopping {
+        conn.as_mut().graceful_shutdown();
+    }
     loop {
         tokio::select! {
             _ = conn.as_mut() => return,
@@ -277,22 +321,34 @@ async fn serve_connection<I>(
                 conn.as_mut().graceful_shutdown();
             }
             () = &mut check => {
-                let counter = match state.verdict(&config.limits, Instant::now()) {
-                    Verdict::Keep => {
-                        check.as_mut().reset(state.next_check(&config.limits));
-                        continue;
-                    }
-                    Verdict::Idle => &config.stats.closed_idle,
-                    Verdict::HeaderTimeout => &config.stats.closed_header_timeout,
-                };
-                counter.fetch_add(1, Ordering::Relaxed);
-                // HTTP/2 gets its GOAWAY; a half-sent head is just dropped.
-                conn.as_mut().graceful_shutdown();
-                let _ = tokio::time::timeout(Duration::from_secs(1), conn.as_mut()).await;
-                return;
+                if watchdog_closes(&state, config, check.as_mut()) {
+                    // HTTP/2 gets its GOAWAY; a half-sent head is just dropped.
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(Duration::from_secs(1), conn.as_mut()).await;
+                    return;
+                }
             }
         }
     }
+}
+
+/// The watchdog's look: true when the connection must close (counted);
+/// else its timer is set for the next look.
+fn watchdog_closes(
+    state: &ConnState,
+    config: &ListenConfig,
+    check: Pin<&mut tokio::time::Sleep>,
+) -> bool {
+    let counter = match state.verdict(&config.limits, Instant::now()) {
+        Verdict::Keep => {
+            check.reset(state.next_check(&config.limits));
+            return false;
+        }
+        Verdict::Idle => &config.stats.closed_idle,
+        Verdict::HeaderTimeout => &config.stats.closed_header_timeout,
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+    true
 }
 
 /// The watchdog of a busy connection looks at most every this often,
@@ -302,7 +358,7 @@ const MIN_LOOK: Duration = Duration::from_millis(50);
 
 /// What the watchdog of one connection knows: requests in flight, when
 /// bytes last came in, and since when a request head is pending.
-struct ConnState {
+pub(crate) struct ConnState {
     epoch: Instant,
     in_flight: AtomicUsize,
     /// Milliseconds since `epoch` of the last read or response end.
@@ -343,6 +399,12 @@ impl ConnState {
                 Ordering::Relaxed,
             );
         }
+    }
+
+    /// No request in flight and no head begun.
+    fn is_idle(&self) -> bool {
+        self.in_flight.load(Ordering::Relaxed) == 0
+            && self.head_since_ms.load(Ordering::Relaxed) == 0
     }
 
     fn at(&self, ms: u64) -> Instant {
@@ -388,10 +450,10 @@ impl ConnState {
 }
 
 /// A request from its head until its response body is done (or dropped).
-struct InFlight(Arc<ConnState>);
+pub(crate) struct InFlight(Arc<ConnState>);
 
 impl InFlight {
-    fn begin(state: Arc<ConnState>) -> Self {
+    pub(crate) fn begin(state: Arc<ConnState>) -> Self {
         state.in_flight.fetch_add(1, Ordering::Relaxed);
         state.head_since_ms.store(0, Ordering::Relaxed);
         Self(state)

@@ -150,7 +150,7 @@ pub async fn tracked(gw: &Gateway, respond: impl Future<Output = Response>) -> R
     let guard = drain.enter(gw.metrics.in_flight.clone());
     let mut resp = respond.await;
     if drain.is_draining() {
-        // hyper closes the connection after this response, so a client's
+        // The server closes the connection after this response, so a client's
         // next request opens a connection the load balancer sends elsewhere.
         resp.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));

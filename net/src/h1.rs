@@ -1,0 +1,990 @@
+//! A lean HTTP/1.1 server for the plain case, ahead of hyper's.
+//!
+//! Why: hyper's server (its dispatcher, buffers, body channel and the
+//! boxed layers around them) cost about a quarter of the instructions of a
+//! proxied request (`benches/callgrind.sh`). Most requests a gateway sees
+//! are plain: HTTP/1.1 with a `Content-Length` body. This module serves
+//! those itself and hands everything else to hyper.
+//!
+//! Architecture Invariant: this server answers only requests whose framing
+//! is unambiguous: HTTP/1.1, no `Transfer-Encoding`, at most one valid
+//! `Content-Length`, no `Expect` or `Upgrade`, a method other than `HEAD`
+//! or `CONNECT`, and a head httparse accepts. At the first request that is
+//! not, it stops and returns the connection with every byte it read
+//! ([`Ended::Handoff`]); hyper serves it from there, byte for byte what it
+//! would have seen. So request smuggling, chunked bodies, `100-continue`,
+//! HTTP/1.0, HTTP/2's preface and every error answer for a malformed head
+//! stay hyper's.
+//!
+//! A body that came with its head is handed over whole; the rest of one
+//! that did not is read while the handler runs and handed over in chunks
+//! (at most 4 waiting: a handler that does not read holds the client
+//! back), so the handler's own size limit and body-read timeout apply. An
+//! answer given before the body was read to its end closes the connection
+//! after it.
+//!
+//! What it does the way hyper does: a client that hangs up while its
+//! request is in flight cancels it (the service's future is dropped); the
+//! response is framed by its `Content-Length`, else by the body's exact
+//! size, else chunked; `date` is added; `Connection: close` from the
+//! request or the response closes the connection after the response; a
+//! body that fails mid-way closes the connection without the final chunk,
+//! so a cut answer never looks complete. The listener's watchdog (header,
+//! idle timeouts) and its graceful stop apply as to hyper's connections.
+
+use std::future::{poll_fn, Future};
+use std::io;
+use std::ops::Range;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use bytes::{Buf, Bytes, BytesMut};
+use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
+use http_body::Body as _;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::sync::watch;
+use tower::ServiceExt;
+
+use crate::listen::{App, ConnState, InFlight, Peer};
+
+/// Headers in one request at most; more go to hyper (whose limit is 100).
+const MAX_HEADERS: usize = 64;
+/// A head still incomplete at this size goes to hyper (which answers 431
+/// past its own limit).
+const MAX_HEAD: usize = 64 * 1024;
+/// Free space a read asks for.
+const READ_SPACE: usize = 8 * 1024;
+/// Response bytes gathered before a write, even if more are ready.
+const FLUSH_AT: usize = 16 * 1024;
+
+/// How a connection left this server.
+pub(crate) enum Ended<I> {
+    /// Closed: the client left, a write failed, or `Connection: close`.
+    Closed,
+    /// A request this server does not take: hyper serves the connection
+    /// from here, starting with the bytes read and not answered.
+    Handoff(Rewind<I>),
+}
+
+/// Serves requests on `io` until the connection closes or a request is
+/// not one this server takes (see the module).
+pub(crate) async fn serve<I, A>(
+    mut io: I,
+    peer: &Peer,
+    app: &A,
+    state: &Arc<ConnState>,
+    stop: &watch::Receiver<bool>,
+) -> Ended<I>
+where
+    I: AsyncRead + AsyncWrite + Unpin,
+    A: App,
+{
+    let mut buf = BytesMut::with_capacity(READ_SPACE);
+    let mut out = Vec::with_capacity(READ_SPACE);
+    let mut spans = Vec::with_capacity(16);
+    loop {
+        // A whole request: its head, then its body if it came with it.
+        let parsed = loop {
+            match parse(&buf, &mut spans) {
+                Parse::Complete(p) => break p,
+                Parse::NotOurs => return Ended::Handoff(Rewind::new(io, buf.freeze())),
+                Parse::Partial => match read(&mut io, &mut buf).await {
+                    Ok(0) | Err(_) => return Ended::Closed,
+                    Ok(_) => {}
+                },
+            }
+        };
+        let head = buf.split_to(parsed.head_len).freeze();
+        let first = buf.split_to(buf.len().min(parsed.body_len)).freeze();
+        let mut feed = Feed::new(parsed.body_len, &first);
+        let body = match feed.as_mut() {
+            Some(f) => Body::new(f.take_body()),
+            None => Body::from(first.clone()),
+        };
+        let Some(mut req) = request(parsed.method, &head, &spans, parsed.path, body) else {
+            // A value or target httparse let through and `http` does not.
+            let mut back = BytesMut::with_capacity(head.len() + first.len() + buf.len());
+            back.extend_from_slice(&head);
+            back.extend_from_slice(&first);
+            back.extend_from_slice(&buf);
+            return Ended::Handoff(Rewind::new(io, back.freeze()));
+        };
+        drop((head, first));
+        let guard = InFlight::begin(Arc::clone(state));
+        req.extensions_mut().insert(peer.clone());
+        let answer = respond(&mut io, &mut buf, &mut feed, app.clone().oneshot(req)).await;
+        let Some(resp) = answer else {
+            return Ended::Closed;
+        };
+        // A body the handler did not read to its end is still on its way:
+        // the connection cannot carry another request.
+        let unread = feed.is_some_and(|f| f.left > 0);
+        let (parts, mut body) = resp.into_parts();
+        let close = parsed.close || unread || *stop.borrow() || asks_close(&parts.headers);
+        let framing = framing(parts.status, &parts.headers, &body);
+        out.clear();
+        write_head(&mut out, parts.status, &parts.headers, framing, close);
+        let complete = write_body(&mut io, &mut out, &mut body, framing, &mut buf).await;
+        drop(guard);
+        if !complete {
+            return Ended::Closed;
+        }
+        if close {
+            let _ = io.shutdown().await;
+            return Ended::Closed;
+        }
+    }
+}
+
+/// What [`parse`] found at the front of the buffer.
+enum Parse {
+    Complete(Parsed),
+    Partial,
+    NotOurs,
+}
+
+/// A request head this server takes; header spans are in `spans`.
+struct Parsed {
+    method: Method,
+    path: Range<usize>,
+    head_len: usize,
+    body_len: usize,
+    /// The client asked to close after the response.
+    close: bool,
+}
+
+/// Byte ranges of one header's name and value within the head.
+type Span = (Range<usize>, Range<usize>);
+
+fn parse(buf: &[u8], spans: &mut Vec<Span>) -> Parse {
+    let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut raw);
+    let head_len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => return Parse::Partial,
+        _ => return Parse::NotOurs,
+    };
+    if req.version != Some(1) {
+        return Parse::NotOurs;
+    }
+    let method = match req.method {
+        Some("GET") => Method::GET,
+        Some("POST") => Method::POST,
+        Some("PUT") => Method::PUT,
+        Some("DELETE") => Method::DELETE,
+        Some("PATCH") => Method::PATCH,
+        Some("OPTIONS") => Method::OPTIONS,
+        _ => return Parse::NotOurs,
+    };
+    let Some(path) = req.path.map(|p| offset(buf, p.as_bytes())) else {
+        return Parse::NotOurs;
+    };
+    spans.clear();
+    let mut body_len = None;
+    let mut close = false;
+    for h in req.headers.iter() {
+        let name = h.name.as_bytes();
+        if name.eq_ignore_ascii_case(b"content-length") {
+            match (body_len, content_length(h.value)) {
+                (None, Some(n)) => body_len = Some(n),
+                _ => return Parse::NotOurs,
+            }
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding")
+            || name.eq_ignore_ascii_case(b"expect")
+            || name.eq_ignore_ascii_case(b"upgrade")
+        {
+            return Parse::NotOurs;
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            for token in h.value.split(|b| *b == b',') {
+                let token = token.trim_ascii();
+                if token.eq_ignore_ascii_case(b"close") {
+                    close = true;
+                } else if token.eq_ignore_ascii_case(b"upgrade") {
+                    return Parse::NotOurs;
+                }
+            }
+        }
+        spans.push((offset(buf, name), offset(buf, h.value)));
+    }
+    Parse::Complete(Parsed {
+        method,
+        path,
+        head_len,
+        body_len: body_len.unwrap_or(0),
+        close,
+    })
+}
+
+/// Where `part`, a slice of `whole`, lies in it.
+fn offset(whole: &[u8], part: &[u8]) -> Range<usize> {
+    let start = part.as_ptr() as usize - whole.as_ptr() as usize;
+    start..start + part.len()
+}
+
+/// A `Content-Length` value: digits only, at most 19 of them.
+fn content_length(value: &[u8]) -> Option<usize> {
+    let digits = value.trim_ascii();
+    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// The request for the service; `None` when `http` refuses a part.
+fn request(
+    method: Method,
+    head: &Bytes,
+    spans: &[Span],
+    path: Range<usize>,
+    body: Body,
+) -> Option<Request<Body>> {
+    let uri = Uri::from_maybe_shared(head.slice(path)).ok()?;
+    let mut headers = HeaderMap::with_capacity(spans.len());
+    for (name, value) in spans {
+        let name = HeaderName::from_bytes(&head[name.clone()]).ok()?;
+        let value = HeaderValue::from_maybe_shared(head.slice(value.clone())).ok()?;
+        headers.append(name, value);
+    }
+    let mut req = Request::new(body);
+    *req.method_mut() = method;
+    *req.uri_mut() = uri;
+    *req.headers_mut() = headers;
+    Some(req)
+}
+
+/// Reads into `buf`'s free space (growing it when short); 0 is the end.
+fn poll_read<I: AsyncRead + Unpin>(
+    io: &mut I,
+    buf: &mut BytesMut,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<usize>> {
+    if buf.capacity() - buf.len() < READ_SPACE / 2 {
+        buf.reserve(READ_SPACE);
+    }
+    tokio_util::io::poll_read_buf(Pin::new(io), cx, buf)
+}
+
+async fn read<I: AsyncRead + Unpin>(io: &mut I, buf: &mut BytesMut) -> io::Result<usize> {
+    poll_fn(|cx| poll_read(io, buf, cx)).await
+}
+
+/// Runs the service's future to its response. Meanwhile the connection
+/// is read: the rest of the request's body into `feed`; then as hyper
+/// reads it: bytes of a next request are kept (and reading stops), and the
+/// end of the stream means the client left: the request is cancelled
+/// (`None`), as it is when the body breaks off.
+async fn respond<I, F, R, E>(
+    io: &mut I,
+    buf: &mut BytesMut,
+    feed: &mut Option<Feed>,
+    fut: F,
+) -> Option<R>
+where
+    I: AsyncRead + Unpin,
+    F: Future<Output = Result<R, E>>,
+{
+    let mut fut = std::pin::pin!(fut);
+    let mut watching = buf.is_empty();
+    poll_fn(|cx| loop {
+        if let Poll::Ready(r) = fut.as_mut().poll(cx) {
+            return Poll::Ready(r.ok());
+        }
+        if let Some(f) = feed.as_mut().filter(|f| f.left > 0 && !f.dropped) {
+            if buf.is_empty() {
+                match poll_read(io, buf, cx) {
+                    Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
+                    Poll::Ready(Ok(_)) => continue,
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            match f.tx.poll_reserve(cx) {
+                Poll::Ready(Ok(())) => {
+                    let chunk = buf.split_to(buf.len().min(f.left)).freeze();
+                    f.left -= chunk.len();
+                    f.dropped = f.tx.send_item(chunk).is_err();
+                }
+                // The handler let go of the body: the rest is not read.
+                Poll::Ready(Err(_)) => f.dropped = true,
+                Poll::Pending => return Poll::Pending,
+            }
+            watching = buf.is_empty();
+            continue;
+        }
+        if watching {
+            match poll_read(io, buf, cx) {
+                Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
+                Poll::Ready(Ok(_)) => watching = false,
+                Poll::Pending => {}
+            }
+        }
+        return Poll::Pending;
+    })
+    .await
+}
+
+/// The part of a request body that was not read with its head: read by
+/// the connection while the handler runs, handed over in chunks.
+struct Feed {
+    tx: tokio_util::sync::PollSender<Bytes>,
+    body: Option<Streamed>,
+    /// Bytes still to read from the connection.
+    left: usize,
+    /// The handler dropped the body.
+    dropped: bool,
+}
+
+impl Feed {
+    /// `None` when `first` is the whole body.
+    fn new(len: usize, first: &Bytes) -> Option<Self> {
+        if first.len() == len {
+            return None;
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let sent = first.is_empty() || tx.try_send(first.clone()).is_ok();
+        debug_assert!(sent, "a new channel has room");
+        Some(Self {
+            tx: tokio_util::sync::PollSender::new(tx),
+            body: Some(Streamed {
+                rx,
+                left: len as u64,
+            }),
+            left: len - first.len(),
+            dropped: false,
+        })
+    }
+
+    fn take_body(&mut self) -> Streamed {
+        self.body.take().unwrap_or_else(|| Streamed {
+            rx: tokio::sync::mpsc::channel(1).1,
+            left: 0,
+        })
+    }
+}
+
+/// A request body arriving while its handler runs.
+struct Streamed {
+    rx: tokio::sync::mpsc::Receiver<Bytes>,
+    left: u64,
+}
+
+impl http_body::Body for Streamed {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, io::Error>>> {
+        if self.left == 0 {
+            return Poll::Ready(None);
+        }
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some(chunk)) => {
+                self.left = self.left.saturating_sub(chunk.len() as u64);
+                Poll::Ready(Some(Ok(http_body::Frame::data(chunk))))
+            }
+            Poll::Ready(None) => Poll::Ready(Some(Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the connection closed before the request body ended",
+            )))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.left == 0
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.left)
+    }
+}
+
+/// How the response's body is delimited on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Framing {
+    /// No body may follow (1xx, 204, 304).
+    Bodiless,
+    Length(u64),
+    Chunked,
+}
+
+fn framing(status: StatusCode, headers: &HeaderMap, body: &Body) -> Framing {
+    if status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        return Framing::Bodiless;
+    }
+    let mut declared = headers.get_all(header::CONTENT_LENGTH).iter();
+    if let (Some(v), None) = (declared.next(), declared.next()) {
+        if let Some(n) = content_length(v.as_bytes()) {
+            return Framing::Length(n as u64);
+        }
+    }
+    match body.size_hint().exact() {
+        Some(n) => Framing::Length(n),
+        None => Framing::Chunked,
+    }
+}
+
+fn asks_close(headers: &HeaderMap) -> bool {
+    headers.get_all(header::CONNECTION).iter().any(|v| {
+        v.as_bytes()
+            .split(|b| *b == b',')
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
+    })
+}
+
+/// The status line and headers. The framing headers and `connection` are
+/// this server's to write; `date` is added when the response has none.
+fn write_head(
+    out: &mut Vec<u8>,
+    status: StatusCode,
+    headers: &HeaderMap,
+    framing: Framing,
+    close: bool,
+) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in headers {
+        let ours = name == header::CONTENT_LENGTH
+            || name == header::TRANSFER_ENCODING
+            || name == header::CONNECTION;
+        if ours && !(framing == Framing::Bodiless && name == header::CONTENT_LENGTH) {
+            continue;
+        }
+        line(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    if !headers.contains_key(header::DATE) {
+        DATE.with(|d| line(out, b"date", &d.now()));
+    }
+    match framing {
+        Framing::Bodiless => {}
+        Framing::Length(n) => line(out, b"content-length", itoa(n, 10).as_bytes()),
+        Framing::Chunked => line(out, b"transfer-encoding", b"chunked"),
+    }
+    if close {
+        line(out, b"connection", b"close");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `n` in base 10 or 16, without the formatting machinery.
+fn itoa(mut n: u64, base: u64) -> String {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b"0123456789abcdef"[(n % base) as usize];
+        n /= base;
+        if n == 0 {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&digits[i..]).into_owned()
+}
+
+/// Writes `out` (the head) and the body. Frames that are ready together
+/// go out in one write; the connection is read meanwhile as in
+/// [`respond`] (a client gone ends the body at once). False when the
+/// connection cannot carry another request: a failed write, a client
+/// gone, a body that failed, or one shorter or longer than declared.
+async fn write_body<I: AsyncRead + AsyncWrite + Unpin>(
+    io: &mut I,
+    out: &mut Vec<u8>,
+    body: &mut Body,
+    framing: Framing,
+    buf: &mut BytesMut,
+) -> bool {
+    let mut left = match framing {
+        Framing::Bodiless => return io.write_all(out).await.is_ok(),
+        Framing::Length(n) => n,
+        Framing::Chunked => u64::MAX,
+    };
+    let mut watching = buf.is_empty();
+    loop {
+        // Asked with the task's waker: a body that yields to let the
+        // runtime pass (the relay's gather) is woken as it expects.
+        let polled = poll_fn(|cx| Poll::Ready(Pin::new(&mut *body).poll_frame(cx))).await;
+        let frame = match polled {
+            Poll::Ready(frame) => frame,
+            Poll::Pending => {
+                if !out.is_empty() {
+                    if io.write_all(out).await.is_err() {
+                        return false;
+                    }
+                    out.clear();
+                }
+                match next_frame(io, buf, body, &mut watching).await {
+                    Some(frame) => frame,
+                    None => return false,
+                }
+            }
+        };
+        let data = match frame {
+            None => break,
+            Some(Err(_)) => {
+                // What came before the failure goes out; the final chunk
+                // does not.
+                let _ = io.write_all(out).await;
+                return false;
+            }
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) if !data.is_empty() => data,
+                // Trailers are not sent over HTTP/1 (hyper does the same
+                // unless the client asked with `TE: trailers`).
+                _ => continue,
+            },
+        };
+        match framing {
+            Framing::Chunked => {
+                out.extend_from_slice(itoa(data.len() as u64, 16).as_bytes());
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(&data);
+                out.extend_from_slice(b"\r\n");
+            }
+            _ => {
+                let take = data.len().min(left as usize);
+                out.extend_from_slice(&data[..take]);
+                left -= take as u64;
+                if take < data.len() {
+                    // Longer than declared: what was declared, then close.
+                    let _ = io.write_all(out).await;
+                    return false;
+                }
+            }
+        }
+        if out.len() >= FLUSH_AT {
+            if io.write_all(out).await.is_err() {
+                return false;
+            }
+            out.clear();
+        }
+    }
+    if framing == Framing::Chunked {
+        out.extend_from_slice(b"0\r\n\r\n");
+    }
+    let written = io.write_all(out).await.is_ok();
+    out.clear();
+    written && (framing == Framing::Chunked || left == 0)
+}
+
+type Frame = Option<Result<http_body::Frame<Bytes>, axum::Error>>;
+
+/// The body's next frame, or `None` when the client hung up first.
+async fn next_frame<I: AsyncRead + Unpin>(
+    io: &mut I,
+    buf: &mut BytesMut,
+    body: &mut Body,
+    watching: &mut bool,
+) -> Option<Frame> {
+    poll_fn(|cx| {
+        if let Poll::Ready(frame) = Pin::new(&mut *body).poll_frame(cx) {
+            return Poll::Ready(Some(frame));
+        }
+        if *watching {
+            match poll_read(io, buf, cx) {
+                Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
+                Poll::Ready(Ok(_)) => *watching = false,
+                Poll::Pending => {}
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// The `date` header's value, made once a second per thread.
+struct Date {
+    second: std::cell::Cell<u64>,
+    value: std::cell::RefCell<[u8; 29]>,
+}
+
+impl Date {
+    fn now(&self) -> [u8; 29] {
+        let now = std::time::SystemTime::now();
+        let second = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if second != self.second.get() {
+            let text = httpdate::fmt_http_date(now);
+            if let Ok(bytes) = <[u8; 29]>::try_from(text.as_bytes()) {
+                *self.value.borrow_mut() = bytes;
+                self.second.set(second);
+            }
+        }
+        *self.value.borrow()
+    }
+}
+
+thread_local! {
+    static DATE: Date = const {
+        Date {
+            second: std::cell::Cell::new(u64::MAX),
+            value: std::cell::RefCell::new(*b"Thu, 01 Jan 1970 00:00:00 GMT"),
+        }
+    };
+}
+
+/// An I/O stream that first gives back bytes already read from it.
+pub(crate) struct Rewind<I> {
+    prefix: Bytes,
+    inner: I,
+}
+
+impl<I> Rewind<I> {
+    pub(crate) fn new(inner: I, prefix: Bytes) -> Self {
+        Self { prefix, inner }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Rewind<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.prefix.is_empty() {
+            return Pin::new(&mut self.inner).poll_read(cx, buf);
+        }
+        let n = self.prefix.len().min(buf.remaining());
+        buf.put_slice(&self.prefix[..n]);
+        self.prefix.advance(n);
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Rewind<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use axum::routing::{get, post};
+    use axum::Router;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::*;
+    use crate::listen::{serve as listen, Limits, ListenConfig, Stats};
+
+    struct Server {
+        addr: SocketAddr,
+        stats: Arc<Stats>,
+        stop: watch::Sender<bool>,
+    }
+
+    async fn server(app: Router) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let stats = Arc::new(Stats::default());
+        let config = ListenConfig {
+            name: "test",
+            tls: None,
+            limits: Limits::with_max(64),
+            stats: Arc::clone(&stats),
+        };
+        let (stop, rx) = watch::channel(false);
+        tokio::spawn(listen(listener, app, config, rx));
+        Server { addr, stats, stop }
+    }
+
+    fn echo() -> Router {
+        Router::new()
+            .route("/echo", post(|body: Bytes| async move { body }))
+            .route("/", get(|| async { "ok" }))
+    }
+
+    /// Sends `wire` on a new connection and reads until the server closes.
+    async fn exchange(addr: SocketAddr, wire: &[u8]) -> String {
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        s.write_all(wire).await.expect("write");
+        read_to_close(&mut s).await
+    }
+
+    async fn read_to_close(s: &mut TcpStream) -> String {
+        let mut got = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut got));
+        let _ = read.await.expect("the server closes the connection");
+        String::from_utf8_lossy(&got).into_owned()
+    }
+
+    fn handed(s: &Server) -> u64 {
+        s.stats.handed_to_hyper.load(Ordering::Relaxed)
+    }
+
+    #[tokio::test]
+    async fn plain_requests_are_answered_in_order_on_one_connection_without_hyper() {
+        let s = server(echo()).await;
+        // Pipelined: both in one write, the second asks to close.
+        let got = exchange(
+            s.addr,
+            b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\nfirst\
+              POST /echo HTTP/1.1\r\nhost: x\r\nContent-Length: 6\r\nconnection: close\r\n\r\nsecond",
+        )
+        .await;
+        let answers: Vec<&str> = got.split("HTTP/1.1 200 OK\r\n").skip(1).collect();
+        assert_eq!(answers.len(), 2, "{got}");
+        assert!(answers[0].contains("content-length: 5\r\n"), "{got}");
+        assert!(answers[0].ends_with("\r\n\r\nfirst"), "{got}");
+        assert!(answers[0].contains("date: "), "{got}");
+        assert!(!answers[0].contains("connection: close"), "{got}");
+        assert!(answers[1].contains("connection: close\r\n"), "{got}");
+        assert!(answers[1].ends_with("\r\n\r\nsecond"), "{got}");
+        assert_eq!(handed(&s), 0);
+    }
+
+    #[tokio::test]
+    async fn a_streamed_answer_is_chunked_and_ends_with_the_last_chunk() {
+        let app = Router::new().route(
+            "/",
+            get(|| async {
+                let parts = ["data: a\n\n", "data: bb\n\n", ""].map(Ok::<_, io::Error>);
+                Body::from_stream(futures_util::stream::iter(parts))
+            }),
+        );
+        let s = server(app).await;
+        let got = exchange(s.addr, b"GET / HTTP/1.1\r\nconnection: close\r\n\r\n").await;
+        assert!(got.contains("transfer-encoding: chunked\r\n"), "{got}");
+        assert!(
+            got.ends_with("\r\n\r\n9\r\ndata: a\n\n\r\na\r\ndata: bb\n\n\r\n0\r\n\r\n"),
+            "{got:?}"
+        );
+        assert_eq!(handed(&s), 0);
+    }
+
+    #[tokio::test]
+    async fn a_body_that_fails_midway_closes_without_the_last_chunk() {
+        let app = Router::new()
+            .route(
+                "/",
+                get(|| async {
+                    let parts = [Ok("data: a\n\n"), Err(io::Error::other("backend gone"))];
+                    Body::from_stream(futures_util::stream::iter(parts))
+                }),
+            )
+            .route(
+                "/short",
+                get(|| async { ([(header::CONTENT_LENGTH, "10")], "abc") }),
+            );
+        let s = server(app).await;
+        // Keep-alive asked for: the close is the failure's.
+        let got = exchange(s.addr, b"GET / HTTP/1.1\r\n\r\n").await;
+        assert!(got.ends_with("\r\n\r\n9\r\ndata: a\n\n\r\n"), "{got:?}");
+        let got = exchange(s.addr, b"GET /short HTTP/1.1\r\n\r\n").await;
+        assert!(got.contains("content-length: 10\r\n"), "{got}");
+        assert!(got.ends_with("\r\n\r\nabc"), "{got:?}");
+    }
+
+    #[tokio::test]
+    async fn requests_it_does_not_take_are_answered_by_hyper_from_their_first_byte() {
+        let s = server(echo()).await;
+        let cases: [(&[u8], &str); 7] = [
+            (
+                b"POST /echo HTTP/1.1\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+                "abc",
+            ),
+            (
+                b"POST /echo HTTP/1.1\r\nexpect: 100-continue\r\ncontent-length: 2\r\nconnection: close\r\n\r\nhi",
+                "hi",
+            ),
+            (b"POST /echo HTTP/1.0\r\ncontent-length: 3\r\n\r\nold", "old"),
+            (b"HEAD / HTTP/1.1\r\nconnection: close\r\n\r\n", "HTTP/1.1 200 OK"),
+            // Smuggling shapes: hyper refuses two lengths, and reads a
+            // chunked body that also has a length as chunked, then closes.
+            (
+                b"POST /echo HTTP/1.1\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nabc",
+                "HTTP/1.1 400",
+            ),
+            (
+                b"POST /echo HTTP/1.1\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n",
+                "connection: close",
+            ),
+            (b"GET / HTTP/1.1\r\nbad header\r\n\r\n", "HTTP/1.1 400"),
+        ];
+        for (i, (wire, expect)) in cases.iter().enumerate() {
+            let got = exchange(s.addr, wire).await;
+            assert!(got.contains(expect), "case {i}: {got:?}");
+            assert_eq!(handed(&s), i as u64 + 1, "case {i}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_behind_its_head_is_streamed_to_the_handler() {
+        let s = server(echo()).await;
+        // A little, a pause, the rest; and a large one in many reads.
+        let mut c = TcpStream::connect(s.addr).await.expect("connect");
+        c.write_all(b"POST /echo HTTP/1.1\r\ncontent-length: 4\r\n\r\nha")
+            .await
+            .expect("write");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        c.write_all(b"lf").await.expect("write");
+        let large = "x".repeat(300_000);
+        let head = format!(
+            "POST /echo HTTP/1.1\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            large.len()
+        );
+        let (mut rd, mut wr) = c.into_split();
+        let writer = tokio::spawn(async move {
+            wr.write_all(head.as_bytes()).await.expect("write");
+            wr.write_all(large.as_bytes()).await.expect("write");
+            wr
+        });
+        let mut got = Vec::new();
+        rd.read_to_end(&mut got).await.expect("read");
+        drop(writer.await);
+        let got = String::from_utf8_lossy(&got);
+        let answers: Vec<&str> = got.split("HTTP/1.1 200 OK\r\n").skip(1).collect();
+        assert_eq!(answers.len(), 2, "{got}");
+        assert!(answers[0].ends_with("\r\n\r\nhalf"), "{}", answers[0]);
+        assert!(answers[1].contains("content-length: 300000\r\n"));
+        assert!(answers[1].ends_with(&"x".repeat(1000)));
+        assert_eq!(handed(&s), 0);
+    }
+
+    #[tokio::test]
+    async fn an_answer_before_the_body_was_read_closes_the_connection() {
+        let app = Router::new().route("/", post(|| async { (StatusCode::UNAUTHORIZED, "no key") }));
+        let s = server(app).await;
+        let mut c = TcpStream::connect(s.addr).await.expect("connect");
+        c.write_all(b"POST / HTTP/1.1\r\ncontent-length: 100\r\n\r\nsome")
+            .await
+            .expect("write");
+        let got = read_to_close(&mut c).await;
+        assert!(got.starts_with("HTTP/1.1 401"), "{got}");
+        assert!(got.contains("connection: close\r\n"), "{got}");
+        assert!(got.ends_with("no key"), "{got:?}");
+    }
+
+    #[tokio::test]
+    async fn a_client_that_hangs_up_cancels_its_request() {
+        struct Flag(Arc<AtomicBool>);
+        impl Drop for Flag {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let dropped = Arc::new(AtomicBool::new(false));
+        let seen = Arc::clone(&dropped);
+        let app = Router::new().route(
+            "/",
+            get(move || {
+                let flag = Flag(Arc::clone(&seen));
+                async move {
+                    tokio::time::sleep(Duration::from_secs(600)).await;
+                    drop(flag);
+                    "late"
+                }
+            }),
+        );
+        let s = server(app).await;
+        let mut c = TcpStream::connect(s.addr).await.expect("connect");
+        c.write_all(b"GET / HTTP/1.1\r\n\r\n").await.expect("write");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(c);
+        wait_for(&dropped).await;
+        // And one that hangs up before its body ended.
+        dropped.store(false, Ordering::SeqCst);
+        let mut c = TcpStream::connect(s.addr).await.expect("connect");
+        c.write_all(b"GET / HTTP/1.1\r\ncontent-length: 10\r\n\r\nabc")
+            .await
+            .expect("write");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(c);
+        wait_for(&dropped).await;
+        assert_eq!(handed(&s), 0);
+    }
+
+    async fn wait_for(flag: &AtomicBool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !flag.load(Ordering::SeqCst) {
+            assert!(tokio::time::Instant::now() < deadline, "still running");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stop_closes_idle_connections_and_finishes_the_request_in_flight() {
+        let app = Router::new().route(
+            "/",
+            get(|| async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                "done"
+            }),
+        );
+        let s = server(app).await;
+        let mut idle = TcpStream::connect(s.addr).await.expect("connect");
+        let mut busy = TcpStream::connect(s.addr).await.expect("connect");
+        busy.write_all(b"GET / HTTP/1.1\r\n\r\n")
+            .await
+            .expect("write");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        s.stop.send(true).expect("stop");
+        assert_eq!(read_to_close(&mut idle).await, "");
+        let got = read_to_close(&mut busy).await;
+        assert!(got.contains("connection: close\r\n"), "{got}");
+        assert!(got.ends_with("\r\n\r\ndone"), "{got:?}");
+    }
+
+    #[test]
+    fn content_length_is_digits_only() {
+        assert_eq!(content_length(b"42"), Some(42));
+        assert_eq!(content_length(b" 7 "), Some(7));
+        for bad in [
+            &b""[..],
+            b"+1",
+            b"-1",
+            b"1 2",
+            b"0x10",
+            b"99999999999999999999",
+        ] {
+            assert_eq!(content_length(bad), None, "{bad:?}");
+        }
+        assert_eq!(itoa(0, 16), "0");
+        assert_eq!(itoa(255, 16), "ff");
+        assert_eq!(itoa(1234, 10), "1234");
+    }
+}
