@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full, Limited};
+use http::{StatusCode, Uri};
+use http_body_util::{BodyExt, Limited};
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use rustls::pki_types::ServerName;
@@ -279,15 +279,13 @@ pub async fn attempt(
     if let Some(host) = host {
         headers.insert(header::HOST, host.clone());
     }
-    let mut req = Request::post(path)
-        .body(Full::new(body))
-        .map_err(|e| AttemptError::Connect(format!("bad upstream request: {e}")))?;
-    *req.headers_mut() = headers;
     let exchange = async {
-        let resp = upstream::send(target, req).await.map_err(|e| match e {
-            SendError::Connect(e) => AttemptError::Connect(e),
-            SendError::Reset(e) => AttemptError::Reset(e),
-        })?;
+        let resp = upstream::send(target, &path, &headers, &body)
+            .await
+            .map_err(|e| match e {
+                SendError::Connect(e) => AttemptError::Connect(e),
+                SendError::Reset(e) => AttemptError::Reset(e),
+            })?;
         let status = resp.status();
         if status == StatusCode::TOO_MANY_REQUESTS {
             let busy = AttemptError::Busy(retry_after(resp.headers()));

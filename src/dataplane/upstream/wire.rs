@@ -1,0 +1,427 @@
+//! HTTP/1.1 to backends on the wire: the request written, the response
+//! head parsed, its body decoded. Bytes in, bytes out; the I/O is
+//! `upstream`'s.
+//!
+//! A response is framed as RFC 9112 §6.3 says: no body for 204 and 304;
+//! `Transfer-Encoding` ending in `chunked` is chunked (a `Content-Length`
+//! beside it is ignored and the connection not reused); any other
+//! `Transfer-Encoding`, or no length at all, reads to the close; one
+//! `Content-Length` value (repeats must agree) is the length. 1xx answers
+//! are skipped. Anything else is an error, and the connection is closed.
+
+use std::ops::Range;
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, Version};
+
+/// Headers in one response at most (hyper's client allows 100 too).
+const MAX_HEADERS: usize = 100;
+/// A response head larger than this is refused.
+const MAX_HEAD: usize = 64 * 1024;
+/// A chunk-size line (with its extensions) at most.
+const MAX_CHUNK_LINE: usize = 4 * 1024;
+/// Trailer bytes after the last chunk at most (they are read and dropped).
+const MAX_TRAILERS: usize = 16 * 1024;
+
+/// Writes the head of a POST of `body_len` bytes to `path`. `headers`
+/// come as the caller built them (hop-by-hop headers already removed,
+/// `Host` set); any `Content-Length` or `Transfer-Encoding` in them is
+/// replaced by the body's own length.
+pub(super) fn encode_request(out: &mut Vec<u8>, path: &Uri, headers: &HeaderMap, body_len: usize) {
+    out.extend_from_slice(b"POST ");
+    out.extend_from_slice(path.path_and_query().map_or("/", |p| p.as_str()).as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in headers {
+        if name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"content-length: ");
+    out.extend_from_slice(body_len.to_string().as_bytes());
+    out.extend_from_slice(b"\r\n\r\n");
+}
+
+/// A response head, and how its body is read.
+pub(super) struct Head {
+    pub status: StatusCode,
+    pub version: Version,
+    pub headers: HeaderMap,
+    pub decoder: Decoder,
+    /// The connection may carry another request once the body is read.
+    pub keep_alive: bool,
+}
+
+/// Parses the response head at the front of `buf`, skipping 1xx answers;
+/// `Ok(None)` while it is incomplete. The head's bytes are taken from
+/// `buf`; what follows (the body's start) stays.
+pub(super) fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
+    loop {
+        let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut resp = httparse::Response::new(&mut raw);
+        let len = match resp.parse(buf) {
+            Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => return Ok(None),
+            Ok(httparse::Status::Partial) => return Err("a response head over 64 KiB".into()),
+            Err(e) => return Err(format!("an invalid response head: {e}")),
+        };
+        let code = resp.code.unwrap_or(0);
+        if (100..200).contains(&code) && code != 101 {
+            buf.advance(len);
+            continue;
+        }
+        if code == 101 {
+            return Err("a protocol switch (101) nobody asked for".into());
+        }
+        let status = StatusCode::from_u16(code).map_err(|_| format!("status {code}"))?;
+        let version = match resp.version {
+            Some(1) => Version::HTTP_11,
+            _ => Version::HTTP_10,
+        };
+        let mut keep_alive = version == Version::HTTP_11;
+        let mut chunked = None;
+        let mut length = None;
+        let mut spans: Vec<(Range<usize>, Range<usize>)> = Vec::with_capacity(resp.headers.len());
+        for h in resp.headers.iter() {
+            let name = h.name.as_bytes();
+            if name.eq_ignore_ascii_case(b"transfer-encoding") {
+                // The final coding is the last token of the last header.
+                let last = h.value.rsplit(|b| *b == b',').next().unwrap_or(b"");
+                chunked = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+            } else if name.eq_ignore_ascii_case(b"content-length") {
+                for item in h.value.split(|b| *b == b',') {
+                    let n = content_length(item).ok_or("an invalid Content-Length")?;
+                    if length.is_some_and(|l| l != n) {
+                        return Err("conflicting Content-Length values".into());
+                    }
+                    length = Some(n);
+                }
+            } else if name.eq_ignore_ascii_case(b"connection") {
+                for token in h.value.split(|b| *b == b',') {
+                    let token = token.trim_ascii();
+                    if token.eq_ignore_ascii_case(b"close") {
+                        keep_alive = false;
+                    } else if token.eq_ignore_ascii_case(b"keep-alive")
+                        && version == Version::HTTP_10
+                    {
+                        keep_alive = true;
+                    }
+                }
+            }
+            spans.push((offset(buf, name), offset(buf, h.value)));
+        }
+        let decoder = if status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
+            Decoder::Done
+        } else {
+            match (chunked, length) {
+                (Some(true), l) => {
+                    // Both framings given: read it chunked, never reuse it.
+                    keep_alive &= l.is_none();
+                    Decoder::Chunked(Chunk::Size)
+                }
+                (Some(false), _) | (None, None) => {
+                    keep_alive = false;
+                    Decoder::Close
+                }
+                (None, Some(n)) => Decoder::Length(n),
+            }
+        };
+        let head = buf.split_to(len).freeze();
+        let mut headers = HeaderMap::with_capacity(spans.len());
+        for (name, value) in spans {
+            let name = HeaderName::from_bytes(&head[name]).map_err(|e| e.to_string())?;
+            let value =
+                HeaderValue::from_maybe_shared(head.slice(value)).map_err(|e| e.to_string())?;
+            headers.append(name, value);
+        }
+        return Ok(Some(Head {
+            status,
+            version,
+            headers,
+            decoder,
+            keep_alive,
+        }));
+    }
+}
+
+/// Where `part`, a slice of `whole`, lies in it.
+fn offset(whole: &[u8], part: &[u8]) -> Range<usize> {
+    let start = part.as_ptr() as usize - whole.as_ptr() as usize;
+    start..start + part.len()
+}
+
+/// A `Content-Length` value: digits only (surrounding blanks allowed).
+fn content_length(value: &[u8]) -> Option<u64> {
+    let digits = value.trim_ascii();
+    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// How much of a response body is still to come, and in what shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Decoder {
+    /// This many bytes.
+    Length(u64),
+    Chunked(Chunk),
+    /// Until the backend closes the connection.
+    Close,
+    Done,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Chunk {
+    /// A chunk-size line is next.
+    Size,
+    /// This many bytes of the current chunk.
+    Data(u64),
+    /// The CRLF after a chunk's data.
+    DataEnd,
+    /// Trailer lines after the last chunk; this many bytes seen.
+    Trailers(usize),
+}
+
+/// What one [`Decoder::step`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Step {
+    Data(Bytes),
+    /// `buf` holds no more of the body: read.
+    NeedMore,
+    Done,
+}
+
+impl Decoder {
+    /// Takes the next piece of the body from `buf`.
+    pub(super) fn step(&mut self, buf: &mut BytesMut) -> Result<Step, &'static str> {
+        loop {
+            let chunk = match self {
+                Decoder::Done | Decoder::Length(0) => {
+                    *self = Decoder::Done;
+                    return Ok(Step::Done);
+                }
+                Decoder::Length(left) => return Ok(take(buf, left)),
+                Decoder::Close if buf.is_empty() => return Ok(Step::NeedMore),
+                Decoder::Close => return Ok(Step::Data(buf.split().freeze())),
+                Decoder::Chunked(chunk) => chunk,
+            };
+            match chunk {
+                Chunk::Size => match httparse::parse_chunk_size(buf) {
+                    Ok(httparse::Status::Complete((used, size))) => {
+                        buf.advance(used);
+                        *chunk = if size == 0 {
+                            Chunk::Trailers(0)
+                        } else {
+                            Chunk::Data(size)
+                        };
+                    }
+                    Ok(httparse::Status::Partial) if buf.len() <= MAX_CHUNK_LINE => {
+                        return Ok(Step::NeedMore)
+                    }
+                    _ => return Err("an invalid chunk-size line"),
+                },
+                Chunk::Data(left) => {
+                    let step = take(buf, left);
+                    if *left == 0 {
+                        *chunk = Chunk::DataEnd;
+                    }
+                    return Ok(step);
+                }
+                Chunk::DataEnd => {
+                    if buf.len() < 2 {
+                        return Ok(Step::NeedMore);
+                    }
+                    if &buf[..2] != b"\r\n" {
+                        return Err("a chunk's data not followed by CRLF");
+                    }
+                    buf.advance(2);
+                    *chunk = Chunk::Size;
+                }
+                Chunk::Trailers(seen) => {
+                    let Some(end) = buf.windows(2).position(|w| w == b"\r\n") else {
+                        if *seen + buf.len() > MAX_TRAILERS {
+                            return Err("trailers over 16 KiB");
+                        }
+                        return Ok(Step::NeedMore);
+                    };
+                    buf.advance(end + 2);
+                    *seen += end + 2;
+                    if end == 0 {
+                        *self = Decoder::Done;
+                        return Ok(Step::Done);
+                    }
+                    if *seen > MAX_TRAILERS {
+                        return Err("trailers over 16 KiB");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The backend closed the connection: the end of a body read to the
+    /// close, else a cut one.
+    pub(super) fn eof(&mut self) -> Result<(), &'static str> {
+        match self {
+            Decoder::Close | Decoder::Done => {
+                *self = Decoder::Done;
+                Ok(())
+            }
+            _ => Err("the backend closed the connection before the answer ended"),
+        }
+    }
+
+    /// No byte of the body is left to read.
+    pub(super) fn is_done(&self) -> bool {
+        matches!(self, Decoder::Done | Decoder::Length(0))
+    }
+}
+
+/// Up to `left` bytes from `buf`.
+fn take(buf: &mut BytesMut, left: &mut u64) -> Step {
+    if buf.is_empty() {
+        return Step::NeedMore;
+    }
+    let n = buf.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
+    *left -= n as u64;
+    Step::Data(buf.split_to(n).freeze())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Decodes `wire` fed in pieces of `piece` bytes: the body, or the error.
+    fn decode(wire: &[u8], piece: usize) -> Result<(Vec<u8>, Decoder, usize), String> {
+        let mut buf = BytesMut::new();
+        let mut pieces = wire.chunks(piece);
+        let mut head = None;
+        while head.is_none() {
+            match parse_head(&mut buf)? {
+                Some(h) => head = Some(h),
+                None => buf.extend_from_slice(pieces.next().ok_or("head cut")?),
+            }
+        }
+        let mut decoder = head.map(|h| h.decoder).ok_or("no head")?;
+        let mut body = Vec::new();
+        loop {
+            match decoder.step(&mut buf)? {
+                Step::Data(d) => body.extend_from_slice(&d),
+                Step::Done => return Ok((body, decoder, buf.len())),
+                Step::NeedMore => match pieces.next() {
+                    Some(p) => buf.extend_from_slice(p),
+                    None => {
+                        decoder.eof()?;
+                        return Ok((body, decoder, buf.len()));
+                    }
+                },
+            }
+        }
+    }
+
+    #[test]
+    fn bodies_decode_the_same_however_the_bytes_arrive() {
+        let cases: [(&[u8], &str); 7] = [
+            (b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello", "hello"),
+            (
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\n\r\n",
+                "hello, world",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\nx-trailer: 1\r\n\r\n",
+                "abc",
+            ),
+            (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", "ok"),
+            (b"HTTP/1.1 200 OK\r\n\r\nto the close", "to the close"),
+            (b"HTTP/1.1 204 No Content\r\ncontent-length: 9\r\n\r\n", ""),
+            (b"HTTP/1.1 200 OK\r\ncontent-length: 2, 2\r\n\r\nok", "ok"),
+        ];
+        for (wire, body) in cases {
+            for piece in [1, 2, 3, 7, wire.len()] {
+                let (got, decoder, left) = decode(wire, piece).unwrap_or_else(|e| {
+                    panic!("{:?} by {piece}: {e}", String::from_utf8_lossy(wire))
+                });
+                assert_eq!(String::from_utf8_lossy(&got), body, "by {piece}");
+                assert_eq!(decoder, Decoder::Done);
+                assert_eq!(left, 0);
+            }
+        }
+    }
+
+    #[test]
+    fn a_response_is_reused_only_when_its_end_is_known_and_nobody_said_close() {
+        let keep = |wire: &[u8]| {
+            let mut buf = BytesMut::from(wire);
+            parse_head(&mut buf)
+                .expect("valid")
+                .expect("complete")
+                .keep_alive
+        };
+        assert!(keep(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"));
+        assert!(keep(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+        ));
+        assert!(!keep(b"HTTP/1.1 200 OK\r\n\r\n"));
+        assert!(!keep(
+            b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
+        ));
+        assert!(!keep(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n"
+        ));
+        assert!(!keep(b"HTTP/1.0 200 OK\r\ncontent-length: 0\r\n\r\n"));
+        assert!(keep(
+            b"HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 0\r\n\r\n"
+        ));
+    }
+
+    #[test]
+    fn broken_framing_is_an_error_never_a_short_success() {
+        let cases: [&[u8]; 9] = [
+            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhel",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nabc",
+            b"HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabcX\r\n0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nffffffffffffffffff\r\n",
+            b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nbad header\r\n\r\n",
+        ];
+        for wire in cases {
+            for piece in [1, wire.len()] {
+                assert!(
+                    decode(wire, piece).is_err(),
+                    "{:?} by {piece}",
+                    String::from_utf8_lossy(wire)
+                );
+            }
+        }
+        // Endless chunk extensions and trailers are cut off.
+        let mut long = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1;".to_vec();
+        long.extend(std::iter::repeat_n(b'x', 8 * 1024));
+        assert!(decode(&long, 1024).is_err());
+        let mut trailers = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n0\r\n".to_vec();
+        for _ in 0..2000 {
+            trailers.extend_from_slice(b"x-t: 1234567\r\n");
+        }
+        assert!(decode(&trailers, 4096).is_err());
+    }
+
+    #[test]
+    fn the_request_head_carries_the_bodys_own_length() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_static("b:8000"));
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("999"));
+        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k"));
+        let mut out = Vec::new();
+        let path = Uri::from_static("/v1/chat/completions?x=1");
+        encode_request(&mut out, &path, &headers, 42);
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "POST /v1/chat/completions?x=1 HTTP/1.1\r\nhost: b:8000\r\nauthorization: Bearer k\r\n\
+             content-length: 42\r\n\r\n"
+        );
+    }
+}
