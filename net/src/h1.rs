@@ -87,7 +87,12 @@ where
     loop {
         // A whole request: its head, then its body if it came with it.
         let parsed = loop {
-            match parse(&buf, &mut spans) {
+            let found = if buf.is_empty() {
+                Parse::Partial
+            } else {
+                parse(&buf, &mut spans)
+            };
+            match found {
                 Parse::Complete(p) => break p,
                 Parse::NotOurs => return Ended::Handoff(Rewind::new(io, buf.freeze())),
                 Parse::Partial => match read(&mut io, &mut buf).await {
@@ -549,23 +554,34 @@ async fn write_body<I: AsyncRead + AsyncWrite + Unpin>(
                 _ => continue,
             },
         };
-        match framing {
-            Framing::Chunked => {
-                out.extend_from_slice(itoa(data.len() as u64, 16).as_bytes());
-                out.extend_from_slice(b"\r\n");
-                out.extend_from_slice(&data);
-                out.extend_from_slice(b"\r\n");
+        let chunked = framing == Framing::Chunked;
+        let take = if chunked {
+            data.len()
+        } else {
+            data.len().min(usize::try_from(left).unwrap_or(usize::MAX))
+        };
+        if chunked {
+            out.extend_from_slice(itoa(data.len() as u64, 16).as_bytes());
+            out.extend_from_slice(b"\r\n");
+        } else {
+            left -= take as u64;
+        }
+        if take >= FLUSH_AT {
+            // Large: written as it is, not copied.
+            if io.write_all(out).await.is_err() || io.write_all(&data[..take]).await.is_err() {
+                return false;
             }
-            _ => {
-                let take = data.len().min(left as usize);
-                out.extend_from_slice(&data[..take]);
-                left -= take as u64;
-                if take < data.len() {
-                    // Longer than declared: what was declared, then close.
-                    let _ = io.write_all(out).await;
-                    return false;
-                }
-            }
+            out.clear();
+        } else {
+            out.extend_from_slice(&data[..take]);
+        }
+        if chunked {
+            out.extend_from_slice(b"\r\n");
+        }
+        if take < data.len() {
+            // Longer than declared: what was declared, then close.
+            let _ = io.write_all(out).await;
+            return false;
         }
         if out.len() >= FLUSH_AT {
             if io.write_all(out).await.is_err() {
@@ -794,6 +810,40 @@ mod tests {
             "{got:?}"
         );
         assert_eq!(handed(&s), 0);
+    }
+
+    #[tokio::test]
+    async fn large_frames_are_framed_like_small_ones() {
+        let big = "y".repeat(100_000);
+        let sent = big.clone();
+        let app = Router::new()
+            .route(
+                "/stream",
+                get(move || {
+                    let parts = [Ok::<_, io::Error>(sent.clone()), Ok("end".to_owned())];
+                    async move { Body::from_stream(futures_util::stream::iter(parts)) }
+                }),
+            )
+            .route("/whole", get(|| async { "z".repeat(100_000) }));
+        let s = server(app).await;
+        let got = exchange(
+            s.addr,
+            b"GET /stream HTTP/1.1\r\n\r\nGET /whole HTTP/1.1\r\nconnection: close\r\n\r\n",
+        )
+        .await;
+        let (first, second) = got
+            .split_once("HTTP/1.1 200 OK\r\n")
+            .map_or(("", ""), |(_, rest)| {
+                rest.split_once("HTTP/1.1 200 OK\r\n").unwrap_or((rest, ""))
+            });
+        let chunked = format!("\r\n\r\n186a0\r\n{big}\r\n3\r\nend\r\n0\r\n\r\n");
+        assert!(
+            first.ends_with(&chunked),
+            "{}",
+            &first[..200.min(first.len())]
+        );
+        assert!(second.contains("content-length: 100000\r\n"));
+        assert!(second.ends_with(&format!("\r\n\r\n{}", "z".repeat(100_000))));
     }
 
     #[tokio::test]

@@ -153,7 +153,7 @@ impl Conn {
 }
 
 struct Idle {
-    conn: Conn,
+    conn: Box<Conn>,
     since: Instant,
 }
 
@@ -192,7 +192,7 @@ impl Pool {
         c
     }
 
-    fn take(&mut self, target: Target<'_>) -> Option<Conn> {
+    fn take(&mut self, target: Target<'_>) -> Option<Box<Conn>> {
         let settings = self.idle.get_mut(target.authority.as_str())?;
         let (_, list) = settings.iter_mut().find(|(s, _)| s.is(target))?;
         // Most recent first: the least likely to have been closed.
@@ -215,7 +215,7 @@ impl Pool {
         });
     }
 
-    fn put(&mut self, conn: Conn) {
+    fn put(&mut self, conn: Box<Conn>) {
         if !self.sweeping {
             self.sweeping = start_sweeping();
         }
@@ -262,7 +262,7 @@ fn start_sweeping() -> bool {
 
 /// Gives a connection whose response was read whole back to this
 /// thread's pool (not when the thread is shutting down).
-fn release(conn: Conn) {
+fn release(conn: Box<Conn>) {
     let _ = POOL.try_with(|p| p.borrow_mut().put(conn));
 }
 
@@ -341,7 +341,7 @@ pub async fn send(
 }
 
 /// A new connection to `target`.
-async fn connect(target: Target<'_>) -> Result<Conn, SendError> {
+async fn connect(target: Target<'_>) -> Result<Box<Conn>, SendError> {
     let mut dial = POOL.with(|p| p.borrow_mut().connector(target.connect_timeout, target.tls));
     let uri = Uri::builder()
         .scheme(target.scheme.clone())
@@ -356,20 +356,22 @@ async fn connect(target: Target<'_>) -> Result<Conn, SendError> {
         .call(uri)
         .await
         .map_err(|e| SendError::Connect(source_chain(&*e)))?;
-    Ok(Conn {
+    Ok(Box::new(Conn {
         io: TokioIo::new(io),
         buf: BytesMut::new(),
         authority: target.authority.clone(),
         setting: Setting::of(target),
-    })
+    }))
 }
 
 /// A backend's response body with the connection it arrives on: read to
 /// its end, it gives the connection back to the pool; dropped earlier,
 /// the connection closes.
 pub struct UpstreamBody {
-    /// `None` once the body ended or failed.
-    conn: Option<Conn>,
+    /// `None` once the body ended or failed. Boxed: the stream (with its
+    /// TLS state) is over a kilobyte, and the body moves with the answer
+    /// through several layers.
+    conn: Option<Box<Conn>>,
     decoder: wire::Decoder,
     /// The answer lets its connection carry another request.
     keep_alive: bool,
