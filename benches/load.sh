@@ -353,7 +353,7 @@ if [ "$ONLY" = all ] || [ "$ONLY" = streams ]; then
   row $(run zonegate "http://127.0.0.1:$ZG_PORT/v1/chat/completions" 2 256 stream) 2 256
   [ -n "${BASE:-}" ] && row $(run zg-base "http://127.0.0.1:$BASE_PORT/v1/chat/completions" 2 256 stream) 2 256
   echo "(the mock writes its 16 events at once: they arrive in one read; both proxies relay"
-  echo " them in one write, but zonegate's events cross hyper's client one task switch each)"
+  echo " them in one write)"
   echo
   echo "== paced streams: the same, 2 ms between events (a fast generation)"
   header
