@@ -40,13 +40,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::Body;
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
 use http_body::Body as _;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tower::ServiceExt;
 
+use crate::http1::{content_length, span};
 use crate::listen::{App, ConnState, InFlight, Peer};
 
 /// Headers in one request at most; more go to hyper (whose limit is 100).
@@ -64,8 +65,8 @@ pub(crate) enum Ended<I> {
     /// Closed: the client left, a write failed, or `Connection: close`.
     Closed,
     /// A request this server does not take: hyper serves the connection
-    /// from here, starting with the bytes read and not answered.
-    Handoff(Rewind<I>),
+    /// from here, starting with these bytes, read and not answered.
+    Handoff(I, Bytes),
 }
 
 /// Serves requests on `io` until the connection closes or a request is
@@ -94,7 +95,7 @@ where
             };
             match found {
                 Parse::Complete(p) => break p,
-                Parse::NotOurs => return Ended::Handoff(Rewind::new(io, buf.freeze())),
+                Parse::NotOurs => return Ended::Handoff(io, buf.freeze()),
                 Parse::Partial => match read(&mut io, &mut buf).await {
                     Ok(0) | Err(_) => return Ended::Closed,
                     Ok(_) => {}
@@ -114,7 +115,7 @@ where
             back.extend_from_slice(&head);
             back.extend_from_slice(&first);
             back.extend_from_slice(&buf);
-            return Ended::Handoff(Rewind::new(io, back.freeze()));
+            return Ended::Handoff(io, back.freeze());
         };
         drop((head, first));
         let guard = InFlight::begin(Arc::clone(state));
@@ -183,7 +184,7 @@ fn parse(buf: &[u8], spans: &mut Vec<Span>) -> Parse {
         Some("OPTIONS") => Method::OPTIONS,
         _ => return Parse::NotOurs,
     };
-    let Some(path) = req.path.map(|p| offset(buf, p.as_bytes())) else {
+    let Some(path) = req.path.map(|p| span(buf, p.as_bytes())) else {
         return Parse::NotOurs;
     };
     spans.clear();
@@ -192,8 +193,8 @@ fn parse(buf: &[u8], spans: &mut Vec<Span>) -> Parse {
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
         if name.eq_ignore_ascii_case(b"content-length") {
-            match (body_len, content_length(h.value)) {
-                (None, Some(n)) => body_len = Some(n),
+            match (body_len, content_length(h.value).map(usize::try_from)) {
+                (None, Some(Ok(n))) => body_len = Some(n),
                 _ => return Parse::NotOurs,
             }
         } else if name.eq_ignore_ascii_case(b"transfer-encoding")
@@ -211,7 +212,7 @@ fn parse(buf: &[u8], spans: &mut Vec<Span>) -> Parse {
                 }
             }
         }
-        spans.push((offset(buf, name), offset(buf, h.value)));
+        spans.push((span(buf, name), span(buf, h.value)));
     }
     Parse::Complete(Parsed {
         method,
@@ -220,21 +221,6 @@ fn parse(buf: &[u8], spans: &mut Vec<Span>) -> Parse {
         body_len: body_len.unwrap_or(0),
         close,
     })
-}
-
-/// Where `part`, a slice of `whole`, lies in it.
-fn offset(whole: &[u8], part: &[u8]) -> Range<usize> {
-    let start = part.as_ptr() as usize - whole.as_ptr() as usize;
-    start..start + part.len()
-}
-
-/// A `Content-Length` value: digits only, at most 19 of them.
-fn content_length(value: &[u8]) -> Option<usize> {
-    let digits = value.trim_ascii();
-    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
 /// The request for the service; `None` when `http` refuses a part.
@@ -426,7 +412,7 @@ fn framing(status: StatusCode, headers: &HeaderMap, body: &Body) -> Framing {
     let mut declared = headers.get_all(header::CONTENT_LENGTH).iter();
     if let (Some(v), None) = (declared.next(), declared.next()) {
         if let Some(n) = content_length(v.as_bytes()) {
-            return Framing::Length(n as u64);
+            return Framing::Length(n);
         }
     }
     match body.size_hint().exact() {
@@ -653,64 +639,6 @@ thread_local! {
             value: std::cell::RefCell::new(*b"Thu, 01 Jan 1970 00:00:00 GMT"),
         }
     };
-}
-
-/// An I/O stream that first gives back bytes already read from it.
-pub(crate) struct Rewind<I> {
-    prefix: Bytes,
-    inner: I,
-}
-
-impl<I> Rewind<I> {
-    pub(crate) fn new(inner: I, prefix: Bytes) -> Self {
-        Self { prefix, inner }
-    }
-}
-
-impl<I: AsyncRead + Unpin> AsyncRead for Rewind<I> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        if self.prefix.is_empty() {
-            return Pin::new(&mut self.inner).poll_read(cx, buf);
-        }
-        let n = self.prefix.len().min(buf.remaining());
-        buf.put_slice(&self.prefix[..n]);
-        self.prefix.advance(n);
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl<I: AsyncWrite + Unpin> AsyncWrite for Rewind<I> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
 }
 
 #[cfg(test)]
@@ -1020,19 +948,7 @@ mod tests {
     }
 
     #[test]
-    fn content_length_is_digits_only() {
-        assert_eq!(content_length(b"42"), Some(42));
-        assert_eq!(content_length(b" 7 "), Some(7));
-        for bad in [
-            &b""[..],
-            b"+1",
-            b"-1",
-            b"1 2",
-            b"0x10",
-            b"99999999999999999999",
-        ] {
-            assert_eq!(content_length(bad), None, "{bad:?}");
-        }
+    fn numbers_are_written_in_base_10_and_16() {
         assert_eq!(itoa(0, 16), "0");
         assert_eq!(itoa(255, 16), "ff");
         assert_eq!(itoa(1234, 10), "1234");

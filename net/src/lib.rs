@@ -3,6 +3,7 @@
 //! reloads ([`tls`]), and signed calls between members ([`sign`]).
 
 mod h1;
+pub mod http1;
 pub mod listen;
 pub mod sign;
 pub mod tls;

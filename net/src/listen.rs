@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::response::Response;
 use http::Request;
 use hyper::body::{Frame, Incoming, SizeHint};
@@ -262,7 +262,7 @@ async fn serve_connection<I>(
     // HTTP/1 requests are served by the lean server while they are plain;
     // hyper takes the connection at the first that is not (see `h1`).
     let io = if h2 {
-        h1::Rewind::new(io, Default::default())
+        io
     } else {
         let lean = h1::serve(io, &peer, &app, &state, &stop_rx);
         tokio::pin!(lean);
@@ -270,8 +270,9 @@ async fn serve_connection<I>(
             tokio::select! {
                 ended = lean.as_mut() => match ended {
                     h1::Ended::Closed => return,
-                    h1::Ended::Handoff(io) => {
+                    h1::Ended::Handoff(mut io, read) => {
                         config.stats.handed_to_hyper.fetch_add(1, Ordering::Relaxed);
+                        io.rewind(read);
                         break io;
                     }
                 },
@@ -498,11 +499,22 @@ impl http_body::Body for Tracked {
 struct Watched<I> {
     inner: I,
     state: Arc<ConnState>,
+    /// Bytes already read, to be read again first: what the lean HTTP/1
+    /// server read before handing the connection to hyper.
+    rewound: Bytes,
 }
 
 impl<I> Watched<I> {
     fn new(inner: I, state: Arc<ConnState>) -> Self {
-        Self { inner, state }
+        Self {
+            inner,
+            state,
+            rewound: Bytes::new(),
+        }
+    }
+
+    fn rewind(&mut self, read: Bytes) {
+        self.rewound = read;
     }
 }
 
@@ -512,6 +524,12 @@ impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
+        if !self.rewound.is_empty() {
+            // Counted when they were first read.
+            let n = self.rewound.len().min(buf.remaining());
+            buf.put_slice(&self.rewound.split_to(n));
+            return Poll::Ready(Ok(()));
+        }
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
         if buf.filled().len() > before {

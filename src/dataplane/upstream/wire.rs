@@ -13,6 +13,7 @@ use std::ops::Range;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, Version};
+use zonegate_net::http1::{content_length, span};
 
 /// Headers in one response at most (hyper's client allows 100 too).
 const MAX_HEADERS: usize = 100;
@@ -111,7 +112,7 @@ pub(super) fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
                     }
                 }
             }
-            spans.push((offset(buf, name), offset(buf, h.value)));
+            spans.push((span(buf, name), span(buf, h.value)));
         }
         let decoder = if status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
             Decoder::Done
@@ -145,21 +146,6 @@ pub(super) fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
             keep_alive,
         }));
     }
-}
-
-/// Where `part`, a slice of `whole`, lies in it.
-fn offset(whole: &[u8], part: &[u8]) -> Range<usize> {
-    let start = part.as_ptr() as usize - whole.as_ptr() as usize;
-    start..start + part.len()
-}
-
-/// A `Content-Length` value: digits only (surrounding blanks allowed).
-fn content_length(value: &[u8]) -> Option<u64> {
-    let digits = value.trim_ascii();
-    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
 /// How much of a response body is still to come, and in what shape.
