@@ -650,10 +650,11 @@ mod tests {
     use axum::routing::{get, post};
     use axum::Router;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::{TcpListener, TcpStream};
+    use tokio::net::TcpStream;
 
     use super::*;
-    use crate::listen::{serve as listen, Limits, ListenConfig, Stats};
+    use crate::listen::tests::serve_app;
+    use crate::listen::{Limits, Stats};
 
     struct Server {
         addr: SocketAddr,
@@ -662,17 +663,7 @@ mod tests {
     }
 
     async fn server(app: Router) -> Server {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let stats = Arc::new(Stats::default());
-        let config = ListenConfig {
-            name: "test",
-            tls: None,
-            limits: Limits::with_max(64),
-            stats: Arc::clone(&stats),
-        };
-        let (stop, rx) = watch::channel(false);
-        tokio::spawn(listen(listener, app, config, rx));
+        let (addr, stats, stop) = serve_app(app, Limits::with_max(64)).await;
         Server { addr, stats, stop }
     }
 

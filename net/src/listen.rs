@@ -608,13 +608,17 @@ pub enum BodyError {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use axum::Router;
 
     use super::*;
 
-    /// Serves a one-route app with `limits`; returns its address.
-    async fn server(limits: Limits) -> (SocketAddr, Arc<Stats>, watch::Sender<bool>) {
+    /// Serves `app` with `limits` on a port of its own: its address, its
+    /// counters, and the switch that stops it.
+    pub(crate) async fn serve_app(
+        app: Router,
+        limits: Limits,
+    ) -> (SocketAddr, Arc<Stats>, watch::Sender<bool>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let stats = Arc::new(Stats::default());
@@ -624,10 +628,18 @@ mod tests {
             limits,
             stats: Arc::clone(&stats),
         };
-        let app = Router::new().route("/", axum::routing::get(|| async { "ok" }));
         let (stop, rx) = watch::channel(false);
         tokio::spawn(serve(listener, app, config, rx));
         (addr, stats, stop)
+    }
+
+    /// Serves a one-route app with `limits`.
+    async fn server(limits: Limits) -> (SocketAddr, Arc<Stats>, watch::Sender<bool>) {
+        serve_app(
+            Router::new().route("/", axum::routing::get(|| async { "ok" })),
+            limits,
+        )
+        .await
     }
 
     /// Reads until the server closes; how long that took.
@@ -696,19 +708,11 @@ mod tests {
     async fn a_long_answer_is_work_not_idleness() {
         // Header and idle timeouts far shorter than the answer takes: a
         // request in flight is never cut by them.
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let stats = Arc::new(Stats::default());
-        let config = ListenConfig {
-            name: "test",
-            tls: None,
-            limits: Limits {
-                max_connections: 4,
-                header_read_timeout: Duration::from_millis(200),
-                idle_timeout: Duration::from_millis(200),
-                body_read_timeout: Duration::from_secs(20),
-            },
-            stats: Arc::clone(&stats),
+        let limits = Limits {
+            max_connections: 4,
+            header_read_timeout: Duration::from_millis(200),
+            idle_timeout: Duration::from_millis(200),
+            body_read_timeout: Duration::from_secs(20),
         };
         let app = Router::new().route(
             "/",
@@ -717,8 +721,7 @@ mod tests {
                 "done"
             }),
         );
-        let (_stop, rx) = watch::channel(false);
-        tokio::spawn(serve(listener, app, config, rx));
+        let (addr, stats, _stop) = serve_app(app, limits).await;
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut s = TcpStream::connect(addr).await.expect("connect");
         s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
