@@ -514,12 +514,30 @@ pub(crate) mod tests {
         path: &str,
         connect_timeout: Duration,
     ) -> Result<Response<UpstreamBody>, SendError> {
+        send_over(
+            &Scheme::HTTP,
+            &BackendTls::default(),
+            addr,
+            path,
+            connect_timeout,
+        )
+        .await
+    }
+
+    /// As `send_to`, with `scheme` and `tls`.
+    async fn send_over(
+        scheme: &Scheme,
+        tls: &BackendTls,
+        addr: SocketAddr,
+        path: &str,
+        connect_timeout: Duration,
+    ) -> Result<Response<UpstreamBody>, SendError> {
         let authority = Authority::try_from(addr.to_string()).expect("authority");
         let target = Target {
-            scheme: &Scheme::HTTP,
+            scheme,
             authority: &authority,
             connect_timeout,
-            tls: &BackendTls::default(),
+            tls,
         };
         let mut headers = HeaderMap::new();
         let host = http::HeaderValue::try_from(addr.to_string()).expect("host");
@@ -573,6 +591,58 @@ pub(crate) mod tests {
         for _ in 0..5 {
             let resp = send_to(addr, "/v1/chat/completions").await.expect("answer");
             assert_eq!(read_whole(resp).await, "ok");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_tls_connection_is_reused_after_its_session_tickets_arrive() {
+        // TLS 1.3 servers send session tickets after the handshake: the
+        // idle probe reads them and must still find the connection quiet.
+        let issued =
+            rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("certificate");
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(issued.key_pair.serialize_der().into());
+        let config = rustls::ServerConfig::builder_with_provider(zonegate_net::tls::provider())
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_no_client_auth()
+            .with_single_cert(vec![issued.cert.der().clone()], key)
+            .expect("server config");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            while let Ok((s, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut s) = acceptor.accept(s).await else {
+                        return;
+                    };
+                    let mut buf = [0u8; 4096];
+                    while s.read(&mut buf).await.unwrap_or(0) > 0 {
+                        if s.write_all(OK).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let tls = BackendTls {
+            insecure_skip_verify: true,
+            ..BackendTls::default()
+        };
+        for _ in 0..3 {
+            let resp = send_over(&Scheme::HTTPS, &tls, addr, "/", Duration::from_secs(5))
+                .await
+                .expect("answer");
+            assert_eq!(read_whole(resp).await, "ok");
+            // Idle long enough for anything the server sends unasked.
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 1);
     }
