@@ -5,6 +5,7 @@
 //! arrived: until then any failure can be retried elsewhere. What follows
 //! the first byte is the relay's (`relay`).
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -225,11 +226,23 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, fixed: &[HeaderName]) {
     }
 }
 
-/// Copies the client's headers for the backend, minus hop-by-hop ones.
-pub fn upstream_headers(client_headers: &HeaderMap) -> HeaderMap {
+/// The client's headers for the backend, to be written through
+/// [`forwarded`]: borrowed as they are, unless the client's `Connection`
+/// header names more hop-by-hop headers (rare; then a copy without them).
+pub fn upstream_headers(client_headers: &HeaderMap) -> Cow<'_, HeaderMap> {
+    if !client_headers.contains_key(header::CONNECTION) {
+        return Cow::Borrowed(client_headers);
+    }
     let mut h = client_headers.clone();
     strip_hop_by_hop(&mut h, DROP_REQUEST);
-    h
+    Cow::Owned(h)
+}
+
+/// Whether a client header goes to the backend: not hop-by-hop, not the
+/// client's credentials, and not one the gateway writes itself (`Host`,
+/// `Content-Length`, `X-Request-Id`).
+pub fn forwarded(name: &HeaderName) -> bool {
+    !(DROP_REQUEST.contains(name) || *name == names::KEEP_ALIVE || *name == names::REQUEST_ID)
 }
 
 /// The backend's response headers for the client, minus hop-by-hop ones.
@@ -266,21 +279,26 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 
 /// Sends one request to `target` and waits, within its limits, for the
 /// response head and its first body chunk. `path` is the request's
-/// origin-form target and `host` its `Host` header.
+/// origin-form target; `headers` are the client's (written through
+/// [`forwarded`]), then `host` and `request_id`.
 pub async fn attempt(
     target: Target<'_>,
     path: Uri,
+    headers: &HeaderMap,
     host: Option<&HeaderValue>,
-    mut headers: HeaderMap,
+    request_id: &HeaderValue,
     body: Bytes,
     limits: AttemptLimits,
 ) -> Result<Committed, AttemptError> {
     let started = std::time::Instant::now();
-    if let Some(host) = host {
-        headers.insert(header::HOST, host.clone());
-    }
+    let request_id_name = names::REQUEST_ID;
+    let written = headers
+        .iter()
+        .filter(|(name, _)| forwarded(name))
+        .chain(host.map(|h| (&header::HOST, h)))
+        .chain(std::iter::once((&request_id_name, request_id)));
     let exchange = async {
-        let resp = upstream::send(target, &path, &headers, &body)
+        let resp = upstream::send(target, &path, written, &body)
             .await
             .map_err(|e| match e {
                 SendError::Connect(e) => AttemptError::Connect(e),
@@ -453,6 +471,28 @@ mod tests {
         assert!(!up.contains_key(header::CONNECTION));
         assert_eq!(up["x-session-id"], "s1");
         assert_eq!(up[header::CONTENT_TYPE], "application/json");
+    }
+
+    #[test]
+    fn without_a_connection_header_the_clients_map_is_written_through_the_filter() {
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, "Bearer secret".parse().unwrap());
+        h.insert(header::HOST, "gateway.example".parse().unwrap());
+        h.insert(header::CONTENT_LENGTH, "12".parse().unwrap());
+        h.insert(header::TE, "trailers".parse().unwrap());
+        h.insert("keep-alive", "timeout=5".parse().unwrap());
+        h.insert(names::REQUEST_ID, "chosen-by-the-client".parse().unwrap());
+        h.insert("x-session-id", "s1".parse().unwrap());
+        h.insert(header::CONTENT_TYPE, "application/json".parse().unwrap());
+        let up = upstream_headers(&h);
+        assert!(matches!(up, Cow::Borrowed(_)), "no copy");
+        let mut sent: Vec<&str> = up
+            .iter()
+            .filter(|(name, _)| forwarded(name))
+            .map(|(name, _)| name.as_str())
+            .collect();
+        sent.sort_unstable();
+        assert_eq!(sent, ["content-type", "x-session-id"]);
     }
 
     #[test]

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::uri::{Authority, Scheme};
-use http::{HeaderMap, Response, Uri};
+use http::{HeaderName, HeaderValue, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
 use hyper_util::rt::TokioIo;
 use std::future::poll_fn;
@@ -281,13 +281,13 @@ pub enum SendError {
 const COPY_BODY: usize = 16 * 1024;
 
 /// POSTs `body` to `path` (origin-form) at `target` with `headers` (`Host`
-/// set, hop-by-hop headers removed) on an idle connection of this thread,
+/// among them, hop-by-hop ones left out) on an idle connection of this thread,
 /// or a new one, and waits for the response head. The body carries the
 /// connection back to the pool when read to its end.
-pub async fn send(
+pub async fn send<'h>(
     target: Target<'_>,
     path: &Uri,
-    headers: &HeaderMap,
+    headers: impl IntoIterator<Item = (&'h HeaderName, &'h HeaderValue)>,
     body: &Bytes,
 ) -> Result<Response<UpstreamBody>, SendError> {
     let mut out = Vec::with_capacity(512 + body.len().min(COPY_BODY));
@@ -539,11 +539,10 @@ pub(crate) mod tests {
             connect_timeout,
             tls,
         };
-        let mut headers = HeaderMap::new();
-        let host = http::HeaderValue::try_from(addr.to_string()).expect("host");
-        headers.insert(http::header::HOST, host);
+        let host = HeaderValue::try_from(addr.to_string()).expect("host");
         let path = Uri::try_from(path).expect("path");
-        send(target, &path, &headers, &Bytes::from_static(b"{}")).await
+        let headers = [(&http::header::HOST, &host)];
+        send(target, &path, headers, &Bytes::from_static(b"{}")).await
     }
 
     /// A backend that answers every request on a connection with `answer`

@@ -356,8 +356,8 @@ async fn attempt(
         .uri
         .path_and_query()
         .map_or_else(|| Uri::from_static("/"), |p| Uri::from(p.clone()));
-    let mut headers = forward::upstream_headers(out.headers);
-    headers.insert(forward::names::REQUEST_ID, req.request_id.value());
+    let headers = forward::upstream_headers(out.headers);
+    let request_id = req.request_id.value();
     let payload = rewrite_model(out.body, out.model, backend, &model.cfg.name);
     let t = &model.cfg.timeouts;
     let limits = AttemptLimits {
@@ -375,8 +375,9 @@ async fn attempt(
     forward::attempt(
         target,
         path,
+        &headers,
         backend.host_value.as_ref(),
-        headers,
+        &request_id,
         payload,
         limits,
     )

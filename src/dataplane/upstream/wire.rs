@@ -25,10 +25,15 @@ const MAX_CHUNK_LINE: usize = 4 * 1024;
 const MAX_TRAILERS: usize = 16 * 1024;
 
 /// Writes the head of a POST of `body_len` bytes to `path`. `headers`
-/// come as the caller built them (hop-by-hop headers already removed,
-/// `Host` set); any `Content-Length` or `Transfer-Encoding` in them is
-/// replaced by the body's own length.
-pub(super) fn encode_request(out: &mut Vec<u8>, path: &Uri, headers: &HeaderMap, body_len: usize) {
+/// come as the caller chose them (hop-by-hop ones left out, `Host` among
+/// them); a `Content-Length` or `Transfer-Encoding` among them is replaced
+/// by the body's own length.
+pub(super) fn encode_request<'h>(
+    out: &mut Vec<u8>,
+    path: &Uri,
+    headers: impl IntoIterator<Item = (&'h HeaderName, &'h HeaderValue)>,
+    body_len: usize,
+) {
     out.extend_from_slice(b"POST ");
     out.extend_from_slice(path.path_and_query().map_or("/", |p| p.as_str()).as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
