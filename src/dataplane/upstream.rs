@@ -552,6 +552,15 @@ pub(crate) mod tests {
         answer: &'static [u8],
         per_connection: usize,
     ) -> (SocketAddr, Arc<AtomicUsize>) {
+        backend_over(None, answer, per_connection).await
+    }
+
+    /// As `backend`, over TLS when `tls` is given.
+    async fn backend_over(
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        answer: &'static [u8],
+        per_connection: usize,
+    ) -> (SocketAddr, Arc<AtomicUsize>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -559,23 +568,38 @@ pub(crate) mod tests {
         let accepted = Arc::new(AtomicUsize::new(0));
         let count = Arc::clone(&accepted);
         tokio::spawn(async move {
-            while let Ok((mut s, _)) = listener.accept().await {
+            while let Ok((s, _)) = listener.accept().await {
                 count.fetch_add(1, Ordering::SeqCst);
+                let tls = tls.clone();
                 tokio::spawn(async move {
-                    let mut buf = [0u8; 4096];
-                    for _ in 0..per_connection {
-                        // Each test request is one small write.
-                        if s.read(&mut buf).await.unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if s.write_all(answer).await.is_err() {
-                            return;
+                    match tls {
+                        None => answer_on(s, answer, per_connection).await,
+                        Some(acceptor) => {
+                            if let Ok(s) = acceptor.accept(s).await {
+                                answer_on(s, answer, per_connection).await;
+                            }
                         }
                     }
                 });
             }
         });
         (addr, accepted)
+    }
+
+    async fn answer_on<S>(mut s: S, answer: &[u8], per_connection: usize)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        let mut buf = [0u8; 4096];
+        for _ in 0..per_connection {
+            // Each test request is one small write.
+            if s.read(&mut buf).await.unwrap_or(0) == 0 {
+                return;
+            }
+            if s.write_all(answer).await.is_err() {
+                return;
+            }
+        }
     }
 
     const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
@@ -608,29 +632,7 @@ pub(crate) mod tests {
             .with_single_cert(vec![issued.cert.der().clone()], key)
             .expect("server config");
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let count = Arc::clone(&accepted);
-        tokio::spawn(async move {
-            while let Ok((s, _)) = listener.accept().await {
-                count.fetch_add(1, Ordering::SeqCst);
-                let acceptor = acceptor.clone();
-                tokio::spawn(async move {
-                    let Ok(mut s) = acceptor.accept(s).await else {
-                        return;
-                    };
-                    let mut buf = [0u8; 4096];
-                    while s.read(&mut buf).await.unwrap_or(0) > 0 {
-                        if s.write_all(OK).await.is_err() {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
+        let (addr, accepted) = backend_over(Some(acceptor), OK, usize::MAX).await;
         let tls = BackendTls {
             insecure_skip_verify: true,
             ..BackendTls::default()
