@@ -401,6 +401,58 @@ mod tests {
     }
 
     #[test]
+    fn any_mix_of_answer_fragments_decodes_or_fails_without_a_panic() {
+        // A hostile backend's bytes: pieces of valid answers in any order,
+        // cut anywhere. Every outcome is an error or a body whose end was
+        // really seen; none is a panic.
+        const PIECES: [&[u8]; 16] = [
+            b"HTTP/1.1 200 OK\r\n",
+            b"HTTP/1.1 100 Continue\r\n\r\n",
+            b"transfer-encoding: chunked\r\n",
+            b"content-length: 5\r\n",
+            b"content-length: 18446744073709551615\r\n",
+            b"connection: close\r\n",
+            b"\r\n",
+            b"5\r\nhello\r\n",
+            b"0\r\n\r\n",
+            b"ffffffff\r\n",
+            b";ext=\"x\"\r\n",
+            b"hello",
+            b"x-t: 1\r\n",
+            b"\n",
+            b"\x00\xff",
+            b"HTTP/1.1 204 No Content\r\n",
+        ];
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = |below: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % below as u64) as usize
+        };
+        let (mut decoded, mut refused) = (0, 0);
+        for _ in 0..3_000 {
+            let mut wire = b"HTTP/1.1 200 OK\r\n".to_vec();
+            for _ in 0..next(12) {
+                wire.extend_from_slice(PIECES[next(PIECES.len())]);
+            }
+            let piece = 1 + next(16);
+            match decode(&wire, piece) {
+                Ok((_, decoder, _)) => {
+                    let shown = String::from_utf8_lossy(&wire);
+                    assert_eq!(decoder, Decoder::Done, "{shown:?}");
+                    decoded += 1;
+                }
+                Err(_) => refused += 1,
+            }
+        }
+        assert!(
+            decoded > 100 && refused > 100,
+            "{decoded} decoded, {refused} refused"
+        );
+    }
+
+    #[test]
     fn the_request_head_carries_the_bodys_own_length() {
         let mut headers = HeaderMap::new();
         headers.insert(header::HOST, HeaderValue::from_static("b:8000"));
