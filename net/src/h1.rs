@@ -87,8 +87,12 @@ where
     let mut spans = Vec::with_capacity(16);
     loop {
         // A whole request: its head, then its body if it came with it.
+        // `checked`: bytes of an incomplete head already parsed once; the
+        // head is parsed again only once the bytes after them may end it,
+        // so a head sent a byte at a time costs linear work, not quadratic.
+        let mut checked = 0;
         let parsed = loop {
-            let found = if buf.is_empty() {
+            let found = if buf.is_empty() || (checked > 0 && !may_end_head(&buf, checked)) {
                 Parse::Partial
             } else {
                 parse(&buf, &mut spans)
@@ -96,10 +100,13 @@ where
             match found {
                 Parse::Complete(p) => break p,
                 Parse::NotOurs => return Ended::Handoff(io, buf.freeze()),
-                Parse::Partial => match read(&mut io, &mut buf).await {
-                    Ok(0) | Err(_) => return Ended::Closed,
-                    Ok(_) => {}
-                },
+                Parse::Partial => {
+                    checked = buf.len();
+                    match read(&mut io, &mut buf).await {
+                        Ok(0) | Err(_) => return Ended::Closed,
+                        Ok(_) => {}
+                    }
+                }
             }
         };
         let head = buf.split_to(parsed.head_len).freeze();
@@ -221,6 +228,16 @@ fn parse(buf: &[u8], spans: &mut Vec<Span>) -> Parse {
         body_len: body_len.unwrap_or(0),
         close,
     })
+}
+
+/// Whether the bytes from `from` on (with the three before, where an end
+/// may begin) hold an empty line, the end of a head; or the buffer is at
+/// the size past which the head is hyper's.
+fn may_end_head(buf: &[u8], from: usize) -> bool {
+    let tail = &buf[from.saturating_sub(3)..];
+    buf.len() >= MAX_HEAD
+        || tail.windows(2).any(|w| w == b"\n\n")
+        || tail.windows(3).any(|w| w == b"\n\r\n")
 }
 
 /// The request for the service; `None` when `http` refuses a part.
@@ -710,6 +727,38 @@ mod tests {
         assert!(answers[1].contains("connection: close\r\n"), "{got}");
         assert!(answers[1].ends_with("\r\n\r\nsecond"), "{got}");
         assert_eq!(handed(&s), 0);
+    }
+
+    #[tokio::test]
+    async fn a_head_sent_a_byte_at_a_time_is_answered_by_the_lean_server() {
+        let s = server(echo()).await;
+        let mut c = TcpStream::connect(s.addr).await.expect("connect");
+        c.set_nodelay(true).expect("nodelay");
+        let wire =
+            b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok";
+        for byte in wire {
+            c.write_all(&[*byte]).await.expect("write");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let got = read_to_close(&mut c).await;
+        assert!(got.starts_with("HTTP/1.1 200 OK"), "{got}");
+        assert!(got.ends_with("\r\n\r\nok"), "{got:?}");
+        assert_eq!(handed(&s), 0);
+    }
+
+    #[test]
+    fn only_an_empty_line_after_the_checked_bytes_may_end_a_head() {
+        let head = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n";
+        for split in 1..head.len() {
+            // Bytes up to `split` were parsed; the rest came in one read.
+            assert!(may_end_head(head, split), "an end after {split}");
+        }
+        assert!(!may_end_head(b"GET / HTTP/1.1\r\nhost: x\r\n", 5));
+        assert!(may_end_head(b"GET / HTTP/1.1\nhost: x\n\n", 20), "bare LF");
+        assert!(
+            may_end_head(&vec![b'a'; MAX_HEAD], MAX_HEAD - 1),
+            "at the limit"
+        );
     }
 
     #[tokio::test]

@@ -96,8 +96,8 @@ pub struct Stats {
     /// client certificate, garbage).
     pub tls_failed: AtomicU64,
     /// HTTP/1 connections the lean server handed to hyper at a request it
-    /// does not take (chunked, `Expect`, a body not yet read, ...), and
-    /// HTTP/2 ones without TLS.
+    /// does not take (chunked, `Expect`, HTTP/1.0, a malformed head, ...),
+    /// and HTTP/2 ones without TLS.
     pub handed_to_hyper: AtomicU64,
 }
 
