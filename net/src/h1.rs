@@ -41,13 +41,13 @@ use std::task::{Context, Poll};
 
 use axum::body::Body;
 use bytes::{Bytes, BytesMut};
-use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
+use http::{header, HeaderMap, Method, Request, StatusCode, Uri};
 use http_body::Body as _;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tower::ServiceExt;
 
-use crate::http1::{content_length, span};
+use crate::http1::{content_length, header_map, put_header, put_number, span, Span};
 use crate::listen::{App, ConnState, InFlight, Peer};
 
 /// Headers in one request at most; more go to hyper (whose limit is 100).
@@ -168,9 +168,6 @@ struct Parsed {
     close: bool,
 }
 
-/// Byte ranges of one header's name and value within the head.
-type Span = (Range<usize>, Range<usize>);
-
 fn parse(buf: &[u8], spans: &mut Vec<Span>) -> Parse {
     let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut raw);
@@ -249,12 +246,7 @@ fn request(
     body: Body,
 ) -> Option<Request<Body>> {
     let uri = Uri::from_maybe_shared(head.slice(path)).ok()?;
-    let mut headers = HeaderMap::with_capacity(spans.len());
-    for (name, value) in spans {
-        let name = HeaderName::from_bytes(&head[name.clone()]).ok()?;
-        let value = HeaderValue::from_maybe_shared(head.slice(value.clone())).ok()?;
-        headers.append(name, value);
-    }
+    let headers = header_map(head, spans)?;
     let mut req = Request::new(body);
     *req.method_mut() = method;
     *req.uri_mut() = uri;
@@ -467,42 +459,24 @@ fn write_head(
         if ours && !(framing == Framing::Bodiless && name == header::CONTENT_LENGTH) {
             continue;
         }
-        line(out, name.as_str().as_bytes(), value.as_bytes());
+        put_header(out, name.as_str().as_bytes(), value.as_bytes());
     }
     if !headers.contains_key(header::DATE) {
-        DATE.with(|d| line(out, b"date", &d.now()));
+        DATE.with(|d| put_header(out, b"date", &d.now()));
     }
     match framing {
         Framing::Bodiless => {}
-        Framing::Length(n) => line(out, b"content-length", itoa(n, 10).as_bytes()),
-        Framing::Chunked => line(out, b"transfer-encoding", b"chunked"),
+        Framing::Length(n) => {
+            out.extend_from_slice(b"content-length: ");
+            put_number(out, n, 10);
+            out.extend_from_slice(b"\r\n");
+        }
+        Framing::Chunked => put_header(out, b"transfer-encoding", b"chunked"),
     }
     if close {
-        line(out, b"connection", b"close");
+        put_header(out, b"connection", b"close");
     }
     out.extend_from_slice(b"\r\n");
-}
-
-fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
-}
-
-/// `n` in base 10 or 16, without the formatting machinery.
-fn itoa(mut n: u64, base: u64) -> String {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b"0123456789abcdef"[(n % base) as usize];
-        n /= base;
-        if n == 0 {
-            break;
-        }
-    }
-    String::from_utf8_lossy(&digits[i..]).into_owned()
 }
 
 /// Writes `out` (the head) and the body. Frames that are ready together
@@ -564,7 +538,7 @@ async fn write_body<I: AsyncRead + AsyncWrite + Unpin>(
             data.len().min(usize::try_from(left).unwrap_or(usize::MAX))
         };
         if chunked {
-            out.extend_from_slice(itoa(data.len() as u64, 16).as_bytes());
+            put_number(out, data.len() as u64, 16);
             out.extend_from_slice(b"\r\n");
         } else {
             left -= take as u64;
@@ -985,12 +959,5 @@ mod tests {
         let got = read_to_close(&mut busy).await;
         assert!(got.contains("connection: close\r\n"), "{got}");
         assert!(got.ends_with("\r\n\r\ndone"), "{got:?}");
-    }
-
-    #[test]
-    fn numbers_are_written_in_base_10_and_16() {
-        assert_eq!(itoa(0, 16), "0");
-        assert_eq!(itoa(255, 16), "ff");
-        assert_eq!(itoa(1234, 10), "1234");
     }
 }

@@ -5,6 +5,12 @@
 
 use std::ops::Range;
 
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+/// Byte ranges of one header's name and value within a head.
+pub type Span = (Range<usize>, Range<usize>);
+
 /// A `Content-Length` value: digits only (surrounding blanks allowed), at
 /// most 19 of them. No sign, no hex, no list: anything else is invalid.
 pub fn content_length(value: &[u8]) -> Option<u64> {
@@ -21,6 +27,43 @@ pub fn content_length(value: &[u8]) -> Option<u64> {
 pub fn span(whole: &[u8], part: &[u8]) -> Range<usize> {
     let start = part.as_ptr() as usize - whole.as_ptr() as usize;
     start..start + part.len()
+}
+
+/// The headers at `spans` of `head` (a head's frozen bytes), values
+/// sharing them; `None` when `http` refuses a name or value httparse let
+/// through.
+pub fn header_map(head: &Bytes, spans: &[Span]) -> Option<HeaderMap> {
+    let mut headers = HeaderMap::with_capacity(spans.len());
+    for (name, value) in spans {
+        let name = HeaderName::from_bytes(&head[name.clone()]).ok()?;
+        let value = HeaderValue::from_maybe_shared(head.slice(value.clone())).ok()?;
+        headers.append(name, value);
+    }
+    Some(headers)
+}
+
+/// Appends the header line `name: value`.
+pub fn put_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends `n` in base 10 or 16 (a length, a chunk size), without
+/// allocating.
+pub fn put_number(out: &mut Vec<u8>, mut n: u64, base: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b"0123456789abcdef"[(n % base) as usize];
+        n /= base;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
 }
 
 #[cfg(test)]
@@ -40,6 +83,20 @@ mod tests {
             b"99999999999999999999",
         ] {
             assert_eq!(content_length(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn numbers_are_written_in_base_10_and_16() {
+        for (n, base, text) in [
+            (0, 16, "0"),
+            (255, 16, "ff"),
+            (1234, 10, "1234"),
+            (u64::MAX, 10, "18446744073709551615"),
+        ] {
+            let mut out = Vec::new();
+            put_number(&mut out, n, base);
+            assert_eq!(out, text.as_bytes());
         }
     }
 

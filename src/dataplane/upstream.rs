@@ -128,6 +128,8 @@ pub struct Conn {
     /// Bytes read and not yet taken by the answer they belong to (none
     /// between answers).
     buf: BytesMut,
+    /// Scratch space for the header spans of each answer's head.
+    spans: Vec<zonegate_net::http1::Span>,
     authority: Authority,
     setting: Setting,
 }
@@ -314,7 +316,7 @@ pub async fn send<'h>(
         return Err(SendError::Reset(format!("writing the request: {e}")));
     }
     let head = loop {
-        match wire::parse_head(&mut conn.buf) {
+        match wire::parse_head(&mut conn.buf, &mut conn.spans) {
             Ok(Some(head)) => break head,
             Ok(None) => {}
             Err(e) => return Err(SendError::Reset(format!("the backend's answer: {e}"))),
@@ -359,6 +361,7 @@ async fn connect(target: Target<'_>) -> Result<Box<Conn>, SendError> {
     Ok(Box::new(Conn {
         io: TokioIo::new(io),
         buf: BytesMut::new(),
+        spans: Vec::new(),
         authority: target.authority.clone(),
         setting: Setting::of(target),
     }))

@@ -9,11 +9,9 @@
 //! `Content-Length` value (repeats must agree) is the length. 1xx answers
 //! are skipped. Anything else is an error, and the connection is closed.
 
-use std::ops::Range;
-
 use bytes::{Buf, Bytes, BytesMut};
 use http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, Version};
-use zonegate_net::http1::{content_length, span};
+use zonegate_net::http1::{content_length, header_map, put_header, put_number, span, Span};
 
 /// Headers in one response at most (hyper's client allows 100 too).
 const MAX_HEADERS: usize = 100;
@@ -41,13 +39,10 @@ pub(super) fn encode_request<'h>(
         if name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING {
             continue;
         }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        put_header(out, name.as_str().as_bytes(), value.as_bytes());
     }
     out.extend_from_slice(b"content-length: ");
-    out.extend_from_slice(body_len.to_string().as_bytes());
+    put_number(out, body_len as u64, 10);
     out.extend_from_slice(b"\r\n\r\n");
 }
 
@@ -64,7 +59,11 @@ pub(super) struct Head {
 /// Parses the response head at the front of `buf`, skipping 1xx answers;
 /// `Ok(None)` while it is incomplete. The head's bytes are taken from
 /// `buf`; what follows (the body's start) stays.
-pub(super) fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
+/// `spans` is scratch space, kept by the connection across answers.
+pub(super) fn parse_head(
+    buf: &mut BytesMut,
+    spans: &mut Vec<Span>,
+) -> Result<Option<Head>, String> {
     loop {
         let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut resp = httparse::Response::new(&mut raw);
@@ -90,7 +89,7 @@ pub(super) fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
         let mut keep_alive = version == Version::HTTP_11;
         let mut chunked = None;
         let mut length = None;
-        let mut spans: Vec<(Range<usize>, Range<usize>)> = Vec::with_capacity(resp.headers.len());
+        spans.clear();
         for h in resp.headers.iter() {
             let name = h.name.as_bytes();
             if name.eq_ignore_ascii_case(b"transfer-encoding") {
@@ -136,13 +135,7 @@ pub(super) fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
             }
         };
         let head = buf.split_to(len).freeze();
-        let mut headers = HeaderMap::with_capacity(spans.len());
-        for (name, value) in spans {
-            let name = HeaderName::from_bytes(&head[name]).map_err(|e| e.to_string())?;
-            let value =
-                HeaderValue::from_maybe_shared(head.slice(value)).map_err(|e| e.to_string())?;
-            headers.append(name, value);
-        }
+        let headers = header_map(&head, spans).ok_or("a header `http` refuses")?;
         return Ok(Some(Head {
             status,
             version,
@@ -290,7 +283,7 @@ mod tests {
         let mut pieces = wire.chunks(piece);
         let mut head = None;
         while head.is_none() {
-            match parse_head(&mut buf)? {
+            match parse_head(&mut buf, &mut Vec::new())? {
                 Some(h) => head = Some(h),
                 None => buf.extend_from_slice(pieces.next().ok_or("head cut")?),
             }
@@ -345,7 +338,7 @@ mod tests {
     fn a_response_is_reused_only_when_its_end_is_known_and_nobody_said_close() {
         let keep = |wire: &[u8]| {
             let mut buf = BytesMut::from(wire);
-            parse_head(&mut buf)
+            parse_head(&mut buf, &mut Vec::new())
                 .expect("valid")
                 .expect("complete")
                 .keep_alive
