@@ -111,10 +111,9 @@ where
         };
         let head = buf.split_to(parsed.head_len).freeze();
         let first = buf.split_to(buf.len().min(parsed.body_len)).freeze();
-        let mut feed = Feed::new(parsed.body_len, &first);
-        let body = match feed.as_mut() {
-            Some(f) => Body::new(f.take_body()),
-            None => Body::from(first.clone()),
+        let (mut feed, body) = match Feed::new(parsed.body_len, &first) {
+            Some((feed, rest)) => (Some(feed), Body::new(rest)),
+            None => (None, Body::from(first.clone())),
         };
         let Some(mut req) = request(parsed.method, &head, &spans, parsed.path, body) else {
             // A value or target httparse let through and `http` does not.
@@ -312,23 +311,40 @@ where
             watching = buf.is_empty();
             continue;
         }
-        if watching {
-            match poll_read(io, buf, cx) {
-                Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
-                Poll::Ready(Ok(_)) => watching = false,
-                Poll::Pending => {}
-            }
+        if hung_up(io, buf, &mut watching, cx) {
+            return Poll::Ready(None);
         }
         return Poll::Pending;
     })
     .await
 }
 
+/// Reads the connection while a request is in flight, as hyper does:
+/// only while nothing of a next request is buffered (`watching`); bytes
+/// that come are kept and end the watch. True when the client hung up.
+fn hung_up<I: AsyncRead + Unpin>(
+    io: &mut I,
+    buf: &mut BytesMut,
+    watching: &mut bool,
+    cx: &mut Context<'_>,
+) -> bool {
+    if !*watching {
+        return false;
+    }
+    match poll_read(io, buf, cx) {
+        Poll::Ready(Ok(0) | Err(_)) => true,
+        Poll::Ready(Ok(_)) => {
+            *watching = false;
+            false
+        }
+        Poll::Pending => false,
+    }
+}
+
 /// The part of a request body that was not read with its head: read by
 /// the connection while the handler runs, handed over in chunks.
 struct Feed {
     tx: tokio_util::sync::PollSender<Bytes>,
-    body: Option<Streamed>,
     /// Bytes still to read from the connection.
     left: usize,
     /// The handler dropped the body.
@@ -336,30 +352,25 @@ struct Feed {
 }
 
 impl Feed {
-    /// `None` when `first` is the whole body.
-    fn new(len: usize, first: &Bytes) -> Option<Self> {
+    /// The feed and the body it fills, `first` already in it; `None`
+    /// when `first` is the whole body.
+    fn new(len: usize, first: &Bytes) -> Option<(Self, Streamed)> {
         if first.len() == len {
             return None;
         }
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let sent = first.is_empty() || tx.try_send(first.clone()).is_ok();
         debug_assert!(sent, "a new channel has room");
-        Some(Self {
+        let feed = Self {
             tx: tokio_util::sync::PollSender::new(tx),
-            body: Some(Streamed {
-                rx,
-                left: len as u64,
-            }),
             left: len - first.len(),
             dropped: false,
-        })
-    }
-
-    fn take_body(&mut self) -> Streamed {
-        self.body.take().unwrap_or_else(|| Streamed {
-            rx: tokio::sync::mpsc::channel(1).1,
-            left: 0,
-        })
+        };
+        let body = Streamed {
+            rx,
+            left: len as u64,
+        };
+        Some((feed, body))
     }
 }
 
@@ -588,12 +599,8 @@ async fn next_frame<I: AsyncRead + Unpin>(
         if let Poll::Ready(frame) = Pin::new(&mut *body).poll_frame(cx) {
             return Poll::Ready(Some(frame));
         }
-        if *watching {
-            match poll_read(io, buf, cx) {
-                Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
-                Poll::Ready(Ok(_)) => *watching = false,
-                Poll::Pending => {}
-            }
+        if hung_up(io, buf, watching, cx) {
+            return Poll::Ready(None);
         }
         Poll::Pending
     })
