@@ -441,7 +441,12 @@ impl Body for UpstreamBody {
         let this = &mut *self;
         loop {
             let Some(conn) = this.conn.as_mut() else {
-                return Poll::Ready(None);
+                // Ended, or failed: a failed answer never reads as ended.
+                return Poll::Ready(if this.decoder.is_done() {
+                    None
+                } else {
+                    Some(Err(io::Error::other("the backend's answer already failed")))
+                });
             };
             match this.decoder.step(&mut conn.buf) {
                 Ok(wire::Step::Data(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
@@ -751,6 +756,19 @@ pub(crate) mod tests {
             .await
             .expect("the backend sees the connection closed")
             .expect("signal");
+    }
+
+    #[tokio::test]
+    async fn an_answer_cut_by_the_backend_keeps_failing_and_never_reads_as_ended() {
+        const CUT: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhalf";
+        // One answer, then the backend closes: the body is 6 bytes short.
+        let (addr, _) = backend(CUT, 1).await;
+        let mut body = send_to(addr, "/").await.expect("answer").into_body();
+        let first = body.frame().await.expect("frame").expect("data");
+        assert_eq!(first.into_data().expect("data"), "half");
+        assert!(matches!(body.frame().await, Some(Err(_))), "the cut");
+        assert!(matches!(body.frame().await, Some(Err(_))), "still failed");
+        assert!(!body.is_end_stream());
     }
 
     #[tokio::test]
