@@ -186,6 +186,7 @@ fn refresh_metrics(gw: &Gateway) {
         for (reason, n) in [
             ("idle", &stats.closed_idle),
             ("header_timeout", &stats.closed_header_timeout),
+            ("send_timeout", &stats.closed_send_timeout),
             ("tls_failed", &stats.tls_failed),
         ] {
             mirror(

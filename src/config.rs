@@ -1627,6 +1627,21 @@ pub(crate) mod tests {
         assert_eq!(c.node.max_body_bytes, 32 * 1024 * 1024);
         assert_eq!(c.retry.max_attempts, 3);
         assert_eq!(c.tenants[0].priority, Priority::P0);
+        assert_eq!(c.node.limits.send_timeout, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn listener_limits_are_read_per_listener() {
+        let text = format!(
+            "{MINIMAL}\n[node.limits]\nsend_timeout = \"5s\"\nidle_timeout = \"2m\"\n[admin.limits]\nmax_connections = 7"
+        );
+        let c = Config::parse("test.toml", &text).unwrap();
+        let data = c.node.limits.resolve(100);
+        assert_eq!(data.send_timeout, Duration::from_secs(5));
+        assert_eq!(data.idle_timeout, Duration::from_secs(120));
+        assert_eq!(data.max_connections, 100);
+        assert_eq!(c.admin.limits.resolve(100).max_connections, 7);
+        assert_eq!(c.admin.limits.send_timeout, Duration::from_secs(60));
     }
 
     #[test]
@@ -1669,6 +1684,11 @@ pub(crate) mod tests {
                 &format!("{MINIMAL}\n[admin.limits]\nidle_timeout = \"forever\""),
                 "admin.limits.idle_timeout",
                 "duration",
+            ),
+            (
+                &format!("{MINIMAL}\n[node.limits]\nsend_timeout = \"0s\""),
+                "node.limits.send_timeout",
+                "greater than zero",
             ),
             (
                 &format!("{MINIMAL}\n[[admin.tokens]]\nname = \"o\"\nsha256 = \"{}\"\nrole = \"operator\"\nallow_from = [\"10.0.0.0/40\"]", sha256_hex("t")),

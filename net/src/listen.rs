@@ -1,6 +1,6 @@
 //! Serving one listener: optional TLS, HTTP/1.1 and HTTP/2, a connection
-//! budget, a header-read (and TLS handshake) timeout and an idle timeout,
-//! and a graceful stop. Every port of a node (data plane, admin, Raft) is
+//! budget, a header-read (and TLS handshake) timeout, an idle timeout, a
+//! send timeout, and a graceful stop. Every port of a node (data plane, admin, Raft) is
 //! served here, each with its own budget, so a flood on one never takes
 //! the others' file descriptors.
 //!
@@ -66,6 +66,12 @@ pub struct Limits {
     /// Reading one request body, start to end (applied by the handlers
     /// that read bodies, see [`Limits::body_read_timeout`]).
     pub body_read_timeout: Duration,
+    /// A write to the client that makes no progress for this long closes
+    /// the connection (nginx's `send_timeout`): a client that stops
+    /// reading its answer does not hold the connection, its request and
+    /// the backend's connection forever. A slow reader that takes bytes
+    /// now and then is not cut.
+    pub send_timeout: Duration,
 }
 
 impl Limits {
@@ -76,6 +82,7 @@ impl Limits {
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             body_read_timeout: Duration::from_secs(30),
+            send_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -92,6 +99,9 @@ pub struct Stats {
     /// Closed because a request head (or the TLS handshake) was not
     /// complete within the header-read timeout.
     pub closed_header_timeout: AtomicU64,
+    /// Closed because a write to the client made no progress within the
+    /// send timeout (the client stopped reading).
+    pub closed_send_timeout: AtomicU64,
     /// TLS handshakes that failed (a plain-HTTP client, a bad or missing
     /// client certificate, garbage).
     pub tls_failed: AtomicU64,
@@ -347,6 +357,7 @@ fn watchdog_closes(
         }
         Verdict::Idle => &config.stats.closed_idle,
         Verdict::HeaderTimeout => &config.stats.closed_header_timeout,
+        Verdict::SendTimeout => &config.stats.closed_send_timeout,
     };
     counter.fetch_add(1, Ordering::Relaxed);
     true
@@ -358,7 +369,8 @@ fn watchdog_closes(
 const MIN_LOOK: Duration = Duration::from_millis(50);
 
 /// What the watchdog of one connection knows: requests in flight, when
-/// bytes last came in, and since when a request head is pending.
+/// bytes last came in, since when a request head is pending, and since
+/// when a write has been waiting for the client to read.
 pub(crate) struct ConnState {
     epoch: Instant,
     in_flight: AtomicUsize,
@@ -367,12 +379,16 @@ pub(crate) struct ConnState {
     /// Milliseconds since `epoch` (+1) of the first byte read while no
     /// request was in flight; 0 when no head is pending.
     head_since_ms: AtomicU64,
+    /// Milliseconds since `epoch` (+1) of the first write that found the
+    /// socket full, with no write progress since; 0 when writes flow.
+    blocked_since_ms: AtomicU64,
 }
 
 enum Verdict {
     Keep,
     Idle,
     HeaderTimeout,
+    SendTimeout,
 }
 
 impl ConnState {
@@ -382,6 +398,7 @@ impl ConnState {
             in_flight: AtomicUsize::new(0),
             last_activity_ms: AtomicU64::new(0),
             head_since_ms: AtomicU64::new(0),
+            blocked_since_ms: AtomicU64::new(0),
         }
     }
 
@@ -402,6 +419,23 @@ impl ConnState {
         }
     }
 
+    /// After a write (or flush) to the client: the send timeout runs from
+    /// the first one that found the socket full (`Pending`) until one
+    /// completes. One load on the hot path while writes flow.
+    fn on_write<T>(&self, polled: &Poll<T>) {
+        let blocked = self.blocked_since_ms.load(Ordering::Relaxed);
+        match polled {
+            Poll::Pending if blocked == 0 => {
+                self.blocked_since_ms
+                    .store(self.ms() + 1, Ordering::Relaxed);
+            }
+            Poll::Ready(_) if blocked != 0 => {
+                self.blocked_since_ms.store(0, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+    }
+
     /// No request in flight and no head begun.
     fn is_idle(&self) -> bool {
         self.in_flight.load(Ordering::Relaxed) == 0
@@ -413,15 +447,17 @@ impl ConnState {
     }
 
     /// When the watchdog looks next: the earliest deadline that could
-    /// fire, and at the latest a quarter of the header-read timeout from
-    /// now. Requests do not wake the watchdog (that was two wake-ups and
-    /// two timer registrations per request): a head that begins while it
+    /// fire, and at the latest a quarter of the shorter of the header-read
+    /// and send timeouts from now. Requests and writes do not wake the
+    /// watchdog (that was two wake-ups and two timer registrations per
+    /// request): a head that begins, or a write that blocks, while it
     /// sleeps is seen at its next look, so a connection is closed between
-    /// 1 and 1.25 header-read timeouts after its head began (plus up to
-    /// [`MIN_LOOK`] for a timeout under 200 ms).
+    /// 1 and 1.25 of the timeout after its head began or its write blocked
+    /// (plus up to [`MIN_LOOK`] for a timeout under 200 ms).
     fn next_check(&self, limits: &Limits) -> Instant {
         let now = Instant::now();
-        let look = now + (limits.header_read_timeout / 4).max(MIN_LOOK);
+        let quarter = limits.header_read_timeout.min(limits.send_timeout) / 4;
+        let look = now + quarter.max(MIN_LOOK);
         if self.in_flight.load(Ordering::Relaxed) > 0 {
             return look;
         }
@@ -436,6 +472,10 @@ impl ConnState {
     }
 
     fn verdict(&self, limits: &Limits, now: Instant) -> Verdict {
+        let blocked = self.blocked_since_ms.load(Ordering::Relaxed);
+        if blocked != 0 && now >= self.at(blocked - 1) + limits.send_timeout {
+            return Verdict::SendTimeout;
+        }
         if self.in_flight.load(Ordering::Relaxed) > 0 {
             return Verdict::Keep;
         }
@@ -495,7 +535,8 @@ impl http_body::Body for Tracked {
     }
 }
 
-/// An I/O stream that tells its [`ConnState`] when bytes come in.
+/// An I/O stream that tells its [`ConnState`] when bytes come in, and
+/// when writes block or flow again.
 struct Watched<I> {
     inner: I,
     state: Arc<ConnState>,
@@ -545,11 +586,17 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.state.on_write(&polled);
+        polled
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        // TLS flushes its buffered records here: a flush that waits is a
+        // blocked write too.
+        let polled = Pin::new(&mut self.inner).poll_flush(cx);
+        self.state.on_write(&polled);
+        polled
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -561,7 +608,9 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.state.on_write(&polled);
+        polled
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -659,10 +708,9 @@ pub(crate) mod tests {
     async fn a_head_begun_after_an_idle_pause_gets_the_header_timeout_not_the_idle_one() {
         use tokio::io::AsyncWriteExt;
         let limits = Limits {
-            max_connections: 16,
             header_read_timeout: Duration::from_millis(300),
             idle_timeout: Duration::from_secs(20),
-            body_read_timeout: Duration::from_secs(20),
+            ..Limits::with_max(16)
         };
         let (addr, stats, _stop) = server(limits).await;
         // Silent first, then a head that never ends.
@@ -709,10 +757,9 @@ pub(crate) mod tests {
         // Header and idle timeouts far shorter than the answer takes: a
         // request in flight is never cut by them.
         let limits = Limits {
-            max_connections: 4,
             header_read_timeout: Duration::from_millis(200),
             idle_timeout: Duration::from_millis(200),
-            body_read_timeout: Duration::from_secs(20),
+            ..Limits::with_max(4)
         };
         let app = Router::new().route(
             "/",
@@ -740,5 +787,99 @@ pub(crate) mod tests {
         }
         assert!(answer.starts_with(b"HTTP/1.1 200"));
         assert_eq!(stats.closed_idle.load(Ordering::Relaxed), 0);
+    }
+
+    /// An app whose `/` answers an endless stream of 64 KiB chunks; `gone`
+    /// turns true when the answer is dropped (its connection closed).
+    fn endless(gone: &Arc<std::sync::atomic::AtomicBool>) -> Router {
+        struct Flag(Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for Flag {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let gone = Arc::clone(gone);
+        Router::new().route(
+            "/",
+            axum::routing::get(move || {
+                let flag = Flag(Arc::clone(&gone));
+                async move {
+                    let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+                    let chunks = futures_util::stream::repeat_with(move || {
+                        let _held = &flag;
+                        Ok::<_, Infallible>(chunk.clone())
+                    });
+                    Body::from_stream(chunks)
+                }
+            }),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_client_that_stops_reading_is_closed_after_the_send_timeout() {
+        use std::sync::atomic::AtomicBool;
+        use tokio::io::AsyncWriteExt;
+        let limits = Limits {
+            send_timeout: Duration::from_millis(300),
+            ..Limits::with_max(4)
+        };
+        let gone = Arc::new(AtomicBool::new(false));
+        let (addr, stats, _stop) = serve_app(endless(&gone), limits).await;
+        // A plain request (the lean server) and an HTTP/1.0 one (hyper's).
+        for (n, wire) in [
+            &b"GET / HTTP/1.1\r\nhost: x\r\n\r\n"[..],
+            &b"GET / HTTP/1.0\r\nhost: x\r\n\r\n"[..],
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            gone.store(false, Ordering::SeqCst);
+            let mut s = TcpStream::connect(addr).await.expect("connect");
+            s.write_all(wire).await.expect("write");
+            // Never read: the server's writes fill the socket and block.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while stats.closed_send_timeout.load(Ordering::Relaxed) < n as u64 + 1 {
+                assert!(Instant::now() < deadline, "request {n}: not closed");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            // The answer (and with it the request and anything it held
+            // upstream) is dropped, not left waiting for a reader.
+            while !gone.load(Ordering::SeqCst) {
+                assert!(Instant::now() < deadline, "request {n}: answer still held");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert!(closed_after(&mut s).await < Duration::from_secs(30));
+        }
+        assert_eq!(stats.handed_to_hyper.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.closed_idle.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn a_reader_that_pauses_shorter_than_the_send_timeout_is_not_cut() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let limits = Limits {
+            send_timeout: Duration::from_millis(1_500),
+            ..Limits::with_max(4)
+        };
+        let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (addr, stats, _stop) = serve_app(endless(&gone), limits).await;
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .expect("write");
+        // Pauses of 400 ms, each long enough to fill the socket and block
+        // the server's writes, with reads at full speed between them.
+        let mut buf = vec![0u8; 256 * 1024];
+        for _ in 0..6 {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            let mut got = 0;
+            while got < 8 << 20 {
+                let n = s.read(&mut buf).await.expect("read");
+                assert!(n > 0, "closed after a pause shorter than the send timeout");
+                got += n;
+            }
+        }
+        assert_eq!(stats.closed_send_timeout.load(Ordering::Relaxed), 0);
+        assert!(!gone.load(Ordering::SeqCst));
     }
 }

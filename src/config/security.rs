@@ -29,6 +29,7 @@ pub(super) struct RawLimits {
     header_read_timeout: Option<String>,
     idle_timeout: Option<String>,
     body_read_timeout: Option<String>,
+    send_timeout: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -48,6 +49,7 @@ pub struct LimitSettings {
     pub header_read_timeout: Duration,
     pub idle_timeout: Duration,
     pub body_read_timeout: Duration,
+    pub send_timeout: Duration,
 }
 
 impl Default for LimitSettings {
@@ -58,6 +60,7 @@ impl Default for LimitSettings {
             header_read_timeout: d.header_read_timeout,
             idle_timeout: d.idle_timeout,
             body_read_timeout: d.body_read_timeout,
+            send_timeout: d.send_timeout,
         }
     }
 }
@@ -70,6 +73,7 @@ impl LimitSettings {
             header_read_timeout: self.header_read_timeout,
             idle_timeout: self.idle_timeout,
             body_read_timeout: self.body_read_timeout,
+            send_timeout: self.send_timeout,
         }
     }
 }
@@ -183,6 +187,11 @@ impl Validator<'_> {
                 &key("body_read_timeout"),
                 raw.body_read_timeout.as_deref(),
                 d.body_read_timeout,
+            )?,
+            send_timeout: self.duration(
+                &key("send_timeout"),
+                raw.send_timeout.as_deref(),
+                d.send_timeout,
             )?,
         })
     }
