@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::uri::{Authority, Scheme};
@@ -445,7 +446,8 @@ pub struct NodeConfig {
 
 #[derive(Clone, Debug)]
 pub struct Tenant {
-    pub name: String,
+    /// Shared, not copied, by every request's record of its tenant.
+    pub name: Arc<str>,
     /// SHA-256 digests of the tenant's API keys.
     pub key_hashes: Vec<[u8; 32]>,
     pub priority: Priority,
@@ -790,7 +792,7 @@ impl Validator<'_> {
             .enumerate()
             .map(|(i, (t, (limits, share)))| {
                 Ok(TenantQuota {
-                    tenant: t.name.clone(),
+                    tenant: t.name.to_string(),
                     priority: t.priority,
                     global: self.tenant_limits(&format!("tenants[{i}].quota"), limits)?,
                     shares: self.zone_share(
@@ -1068,7 +1070,7 @@ impl Validator<'_> {
                     })
                     .collect::<Result<_, _>>()?;
                 Ok(Tenant {
-                    name: t.name,
+                    name: t.name.into(),
                     key_hashes,
                     priority: t.priority,
                 })

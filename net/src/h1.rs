@@ -245,7 +245,7 @@ fn request(
     body: Body,
 ) -> Option<Request<Body>> {
     let uri = Uri::from_maybe_shared(head.slice(path)).ok()?;
-    let headers = header_map(head, spans)?;
+    let headers = header_map(head, spans, 0)?;
     let mut req = Request::new(body);
     *req.method_mut() = method;
     *req.uri_mut() = uri;

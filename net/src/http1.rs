@@ -30,10 +30,11 @@ pub fn span(whole: &[u8], part: &[u8]) -> Range<usize> {
 }
 
 /// The headers at `spans` of `head` (a head's frozen bytes), values
-/// sharing them; `None` when `http` refuses a name or value httparse let
-/// through.
-pub fn header_map(head: &Bytes, spans: &[Span]) -> Option<HeaderMap> {
-    let mut headers = HeaderMap::with_capacity(spans.len());
+/// sharing them, in a map with room for `extra` more (the headers its
+/// user adds, so that adding them never regrows and rehashes it); `None`
+/// when `http` refuses a name or value httparse let through.
+pub fn header_map(head: &Bytes, spans: &[Span], extra: usize) -> Option<HeaderMap> {
+    let mut headers = HeaderMap::with_capacity(spans.len() + extra);
     for (name, value) in spans {
         let name = HeaderName::from_bytes(&head[name.clone()]).ok()?;
         let value = HeaderValue::from_maybe_shared(head.slice(value.clone())).ok()?;

@@ -630,19 +630,50 @@ pub fn raise_fd_limit() -> u64 {
     }
 }
 
-/// Reads a request body whole, at most `limit` bytes within `timeout`.
+/// Reads a request body whole, at most `limit` bytes within `timeout`. A
+/// body that comes in one frame (the usual small request, read with its
+/// head) is returned as it is, without a copy; a longer one is gathered
+/// into one buffer. A declared length over `limit` is refused unread.
 pub async fn read_body(
-    body: Body,
+    mut body: Body,
     limit: usize,
     timeout: Duration,
 ) -> Result<axum::body::Bytes, BodyError> {
-    let limited = http_body_util::Limited::new(body, limit);
-    match tokio::time::timeout(timeout, http_body_util::BodyExt::collect(limited)).await {
-        Err(_) => Err(BodyError::Timeout),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge),
-        Ok(Err(e)) => Err(BodyError::Read(e.to_string())),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+    use http_body::Body as _;
+    use http_body_util::BodyExt;
+    if body.size_hint().lower() > limit as u64 {
+        return Err(BodyError::TooLarge);
     }
+    let gather = async {
+        let mut first = Bytes::new();
+        let mut more: Option<bytes::BytesMut> = None;
+        let mut len = 0usize;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| BodyError::Read(e.to_string()))?;
+            // Trailers carry no body bytes.
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            len = len.saturating_add(data.len());
+            if len > limit {
+                return Err(BodyError::TooLarge);
+            }
+            match &mut more {
+                Some(all) => all.extend_from_slice(&data),
+                None if first.is_empty() => first = data,
+                None => {
+                    let mut all = bytes::BytesMut::with_capacity(len);
+                    all.extend_from_slice(&first);
+                    all.extend_from_slice(&data);
+                    more = Some(all);
+                }
+            }
+        }
+        Ok(more.map_or(first, bytes::BytesMut::freeze))
+    };
+    tokio::time::timeout(timeout, gather)
+        .await
+        .unwrap_or(Err(BodyError::Timeout))
 }
 
 /// Why a body could not be read.
@@ -881,5 +912,46 @@ pub(crate) mod tests {
         }
         assert_eq!(stats.closed_send_timeout.load(Ordering::Relaxed), 0);
         assert!(!gone.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test]
+    async fn a_body_is_read_whole_within_its_limit_and_time() {
+        let limit = 10;
+        let time = Duration::from_secs(30);
+        let frames = |parts: &'static [&'static str]| {
+            Body::from_stream(futures_util::stream::iter(
+                parts
+                    .iter()
+                    .map(|p| Ok::<_, Infallible>(Bytes::from_static(p.as_bytes()))),
+            ))
+        };
+        // One frame: returned as it came, not copied.
+        let one = Bytes::from_static(b"hello");
+        let got = read_body(Body::from(one.clone()), limit, time).await;
+        assert_eq!(got.expect("read").as_ptr(), one.as_ptr());
+        // Several frames (and empty ones): gathered in order.
+        let got = read_body(frames(&["", "ab", "", "cd", "e"]), limit, time).await;
+        assert_eq!(&got.expect("read")[..], b"abcde");
+        // Exactly the limit passes; one byte over fails, declared or not.
+        let got = read_body(frames(&["01234", "56789"]), limit, time).await;
+        assert_eq!(&got.expect("read")[..], b"0123456789");
+        let over = read_body(frames(&["01234", "56789", "x"]), limit, time).await;
+        assert!(matches!(over, Err(BodyError::TooLarge)), "{over:?}");
+        let declared = read_body(Body::from("0123456789x"), limit, time).await;
+        assert!(matches!(declared, Err(BodyError::TooLarge)), "{declared:?}");
+        // A body that stops arriving is cut at the timeout.
+        let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(1);
+        tx.send(Ok(Bytes::from_static(b"ab"))).await.expect("send");
+        let stalled = Body::from_stream(tokio_stream_of(rx));
+        let got = read_body(stalled, limit, Duration::from_millis(100)).await;
+        assert!(matches!(got, Err(BodyError::Timeout)), "{got:?}");
+        drop(tx);
+    }
+
+    /// A receiver as a stream (no tokio-stream dependency for one test).
+    fn tokio_stream_of<T: Send + 'static>(
+        rx: mpsc::Receiver<T>,
+    ) -> impl futures_util::Stream<Item = T> + Send + 'static {
+        futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|t| (t, rx)) })
     }
 }

@@ -148,7 +148,7 @@ pub fn plan(old: &Config, new: &Config, view: &ClusterView, recent: &BTreeSet<St
             });
         }
     }
-    for t in old.tenants.iter().filter(|t| recent.contains(&t.name)) {
+    for t in old.tenants.iter().filter(|t| recent.contains(&*t.name)) {
         let kept = new
             .tenants
             .iter()

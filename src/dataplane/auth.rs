@@ -88,8 +88,8 @@ mod tests {
                 priority: Priority::P2,
             },
         ];
-        assert_eq!(tenant("ka2", &tenants).map(|t| t.name.as_str()), Some("a"));
-        assert_eq!(tenant("kb", &tenants).map(|t| t.name.as_str()), Some("b"));
+        assert_eq!(tenant("ka2", &tenants).map(|t| &*t.name), Some("a"));
+        assert_eq!(tenant("kb", &tenants).map(|t| &*t.name), Some("b"));
         assert!(tenant("nope", &tenants).is_none());
     }
 

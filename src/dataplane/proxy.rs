@@ -134,7 +134,7 @@ pub async fn infer(gw: Arc<Gateway>, req: Request) -> Response {
                     .load()
                     .headers(tenant_index(&cfg, t), crate::clock::now_ns()),
             };
-            let tenant = tenant.map_or("-", |t| t.name.as_str());
+            let tenant = tenant.map_or("-", |t| &*t.name);
             gw.metrics
                 .requests
                 .with_label_values(&[tenant, model.as_deref().unwrap_or("-"), e.code()])
@@ -283,7 +283,7 @@ struct RequestFacts {
     /// The config the request started with: one version for all of it,
     /// whatever is applied meanwhile.
     cfg: Arc<Config>,
-    tenant: String,
+    tenant: Arc<str>,
     /// The tenant's place in config (for cached metric handles).
     tenant_index: usize,
     session: Option<u64>,

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use std::sync::OnceLock;
 
 use bytes::{Bytes, BytesMut};
-use memchr::memmem::Finder;
+use memchr::memmem::{Finder, FinderRev};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::Value;
@@ -138,7 +138,10 @@ pub struct Usage {
 /// in [`events_usage`], a body without the text `"usage"` has none (a key
 /// spelled with `\u` escapes is not looked for).
 pub fn body_usage(body: &[u8]) -> Option<Usage> {
-    let at = memchr::memmem::rfind(body, b"\"usage\"")?;
+    static LAST_USAGE: OnceLock<FinderRev<'static>> = OnceLock::new();
+    let at = LAST_USAGE
+        .get_or_init(|| FinderRev::new(b"\"usage\""))
+        .rfind(body)?;
     usage_at_end(body, at).unwrap_or_else(|| whole_body_usage(body))
 }
 
@@ -288,7 +291,7 @@ pub fn parse(event: &[u8]) -> Event<'_> {
 /// (all but the last) cost no parse. For streams without a transcript
 /// (not continuable), whose events are otherwise passed on unread.
 pub fn events_usage(whole: &Bytes) -> Option<Usage> {
-    memchr::memmem::find(whole, b"\"usage\"")?;
+    keys().usage.find(whole)?;
     events(whole)
         .filter_map(|e| data_payload(&e).and_then(body_usage))
         .last()

@@ -27,6 +27,7 @@
 //! than being answered.
 
 mod wire;
+pub use wire::ANSWER_EXTRA_HEADERS;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -173,8 +174,10 @@ struct Pool {
     /// Idle connections by backend address as configured (hashed as one
     /// short string, at any number of backends; `Authority`'s own hash
     /// lowercases byte by byte), then by setting (almost always one),
-    /// most recent last.
-    idle: HashMap<Box<str>, Vec<(Setting, Vec<Idle>)>>,
+    /// most recent last. Keys come from the config, never from clients,
+    /// so the fast hash needs no flood resistance (SipHash cost more than
+    /// the lookup it served, twice per request).
+    idle: HashMap<Box<str>, Vec<(Setting, Vec<Idle>)>, foldhash::fast::RandomState>,
     /// The thread's sweeping task is running.
     sweeping: bool,
 }
@@ -221,12 +224,10 @@ impl Pool {
         if !self.sweeping {
             self.sweeping = start_sweeping();
         }
-        if !self.idle.contains_key(conn.authority.as_str()) {
-            self.idle.insert(conn.authority.as_str().into(), Vec::new());
-        }
-        // Present: inserted just above if it was not.
-        let Some(settings) = self.idle.get_mut(conn.authority.as_str()) else {
-            return;
+        let key = conn.authority.as_str();
+        let settings = match self.idle.get_mut(key) {
+            Some(settings) => settings,
+            None => self.idle.entry(key.into()).or_default(),
         };
         let idle = Idle {
             since: Instant::now(),

@@ -100,7 +100,7 @@ pub(super) fn model_chain<'a>(
             .filter_map(|name| routes.model(name))
             .map(|m| (m, Link::Fallback)),
     );
-    let mut chain: Vec<(&ModelRoute, Link)> = Vec::new();
+    let mut chain: Vec<(&ModelRoute, Link)> = Vec::with_capacity(2 + primary.cfg.fallback.len());
     let mut skipped = Vec::new();
     for (m, link) in floor.into_iter().chain(listed) {
         if chain.iter().any(|(c, _)| std::ptr::eq(*c, m)) {

@@ -82,7 +82,7 @@ fn served(gw: &Gateway, req: RequestFacts, w: &Winner<'_>, attempts: u32) -> Ser
 /// Who served a request and how; becomes headers, metrics and the access line.
 struct Served {
     pin_token: Option<String>,
-    tenant: String,
+    tenant: Arc<str>,
     model: String,
     model_value: Option<http::HeaderValue>,
     backend: Arc<Backend>,
@@ -122,9 +122,9 @@ pub(super) fn respond(
     let status = committed.status;
     let sse = forward::is_sse(&committed.headers);
     let mut headers = forward::downstream_headers(std::mem::take(&mut committed.headers));
-    // Room for zonegate's headers and a limited tenant's six rate-limit
-    // headers, so the map grows (and rehashes) at most once.
-    headers.reserve(16);
+    // Made with room for zonegate's headers and a limited tenant's six
+    // rate-limit headers (a no-op then; an answer from elsewhere may grow).
+    headers.reserve(crate::dataplane::upstream::ANSWER_EXTRA_HEADERS);
     forward::set_shared(&mut headers, names::BACKEND, &ctx.backend.name_value);
     forward::set_shared(&mut headers, names::ZONE, &ctx.backend.zone_value);
     forward::set_version(&mut headers, Version::Decision, ctx.decision_version);
@@ -261,7 +261,7 @@ impl RelayHooks for Hooks {
             _ => gw
                 .metrics
                 .requests
-                .with_label_values(&[&ctx.tenant, &ctx.model, outcome])
+                .with_label_values(&[&*ctx.tenant, &ctx.model, outcome])
                 .inc(),
         }
         self.duration.observe(self.started.elapsed().as_secs_f64());

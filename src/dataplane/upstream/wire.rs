@@ -15,6 +15,10 @@ use zonegate_net::http1::{content_length, header_map, put_header, put_number, sp
 
 /// Headers in one response at most (hyper's client allows 100 too).
 const MAX_HEADERS: usize = 100;
+/// Room made in an answer's header map for the headers the proxy adds
+/// (zonegate's own and a limited tenant's six rate-limit headers), so the
+/// map is never regrown and rehashed on the way to the client.
+pub const ANSWER_EXTRA_HEADERS: usize = 16;
 /// A response head larger than this is refused.
 const MAX_HEAD: usize = 64 * 1024;
 /// A chunk-size line (with its extensions) at most.
@@ -135,7 +139,9 @@ pub(super) fn parse_head(
             }
         };
         let head = buf.split_to(len).freeze();
-        let headers = header_map(&head, spans).ok_or("a header `http` refuses")?;
+        // Room for the headers the proxy adds to an answer (see `respond`).
+        let headers =
+            header_map(&head, spans, ANSWER_EXTRA_HEADERS).ok_or("a header `http` refuses")?;
         return Ok(Some(Head {
             status,
             version,
