@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Where a proxied request's CPU goes: zonegate against nginx (2 workers,
+# least_conn, keep-alive) at the same wrk load, same static nginx backend.
+# Per request, for each proxy: CPU (from /proc), the user / kernel split
+# (perf samples by binary), syscalls and context switches; then perf's
+# top user-space symbols of zonegate.
+#
+#   benches/split.sh                        # wrk -t1 -c32, 8 s per measurement
+#   T=2 C=256 SECS=10 benches/split.sh
+#   BIN=/tmp/zonegate-old benches/split.sh  # another build
+#
+# Needs nginx, wrk and perf (`apt-get install nginx wrk linux-perf`) and
+# root or kernel.perf_event_paranoid <= 1; a benchmark, never part of the
+# tests. Each proxy is measured twice: once plain (CPU, syscalls, context
+# switches; perf stat counts only) and once under `perf record` (the
+# split; sampling adds its own cost, so its CPU is not reported).
+set -euo pipefail
+
+T=${T:-1}
+C=${C:-32}
+SECS=${SECS:-8}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BIN=${BIN:-}
+W=$(mktemp -d)
+NGINXES=()
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for n in "${NGINXES[@]}"; do [ -f "$n" ] && kill "$(cat "$n")" 2>/dev/null || true; done
+  rm -rf "$W"
+}
+trap cleanup EXIT
+
+for tool in nginx wrk perf; do
+  command -v "$tool" >/dev/null || { echo "needs $tool: apt-get install nginx wrk linux-perf" >&2; exit 1; }
+done
+if [ -z "$BIN" ]; then
+  echo "building release binary..." >&2
+  (cd "$ROOT" && cargo build --release --quiet)
+  BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/zonegate
+fi
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+COMPLETION='{"id":"chatcmpl-static","object":"chat.completion","created":1,"model":"bench","choices":[{"index":0,"message":{"role":"assistant","content":"hello from a static backend"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":5,"total_tokens":10}}'
+
+# nginx NAME WORKERS HTTP-BLOCK-BODY: starts an nginx; its pid file is $W/NAME.pid.
+start_nginx() {
+  mkdir -p "$W/$1"
+  cat >"$W/$1.conf" <<CONF
+worker_processes $2;
+pid $W/$1.pid;
+error_log $W/$1/error.log warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  client_body_temp_path $W/$1;
+  proxy_temp_path $W/$1;
+  keepalive_requests 1000000;
+  $3
+}
+CONF
+  nginx -c "$W/$1.conf" -p "$W/$1"
+  NGINXES+=("$W/$1.pid")
+}
+
+SP=$(free_port)
+start_nginx static 1 "server { listen 127.0.0.1:$SP reuseport;
+    location = /metrics { default_type text/plain; return 200 'vllm:num_requests_waiting 0\n'; }
+    location / { default_type application/json; return 200 '$COMPLETION'; } }"
+NP=$(free_port)
+start_nginx proxy 2 "upstream static { least_conn; server 127.0.0.1:$SP; keepalive 128; }
+  server { listen 127.0.0.1:$NP reuseport;
+    location / { proxy_pass http://static; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; } }"
+
+ZP=$(free_port)
+cat >"$W/z.toml" <<CONF
+[node]
+id = 1
+zone = "az-a"
+listen = "127.0.0.1:$ZP"
+admin_listen = "127.0.0.1:$(free_port)"
+data_dir = "$W/data"
+[[tenants]]
+name = "bench"
+key_sha256 = "$(printf %s bench-key | sha256sum | cut -d' ' -f1)"
+[[backends]]
+name = "static"
+zone = "az-a"
+url = "http://127.0.0.1:$SP"
+models = ["bench"]
+CONF
+RUST_LOG=warn "$BIN" serve --config "$W/z.toml" >"$W/z.log" 2>&1 &
+ZPID=$!
+PIDS+=("$ZPID")
+for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$ZP/healthz" && break; sleep 0.1; done
+NPIDS=$(pgrep -P "$(cat "$W/proxy.pid")" | tr '\n' ' ')
+
+cat >"$W/post.lua" <<'LUA'
+wrk.method = "POST"
+wrk.body = '{"model":"bench","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer bench-key"
+LUA
+load() { wrk -t"$T" -c"$C" -d"$1" -s "$W/post.lua" "http://127.0.0.1:$2/v1/chat/completions"; }
+ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done; echo $t; }
+switches() { local s=0 p; for p in "$@"; do s=$((s + $(cat /proc/"$p"/task/*/status | awk '/ctxt_switches/{s+=$2} END{print s}'))); done; echo $s; }
+
+# measure NAME PORT PIDS...: one plain run, one under perf record.
+measure() {
+  local name=$1 port=$2; shift 2
+  local pids; pids=$(echo "$@" | tr ' ' ,)
+  load 2s "$port" >/dev/null
+  local t0 s0 t1 s1 out
+  t0=$(ticks "$@"); s0=$(switches "$@")
+  perf stat -e raw_syscalls:sys_enter -p "$pids" -o "$W/stat.txt" -- sleep "$SECS" &
+  local pp=$!
+  out=$(load "${SECS}s" "$port")
+  wait $pp
+  t1=$(ticks "$@"); s1=$(switches "$@")
+  local n sc
+  n=$(echo "$out" | awk '/requests in/{print $1}')
+  sc=$(awk '/raw_syscalls/{gsub(",","",$1); print $1}' "$W/stat.txt")
+  perf record -F 2999 -g -o "$W/$name.data" -p "$pids" -- sleep "$SECS" >/dev/null 2>&1 &
+  pp=$!
+  load "${SECS}s" "$port" >/dev/null
+  wait $pp
+  local kernel
+  kernel=$(perf report -i "$W/$name.data" --no-children --sort dso -g none 2>/dev/null \
+    | awk '/\[kernel.kallsyms\]/{gsub("%","",$1); print $1}')
+  python3 - "$name" "$n" "$SECS" "$((t1 - t0))" "$(getconf CLK_TCK)" "$((s1 - s0))" "$sc" "$kernel" <<'PY'
+import sys
+name, n, secs, ticks, hz, cs, sc, kernel = sys.argv[1:]
+n, ticks, hz, kernel = int(n), int(ticks), int(hz), float(kernel or 0)
+cpu = ticks / hz * 1e6 / n
+print(f"{name:9} {n/int(secs):8.0f} req/s  cpu {cpu:5.1f} us/req  "
+      f"(kernel {cpu*kernel/100:4.1f}, user {cpu*(100-kernel)/100:4.1f})  "
+      f"syscalls {int(sc)/n:4.2f}/req  context switches {int(cs)/n:4.2f}/req")
+PY
+}
+
+echo "== wrk -t$T -c$C, ${SECS} s per measurement, $(nproc) cores"
+measure nginx "$NP" $NPIDS
+measure zonegate "$ZP" "$ZPID"
+echo
+echo "== zonegate: top user-space symbols (self, % of its samples)"
+perf report -i "$W/zonegate.data" --no-children --sort sym -g none \
+  --dsos "$(basename "$BIN")",libc.so.6 2>/dev/null | grep -v '^#' | grep -v '^$' | head -25
