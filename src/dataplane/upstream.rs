@@ -166,6 +166,10 @@ impl Idle {
     }
 }
 
+type FastHash = foldhash::fast::RandomState;
+/// One address's idle connections, by dialling setting.
+type BySetting = Vec<(Setting, Vec<Idle>)>;
+
 #[derive(Default)]
 struct Pool {
     /// One connector per dialling setting: building one loads the
@@ -177,7 +181,7 @@ struct Pool {
     /// most recent last. Keys come from the config, never from clients,
     /// so the fast hash needs no flood resistance (SipHash cost more than
     /// the lookup it served, twice per request).
-    idle: HashMap<Box<str>, Vec<(Setting, Vec<Idle>)>, foldhash::fast::RandomState>,
+    idle: HashMap<Box<str>, BySetting, FastHash>,
     /// The thread's sweeping task is running.
     sweeping: bool,
 }
