@@ -66,11 +66,12 @@ pub struct Limits {
     /// Reading one request body, start to end (applied by the handlers
     /// that read bodies, see [`Limits::body_read_timeout`]).
     pub body_read_timeout: Duration,
-    /// A write to the client that makes no progress for this long closes
-    /// the connection (nginx's `send_timeout`): a client that stops
-    /// reading its answer does not hold the connection, its request and
-    /// the backend's connection forever. A slow reader that takes bytes
-    /// now and then is not cut.
+    /// A client that takes nothing for this long has its connection
+    /// closed (nginx's `send_timeout`): a write that makes no progress,
+    /// or an HTTP/2 stream whose flow-control window stays shut. A client
+    /// that stops reading its answer does not hold the connection, its
+    /// request and the backend's connection forever. A slow reader that
+    /// takes bytes now and then is not cut, nor is a slow answer.
     pub send_timeout: Duration,
 }
 
@@ -313,7 +314,8 @@ async fn serve_connection<I>(
             Ok::<_, std::convert::Infallible>(resp.map(|body| {
                 Body::new(Tracked {
                     body,
-                    _guard: guard,
+                    handed: guard.0.track_body(),
+                    guard,
                 })
             }))
         }
@@ -382,6 +384,13 @@ pub(crate) struct ConnState {
     /// Milliseconds since `epoch` (+1) of the first write that found the
     /// socket full, with no write progress since; 0 when writes flow.
     blocked_since_ms: AtomicU64,
+    /// One slot per response body on hyper's paths (HTTP/2 streams, and the
+    /// HTTP/1 requests hyper serves): since when (milliseconds since
+    /// `epoch`, +1) a frame it handed over has waited for hyper to ask for
+    /// the next; 0 when none waits. A client that stops reading one HTTP/2
+    /// stream stalls it on flow control while the socket stays writable:
+    /// only these slots see that.
+    handed: parking_lot::Mutex<Vec<std::sync::Weak<AtomicU64>>>,
 }
 
 enum Verdict {
@@ -399,6 +408,7 @@ impl ConnState {
             last_activity_ms: AtomicU64::new(0),
             head_since_ms: AtomicU64::new(0),
             blocked_since_ms: AtomicU64::new(0),
+            handed: parking_lot::Mutex::new(Vec::new()),
         }
     }
 
@@ -433,6 +443,35 @@ impl ConnState {
                 self.blocked_since_ms.store(0, Ordering::Relaxed);
             }
             _ => {}
+        }
+    }
+
+    /// A new response body's slot (see `handed`); the bodies that ended
+    /// leave the list here.
+    fn track_body(&self) -> Arc<AtomicU64> {
+        let slot = Arc::new(AtomicU64::new(0));
+        let mut slots = self.handed.lock();
+        slots.retain(|s| s.strong_count() > 0);
+        slots.push(Arc::downgrade(&slot));
+        slot
+    }
+
+    /// Since when (+1) the client has taken nothing: the older of a blocked
+    /// write and a body frame waiting to be asked for; 0 when neither.
+    fn stalled_since_ms(&self) -> u64 {
+        let handed = self
+            .handed
+            .lock()
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .map(|s| s.load(Ordering::Relaxed))
+            .filter(|since| *since != 0)
+            .min();
+        let blocked = self.blocked_since_ms.load(Ordering::Relaxed);
+        match (handed, blocked) {
+            (Some(h), 0) => h,
+            (Some(h), b) => h.min(b),
+            (None, b) => b,
         }
     }
 
@@ -472,8 +511,8 @@ impl ConnState {
     }
 
     fn verdict(&self, limits: &Limits, now: Instant) -> Verdict {
-        let blocked = self.blocked_since_ms.load(Ordering::Relaxed);
-        if blocked != 0 && now >= self.at(blocked - 1) + limits.send_timeout {
+        let stalled = self.stalled_since_ms();
+        if stalled != 0 && now >= self.at(stalled - 1) + limits.send_timeout {
             return Verdict::SendTimeout;
         }
         if self.in_flight.load(Ordering::Relaxed) > 0 {
@@ -509,10 +548,16 @@ impl Drop for InFlight {
     }
 }
 
-/// A response body that holds its request's [`InFlight`] until it ends.
+/// A response body on hyper's paths: holds its request's [`InFlight`]
+/// until it ends, and marks in its slot (`ConnState::handed`) since when a
+/// frame it gave hyper has waited for hyper to ask for the next. hyper asks
+/// once the frame is on its way (HTTP/2: once the client's flow-control
+/// window has room), so a slot that stays marked is a client that stopped
+/// reading; a body waiting for its backend (`Pending`) is not marked.
 struct Tracked {
     body: Body,
-    _guard: InFlight,
+    handed: Arc<AtomicU64>,
+    guard: InFlight,
 }
 
 impl http_body::Body for Tracked {
@@ -523,7 +568,14 @@ impl http_body::Body for Tracked {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.body).poll_frame(cx);
+        let since = match &polled {
+            Poll::Ready(Some(Ok(frame))) if frame.is_data() => this.guard.0.ms() + 1,
+            _ => 0,
+        };
+        this.handed.store(since, Ordering::Relaxed);
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
@@ -953,5 +1005,100 @@ pub(crate) mod tests {
         rx: mpsc::Receiver<T>,
     ) -> impl futures_util::Stream<Item = T> + Send + 'static {
         futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|t| (t, rx)) })
+    }
+
+    #[tokio::test]
+    async fn an_http2_stream_its_client_stops_reading_is_closed_after_the_send_timeout() {
+        use std::sync::atomic::AtomicBool;
+        let limits = Limits {
+            send_timeout: Duration::from_millis(300),
+            ..Limits::with_max(4)
+        };
+        let gone = Arc::new(AtomicBool::new(false));
+        let (addr, stats, _stop) = serve_app(endless(&gone), limits).await;
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let (mut client, conn) = h2::client::Builder::new()
+            .initial_window_size(16 * 1024)
+            .handshake::<_, Bytes>(tcp)
+            .await
+            .expect("h2 handshake");
+        let driver = tokio::spawn(conn);
+        let request = http::Request::get(format!("http://{addr}/"))
+            .body(())
+            .expect("request");
+        let (answer, _) = client.send_request(request, true).expect("send");
+        let answer = answer.await.expect("answer head");
+        assert_eq!(answer.status(), 200);
+        // The answer's data is never read and its window never released:
+        // the stream stalls on flow control, the socket stays writable.
+        let _unread = answer.into_body();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while stats.closed_send_timeout.load(Ordering::Relaxed) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the stalled stream was not noticed"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        while !gone.load(Ordering::SeqCst) {
+            assert!(Instant::now() < deadline, "the answer is still held");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        driver.abort();
+    }
+
+    #[tokio::test]
+    async fn a_slow_generation_read_by_its_client_is_not_a_stalled_client() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // Gaps between frames far longer than the send timeout: the body is
+        // waiting (its backend), not the client.
+        let limits = Limits {
+            send_timeout: Duration::from_millis(200),
+            ..Limits::with_max(4)
+        };
+        let app = Router::new().route(
+            "/",
+            axum::routing::get(|| async {
+                let chunks = futures_util::stream::unfold(0, |n| async move {
+                    if n == 3 {
+                        return None;
+                    }
+                    tokio::time::sleep(Duration::from_millis(600)).await;
+                    Some((Ok::<_, Infallible>(Bytes::from(format!("part{n};"))), n + 1))
+                });
+                Body::from_stream(chunks)
+            }),
+        );
+        let (addr, stats, _stop) = serve_app(app, limits).await;
+        // HTTP/1.1 (the lean server) and HTTP/1.0 (hyper's).
+        for wire in [
+            &b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"[..],
+            &b"GET / HTTP/1.0\r\nhost: x\r\n\r\n"[..],
+        ] {
+            let mut s = TcpStream::connect(addr).await.expect("connect");
+            s.write_all(wire).await.expect("write");
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).await.expect("read");
+            let got = String::from_utf8_lossy(&got);
+            assert!(got.contains("part0;") && got.contains("part2;"), "{got}");
+        }
+        // HTTP/2, the client reading (and so releasing its window) as data comes.
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let (mut client, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+        let driver = tokio::spawn(conn);
+        let request = http::Request::get(format!("http://{addr}/"))
+            .body(())
+            .expect("request");
+        let (answer, _) = client.send_request(request, true).expect("send");
+        let mut body = answer.await.expect("answer head").into_body();
+        let mut got = Vec::new();
+        while let Some(data) = body.data().await {
+            let data = data.expect("data");
+            let _ = body.flow_control().release_capacity(data.len());
+            got.extend_from_slice(&data);
+        }
+        assert_eq!(got, b"part0;part1;part2;");
+        driver.abort();
+        assert_eq!(stats.closed_send_timeout.load(Ordering::Relaxed), 0);
     }
 }
