@@ -3,7 +3,8 @@
 //! client gets the answer exactly once, or end in an error event a strict
 //! SSE parser reads; same-model retries, short `Retry-After` waits,
 //! context-length fallback, half-open recovery, the passive ejection cap,
-//! p2c ties and outcome labels.
+//! p2c ties and outcome labels; a client that stops reading is closed and
+//! frees its backend.
 
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
@@ -496,4 +497,65 @@ async fn non_streaming_successes_are_counted_ok_and_bad_utf8_is_a_400() {
         .unwrap();
     assert_eq!(resp.status(), 400);
     assert_eq!(mock.stats().await["requests"], 3, "never forwarded");
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_its_stream_is_closed_and_frees_the_backend() {
+    use tokio::io::AsyncWriteExt;
+    let mock = Mock::start("m1", "az-a", &[BIG]).await;
+    // Events of ~90 KB (a long salt in every word), more in all than the
+    // kernel's largest send buffer (4 MiB), and the backend stays
+    // connected after 60 of them: only the gateway can end the request.
+    mock.faults(json!({"answer_salt": "s".repeat(90_000), "stream_stall_after": 60}))
+        .await;
+    let node = NodeProcess::start(
+        "az-a",
+        &format!(
+            "{}[node.limits]\nsend_timeout = \"500ms\"\n",
+            mock.backend_toml(&[BIG])
+        ),
+    )
+    .await;
+    // A client with a small receive window that sends its request and
+    // never reads: the gateway's writes fill the socket and block.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let addr = node.data.trim_start_matches("http://").parse().unwrap();
+    let mut client = socket.connect(addr).await.unwrap();
+    let body = stream_body(BIG, 64).to_string();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {API_KEY}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    client.write_all(head.as_bytes()).await.unwrap();
+    client.write_all(body.as_bytes()).await.unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the stream reaches the backend",
+        || async { mock.stats().await["in_flight"] == 1 },
+    )
+    .await;
+    eventually(
+        Duration::from_secs(30),
+        "the connection is closed by the send timeout",
+        || async {
+            metric_sum(
+                &node.metrics().await,
+                "zonegate_listener_closed_total",
+                &["listener=\"data\"", "reason=\"send_timeout\""],
+            ) == 1.0
+        },
+    )
+    .await;
+    // The request and its backend connection went with it, while the
+    // client still holds its end open.
+    eventually(
+        Duration::from_secs(30),
+        "the backend is released",
+        || async { mock.stats().await["in_flight"] == 0 },
+    )
+    .await;
+    drop(client);
+    node.kill().await;
 }
