@@ -41,19 +41,20 @@ impl RequestMeta {
     /// the whole body is checked first: bytes a backend cannot decode never
     /// reach it.)
     pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
-        if let Err(e) = std::str::from_utf8(body) {
-            return Err(ApiError::BadRequest(format!(
+        let text = std::str::from_utf8(body).map_err(|e| {
+            ApiError::BadRequest(format!(
                 "the request body is not valid UTF-8 (at byte {})",
                 e.valid_up_to()
-            )));
-        }
+            ))
+        })?;
         let first = body.iter().find(|b| !b.is_ascii_whitespace());
         if first != Some(&b'{') {
             return Err(ApiError::BadRequest(
                 "the request body must be a JSON object".into(),
             ));
         }
-        let head: Head = serde_json::from_slice(body)
+        // From the checked text: serde does not check each string again.
+        let head: Head = serde_json::from_str(text)
             .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))?;
         let model = head
             .model
