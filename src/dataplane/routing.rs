@@ -35,6 +35,9 @@ pub struct Routes {
 #[derive(Debug)]
 pub struct ModelRoute {
     pub cfg: ModelConfig,
+    /// The model's name, shared by every request it serves (metric labels,
+    /// the access line) instead of copied.
+    pub name: Arc<str>,
     /// The model's name as a response header value.
     pub name_value: Option<http::HeaderValue>,
     /// One pool per zone that has a backend for this model, by zone name.
@@ -347,6 +350,7 @@ impl Routes {
                 (
                     m.name.clone(),
                     ModelRoute {
+                        name: m.name.as_str().into(),
                         name_value: crate::dataplane::forward::shared_value(&m.name),
                         cfg: m.clone(),
                         zones: pools.iter().map(|p| p.zone.clone()).collect(),

@@ -287,6 +287,13 @@ pub enum SendError {
 /// Bodies up to this size go out in one write with their head.
 const COPY_BODY: usize = 16 * 1024;
 
+thread_local! {
+    /// The buffer requests are written from, reused by this thread's
+    /// requests: taken while one request is written, then given back (a
+    /// request written meanwhile, or dropped mid-write, uses its own).
+    static OUT: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 /// POSTs `body` to `path` (origin-form) at `target` with `headers` (`Host`
 /// among them, hop-by-hop ones left out) on an idle connection of this thread,
 /// or a new one, and waits for the response head. The body carries the
@@ -297,7 +304,9 @@ pub async fn send<'h>(
     headers: impl IntoIterator<Item = (&'h HeaderName, &'h HeaderValue)>,
     body: &Bytes,
 ) -> Result<Response<UpstreamBody>, SendError> {
-    let mut out = Vec::with_capacity(512 + body.len().min(COPY_BODY));
+    let mut out = OUT.take();
+    out.clear();
+    out.reserve(512 + body.len().min(COPY_BODY));
     wire::encode_request(&mut out, path, headers, body.len());
     let copied = body.len() <= COPY_BODY;
     if copied {
@@ -317,7 +326,9 @@ pub async fn send<'h>(
         }
         conn.io.flush().await
     };
-    if let Err(e) = written.await {
+    let written = written.await;
+    OUT.set(out);
+    if let Err(e) = written {
         return Err(SendError::Reset(format!("writing the request: {e}")));
     }
     let head = loop {

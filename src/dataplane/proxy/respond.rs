@@ -66,7 +66,7 @@ fn served(gw: &Gateway, req: RequestFacts, w: &Winner<'_>, attempts: u32) -> Ser
     Served {
         pin_token,
         tenant: req.tenant,
-        model: model.cfg.name.clone(),
+        model: Arc::clone(&model.name),
         model_value: model.name_value.clone(),
         backend,
         route,
@@ -83,7 +83,7 @@ fn served(gw: &Gateway, req: RequestFacts, w: &Winner<'_>, attempts: u32) -> Ser
 struct Served {
     pin_token: Option<String>,
     tenant: Arc<str>,
-    model: String,
+    model: Arc<str>,
     model_value: Option<http::HeaderValue>,
     backend: Arc<Backend>,
     route: Cow<'static, str>,
@@ -189,7 +189,7 @@ struct Hooks {
     /// The backend streaming now (it changes with a continuation).
     current: Arc<Backend>,
     /// The model streaming now.
-    answered_by: String,
+    answered_by: Arc<str>,
     started: Instant,
     /// From arrival to the first byte handed to the client.
     ttft: Duration,
@@ -204,7 +204,7 @@ impl RelayHooks for Hooks {
         self.gw
             .metrics
             .stream_aborts
-            .with_label_values(&[self.answered_by.as_str(), b.name.as_str(), why])
+            .with_label_values(&[&*self.answered_by, b.name.as_str(), why])
             .inc();
         // A restart that regenerated different text is not a broken backend.
         if why != "continuation_mismatch" {
@@ -223,16 +223,16 @@ impl RelayHooks for Hooks {
             match continuer.resume(delivered, why).await {
                 Some(next) => {
                     metric
-                        .with_label_values(&[self.ctx.model.as_str(), "continued"])
+                        .with_label_values(&[&*self.ctx.model, "continued"])
                         .inc();
                     self.current = next.backend;
-                    self.answered_by = next.resumed.model.clone();
+                    self.answered_by = next.resumed.model.as_str().into();
                     self.guards = next.guards;
                     Some(next.resumed)
                 }
                 None => {
                     metric
-                        .with_label_values(&[self.ctx.model.as_str(), "unavailable"])
+                        .with_label_values(&[&*self.ctx.model, "unavailable"])
                         .inc();
                     None
                 }
@@ -261,7 +261,7 @@ impl RelayHooks for Hooks {
             _ => gw
                 .metrics
                 .requests
-                .with_label_values(&[&*ctx.tenant, &ctx.model, outcome])
+                .with_label_values(&[&*ctx.tenant, &*ctx.model, outcome])
                 .inc(),
         }
         self.duration.observe(self.started.elapsed().as_secs_f64());
