@@ -393,6 +393,7 @@ impl ClusterNode {
             tls: server_tls.clone(),
             limits,
             stats: Arc::clone(&RAFT_LISTENER),
+            peer: true,
         };
         let service = RaftService::new(
             raft.clone(),

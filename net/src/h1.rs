@@ -73,7 +73,7 @@ pub(crate) enum Ended<I> {
 /// not one this server takes (see the module).
 pub(crate) async fn serve<I, A>(
     mut io: I,
-    peer: &Peer,
+    peer: Option<&Peer>,
     app: &A,
     state: &Arc<ConnState>,
     stop: &watch::Receiver<bool>,
@@ -125,7 +125,9 @@ where
         };
         drop((head, first));
         let guard = InFlight::begin(Arc::clone(state));
-        req.extensions_mut().insert(peer.clone());
+        if let Some(peer) = peer {
+            req.extensions_mut().insert(peer.clone());
+        }
         let answer = respond(&mut io, &mut buf, &mut feed, app.clone().oneshot(req)).await;
         let Some(resp) = answer else {
             return Ended::Closed;

@@ -120,6 +120,11 @@ pub struct ListenConfig {
     pub tls: Option<Arc<ServerTls>>,
     pub limits: Limits,
     pub stats: Arc<Stats>,
+    /// Whether each request carries the [`Peer`] extension (the admin
+    /// API's source networks and the Raft port's client certificates
+    /// read it). The data plane reads neither, and skips its three
+    /// allocations per request.
+    pub peer: bool,
 }
 
 /// Who is at the other end of a request's connection: a request extension
@@ -213,7 +218,7 @@ async fn connection(
     let state = Arc::new(ConnState::new());
     match &config.tls {
         None => {
-            let peer = Peer { addr, certs: None };
+            let peer = config.peer.then_some(Peer { addr, certs: None });
             let io = Watched::new(stream, Arc::clone(&state));
             serve_connection(io, peer, app, config, state, stop, false).await;
         }
@@ -243,7 +248,7 @@ async fn connection(
                 .peer_certificates()
                 .map(|c| Arc::new(c.iter().map(|c| c.clone().into_owned()).collect()));
             let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-            let peer = Peer { addr, certs };
+            let peer = config.peer.then_some(Peer { addr, certs });
             let io = Watched::new(stream, Arc::clone(&state));
             serve_connection(io, peer, app, config, state, stop, h2).await;
         }
@@ -252,7 +257,7 @@ async fn connection(
 
 async fn serve_connection<I>(
     io: Watched<I>,
-    peer: Peer,
+    peer: Option<Peer>,
     app: impl App,
     config: &ListenConfig,
     state: Arc<ConnState>,
@@ -275,7 +280,7 @@ async fn serve_connection<I>(
     let io = if h2 {
         io
     } else {
-        let lean = h1::serve(io, &peer, &app, &state, &stop_rx);
+        let lean = h1::serve(io, peer.as_ref(), &app, &state, &stop_rx);
         tokio::pin!(lean);
         loop {
             tokio::select! {
@@ -306,7 +311,9 @@ async fn serve_connection<I>(
     };
     let svc_state = Arc::clone(&state);
     let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-        req.extensions_mut().insert(peer.clone());
+        if let Some(peer) = &peer {
+            req.extensions_mut().insert(peer.clone());
+        }
         let guard = InFlight::begin(Arc::clone(&svc_state));
         let app = app.clone();
         async move {
@@ -751,6 +758,15 @@ pub(crate) mod tests {
         app: Router,
         limits: Limits,
     ) -> (SocketAddr, Arc<Stats>, watch::Sender<bool>) {
+        serve_app_with(app, limits, true).await
+    }
+
+    /// [`serve_app`], choosing whether requests carry the [`Peer`].
+    async fn serve_app_with(
+        app: Router,
+        limits: Limits,
+        peer: bool,
+    ) -> (SocketAddr, Arc<Stats>, watch::Sender<bool>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let stats = Arc::new(Stats::default());
@@ -759,6 +775,7 @@ pub(crate) mod tests {
             tls: None,
             limits,
             stats: Arc::clone(&stats),
+            peer,
         };
         let (stop, rx) = watch::channel(false);
         tokio::spawn(serve(listener, app, config, rx));
@@ -1100,5 +1117,32 @@ pub(crate) mod tests {
         assert_eq!(got, b"part0;part1;part2;");
         driver.abort();
         assert_eq!(stats.closed_send_timeout.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn requests_carry_their_peer_only_where_the_listener_asks() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let app = Router::new().route(
+            "/",
+            axum::routing::get(|req: Request<Body>| async move {
+                req.extensions()
+                    .get::<Peer>()
+                    .map_or("none".to_owned(), |p| p.addr.ip().to_string())
+            }),
+        );
+        for (wanted, expect) in [(true, "127.0.0.1"), (false, "none")] {
+            let (addr, _, _stop) = serve_app_with(app.clone(), Limits::with_max(4), wanted).await;
+            // The lean server's path, then hyper's.
+            for wire in [
+                &b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"[..],
+                &b"GET / HTTP/1.0\r\nhost: x\r\n\r\n"[..],
+            ] {
+                let mut s = TcpStream::connect(addr).await.expect("connect");
+                s.write_all(wire).await.expect("write");
+                let mut got = String::new();
+                s.read_to_string(&mut got).await.expect("read");
+                assert!(got.ends_with(expect), "peer wanted: {wanted}: {got}");
+            }
+        }
     }
 }

@@ -210,12 +210,14 @@ pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<Runni
         tls: server_tls(&cfg.node.tls, "node")?,
         limits: cfg.node.limits.resolve(budgets.data),
         stats: Arc::default(),
+        peer: false,
     };
     let admin_listen = ListenConfig {
         name: "admin",
         tls: server_tls(&cfg.admin.tls, "admin")?,
         limits: cfg.admin.limits.resolve(budgets.admin),
         stats: Arc::default(),
+        peer: true,
     };
     {
         let mut listeners = gateway.listeners.lock();

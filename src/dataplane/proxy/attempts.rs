@@ -15,7 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use either::Either;
 use http::{HeaderMap, Uri};
+use smallvec::SmallVec;
 use tokio::time::Instant;
 use zonegate_cluster::ZoneId;
 
@@ -63,8 +65,9 @@ pub(super) struct GaveUp {
 /// What one request's attempts have seen so far (continuations included).
 #[derive(Default)]
 pub(super) struct Attempts {
-    /// Identities (addresses) of the backends already tried.
-    pub tried: Vec<usize>,
+    /// Identities (addresses) of the backends already tried (inline up
+    /// to a few: most requests try one).
+    pub tried: SmallVec<[usize; 4]>,
     pub count: u32,
     pub failures: Vec<(String, AttemptError)>,
     pub budget_exhausted: bool,
@@ -219,15 +222,15 @@ fn zone_order<'z>(
     model: &'z ModelRoute,
     effective: &'z ZoneId,
     fallbacks: &'z [ZoneId],
-) -> Box<dyn Iterator<Item = ZoneId> + Send + 'z> {
+) -> impl Iterator<Item = ZoneId> + Send + 'z {
     let others =
         std::iter::once_with(move || order_fallbacks(gw, model, effective, fallbacks.to_vec()))
             .flatten();
     let panics = !fallbacks.is_empty() && model.pool(effective).is_some_and(|p| p.in_panic());
     if panics {
-        Box::new(others.chain(std::iter::once(effective.clone())))
+        Either::Left(others.chain(std::iter::once(effective.clone())))
     } else {
-        Box::new(std::iter::once(effective.clone()).chain(others))
+        Either::Right(std::iter::once(effective.clone()).chain(others))
     }
 }
 

@@ -3,6 +3,7 @@
 //! the tier a substitute must reach.
 
 use http::HeaderMap;
+use smallvec::SmallVec;
 
 use crate::config::Config;
 use crate::dataplane::error::ApiError;
@@ -43,7 +44,7 @@ impl Link {
 }
 
 /// Models to try for one request, with how each got there.
-pub(super) type Chain<'a> = Vec<(&'a ModelRoute, Link)>;
+pub(super) type Chain<'a> = SmallVec<[(&'a ModelRoute, Link); 4]>;
 
 /// The header a client names its minimum model tier with.
 const MIN_TIER_HEADER: &str = "x-zonegate-min-tier";
@@ -100,7 +101,7 @@ pub(super) fn model_chain<'a>(
             .filter_map(|name| routes.model(name))
             .map(|m| (m, Link::Fallback)),
     );
-    let mut chain: Vec<(&ModelRoute, Link)> = Vec::with_capacity(2 + primary.cfg.fallback.len());
+    let mut chain = Chain::new();
     let mut skipped = Vec::new();
     for (m, link) in floor.into_iter().chain(listed) {
         if chain.iter().any(|(c, _)| std::ptr::eq(*c, m)) {

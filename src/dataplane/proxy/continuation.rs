@@ -114,7 +114,7 @@ impl Continuer {
                 model: &self.requested,
             };
             loop {
-                let one = vec![(model, *link)];
+                let one = smallvec::smallvec![(model, *link)];
                 let chain = attempts::forward_chain(
                     &self.gw,
                     &routes,
