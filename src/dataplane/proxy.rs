@@ -353,8 +353,11 @@ impl RequestId {
         for (i, digit) in hex.iter_mut().enumerate() {
             *digit = b"0123456789abcdef"[((n >> (124 - 4 * i)) & 0xf) as usize];
         }
+        // Owned by its bytes' own refcounted allocation, so the clones for
+        // the backend and the client's answer cost no second allocation
+        // (a `Vec`-backed value allocates again when first cloned).
         Self(
-            http::HeaderValue::from_bytes(&hex)
+            http::HeaderValue::from_maybe_shared(bytes::Bytes::from_owner(hex))
                 .unwrap_or_else(|e| unreachable!("hex digits are header text: {e}")),
         )
     }
