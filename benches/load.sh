@@ -41,22 +41,14 @@ set -euo pipefail
 DURATION=${DURATION:-10}
 ONLY=${ONLY:-all}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-WORK=$(mktemp -d)
-PIDS=()
-NGINXES=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for n in "${NGINXES[@]}"; do [ -f "$n" ] && kill "$(cat "$n")" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+# shellcheck source=benches/common.sh
+. "$ROOT/benches/common.sh"
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 for tool in nginx wrk; do
   command -v "$tool" >/dev/null || { echo "needs $tool: apt-get install nginx wrk" >&2; exit 1; }
 done
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_http() {
   for _ in $(seq 100); do
     curl -s -o /dev/null "$1" && return 0
@@ -72,47 +64,13 @@ KEY=bench-key
 CHAT='{"model":"bench","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}'
 STREAM_CHAT='{"model":"bench-stream","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"hello"}]}'
 
-# nginx NAME WORKERS SERVER-BLOCK-BODY [UPSTREAM]: starts an nginx, prints its port.
-start_nginx() {
-  local name=$1 workers=$2 server=$3 upstream=${4:-} port
-  port=$(free_port)
-  mkdir -p "$WORK/$name"
-  cat >"$WORK/$name.conf" <<CONF
-worker_processes $workers;
-pid $WORK/$name.pid;
-error_log $WORK/$name/error.log warn;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  client_body_temp_path $WORK/$name;
-  proxy_temp_path $WORK/$name;
-  keepalive_requests 1000000;
-  $upstream
-  server {
-    listen 127.0.0.1:$port reuseport;
-    $server
-  }
-}
-CONF
-  nginx -c "$WORK/$name.conf" -p "$WORK/$name"
-  NGINXES+=("$WORK/$name.pid")
-  echo "$port"
-}
-
 # The backends: a static nginx answering every POST with one chat
 # completion (and /health, /metrics), and the mock backend for streams.
-COMPLETION='{"id":"chatcmpl-static","object":"chat.completion","created":1,"model":"bench","choices":[{"index":0,"message":{"role":"assistant","content":"hello from a static backend"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":5,"total_tokens":10}}'
-STATIC_PORT=$(start_nginx static 1 "
-    location = /status { stub_status; }
-    location = /metrics { default_type text/plain; return 200 'vllm:num_requests_waiting 0\n'; }
-    location / { default_type application/json; return 200 '$COMPLETION'; }")
+STATIC_PORT=$(start_static_backend)
 MOCK_PORT=$(free_port)
 RUST_LOG=warn "$BIN" mock-backend --listen "127.0.0.1:$MOCK_PORT" --name mock --model bench-stream >"$WORK/mock.log" 2>&1 &
 PIDS+=($!)
 
-proxy_to() {
-  echo "upstream $1 { least_conn; server 127.0.0.1:$2; keepalive 128; }"
-}
 NGINX_PORT=$(start_nginx proxy 2 "
     location /v1/chat/stream { proxy_pass http://mock/v1/chat/completions; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; }
     location / { proxy_pass http://static; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; }" \

@@ -21,15 +21,8 @@ C=${C:-32}
 SECS=${SECS:-8}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${BIN:-}
-W=$(mktemp -d)
-NGINXES=()
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for n in "${NGINXES[@]}"; do [ -f "$n" ] && kill "$(cat "$n")" 2>/dev/null || true; done
-  rm -rf "$W"
-}
-trap cleanup EXIT
+# shellcheck source=benches/common.sh
+. "$ROOT/benches/common.sh"
 
 for tool in nginx wrk perf; do
   command -v "$tool" >/dev/null || { echo "needs $tool: apt-get install nginx wrk linux-perf" >&2; exit 1; }
@@ -40,46 +33,19 @@ if [ -z "$BIN" ]; then
   BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/zonegate
 fi
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-COMPLETION='{"id":"chatcmpl-static","object":"chat.completion","created":1,"model":"bench","choices":[{"index":0,"message":{"role":"assistant","content":"hello from a static backend"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":5,"total_tokens":10}}'
-
-# nginx NAME WORKERS HTTP-BLOCK-BODY: starts an nginx; its pid file is $W/NAME.pid.
-start_nginx() {
-  mkdir -p "$W/$1"
-  cat >"$W/$1.conf" <<CONF
-worker_processes $2;
-pid $W/$1.pid;
-error_log $W/$1/error.log warn;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  client_body_temp_path $W/$1;
-  proxy_temp_path $W/$1;
-  keepalive_requests 1000000;
-  $3
-}
-CONF
-  nginx -c "$W/$1.conf" -p "$W/$1"
-  NGINXES+=("$W/$1.pid")
-}
-
-SP=$(free_port)
-start_nginx static 1 "server { listen 127.0.0.1:$SP reuseport;
-    location = /metrics { default_type text/plain; return 200 'vllm:num_requests_waiting 0\n'; }
-    location / { default_type application/json; return 200 '$COMPLETION'; } }"
-NP=$(free_port)
-start_nginx proxy 2 "upstream static { least_conn; server 127.0.0.1:$SP; keepalive 128; }
-  server { listen 127.0.0.1:$NP reuseport;
-    location / { proxy_pass http://static; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; } }"
+SP=$(start_static_backend)
+NP=$(start_nginx proxy 2 "
+    location / { proxy_pass http://static; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; }" \
+  "$(proxy_to static "$SP")")
 
 ZP=$(free_port)
-cat >"$W/z.toml" <<CONF
+cat >"$WORK/z.toml" <<CONF
 [node]
 id = 1
 zone = "az-a"
 listen = "127.0.0.1:$ZP"
 admin_listen = "127.0.0.1:$(free_port)"
-data_dir = "$W/data"
+data_dir = "$WORK/data"
 [[tenants]]
 name = "bench"
 key_sha256 = "$(printf %s bench-key | sha256sum | cut -d' ' -f1)"
@@ -89,19 +55,19 @@ zone = "az-a"
 url = "http://127.0.0.1:$SP"
 models = ["bench"]
 CONF
-RUST_LOG=warn "$BIN" serve --config "$W/z.toml" >"$W/z.log" 2>&1 &
+RUST_LOG=warn "$BIN" serve --config "$WORK/z.toml" >"$WORK/z.log" 2>&1 &
 ZPID=$!
 PIDS+=("$ZPID")
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$ZP/healthz" && break; sleep 0.1; done
-NPIDS=$(pgrep -P "$(cat "$W/proxy.pid")" | tr '\n' ' ')
+NPIDS=$(pgrep -P "$(cat "$WORK/proxy.pid")" | tr '\n' ' ')
 
-cat >"$W/post.lua" <<'LUA'
+cat >"$WORK/post.lua" <<'LUA'
 wrk.method = "POST"
 wrk.body = '{"model":"bench","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}'
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer bench-key"
 LUA
-load() { wrk -t"$T" -c"$C" -d"$1" -s "$W/post.lua" "http://127.0.0.1:$2/v1/chat/completions"; }
+load() { wrk -t"$T" -c"$C" -d"$1" -s "$WORK/post.lua" "http://127.0.0.1:$2/v1/chat/completions"; }
 ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done; echo $t; }
 switches() { local s=0 p; for p in "$@"; do s=$((s + $(cat /proc/"$p"/task/*/status | awk '/ctxt_switches/{s+=$2} END{print s}'))); done; echo $s; }
 
@@ -112,20 +78,20 @@ measure() {
   load 2s "$port" >/dev/null
   local t0 s0 t1 s1 out
   t0=$(ticks "$@"); s0=$(switches "$@")
-  perf stat -e raw_syscalls:sys_enter -p "$pids" -o "$W/stat.txt" -- sleep "$SECS" &
+  perf stat -e raw_syscalls:sys_enter -p "$pids" -o "$WORK/stat.txt" -- sleep "$SECS" &
   local pp=$!
   out=$(load "${SECS}s" "$port")
   wait $pp
   t1=$(ticks "$@"); s1=$(switches "$@")
   local n sc
   n=$(echo "$out" | awk '/requests in/{print $1}')
-  sc=$(awk '/raw_syscalls/{gsub(",","",$1); print $1}' "$W/stat.txt")
-  perf record -F 2999 -g -o "$W/$name.data" -p "$pids" -- sleep "$SECS" >/dev/null 2>&1 &
+  sc=$(awk '/raw_syscalls/{gsub(",","",$1); print $1}' "$WORK/stat.txt")
+  perf record -F 2999 -g -o "$WORK/$name.data" -p "$pids" -- sleep "$SECS" >/dev/null 2>&1 &
   pp=$!
   load "${SECS}s" "$port" >/dev/null
   wait $pp
   local kernel
-  kernel=$(perf report -i "$W/$name.data" --no-children --sort dso -g none 2>/dev/null \
+  kernel=$(perf report -i "$WORK/$name.data" --no-children --sort dso -g none 2>/dev/null \
     | awk '/\[kernel.kallsyms\]/{gsub("%","",$1); print $1}')
   python3 - "$name" "$n" "$SECS" "$((t1 - t0))" "$(getconf CLK_TCK)" "$((s1 - s0))" "$sc" "$kernel" <<'PY'
 import sys
@@ -143,5 +109,5 @@ measure nginx "$NP" $NPIDS
 measure zonegate "$ZP" "$ZPID"
 echo
 echo "== zonegate: top user-space symbols (self, % of its samples)"
-perf report -i "$W/zonegate.data" --no-children --sort sym -g none \
+perf report -i "$WORK/zonegate.data" --no-children --sort sym -g none \
   --dsos "$(basename "$BIN")",libc.so.6 2>/dev/null | grep -v '^#' | grep -v '^$' | head -25

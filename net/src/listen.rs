@@ -915,16 +915,29 @@ pub(crate) mod tests {
         )
     }
 
-    #[tokio::test]
-    async fn a_client_that_stops_reading_is_closed_after_the_send_timeout() {
-        use std::sync::atomic::AtomicBool;
-        use tokio::io::AsyncWriteExt;
+    /// A server of [`endless`] answers with `send_timeout`: its address,
+    /// counters, stop switch, and the flag of the dropped answer.
+    async fn endless_server(
+        send_timeout: Duration,
+    ) -> (
+        SocketAddr,
+        Arc<Stats>,
+        watch::Sender<bool>,
+        Arc<std::sync::atomic::AtomicBool>,
+    ) {
         let limits = Limits {
-            send_timeout: Duration::from_millis(300),
+            send_timeout,
             ..Limits::with_max(4)
         };
-        let gone = Arc::new(AtomicBool::new(false));
-        let (addr, stats, _stop) = serve_app(endless(&gone), limits).await;
+        let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (addr, stats, stop) = serve_app(endless(&gone), limits).await;
+        (addr, stats, stop, gone)
+    }
+
+    #[tokio::test]
+    async fn a_client_that_stops_reading_is_closed_after_the_send_timeout() {
+        use tokio::io::AsyncWriteExt;
+        let (addr, stats, _stop, gone) = endless_server(Duration::from_millis(300)).await;
         // A plain request (the lean server) and an HTTP/1.0 one (hyper's).
         for (n, wire) in [
             &b"GET / HTTP/1.1\r\nhost: x\r\n\r\n"[..],
@@ -957,12 +970,7 @@ pub(crate) mod tests {
     #[tokio::test]
     async fn a_reader_that_pauses_shorter_than_the_send_timeout_is_not_cut() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let limits = Limits {
-            send_timeout: Duration::from_millis(1_500),
-            ..Limits::with_max(4)
-        };
-        let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (addr, stats, _stop) = serve_app(endless(&gone), limits).await;
+        let (addr, stats, _stop, gone) = endless_server(Duration::from_millis(1_500)).await;
         let mut s = TcpStream::connect(addr).await.expect("connect");
         s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
             .await
@@ -1026,13 +1034,7 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn an_http2_stream_its_client_stops_reading_is_closed_after_the_send_timeout() {
-        use std::sync::atomic::AtomicBool;
-        let limits = Limits {
-            send_timeout: Duration::from_millis(300),
-            ..Limits::with_max(4)
-        };
-        let gone = Arc::new(AtomicBool::new(false));
-        let (addr, stats, _stop) = serve_app(endless(&gone), limits).await;
+        let (addr, stats, _stop, gone) = endless_server(Duration::from_millis(300)).await;
         let tcp = TcpStream::connect(addr).await.expect("connect");
         let (mut client, conn) = h2::client::Builder::new()
             .initial_window_size(16 * 1024)

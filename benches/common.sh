@@ -1,0 +1,58 @@
+# Sourced by the loopback benchmarks (load.sh, split.sh): a work directory
+# removed on exit with every process started, free ports, nginx, and the
+# static backend both measure against. Not a benchmark by itself.
+
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  # Every nginx leaves its pid file here (start_nginx runs in a command
+  # substitution, so it cannot add to an array of this shell).
+  for n in "$WORK"/*.pid; do [ -f "$n" ] && kill "$(cat "$n")" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# start_nginx NAME WORKERS SERVER-BLOCK-BODY [UPSTREAM]: starts an nginx,
+# prints its port.
+start_nginx() {
+  local name=$1 workers=$2 server=$3 upstream=${4:-} port
+  port=$(free_port)
+  mkdir -p "$WORK/$name"
+  cat >"$WORK/$name.conf" <<CONF
+worker_processes $workers;
+pid $WORK/$name.pid;
+error_log $WORK/$name/error.log warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  client_body_temp_path $WORK/$name;
+  proxy_temp_path $WORK/$name;
+  keepalive_requests 1000000;
+  $upstream
+  server {
+    listen 127.0.0.1:$port reuseport;
+    $server
+  }
+}
+CONF
+  nginx -c "$WORK/$name.conf" -p "$WORK/$name"
+  echo "$port"
+}
+
+# upstream NAME PORT: an nginx upstream block, least_conn with keep-alive.
+proxy_to() {
+  echo "upstream $1 { least_conn; server 127.0.0.1:$2; keepalive 128; }"
+}
+
+# The static backend: one nginx worker answering every POST with one chat
+# completion (and /status, /metrics); prints its port.
+COMPLETION='{"id":"chatcmpl-static","object":"chat.completion","created":1,"model":"bench","choices":[{"index":0,"message":{"role":"assistant","content":"hello from a static backend"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":5,"total_tokens":10}}'
+start_static_backend() {
+  start_nginx static 1 "
+    location = /status { stub_status; }
+    location = /metrics { default_type text/plain; return 200 'vllm:num_requests_waiting 0\n'; }
+    location / { default_type application/json; return 200 '$COMPLETION'; }"
+}
