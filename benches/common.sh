@@ -56,3 +56,26 @@ start_static_backend() {
     location = /metrics { default_type text/plain; return 200 'vllm:num_requests_waiting 0\n'; }
     location / { default_type application/json; return 200 '$COMPLETION'; }"
 }
+
+# zonegate_config PORT ADMIN-PORT STATIC-PORT [TENANT-LINE]: a standalone
+# node's config (tenant `bench`, key `bench-key`; model `bench` on the
+# static backend) on stdout; callers append more backends.
+zonegate_config() {
+  cat <<CONF
+[node]
+id = 1
+zone = "az-a"
+listen = "127.0.0.1:$1"
+admin_listen = "127.0.0.1:$2"
+data_dir = "$WORK/data"
+[[tenants]]
+name = "bench"
+key_sha256 = "$(printf %s bench-key | sha256sum | cut -d' ' -f1)"
+${4:-}
+[[backends]]
+name = "static"
+zone = "az-a"
+url = "http://127.0.0.1:$3"
+models = ["bench"]
+CONF
+}

@@ -78,22 +78,9 @@ NGINX_PORT=$(start_nginx proxy 2 "
 
 ZG_PORT=$(free_port)
 ADMIN_PORT=$(free_port)
-cat >"$WORK/zonegate.toml" <<CONF
-[node]
-id = 1
-zone = "az-a"
-listen = "127.0.0.1:$ZG_PORT"
-admin_listen = "127.0.0.1:$ADMIN_PORT"
-data_dir = "$WORK/data"
-[[tenants]]
-name = "bench"
-key_sha256 = "$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)"
-$( [ "${QUOTA:-0}" = 1 ] && echo 'quota = { rpm = 1000000000, tpm = 1000000000000, concurrency = 100000 }' )
-[[backends]]
-name = "static"
-zone = "az-a"
-url = "http://127.0.0.1:$STATIC_PORT"
-models = ["bench"]
+QUOTA_LINE=$( [ "${QUOTA:-0}" = 1 ] && echo 'quota = { rpm = 1000000000, tpm = 1000000000000, concurrency = 100000 }' || true )
+zonegate_config "$ZG_PORT" "$ADMIN_PORT" "$STATIC_PORT" "$QUOTA_LINE" >"$WORK/zonegate.toml"
+cat >>"$WORK/zonegate.toml" <<CONF
 [[backends]]
 name = "mock"
 zone = "az-a"

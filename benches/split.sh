@@ -39,22 +39,7 @@ NP=$(start_nginx proxy 2 "
   "$(proxy_to static "$SP")")
 
 ZP=$(free_port)
-cat >"$WORK/z.toml" <<CONF
-[node]
-id = 1
-zone = "az-a"
-listen = "127.0.0.1:$ZP"
-admin_listen = "127.0.0.1:$(free_port)"
-data_dir = "$WORK/data"
-[[tenants]]
-name = "bench"
-key_sha256 = "$(printf %s bench-key | sha256sum | cut -d' ' -f1)"
-[[backends]]
-name = "static"
-zone = "az-a"
-url = "http://127.0.0.1:$SP"
-models = ["bench"]
-CONF
+zonegate_config "$ZP" "$(free_port)" "$SP" >"$WORK/z.toml"
 RUST_LOG=warn "$BIN" serve --config "$WORK/z.toml" >"$WORK/z.log" 2>&1 &
 ZPID=$!
 PIDS+=("$ZPID")

@@ -1066,9 +1066,27 @@ pub(crate) mod tests {
         driver.abort();
     }
 
+    /// `GET /` on a new connection through each HTTP/1 server: the lean
+    /// one's (HTTP/1.1) and hyper's (HTTP/1.0); each whole answer, read to
+    /// the close.
+    async fn get_by_both_servers(addr: SocketAddr) -> Vec<String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut answers = Vec::new();
+        for wire in [
+            &b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"[..],
+            &b"GET / HTTP/1.0\r\nhost: x\r\n\r\n"[..],
+        ] {
+            let mut s = TcpStream::connect(addr).await.expect("connect");
+            s.write_all(wire).await.expect("write");
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).await.expect("read");
+            answers.push(String::from_utf8_lossy(&got).into_owned());
+        }
+        answers
+    }
+
     #[tokio::test]
     async fn a_slow_generation_read_by_its_client_is_not_a_stalled_client() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         // Gaps between frames far longer than the send timeout: the body is
         // waiting (its backend), not the client.
         let limits = Limits {
@@ -1089,16 +1107,7 @@ pub(crate) mod tests {
             }),
         );
         let (addr, stats, _stop) = serve_app(app, limits).await;
-        // HTTP/1.1 (the lean server) and HTTP/1.0 (hyper's).
-        for wire in [
-            &b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"[..],
-            &b"GET / HTTP/1.0\r\nhost: x\r\n\r\n"[..],
-        ] {
-            let mut s = TcpStream::connect(addr).await.expect("connect");
-            s.write_all(wire).await.expect("write");
-            let mut got = Vec::new();
-            s.read_to_end(&mut got).await.expect("read");
-            let got = String::from_utf8_lossy(&got);
+        for got in get_by_both_servers(addr).await {
             assert!(got.contains("part0;") && got.contains("part2;"), "{got}");
         }
         // HTTP/2, the client reading (and so releasing its window) as data comes.
@@ -1123,7 +1132,6 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn requests_carry_their_peer_only_where_the_listener_asks() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let app = Router::new().route(
             "/",
             axum::routing::get(|req: Request<Body>| async move {
@@ -1134,15 +1142,7 @@ pub(crate) mod tests {
         );
         for (wanted, expect) in [(true, "127.0.0.1"), (false, "none")] {
             let (addr, _, _stop) = serve_app_with(app.clone(), Limits::with_max(4), wanted).await;
-            // The lean server's path, then hyper's.
-            for wire in [
-                &b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"[..],
-                &b"GET / HTTP/1.0\r\nhost: x\r\n\r\n"[..],
-            ] {
-                let mut s = TcpStream::connect(addr).await.expect("connect");
-                s.write_all(wire).await.expect("write");
-                let mut got = String::new();
-                s.read_to_string(&mut got).await.expect("read");
+            for got in get_by_both_servers(addr).await {
                 assert!(got.ends_with(expect), "peer wanted: {wanted}: {got}");
             }
         }
