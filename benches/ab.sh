@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Alternating A/B of two zonegate builds, for a difference smaller than
+# this machine's swing between runs: both nodes run side by side on one
+# static nginx backend, and short wrk runs alternate between them, round
+# after round. Prints each build's medians (req/s, p99, CPU µs per request
+# from /proc) and B's ratio to A.
+#
+#   benches/ab.sh OLD-BINARY NEW-BINARY                 # wrk -t1 -c32, 3 s, 8 rounds
+#   C=256 SECS=3 ROUNDS=8 benches/ab.sh OLD NEW
+#
+# Needs nginx and wrk; a benchmark, never part of the tests.
+set -euo pipefail
+
+A=$1
+B=$2
+C=${C:-32}
+SECS=${SECS:-3}
+ROUNDS=${ROUNDS:-8}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=benches/common.sh
+. "$ROOT/benches/common.sh"
+
+for tool in nginx wrk; do
+  command -v "$tool" >/dev/null || { echo "needs $tool: apt-get install nginx wrk" >&2; exit 1; }
+done
+SP=$(start_static_backend)
+
+# node NAME BINARY: starts a node of BINARY on the static backend; sets
+# NAME_PID and NAME_PORT.
+node() {
+  local port
+  port=$(free_port)
+  zonegate_config "$port" "$(free_port)" "$SP" | sed "s|$WORK/data|$WORK/data-$1|" >"$WORK/$1.toml"
+  RUST_LOG=warn "$2" serve --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
+  PIDS+=($!)
+  printf -v "${1}_PID" %s $!
+  printf -v "${1}_PORT" %s "$port"
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && return 0; sleep 0.1; done
+  echo "$1 ($2) does not answer" >&2; exit 1
+}
+node a "$A"
+node b "$B"
+
+cat >"$WORK/post.lua" <<'LUA'
+wrk.method = "POST"
+wrk.body = '{"model":"bench","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer bench-key"
+done = function(s, latency, requests)
+  io.write(string.format("RESULT %d %.0f %.3f\n", s.requests, s.requests / (s.duration / 1e6),
+    latency:percentile(99) / 1000))
+end
+LUA
+ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
+load() { wrk -t1 -c"$C" -d"$2" -s "$WORK/post.lua" "http://127.0.0.1:$1/v1/chat/completions"; }
+load "$a_PORT" 1s >/dev/null
+load "$b_PORT" 1s >/dev/null
+
+echo "== alternating A/B: wrk -t1 -c$C, $ROUNDS rounds of ${SECS} s each"
+for _ in $(seq "$ROUNDS"); do
+  for t in a b; do
+    pid_var=${t}_PID port_var=${t}_PORT
+    c0=$(ticks "${!pid_var}")
+    result=$(load "${!port_var}" "${SECS}s" | grep RESULT)
+    c1=$(ticks "${!pid_var}")
+    echo "$t $result $((c1 - c0))" >>"$WORK/rounds.txt"
+  done
+done
+python3 - "$WORK/rounds.txt" "$(getconf CLK_TCK)" "$A" "$B" <<'PY'
+import statistics, sys
+rows, hz = {}, int(sys.argv[2])
+for line in open(sys.argv[1]):
+    t, _, n, rps, p99, ticks = line.split()
+    rows.setdefault(t, []).append((float(rps), float(p99), int(ticks) / hz * 1e6 / int(n)))
+med = {t: [statistics.median(r[i] for r in v) for i in range(3)] for t, v in rows.items()}
+for t, name in (("a", sys.argv[3]), ("b", sys.argv[4])):
+    rps, p99, cpu = med[t]
+    print(f"{t}: {rps:8.0f} req/s  p99 {p99:6.2f} ms  cpu {cpu:5.1f} us/req   ({name})")
+(ra, pa, ca), (rb, pb, cb) = med["a"], med["b"]
+print(f"b/a: req/s {rb / ra:.3f}x  p99 {pb / pa:.3f}x  cpu per request {cb / ca:.3f}x")
+PY
