@@ -15,6 +15,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use rustls::pki_types::ServerName;
+use smallvec::SmallVec;
 use tokio::time::Instant;
 use zonegate_net::tls::BackendTls;
 
@@ -199,15 +200,16 @@ const DROP_RESPONSE: &[HeaderName] = &[
 
 fn strip_hop_by_hop(headers: &mut HeaderMap, fixed: &[HeaderName]) {
     // Headers named by `Connection` are hop-by-hop too (RFC 9110 §7.6.1);
-    // its values are kept aside, as `Connection` itself goes.
-    let connection: Vec<HeaderValue> = headers
+    // its values are kept aside, as `Connection` itself goes. Both lists
+    // are short (a backend's `Connection: keep-alive`): kept inline.
+    let connection: SmallVec<[HeaderValue; 2]> = headers
         .get_all(header::CONNECTION)
         .iter()
         .cloned()
         .collect();
     // One pass over the handful of names present, instead of one hash
     // lookup per hop-by-hop name.
-    let found: Vec<HeaderName> = headers
+    let found: SmallVec<[HeaderName; 4]> = headers
         .keys()
         .filter(|k| fixed.contains(k) || *k == names::KEEP_ALIVE)
         .cloned()
