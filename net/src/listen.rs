@@ -1,8 +1,8 @@
 //! Serving one listener: optional TLS, HTTP/1.1 and HTTP/2, a connection
 //! budget, a header-read (and TLS handshake) timeout, an idle timeout, a
-//! send timeout, and a graceful stop. Every port of a node (data plane, admin, Raft) is
-//! served here, each with its own budget, so a flood on one never takes
-//! the others' file descriptors.
+//! send timeout, and a graceful stop. Every port of a node (data plane,
+//! admin, Raft) is served here, each with its own budget, so a flood on
+//! one never takes the others' file descriptors.
 //!
 //! Architecture Invariant: a connection counts against its listener's
 //! budget from accept to close; over the budget a new connection is closed
@@ -100,8 +100,9 @@ pub struct Stats {
     /// Closed because a request head (or the TLS handshake) was not
     /// complete within the header-read timeout.
     pub closed_header_timeout: AtomicU64,
-    /// Closed because a write to the client made no progress within the
-    /// send timeout (the client stopped reading).
+    /// Closed because the client took nothing within the send timeout (a
+    /// write that made no progress, or an HTTP/2 stream whose window it
+    /// kept shut): it stopped reading.
     pub closed_send_timeout: AtomicU64,
     /// TLS handshakes that failed (a plain-HTTP client, a bad or missing
     /// client certificate, garbage).
