@@ -759,21 +759,23 @@ pub(crate) mod tests {
         app: Router,
         limits: Limits,
     ) -> (SocketAddr, Arc<Stats>, watch::Sender<bool>) {
-        serve_app_with(app, limits, true).await
+        serve_app_with(app, limits, true, None).await
     }
 
-    /// [`serve_app`], choosing whether requests carry the [`Peer`].
+    /// [`serve_app`], choosing whether requests carry the [`Peer`], and
+    /// over TLS or not.
     async fn serve_app_with(
         app: Router,
         limits: Limits,
         peer: bool,
+        tls: Option<Arc<ServerTls>>,
     ) -> (SocketAddr, Arc<Stats>, watch::Sender<bool>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let stats = Arc::new(Stats::default());
         let config = ListenConfig {
             name: "test",
-            tls: None,
+            tls,
             limits,
             stats: Arc::clone(&stats),
             peer,
@@ -1142,10 +1144,63 @@ pub(crate) mod tests {
             }),
         );
         for (wanted, expect) in [(true, "127.0.0.1"), (false, "none")] {
-            let (addr, _, _stop) = serve_app_with(app.clone(), Limits::with_max(4), wanted).await;
+            let (addr, _, _stop) =
+                serve_app_with(app.clone(), Limits::with_max(4), wanted, None).await;
             for got in get_by_both_servers(addr).await {
                 assert!(got.ends_with(expect), "peer wanted: {wanted}: {got}");
             }
+        }
+    }
+
+    #[tokio::test]
+    async fn over_tls_a_client_that_stops_reading_is_closed_after_the_send_timeout() {
+        use tokio::io::AsyncWriteExt;
+        // A self-signed certificate for localhost, and a client trusting it.
+        let dir = tempfile::tempdir().expect("temp dir");
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+            .expect("params")
+            .self_signed(&key)
+            .expect("certificate");
+        let files = crate::tls::TlsFiles {
+            cert: dir.path().join("c.pem"),
+            key: dir.path().join("k.pem"),
+            client_ca: None,
+        };
+        std::fs::write(&files.cert, cert.pem()).expect("write");
+        std::fs::write(&files.key, key.serialize_pem()).expect("write");
+        let tls = ServerTls::load(files, &[b"http/1.1"]).expect("server TLS");
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert.der().clone()).expect("root");
+        let client = rustls::ClientConfig::builder_with_provider(crate::tls::provider())
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let limits = Limits {
+            send_timeout: Duration::from_millis(300),
+            ..Limits::with_max(4)
+        };
+        let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (addr, stats, _stop) = serve_app_with(endless(&gone), limits, false, Some(tls)).await;
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+        let mut s = tokio_rustls::TlsConnector::from(Arc::new(client))
+            .connect(name, tcp)
+            .await
+            .expect("handshake");
+        s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .expect("write");
+        // Never read: rustls's buffer, then the socket, fill up.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while stats.closed_send_timeout.load(Ordering::Relaxed) == 0 {
+            assert!(Instant::now() < deadline, "not closed");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        while !gone.load(Ordering::SeqCst) {
+            assert!(Instant::now() < deadline, "the answer is still held");
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 }
