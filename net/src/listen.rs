@@ -1203,4 +1203,41 @@ pub(crate) mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+
+    #[tokio::test]
+    async fn an_idle_keep_alive_connection_on_hyper_is_not_a_stalled_client() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // hyper serves the connection (a chunked request is handed to it);
+        // its answer is whole and read, then the client stays silent for
+        // longer than the send timeout: that is idleness, not a stall.
+        let limits = Limits {
+            send_timeout: Duration::from_millis(200),
+            ..Limits::with_max(4)
+        };
+        let (addr, stats, _stop) = server(limits).await;
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n")
+            .await
+            .expect("write");
+        let mut buf = [0u8; 512];
+        let mut got = Vec::new();
+        while !got.ends_with(b"ok") {
+            let n = s.read(&mut buf).await.expect("read");
+            assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(stats.handed_to_hyper.load(Ordering::Relaxed), 1);
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        assert_eq!(stats.closed_send_timeout.load(Ordering::Relaxed), 0);
+        // Still open: a second request is answered.
+        s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .expect("write");
+        let n = s.read(&mut buf).await.expect("read");
+        assert!(
+            buf[..n].starts_with(b"HTTP/1.1 200"),
+            "{:?}",
+            String::from_utf8_lossy(&buf[..n])
+        );
+    }
 }
