@@ -454,12 +454,16 @@ impl ConnState {
         }
     }
 
-    /// A new response body's slot (see `handed`); the bodies that ended
-    /// leave the list here.
+    /// A new response body's slot (see `handed`). The slots of bodies
+    /// that ended leave the list when it is full, not at every request: an
+    /// HTTP/2 connection with many streams pays for the sweep once per
+    /// doubling, not once per stream.
     fn track_body(&self) -> Arc<AtomicU64> {
         let slot = Arc::new(AtomicU64::new(0));
         let mut slots = self.handed.lock();
-        slots.retain(|s| s.strong_count() > 0);
+        if slots.len() == slots.capacity() {
+            slots.retain(|s| s.strong_count() > 0);
+        }
         slots.push(Arc::downgrade(&slot));
         slot
     }
