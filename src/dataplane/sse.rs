@@ -138,10 +138,7 @@ pub struct Usage {
 /// in [`events_usage`], a body without the text `"usage"` has none (a key
 /// spelled with `\u` escapes is not looked for).
 pub fn body_usage(body: &[u8]) -> Option<Usage> {
-    static LAST_USAGE: OnceLock<FinderRev<'static>> = OnceLock::new();
-    let at = LAST_USAGE
-        .get_or_init(|| FinderRev::new(b"\"usage\""))
-        .rfind(body)?;
+    let at = keys().last_usage.rfind(body)?;
     usage_at_end(body, at).unwrap_or_else(|| whole_body_usage(body))
 }
 
@@ -369,6 +366,8 @@ struct Keys {
     tool_calls: Finder<'static>,
     function_call: Finder<'static>,
     usage: Finder<'static>,
+    /// `"usage"` searched from the end (a body's own usage is its last).
+    last_usage: FinderRev<'static>,
     logprobs: Finder<'static>,
     finish_reason: Finder<'static>,
     content: Finder<'static>,
@@ -383,6 +382,7 @@ fn keys() -> &'static Keys {
         tool_calls: Finder::new(b"\"tool_calls\""),
         function_call: Finder::new(b"\"function_call\""),
         usage: Finder::new(b"\"usage\""),
+        last_usage: FinderRev::new(b"\"usage\""),
         logprobs: Finder::new(b"\"logprobs\""),
         finish_reason: Finder::new(b"\"finish_reason\""),
         content: Finder::new(b"\"content\""),
