@@ -10,17 +10,15 @@
 //! connection, never `[DONE]`: a truncated answer never looks complete.
 
 use std::future::{poll_fn, Future};
-use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::Duration;
 
 use axum::body::Body;
 use bytes::{Bytes, BytesMut};
 use futures_util::future::BoxFuture;
 use http_body::{Body as _, Frame};
-use http_body_util::{BodyExt, StreamBody};
+use http_body_util::StreamBody;
 use tokio::time::Instant;
 
 use crate::dataplane::forward::{BoxError, Committed};
@@ -99,6 +97,7 @@ pub fn body(committed: Committed, opts: RelayOptions, hooks: Box<dyn RelayHooks>
         opts,
         continuations: 0,
         hooks,
+        idle_timer: None,
         ended: false,
         phase: Phase::Streaming,
     };
@@ -142,6 +141,8 @@ struct Relay {
     opts: RelayOptions,
     continuations: u32,
     hooks: Box<dyn RelayHooks>,
+    /// The idle (and overall) timer, armed at the first wait (see `read`).
+    idle_timer: Option<Pin<Box<tokio::time::Sleep>>>,
     ended: bool,
     phase: Phase,
 }
@@ -197,7 +198,10 @@ impl Relay {
         }
     }
 
-    /// The next chunk of the upstream body; `None` at its end.
+    /// The next chunk of the upstream body; `None` at its end. The idle
+    /// timer is armed once per stream and moved only when it fires before
+    /// the current chunk's time is up (lazily, as nginx's timers are): a
+    /// chunk costs a clock read, not a timer registration and removal.
     async fn read(&mut self) -> Result<Option<Bytes>, &'static str> {
         if let Some(held) = self.held.take() {
             return held;
@@ -205,15 +209,30 @@ impl Relay {
         let Some(rest) = self.rest.as_mut() else {
             return Ok(None);
         };
-        let idle_at = Instant::now() + self.opts.idle;
-        let wake = idle_at.min(self.opts.deadline);
+        // Non-decreasing from read to read, so the timer is never later.
+        let due = (Instant::now() + self.opts.idle).min(self.opts.deadline);
+        let timer = &mut self.idle_timer;
         loop {
-            match tokio::time::timeout_at(wake, rest.frame()).await {
-                Err(_) if wake == self.opts.deadline => return Err("total_timeout"),
-                Err(_) => return Err("idle_timeout"),
-                Ok(None) => return Ok(None),
-                Ok(Some(Err(_))) => return Err("upstream_reset"),
-                Ok(Some(Ok(frame))) => match frame.into_data() {
+            let polled = poll_fn(|cx| {
+                if let Poll::Ready(frame) = Pin::new(&mut *rest).poll_frame(cx) {
+                    return Poll::Ready(Some(frame));
+                }
+                let t = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+                while t.as_mut().poll(cx).is_ready() {
+                    if t.deadline() >= due {
+                        return Poll::Ready(None);
+                    }
+                    t.as_mut().reset(due);
+                }
+                Poll::Pending
+            })
+            .await;
+            match polled {
+                None if due == self.opts.deadline => return Err("total_timeout"),
+                None => return Err("idle_timeout"),
+                Some(None) => return Ok(None),
+                Some(Some(Err(_))) => return Err("upstream_reset"),
+                Some(Some(Ok(frame))) => match frame.into_data() {
                     Ok(data) if !data.is_empty() => return Ok(Some(data)),
                     // Empty chunks and trailers: keep reading.
                     _ => continue,
@@ -222,25 +241,22 @@ impl Relay {
         }
     }
 
-    /// `data` joined with the event-stream chunks already on their way,
-    /// so that a burst of events (a backend that got ahead of the relay)
-    /// goes out in one write instead of one each: hyper's client hands
-    /// over one chunk per task switch, and hyper's server writes whenever
-    /// the body is pending. Chunks are taken until the runtime has run
-    /// everything that was ready without another one coming (see
-    /// `RunQueuePass`), or `GATHER_MAX` bytes; never waits for the
-    /// network. A paced stream pays one more task poll per chunk.
+    /// `data` joined with the event-stream chunks already read from the
+    /// backend, so that a burst of events (a backend that got ahead of the
+    /// relay) goes out in one write instead of one each. The upstream body
+    /// is read inline by this task: a chunk it does not have at once is
+    /// not on its way yet, so gathering stops at the first that is
+    /// pending (or at `GATHER_MAX` bytes) and never waits for the network.
+    /// A paced stream pays nothing for it: no extra task poll per chunk.
     async fn gather(&mut self, data: Bytes) -> Bytes {
         let Some(rest) = self.rest.as_mut() else {
             return data;
         };
         let mut joined: Option<BytesMut> = None;
-        let mut pass = RunQueuePass::default();
         while joined.as_ref().map_or(data.len(), BytesMut::len) < GATHER_MAX {
             let polled = poll_fn(|cx| match Pin::new(&mut *rest).poll_frame(cx) {
                 Poll::Ready(frame) => Poll::Ready(Some(frame)),
-                Poll::Pending if pass.passed(cx) => Poll::Ready(None),
-                Poll::Pending => Poll::Pending,
+                Poll::Pending => Poll::Ready(None),
             })
             .await;
             let more = match polled {
@@ -426,48 +442,6 @@ impl Relay {
     }
 }
 
-/// Whether the runtime has run every task that was ready when `passed`
-/// was first asked. tokio wakes a `yield_now` only after its run queue
-/// drained (or after a batch of tasks), and the pass is over when that
-/// wake-up comes. A plain `yield_now` does not do: hyper polls a body
-/// twice within one task poll, and the second poll would find it done
-/// before any other task ran.
-#[derive(Default)]
-struct RunQueuePass(Option<Arc<PassFlag>>);
-
-struct PassFlag {
-    over: AtomicBool,
-    task: Waker,
-}
-
-impl Wake for PassFlag {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.over.store(true, Ordering::Release);
-        self.task.wake_by_ref();
-    }
-}
-
-impl RunQueuePass {
-    fn passed(&mut self, cx: &mut Context<'_>) -> bool {
-        if let Some(flag) = &self.0 {
-            return flag.over.load(Ordering::Acquire);
-        }
-        let flag = Arc::new(PassFlag {
-            over: AtomicBool::new(false),
-            task: cx.waker().clone(),
-        });
-        let waker = Waker::from(Arc::clone(&flag));
-        // Polled once, it hands `waker` to the runtime for later.
-        let _ = pin!(tokio::task::yield_now()).poll(&mut Context::from_waker(&waker));
-        self.0 = Some(flag);
-        false
-    }
-}
-
 impl Drop for Relay {
     fn drop(&mut self) {
         self.report(StreamEnd::ClientGone);
@@ -478,6 +452,7 @@ impl Drop for Relay {
 mod tests {
     use std::sync::{Arc, Mutex};
 
+    use http_body_util::BodyExt;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
@@ -646,6 +621,90 @@ mod tests {
         }
         assert_eq!(seen, EVENTS, "every event, once");
         assert_eq!(*ends.0.lock().expect("ends"), [StreamEnd::Complete]);
+    }
+
+    /// A backend that answers with the head and `events` chunks, one every
+    /// `gap`, then holds the connection open without a word.
+    async fn committed_paced(events: usize, gap: Duration) -> Committed {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let raw = chunked_events();
+        let head_end = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("head") + 4;
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.expect("accept");
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf).await;
+            let mut chunks = raw[head_end..].split_inclusive(|b| *b == b'\n');
+            // Each chunk is three lines: its size, its event, its CRLF.
+            let mut out = raw[..head_end].to_vec();
+            for _ in 0..events {
+                for _ in 0..4 {
+                    out.extend_from_slice(chunks.next().expect("chunk line"));
+                }
+                s.write_all(&out).await.expect("write");
+                out.clear();
+                tokio::time::sleep(gap).await;
+            }
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            drop(s);
+        });
+        let resp = crate::dataplane::upstream::tests::send_to(addr, "/")
+            .await
+            .expect("response");
+        let (parts, mut rest) = resp.into_parts();
+        let first = rest.frame().await.and_then(|f| f.ok()?.into_data().ok());
+        Committed {
+            status: parts.status,
+            headers: parts.headers,
+            first,
+            rest: Some(rest),
+            content_length: None,
+            first_byte: Duration::ZERO,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_whose_chunks_keep_coming_is_never_idle_and_a_silent_one_is() {
+        // Chunks every 10 s for 80 s under a 30 s idle timeout: the timer,
+        // armed once, fires early twice and is moved, never cutting the
+        // stream; then 30 s of silence end it as idle.
+        let idle = Duration::from_secs(30);
+        let committed = committed_paced(8, Duration::from_secs(10)).await;
+        let ends = Ends::default();
+        let opts = RelayOptions {
+            sse: true,
+            continuable: false,
+            idle,
+            deadline: Instant::now() + Duration::from_secs(3600),
+            max_continuations: 0,
+        };
+        let started = Instant::now();
+        let mut body = super::body(committed, opts, Box::new(ends.clone()));
+        let mut frames = Vec::new();
+        let mut error = None;
+        while let Some(frame) = body.frame().await {
+            match frame {
+                Ok(f) => frames.extend(f.into_data().ok()),
+                Err(e) => {
+                    error = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        assert_eq!(count_events(&frames), 8, "every event before the silence");
+        assert_eq!(error.as_deref(), Some("idle_timeout"));
+        assert_eq!(
+            *ends.0.lock().expect("ends"),
+            [StreamEnd::Aborted("idle_timeout")]
+        );
+        // The last chunk came at 70 s: cut 30 s after it, not earlier.
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_secs(100) && took < Duration::from_secs(101),
+            "{took:?}"
+        );
     }
 
     #[tokio::test]
