@@ -398,7 +398,7 @@ pub(crate) struct ConnState {
     /// the next; 0 when none waits. A client that stops reading one HTTP/2
     /// stream stalls it on flow control while the socket stays writable:
     /// only these slots see that.
-    handed: parking_lot::Mutex<Vec<std::sync::Weak<AtomicU64>>>,
+    handed: crate::slots::Slots<AtomicU64>,
 }
 
 enum Verdict {
@@ -416,7 +416,7 @@ impl ConnState {
             last_activity_ms: AtomicU64::new(0),
             head_since_ms: AtomicU64::new(0),
             blocked_since_ms: AtomicU64::new(0),
-            handed: parking_lot::Mutex::new(Vec::new()),
+            handed: crate::slots::Slots::default(),
         }
     }
 
@@ -454,31 +454,19 @@ impl ConnState {
         }
     }
 
-    /// A new response body's slot (see `handed`). The slots of bodies
-    /// that ended leave the list when it is full, not at every request: an
-    /// HTTP/2 connection with many streams pays for the sweep once per
-    /// doubling, not once per stream.
+    /// A new response body's slot (see `handed`).
     fn track_body(&self) -> Arc<AtomicU64> {
-        let slot = Arc::new(AtomicU64::new(0));
-        let mut slots = self.handed.lock();
-        if slots.len() == slots.capacity() {
-            slots.retain(|s| s.strong_count() > 0);
-        }
-        slots.push(Arc::downgrade(&slot));
-        slot
+        self.handed.add(AtomicU64::new(0))
     }
 
     /// Since when (+1) the client has taken nothing: the older of a blocked
     /// write and a body frame waiting to be asked for; 0 when neither.
     fn stalled_since_ms(&self) -> u64 {
-        let handed = self
-            .handed
-            .lock()
-            .iter()
-            .filter_map(std::sync::Weak::upgrade)
-            .map(|s| s.load(Ordering::Relaxed))
-            .filter(|since| *since != 0)
-            .min();
+        let mut handed: Option<u64> = None;
+        self.handed.for_each(|s| match s.load(Ordering::Relaxed) {
+            0 => {}
+            since => handed = Some(handed.map_or(since, |h| h.min(since))),
+        });
         let blocked = self.blocked_since_ms.load(Ordering::Relaxed);
         match (handed, blocked) {
             (Some(h), 0) => h,

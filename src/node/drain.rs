@@ -22,10 +22,12 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use futures_util::task::AtomicWaker;
 use http::{header, HeaderValue};
 use http_body::{Body as HttpBody, Frame};
 use prometheus::{IntCounter, IntGauge};
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
+use zonegate_net::slots::Slots;
 
 use crate::dataplane::error::{error_body, ApiError};
 use crate::dataplane::forward::is_sse;
@@ -44,19 +46,13 @@ struct Inner {
     in_flight: AtomicU64,
     idle: Notify,
     /// Turns true at `drain_timeout`: open streams end with the error event.
-    /// A stream with data ready reads `cut_now`; one waiting for data is
-    /// woken by `cut`.
-    cut: CutSignal,
+    /// A stream with data ready reads it; one waiting for data is woken
+    /// through its slot in `streams`.
     cut_now: AtomicBool,
-}
-
-#[derive(Debug)]
-struct CutSignal(watch::Sender<bool>);
-
-impl Default for CutSignal {
-    fn default() -> Self {
-        Self(watch::channel(false).0)
-    }
+    /// The event streams' wakers. A stream registers its slot once; each
+    /// wait then updates its own slot without a lock (a watch channel's
+    /// `changed()` took a lock shared by every stream at every wait).
+    streams: Slots<AtomicWaker>,
 }
 
 impl Drain {
@@ -101,7 +97,7 @@ impl Drain {
     /// Ends every open event stream with the SSE error event.
     pub fn cut_streams(&self) {
         self.0.cut_now.store(true, Ordering::SeqCst);
-        self.0.cut.0.send_replace(true);
+        self.0.streams.for_each(AtomicWaker::wake);
     }
 
     fn enter(&self, gauge: IntGauge) -> InFlight {
@@ -155,12 +151,7 @@ pub async fn tracked(gw: &Gateway, respond: impl Future<Output = Response>) -> R
         resp.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
-    let cut = is_sse(resp.headers()).then(|| {
-        let mut rx = drain.0.cut.0.subscribe();
-        Box::pin(async move {
-            let _ = rx.wait_for(|cut| *cut).await;
-        }) as Pin<Box<dyn Future<Output = ()> + Send + Sync>>
-    });
+    let cut = is_sse(resp.headers()).then(|| drain.0.streams.add(AtomicWaker::new()));
     let counter = gw.metrics.drain_cut_streams.clone();
     resp.map(|inner| {
         Body::new(DrainBody {
@@ -189,7 +180,8 @@ enum CutState {
 /// own interrupted streams (`dataplane::forward::ProxyBody`).
 struct DrainBody {
     inner: Body,
-    cut: Option<Pin<Box<dyn Future<Output = ()> + Send + Sync>>>,
+    /// An event stream's waker slot (see `Inner::streams`).
+    cut: Option<Arc<AtomicWaker>>,
     state: CutState,
     counter: IntCounter,
     guard: InFlight,
@@ -234,9 +226,8 @@ impl HttpBody for DrainBody {
             }
             CutState::Streaming => {}
         }
-        // The flag costs a load per frame; the cut signal's waker is
-        // registered only when the stream waits for data (a registration
-        // per frame was a lock per frame).
+        // The flag costs a load per frame; the stream's waker is
+        // registered only when it waits for data.
         if this.cut.is_some() && this.guard.drain.0.cut_now.load(Ordering::Relaxed) {
             return this.cut_now();
         }
@@ -247,11 +238,13 @@ impl HttpBody for DrainBody {
             }
             Poll::Ready(Some(r)) => Poll::Ready(Some(r.map_err(Into::into))),
             Poll::Pending => {
-                let cut = this
-                    .cut
-                    .as_mut()
-                    .is_some_and(|c| c.as_mut().poll(cx).is_ready());
-                if cut {
+                let Some(slot) = &this.cut else {
+                    return Poll::Pending;
+                };
+                slot.register(cx.waker());
+                // A cut between the check above and the registration woke
+                // no one: look again now that a cut would wake this stream.
+                if this.guard.drain.0.cut_now.load(Ordering::SeqCst) {
                     this.cut_now()
                 } else {
                     Poll::Pending
@@ -295,5 +288,41 @@ mod tests {
         drop(b);
         assert!(waiter.await.unwrap());
         assert_eq!(gauge.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_cut_wakes_an_event_stream_waiting_for_data_and_ends_it_in_the_error_event() {
+        use http_body_util::BodyExt;
+        let drain = Drain::default();
+        let silent = futures_util::stream::pending::<Result<Frame<Bytes>, BoxError>>();
+        let mut body = DrainBody {
+            inner: Body::new(http_body_util::StreamBody::new(silent)),
+            cut: Some(drain.0.streams.add(AtomicWaker::new())),
+            state: CutState::Streaming,
+            counter: IntCounter::new("c", "c").unwrap(),
+            guard: drain.enter(IntGauge::new("g", "g").unwrap()),
+        };
+        let reader = tokio::spawn(async move {
+            let event = body.frame().await;
+            let end = body.frame().await;
+            (event, end)
+        });
+        // The reader is waiting for data when the cut comes: only its
+        // registered waker can end the wait.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        drain.cut_streams();
+        let (event, end) = tokio::time::timeout(Duration::from_secs(20), reader)
+            .await
+            .expect("the cut woke the waiting stream")
+            .unwrap();
+        let event = event.unwrap().unwrap().into_data().unwrap();
+        assert!(
+            String::from_utf8_lossy(&event).contains("node_draining"),
+            "{event:?}"
+        );
+        assert!(end.unwrap().is_err(), "then the stream aborts");
+        assert_eq!(drain.in_flight(), 0, "and counts no longer");
     }
 }
