@@ -335,9 +335,11 @@ pub fn skim(event: &[u8]) -> Skim<'_> {
     }
     let k = keys();
     let has = |f: &Finder<'static>| f.find(data).is_some();
+    let Some(choices_at) = k.choices.find(data) else {
+        return Skim::Unsure;
+    };
     if !data.starts_with(b"{")
         || !data.ends_with(b"}")
-        || !has(&k.choices)
         || has(&k.error)
         || has(&k.tool_calls)
         || has(&k.function_call)
@@ -347,7 +349,25 @@ pub fn skim(event: &[u8]) -> Skim<'_> {
         return Skim::Unsure;
     }
     let finish = value_after(data, &k.finish_reason).is_some_and(|v| !v.starts_with(b"null"));
-    let raw = value_after(data, &k.content).or_else(|| value_after(data, &k.text));
+    // One text, after the choices begin: a second one (several choices in
+    // one chunk) or one before them is the parser's. Known limit: a
+    // `"content"` or `"text"` key after the choices array, outside it, is
+    // taken for the answer's (no OpenAI-style server sends one; telling it
+    // apart costs a walk over every byte, twice the skim's cost).
+    let found = k.content.find(data).map(|at| (at, &k.content));
+    let raw = match found.or_else(|| k.text.find(data).map(|at| (at, &k.text))) {
+        None => None,
+        Some((at, key)) => {
+            let end = at + key.needle().len();
+            if at < choices_at || key.find(&data[end..]).is_some() {
+                return Skim::Unsure;
+            }
+            match data[end..].trim_ascii_start().strip_prefix(b":") {
+                Some(v) => Some(v.trim_ascii_start()),
+                None => return Skim::Unsure,
+            }
+        }
+    };
     let text = match raw {
         None => Cow::Borrowed(""),
         Some(v) if v.starts_with(b"null") => Cow::Borrowed(""),
@@ -776,6 +796,12 @@ mod tests {
         );
         let spaced = "data: {\"choices\": [{\"index\": 0, \"delta\": {\"content\": \"hi\"}, \"finish_reason\": null}]}\n\n";
         assert_eq!(text(spaced), Some(("hi".into(), false)));
+        // Keys are told from text: quoted words inside the text, and a
+        // text ending in a backslash, are text.
+        assert_eq!(
+            text(&chunk("c", "say \"error\" or \"usage\" \\", None)),
+            Some(("say \"error\" or \"usage\" \\".into(), false))
+        );
         assert_eq!(skim(b"data: [DONE]\n\n"), Skim::Done);
         for unsure in [
             "data: {\"choices\": [{\"delta\": {\"content\n\n",
@@ -784,6 +810,13 @@ mod tests {
             "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1}}\n\n",
             "data: {\"choices\":[{\"delta\":{\"content\":\"x\"},\"logprobs\":{\"content\":[]}}]}\n\n",
             ": comment\n\n",
+            // Two choices' texts in one chunk.
+            "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}},{\"delta\":{\"content\":\"b\"}}]}\n\n",
+            // A text before the choices, a string that never ends, and an
+            // object without choices.
+            "data: {\"text\":\"x\",\"choices\":[{\"delta\":{}}]}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"content\":\"a\\\"}}]}\n\n",
+            "data: {\"delta\":{\"content\":\"a\"}}\n\n",
         ] {
             assert_eq!(skim(unsure.as_bytes()), Skim::Unsure, "{unsure}");
         }
@@ -800,6 +833,51 @@ mod tests {
             (a.text, a.deltas, a.finished),
             (b.text, b.deltas, b.finished)
         );
+    }
+
+    proptest::proptest! {
+        /// Whatever the skimmer reads from a chunk, the full parse reads
+        /// the same; any bytes at all are read without a panic.
+        #[test]
+        fn the_skimmer_reads_what_the_parser_reads(
+            content in proptest::option::of("(\\PC|[\"\\\\])*"),
+            finish in proptest::option::of("[a-z_]{1,8}"),
+            extra in proptest::collection::vec(
+                // Not `content` or `text`: see `skim`'s known limit.
+                ("(usage|error|logprobs|role|x)", "(\\PC|[\"\\\\])*"),
+                0..3,
+            ),
+            completions in proptest::bool::ANY,
+            noise in proptest::collection::vec(proptest::num::u8::ANY, 0..64),
+        ) {
+            let mut choice = serde_json::json!({"index": 0, "finish_reason": finish});
+            match (&content, completions) {
+                // `/v1/completions`: the text is the choice's own.
+                (Some(c), true) => choice["text"] = c.clone().into(),
+                (Some(c), false) => choice["delta"] = serde_json::json!({"content": c}),
+                (None, _) => choice["delta"] = serde_json::json!({}),
+            }
+            let mut v = serde_json::json!({"id": "c", "model": "m", "created": 1,
+                "choices": [choice]});
+            for (k, val) in &extra {
+                v[k.as_str()] = val.clone().into();
+            }
+            let event = format!("data: {v}\n\n");
+            if let Skim::Text { text, finish } = skim(event.as_bytes()) {
+                let mut parsed = Transcript::new();
+                parsed.observe(&parse(event.as_bytes()));
+                let mut skimmed = Transcript::new();
+                skimmed.push(&text, finish);
+                proptest::prop_assert_eq!(
+                    (skimmed.text, skimmed.finished),
+                    (parsed.text, parsed.finished),
+                    "{}", event
+                );
+            }
+            let mut hostile = b"data: {\"choices\":".to_vec();
+            hostile.extend_from_slice(&noise);
+            let _ = skim(&hostile);
+        }
     }
 
     #[test]
