@@ -6,6 +6,9 @@
 #
 #   benches/callgrind.sh target/release/zonegate 200 1200      # non-streaming
 #   benches/callgrind.sh target/release/zonegate 200 1200 1    # streaming
+#   PACE=2 benches/callgrind.sh target/release/zonegate 50 250 1  # streaming, 2 ms between
+#                                      # events (a paced generation: every event its own read,
+#                                      # write and wake-up; runs vary by a few percent)
 #   QUOTA=1 benches/callgrind.sh ...   # the tenant has quotas far above the load: every request
 #                                      # pays the whole quota stage and its headers
 #
@@ -17,6 +20,11 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 BP=$(free_port); ZP=$(free_port); AP=$(free_port)
 RUST_LOG=warn "$BIN" mock-backend --listen 127.0.0.1:$BP --name static --model bench >/dev/null 2>&1 &
 MOCK=$!
+if [ -n "${PACE:-}" ]; then
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$BP/health" && break; sleep 0.1; done
+  curl -s -o /dev/null -X POST -H 'content-type: application/json' \
+    -d "{\"stream_interval_ms\": $PACE}" "http://127.0.0.1:$BP/mock/faults"
+fi
 cat > $WORK/z.toml <<CONF
 [node]
 id = 1
