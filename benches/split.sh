@@ -8,6 +8,9 @@
 #   benches/split.sh                        # wrk -t1 -c32, 8 s per measurement
 #   T=2 C=256 SECS=10 benches/split.sh
 #   BIN=/tmp/zonegate-old benches/split.sh  # another build
+#   STREAM=1 PACE=2 T=2 C=256 benches/split.sh
+#                                           # streams of 16 events from the mock backend,
+#                                           # 2 ms apart: "req" is then one whole stream
 #
 # Needs nginx, wrk and perf (`apt-get install nginx wrk linux-perf`) and
 # root or kernel.perf_event_paranoid <= 1; a benchmark, never part of the
@@ -33,7 +36,20 @@ if [ -z "$BIN" ]; then
   BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/zonegate
 fi
 
-SP=$(start_static_backend)
+if [ "${STREAM:-0}" = 1 ]; then
+  # The mock backend stands in for the static one: 16 events per answer,
+  # PACE ms apart.
+  SP=$(free_port)
+  RUST_LOG=warn "$BIN" mock-backend --listen "127.0.0.1:$SP" --name static --model bench >"$WORK/mock.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$SP/health" && break; sleep 0.1; done
+  curl -s -o /dev/null -X POST -H 'content-type: application/json' \
+    -d "{\"stream_interval_ms\": ${PACE:-0}}" "http://127.0.0.1:$SP/mock/faults"
+  STREAMING=true
+else
+  SP=$(start_static_backend)
+  STREAMING=false
+fi
 NP=$(start_nginx proxy 2 "
     location / { proxy_pass http://static; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; }" \
   "$(proxy_to static "$SP")")
@@ -46,9 +62,9 @@ PIDS+=("$ZPID")
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$ZP/healthz" && break; sleep 0.1; done
 NPIDS=$(pgrep -P "$(cat "$WORK/proxy.pid")" | tr '\n' ' ')
 
-cat >"$WORK/post.lua" <<'LUA'
+cat >"$WORK/post.lua" <<LUA
 wrk.method = "POST"
-wrk.body = '{"model":"bench","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}'
+wrk.body = '{"model":"bench","max_tokens":16,"stream":$STREAMING,"messages":[{"role":"user","content":"hello"}]}'
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer bench-key"
 LUA
