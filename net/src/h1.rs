@@ -44,11 +44,10 @@ use bytes::{Bytes, BytesMut};
 use http::{header, HeaderMap, Method, Request, StatusCode, Uri};
 use http_body::Body as _;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::sync::watch;
 use tower::ServiceExt;
 
 use crate::http1::{content_length, header_map, put_header, put_number, span, Span};
-use crate::listen::{App, ConnState, InFlight, Peer};
+use crate::listen::{App, ConnState, InFlight, Peer, Stop};
 
 /// Headers in one request at most; more go to hyper (whose limit is 100).
 const MAX_HEADERS: usize = 64;
@@ -76,7 +75,7 @@ pub(crate) async fn serve<I, A>(
     peer: Option<&Peer>,
     app: &A,
     state: &Arc<ConnState>,
-    stop: &watch::Receiver<bool>,
+    stop: &Stop,
 ) -> Ended<I>
 where
     I: AsyncRead + AsyncWrite + Unpin,
@@ -136,7 +135,7 @@ where
         // the connection cannot carry another request.
         let unread = feed.is_some_and(|f| f.left > 0);
         let (parts, mut body) = resp.into_parts();
-        let close = parsed.close || unread || *stop.borrow() || asks_close(&parts.headers);
+        let close = parsed.close || unread || stop.is_stopped() || asks_close(&parts.headers);
         let framing = framing(parts.status, &parts.headers, &body);
         out.clear();
         write_head(&mut out, parts.status, &parts.headers, framing, close);
@@ -659,7 +658,7 @@ mod tests {
     struct Server {
         addr: SocketAddr,
         stats: Arc<Stats>,
-        stop: watch::Sender<bool>,
+        stop: tokio::sync::watch::Sender<bool>,
     }
 
     async fn server(app: Router) -> Server {

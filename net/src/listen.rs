@@ -9,15 +9,17 @@
 //! at once (never queued), and is counted.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::response::Response;
+use futures_util::task::AtomicWaker;
 use http::Request;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -30,6 +32,7 @@ use tokio::time::Instant;
 use tower::{Service, ServiceExt};
 
 use crate::h1;
+use crate::slots::Slots;
 use crate::tls::ServerTls;
 
 /// What a listener serves: an axum `Router`, or a service of the same
@@ -148,6 +151,16 @@ pub async fn serve(
     mut stop: watch::Receiver<bool>,
 ) {
     let config = Arc::new(config);
+    // The stop, fanned out to this listener's connections by a task of its
+    // own (so it reaches them even if this loop is dropped first).
+    let fan_out = Arc::new(Stop::default());
+    {
+        let (mut stop, fan_out) = (stop.clone(), Arc::clone(&fan_out));
+        tokio::spawn(async move {
+            stopped(&mut stop).await;
+            fan_out.fire();
+        });
+    }
     // Each connection task holds a sender; all dropped = all closed.
     let (alive, mut closed) = mpsc::channel::<()>(1);
     let mut last_accept_error: Option<Instant> = None;
@@ -183,7 +196,7 @@ pub async fn serve(
         let (app, config, stop, alive) = (
             app.clone(),
             Arc::clone(&config),
-            stop.clone(),
+            Arc::clone(&fan_out),
             alive.clone(),
         );
         tokio::spawn(async move {
@@ -200,6 +213,59 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
+/// A listener's stop as its connections see it. Each connection waits on
+/// a waker slot of its own ([`StopWait`]), polled at every wake of the
+/// connection without a lock; a watch channel's `changed()` there took a
+/// lock shared by every connection at every wake (twice per proxied
+/// request, once per streamed event).
+#[derive(Debug, Default)]
+pub(crate) struct Stop {
+    stopped: AtomicBool,
+    waiting: Slots<AtomicWaker>,
+}
+
+impl Stop {
+    fn fire(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        self.waiting.for_each(AtomicWaker::wake);
+    }
+
+    /// Whether the listener is stopping.
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
+    }
+
+    fn wait(self: &Arc<Self>) -> StopWait {
+        StopWait {
+            slot: self.waiting.add(AtomicWaker::new()),
+            stop: Arc::clone(self),
+        }
+    }
+}
+
+/// One connection's wait for its listener's stop.
+struct StopWait {
+    stop: Arc<Stop>,
+    slot: Arc<AtomicWaker>,
+}
+
+impl Future for StopWait {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.stop.is_stopped() {
+            return Poll::Ready(());
+        }
+        self.slot.register(cx.waker());
+        // A stop fired before the registration woke no one: look again.
+        if self.stop.is_stopped() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
 /// Decrements the open count when a connection ends, however it ends.
 struct Open(Arc<Stats>);
 
@@ -214,7 +280,7 @@ async fn connection(
     addr: SocketAddr,
     app: impl App,
     config: &ListenConfig,
-    stop: watch::Receiver<bool>,
+    stop: Arc<Stop>,
 ) {
     let state = Arc::new(ConnState::new());
     match &config.tls {
@@ -262,7 +328,7 @@ async fn serve_connection<I>(
     app: impl App,
     config: &ListenConfig,
     state: Arc<ConnState>,
-    mut stop: watch::Receiver<bool>,
+    stop: Arc<Stop>,
     h2: bool,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -271,8 +337,7 @@ async fn serve_connection<I>(
     // One stop future and one timer for the connection's life: the selects
     // below are polled at every wake of the connection, so nothing in them
     // is created or registered per request.
-    let stop_rx = stop.clone();
-    let stopping_signal = stopped(&mut stop);
+    let stopping_signal = stop.wait();
     tokio::pin!(stopping_signal);
     let check = tokio::time::sleep_until(state.next_check(&config.limits));
     tokio::pin!(check);
@@ -281,7 +346,7 @@ async fn serve_connection<I>(
     let io = if h2 {
         io
     } else {
-        let lean = h1::serve(io, peer.as_ref(), &app, &state, &stop_rx);
+        let lean = h1::serve(io, peer.as_ref(), &app, &state, &stop);
         tokio::pin!(lean);
         loop {
             tokio::select! {
@@ -797,6 +862,35 @@ pub(crate) mod tests {
             }
         }
         started.elapsed()
+    }
+
+    #[tokio::test]
+    async fn a_stop_wakes_idle_connections_at_once_not_at_the_watchdogs_next_look() {
+        use tokio::io::AsyncWriteExt;
+        // The watchdog looks every 30 s: only the stop's own wake-up
+        // closes these connections within the deadline below.
+        let limits = Limits {
+            header_read_timeout: Duration::from_secs(120),
+            send_timeout: Duration::from_secs(120),
+            idle_timeout: Duration::from_secs(600),
+            ..Limits::with_max(64)
+        };
+        let (addr, stats, stop) = server(limits).await;
+        let mut plain = TcpStream::connect(addr).await.expect("connect");
+        // Served once: its task waits for a next head.
+        plain
+            .write_all(b"GET / HTTP/1.1\r\n\r\n")
+            .await
+            .expect("write");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while stats.accepted.load(Ordering::Relaxed) < 1 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stop.send(true).expect("stop");
+        tokio::time::timeout(Duration::from_secs(10), closed_after(&mut plain))
+            .await
+            .expect("closed by the stop, not by the watchdog 30 s later");
     }
 
     #[tokio::test]
