@@ -7,6 +7,8 @@
 #
 #   benches/ab.sh OLD-BINARY NEW-BINARY                 # wrk -t1 -c32, 3 s, 8 rounds
 #   C=256 SECS=3 ROUNDS=8 benches/ab.sh OLD NEW
+#   STREAM=1 PACE=2 C=256 benches/ab.sh OLD NEW   # streams of 16 events from the mock
+#                                                 # backend, 2 ms apart ("req" = a stream)
 #
 # Needs nginx and wrk; a benchmark, never part of the tests.
 set -euo pipefail
@@ -23,7 +25,20 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 for tool in nginx wrk; do
   command -v "$tool" >/dev/null || { echo "needs $tool: apt-get install nginx wrk" >&2; exit 1; }
 done
-SP=$(start_static_backend)
+if [ "${STREAM:-0}" = 1 ]; then
+  # The mock backend stands in for the static one: 16 events per answer,
+  # PACE ms apart.
+  SP=$(free_port)
+  RUST_LOG=warn "$B" mock-backend --listen "127.0.0.1:$SP" --name static --model bench >"$WORK/mock.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$SP/health" && break; sleep 0.1; done
+  curl -s -o /dev/null -X POST -H 'content-type: application/json' \
+    -d "{\"stream_interval_ms\": ${PACE:-0}}" "http://127.0.0.1:$SP/mock/faults"
+  STREAMING=true
+else
+  SP=$(start_static_backend)
+  STREAMING=false
+fi
 
 # node NAME BINARY: starts a node of BINARY on the static backend; sets
 # NAME_PID and NAME_PORT.
@@ -41,9 +56,9 @@ node() {
 node a "$A"
 node b "$B"
 
-cat >"$WORK/post.lua" <<'LUA'
+cat >"$WORK/post.lua" <<LUA
 wrk.method = "POST"
-wrk.body = '{"model":"bench","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}'
+wrk.body = '{"model":"bench","max_tokens":16,"stream":$STREAMING,"messages":[{"role":"user","content":"hello"}]}'
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer bench-key"
 done = function(s, latency, requests)
