@@ -57,6 +57,20 @@ start_static_backend() {
     location / { default_type application/json; return 200 '$COMPLETION'; }"
 }
 
+# start_mock_backend BINARY PACE: zonegate's mock backend in the static
+# one's place (model `bench`): 16 events per streamed answer, PACE ms
+# apart; prints its port. Its pid file is cleaned up like nginx's.
+start_mock_backend() {
+  local port
+  port=$(free_port)
+  RUST_LOG=warn "$1" mock-backend --listen "127.0.0.1:$port" --name static --model bench >"$WORK/mock.log" 2>&1 &
+  echo $! >"$WORK/mock.pid"
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/health" && break; sleep 0.1; done
+  curl -s -o /dev/null -X POST -H 'content-type: application/json' \
+    -d "{\"stream_interval_ms\": $2}" "http://127.0.0.1:$port/mock/faults"
+  echo "$port"
+}
+
 # zonegate_config PORT ADMIN-PORT STATIC-PORT [TENANT-LINE]: a standalone
 # node's config (tenant `bench`, key `bench-key`; model `bench` on the
 # static backend) on stdout; callers append more backends.

@@ -37,14 +37,7 @@ if [ -z "$BIN" ]; then
 fi
 
 if [ "${STREAM:-0}" = 1 ]; then
-  # The mock backend stands in for the static one: 16 events per answer,
-  # PACE ms apart.
-  SP=$(free_port)
-  RUST_LOG=warn "$BIN" mock-backend --listen "127.0.0.1:$SP" --name static --model bench >"$WORK/mock.log" 2>&1 &
-  PIDS+=($!)
-  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$SP/health" && break; sleep 0.1; done
-  curl -s -o /dev/null -X POST -H 'content-type: application/json' \
-    -d "{\"stream_interval_ms\": ${PACE:-0}}" "http://127.0.0.1:$SP/mock/faults"
+  SP=$(start_mock_backend "$BIN" "${PACE:-0}")
   STREAMING=true
 else
   SP=$(start_static_backend)

@@ -489,6 +489,12 @@ mod tests {
                 }
             }
         });
+        committed_from(addr).await
+    }
+
+    /// The committed response of the backend at `addr`: its first body
+    /// chunk read, as the attempt reads it.
+    async fn committed_from(addr: std::net::SocketAddr) -> Committed {
         let resp = crate::dataplane::upstream::tests::send_to(addr, "/")
             .await
             .expect("response");
@@ -640,7 +646,8 @@ mod tests {
             let mut buf = [0u8; 1024];
             let _ = s.read(&mut buf).await;
             let mut chunks = raw[head_end..].split_inclusive(|b| *b == b'\n');
-            // Each chunk is three lines: its size, its event, its CRLF.
+            // Each chunk is four lines: its size, the event's data line and
+            // blank line, the chunk's CRLF.
             let mut out = raw[..head_end].to_vec();
             for _ in 0..events {
                 for _ in 0..4 {
@@ -653,19 +660,7 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(3600)).await;
             drop(s);
         });
-        let resp = crate::dataplane::upstream::tests::send_to(addr, "/")
-            .await
-            .expect("response");
-        let (parts, mut rest) = resp.into_parts();
-        let first = rest.frame().await.and_then(|f| f.ok()?.into_data().ok());
-        Committed {
-            status: parts.status,
-            headers: parts.headers,
-            first,
-            rest: Some(rest),
-            content_length: None,
-            first_byte: Duration::ZERO,
-        }
+        committed_from(addr).await
     }
 
     #[tokio::test(start_paused = true)]
