@@ -7,6 +7,7 @@
 #
 #   benches/ab.sh OLD-BINARY NEW-BINARY                 # wrk -t1 -c32, 3 s, 8 rounds
 #   C=256 SECS=3 ROUNDS=8 benches/ab.sh OLD NEW
+#   B_NODE='data_plane_threads = 1' benches/ab.sh BIN BIN   # one build, two configs
 #   STREAM=1 PACE=2 C=256 benches/ab.sh OLD NEW   # streams of 16 events from the mock
 #                                                 # backend, 2 ms apart ("req" = a stream)
 #
@@ -38,7 +39,11 @@ fi
 node() {
   local port
   port=$(free_port)
-  zonegate_config "$port" "$(free_port)" "$SP" | sed "s|$WORK/data|$WORK/data-$1|" >"$WORK/$1.toml"
+  # A_NODE / B_NODE: extra [node] lines for that build's node.
+  local extra_var
+  extra_var=$(echo "$1" | tr a-z A-Z)_NODE
+  zonegate_config "$port" "$(free_port)" "$SP" | sed "s|$WORK/data|$WORK/data-$1|" \
+    | awk -v extra="${!extra_var:-}" '{print} /^data_dir/ && extra != "" {print extra}' >"$WORK/$1.toml"
   RUST_LOG=warn "$2" serve --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
   PIDS+=($!)
   printf -v "${1}_PID" %s $!

@@ -155,11 +155,15 @@ struct RawNode {
     raft_listen: Option<String>,
     #[serde(default = "default_max_body_bytes")]
     max_body_bytes: u64,
+    data_plane_threads: Option<u64>,
     drain_grace: Option<String>,
     drain_timeout: Option<String>,
     tls: Option<RawTls>,
     limits: Option<RawLimits>,
 }
+
+/// More data-plane threads than this is a typo, not a machine.
+const MAX_DATA_PLANE_THREADS: u64 = 1024;
 
 fn default_max_body_bytes() -> u64 {
     32 * 1024 * 1024
@@ -432,6 +436,9 @@ pub struct NodeConfig {
     pub data_dir: PathBuf,
     pub raft_listen: Option<SocketAddr>,
     pub max_body_bytes: usize,
+    /// Data-plane threads, each with its own listener and runtime (nginx's
+    /// `worker_processes`, Envoy's `--concurrency`); `None`: one per core.
+    pub data_plane_threads: Option<usize>,
     /// On SIGTERM: how long the node keeps serving with `/readyz` failing,
     /// so load balancers take it out before it stops accepting.
     pub drain_grace: Duration,
@@ -1007,6 +1014,16 @@ impl Validator<'_> {
             Some(s) => Some(self.addr("node.raft_listen", s)?),
             None => None,
         };
+        let data_plane_threads = match raw.data_plane_threads {
+            None => None,
+            Some(n @ 1..=MAX_DATA_PLANE_THREADS) => Some(n as usize),
+            Some(_) => return Err(self.err(
+                "node.data_plane_threads",
+                &format!(
+                    "must be between 1 and {MAX_DATA_PLANE_THREADS} (or left out: one per core)"
+                ),
+            )),
+        };
         Ok(NodeConfig {
             id: raw.id,
             zone: ZoneId::new(raw.zone.trim()),
@@ -1016,6 +1033,7 @@ impl Validator<'_> {
             raft_listen,
             max_body_bytes: usize::try_from(raw.max_body_bytes)
                 .map_err(|_| self.err("node.max_body_bytes", "too large for this machine"))?,
+            data_plane_threads,
             drain_grace: self.duration(
                 "node.drain_grace",
                 raw.drain_grace.as_deref(),
@@ -1630,6 +1648,25 @@ pub(crate) mod tests {
         assert_eq!(c.retry.max_attempts, 3);
         assert_eq!(c.tenants[0].priority, Priority::P0);
         assert_eq!(c.node.limits.send_timeout, Duration::from_secs(60));
+        assert_eq!(c.node.data_plane_threads, None, "one per core");
+    }
+
+    #[test]
+    fn data_plane_threads_are_read_and_bounded() {
+        let with = |n: &str| {
+            MINIMAL.replace(
+                "[[tenants]]",
+                &format!("data_plane_threads = {n}\n\n        [[tenants]]"),
+            )
+        };
+        let c = Config::parse("test.toml", &with("3")).unwrap();
+        assert_eq!(c.node.data_plane_threads, Some(3));
+        for bad in ["0", "1025", "-1"] {
+            let e = error_of(&with(bad));
+            assert_eq!(e.key, "node.data_plane_threads", "{bad}: {e}");
+        }
+        let e = error_of(&with("\"auto\""));
+        assert!(e.key.contains("data_plane_threads"), "{e}");
     }
 
     #[test]

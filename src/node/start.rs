@@ -173,7 +173,7 @@ pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<Runni
         );
     }
     let budgets = Budgets::from_fd_limit(zonegate_net::listen::raise_fd_limit());
-    let data = data_listeners(cfg.node.listen)?;
+    let data = data_listeners(cfg.node.listen, cfg.node.data_plane_threads)?;
     let admin_l = bind(cfg.node.admin_listen, "node.admin_listen").await?;
     let data_addr = data[0].local_addr()?;
     let admin_addr = admin_l.local_addr()?;
@@ -449,12 +449,16 @@ fn hangup_signal() -> Option<tokio::signal::unix::Signal> {
 /// How often certificate files are checked for changes.
 const CERT_CHECK: Duration = Duration::from_secs(5);
 
-/// One data-plane listener per core on the same address (SO_REUSEPORT, so
-/// the kernel spreads connections over them), the nginx worker model: each
-/// is served by its own thread and single-threaded runtime.
-fn data_listeners(addr: SocketAddr) -> anyhow::Result<Vec<std::net::TcpListener>> {
+/// One data-plane listener per core (or `[node] data_plane_threads`) on
+/// the same address (SO_REUSEPORT, so the kernel spreads connections over
+/// them), the nginx worker model: each is served by its own thread and
+/// single-threaded runtime.
+fn data_listeners(
+    addr: SocketAddr,
+    threads: Option<usize>,
+) -> anyhow::Result<Vec<std::net::TcpListener>> {
     use socket2::{Domain, Socket, Type};
-    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     // A plain bind first: SO_REUSEPORT would let a second zonegate (same
     // user) join an existing group silently and take half its traffic; a
     // socket without it fails with "address in use" instead.
@@ -602,4 +606,21 @@ pub async fn run_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<()> {
     tracing::info!("shutting down");
     node.drain(grace).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_data_plane_gets_one_listener_per_thread_asked_for_on_one_port() {
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let three = data_listeners(any, Some(3)).unwrap();
+        assert_eq!(three.len(), 3);
+        let port = three[0].local_addr().unwrap().port();
+        assert!(three.iter().all(|l| l.local_addr().unwrap().port() == port));
+        let per_core = data_listeners(any, None).unwrap();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(per_core.len(), cores);
+    }
 }
