@@ -1017,12 +1017,14 @@ impl Validator<'_> {
         let data_plane_threads = match raw.data_plane_threads {
             None => None,
             Some(n @ 1..=MAX_DATA_PLANE_THREADS) => Some(n as usize),
-            Some(_) => return Err(self.err(
-                "node.data_plane_threads",
-                &format!(
+            Some(_) => {
+                return Err(self.err(
+                    "node.data_plane_threads",
+                    format!(
                     "must be between 1 and {MAX_DATA_PLANE_THREADS} (or left out: one per core)"
                 ),
-            )),
+                ))
+            }
         };
         Ok(NodeConfig {
             id: raw.id,
