@@ -189,15 +189,6 @@ const DROP_REQUEST: &[HeaderName] = &[
     header::CONTENT_LENGTH,
 ];
 
-/// Response headers that describe the backend's hop only.
-const DROP_RESPONSE: &[HeaderName] = &[
-    header::CONNECTION,
-    header::PROXY_AUTHENTICATE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-];
-
 fn strip_hop_by_hop(headers: &mut HeaderMap, fixed: &[HeaderName]) {
     // Headers named by `Connection` are hop-by-hop too (RFC 9110 §7.6.1);
     // its values are kept aside, as `Connection` itself goes. Both lists
@@ -245,12 +236,6 @@ pub fn upstream_headers(client_headers: &HeaderMap) -> Cow<'_, HeaderMap> {
 /// `Content-Length`, `X-Request-Id`).
 pub fn forwarded(name: &HeaderName) -> bool {
     !(DROP_REQUEST.contains(name) || *name == names::KEEP_ALIVE || *name == names::REQUEST_ID)
-}
-
-/// The backend's response headers for the client, minus hop-by-hop ones.
-pub fn downstream_headers(mut h: HeaderMap) -> HeaderMap {
-    strip_hop_by_hop(&mut h, DROP_RESPONSE);
-    h
 }
 
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {

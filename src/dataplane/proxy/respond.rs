@@ -121,7 +121,8 @@ pub(super) fn respond(
     } = winner;
     let status = committed.status;
     let sse = forward::is_sse(&committed.headers);
-    let mut headers = forward::downstream_headers(std::mem::take(&mut committed.headers));
+    // Without hop-by-hop headers: `upstream::wire` leaves them out.
+    let mut headers = std::mem::take(&mut committed.headers);
     // Made with room for zonegate's headers and a limited tenant's six
     // rate-limit headers (a no-op then; an answer from elsewhere may grow).
     headers.reserve(crate::dataplane::upstream::ANSWER_EXTRA_HEADERS);

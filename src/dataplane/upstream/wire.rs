@@ -8,9 +8,16 @@
 //! `Transfer-Encoding`, or no length at all, reads to the close; one
 //! `Content-Length` value (repeats must agree) is the length. 1xx answers
 //! are skipped. Anything else is an error, and the connection is closed.
+//!
+//! The head's hop-by-hop headers (RFC 9110 §7.6.1: `Connection`, the
+//! headers it names, `Keep-Alive`, `Transfer-Encoding`, `Trailer`,
+//! `Upgrade`, `Proxy-Authenticate`) describe this connection only: they
+//! are read here and left out of the answer's headers, so they never
+//! reach the client.
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, Version};
+use smallvec::SmallVec;
 use zonegate_net::http1::{content_length, header_map, put_header, put_number, span, Span};
 
 /// Headers in one response at most (hyper's client allows 100 too).
@@ -93,6 +100,8 @@ pub(super) fn parse_head(
         let mut keep_alive = version == Version::HTTP_11;
         let mut chunked = None;
         let mut length = None;
+        // Header names the `Connection` header lists (hop-by-hop too).
+        let mut listed: SmallVec<[&[u8]; 4]> = SmallVec::new();
         spans.clear();
         for h in resp.headers.iter() {
             let name = h.name.as_bytes();
@@ -118,10 +127,18 @@ pub(super) fn parse_head(
                     {
                         keep_alive = true;
                     }
+                    listed.push(token);
                 }
             }
             spans.push((span(buf, name), span(buf, h.value)));
         }
+        // Linear in the names a hostile backend lists, times the headers.
+        spans.retain(|(name, _)| {
+            let name = &buf[name.clone()];
+            !(HOP_BY_HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
+                || listed.iter().any(|l| name.eq_ignore_ascii_case(l)))
+        });
+        drop(listed);
         let decoder = if status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
             Decoder::Done
         } else {
@@ -151,6 +168,17 @@ pub(super) fn parse_head(
         }));
     }
 }
+
+/// Response headers that describe the backend's connection only.
+const HOP_BY_HOP: [&[u8]; 7] = [
+    b"connection",
+    b"keep-alive",
+    b"transfer-encoding",
+    b"trailer",
+    b"upgrade",
+    b"proxy-authenticate",
+    b"te",
+];
 
 /// How much of a response body is still to come, and in what shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -364,6 +392,24 @@ mod tests {
         assert!(keep(
             b"HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 0\r\n\r\n"
         ));
+    }
+
+    #[test]
+    fn hop_by_hop_headers_and_those_connection_names_are_left_out_of_the_answer() {
+        let mut buf = BytesMut::from(
+            &b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Private\r\nKeep-Alive: timeout=5\r\n\
+               x-private: 1\r\nTransfer-Encoding: chunked\r\nTrailer: x-sum\r\n\
+               Proxy-Authenticate: Basic\r\nconnection: , X-Other ,,bad name\r\nx-other: 2\r\n\
+               Content-Type: text/event-stream\r\nx-request-id: r1\r\n\r\n5\r\nhello\r\n"[..],
+        );
+        let head = parse_head(&mut buf, &mut Vec::new())
+            .expect("valid")
+            .expect("complete");
+        let mut kept: Vec<&str> = head.headers.keys().map(HeaderName::as_str).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, ["content-type", "x-request-id"]);
+        assert!(head.keep_alive, "still read: the connection is reusable");
+        assert!(matches!(head.decoder, Decoder::Chunked(_)), "and chunked");
     }
 
     #[test]
