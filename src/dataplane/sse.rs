@@ -348,18 +348,19 @@ pub fn skim(event: &[u8]) -> Skim<'_> {
     {
         return Skim::Unsure;
     }
-    let finish = value_after(data, &k.finish_reason).is_some_and(|v| !v.starts_with(b"null"));
-    // One text, after the choices begin: a second one (several choices in
-    // one chunk) or one before them is the parser's. Known limit: a
-    // `"content"` or `"text"` key after the choices array, outside it, is
-    // taken for the answer's (no OpenAI-style server sends one; telling it
-    // apart costs a walk over every byte, twice the skim's cost).
+    // The finish reason and the text count only inside a choice, where the
+    // parser reads them; a second text (several choices in one chunk) is
+    // the parser's.
+    let finish = match k.finish_reason.find(data) {
+        Some(at) if !inside_choices(data, choices_at, at) => return Skim::Unsure,
+        _ => value_after(data, &k.finish_reason).is_some_and(|v| !v.starts_with(b"null")),
+    };
     let found = k.content.find(data).map(|at| (at, &k.content));
     let raw = match found.or_else(|| k.text.find(data).map(|at| (at, &k.text))) {
         None => None,
         Some((at, key)) => {
             let end = at + key.needle().len();
-            if at < choices_at || key.find(&data[end..]).is_some() {
+            if !inside_choices(data, choices_at, at) || key.find(&data[end..]).is_some() {
                 return Skim::Unsure;
             }
             match data[end..].trim_ascii_start().strip_prefix(b":") {
@@ -377,6 +378,48 @@ pub fn skim(event: &[u8]) -> Skim<'_> {
         },
     };
     Skim::Text { text, finish }
+}
+
+/// Whether the key at `at` sits in an object inside the array after the
+/// `"choices"` found at `choices_at`: a walk over the bytes between the
+/// two (strings skipped), short in the usual chunk, where the text comes
+/// a few dozen bytes after `"choices"`.
+fn inside_choices(data: &[u8], choices_at: usize, at: usize) -> bool {
+    if at < choices_at {
+        return false;
+    }
+    let mut depth = 0usize;
+    let mut i = choices_at + b"\"choices\"".len();
+    while i < at {
+        match data[i] {
+            b'"' => match string_end(data, i + 1) {
+                Some(end) => i = end,
+                None => return false,
+            },
+            b'[' | b'{' => depth += 1,
+            b']' | b'}' => match depth.checked_sub(1) {
+                // The array closed: what follows is outside it.
+                Some(0) | None => return false,
+                Some(d) => depth = d,
+            },
+            _ => {}
+        }
+        i += 1;
+    }
+    depth >= 2
+}
+
+/// Where the JSON string whose text begins at `start` ends (its closing
+/// quote); `None` when it does not end.
+fn string_end(data: &[u8], start: usize) -> Option<usize> {
+    let mut at = start;
+    loop {
+        match *data.get(at)? {
+            b'"' => return Some(at),
+            b'\\' => at += 2,
+            _ => at += 1,
+        }
+    }
 }
 
 /// The keys [`skim`] looks for, each searcher built once.
@@ -802,6 +845,14 @@ mod tests {
             text(&chunk("c", "say \"error\" or \"usage\" \\", None)),
             Some(("say \"error\" or \"usage\" \\".into(), false))
         );
+        // A text or a finish reason outside the choices is not the
+        // answer's (the parser reads none there either).
+        for outside in [
+            "data: {\"choices\":[{\"delta\":{}}],\"text\":\"x\"}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"finish_reason\":\"stop\"}\n\n",
+        ] {
+            assert_eq!(skim(outside.as_bytes()), Skim::Unsure, "{outside}");
+        }
         assert_eq!(skim(b"data: [DONE]\n\n"), Skim::Done);
         for unsure in [
             "data: {\"choices\": [{\"delta\": {\"content\n\n",
@@ -843,8 +894,7 @@ mod tests {
             content in proptest::option::of("(\\PC|[\"\\\\])*"),
             finish in proptest::option::of("[a-z_]{1,8}"),
             extra in proptest::collection::vec(
-                // Not `content` or `text`: see `skim`'s known limit.
-                ("(usage|error|logprobs|role|x)", "(\\PC|[\"\\\\])*"),
+                ("(usage|error|text|content|finish_reason|logprobs|role|x)", "(\\PC|[\"\\\\])*"),
                 0..3,
             ),
             completions in proptest::bool::ANY,
