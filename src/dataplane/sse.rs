@@ -344,29 +344,27 @@ pub fn skim(event: &[u8]) -> Skim<'_> {
         || has(&k.tool_calls)
         || has(&k.function_call)
         || has(&k.usage)
-        || value_after(data, &k.logprobs).is_some_and(|v| !v.starts_with(b"null"))
+        || key_at(data, &k.logprobs, 0).is_some_and(|(_, v)| !v.starts_with(b"null"))
     {
         return Skim::Unsure;
     }
     // The finish reason and the text count only inside a choice, where the
     // parser reads them; a second text (several choices in one chunk) is
     // the parser's.
-    let finish = match k.finish_reason.find(data) {
-        Some(at) if !inside_choices(data, choices_at, at) => return Skim::Unsure,
-        _ => value_after(data, &k.finish_reason).is_some_and(|v| !v.starts_with(b"null")),
+    let finish = match key_at(data, &k.finish_reason, 0) {
+        None => false,
+        Some((at, _)) if !inside_choices(data, choices_at, at) => return Skim::Unsure,
+        Some((_, v)) => !v.starts_with(b"null"),
     };
-    let found = k.content.find(data).map(|at| (at, &k.content));
-    let raw = match found.or_else(|| k.text.find(data).map(|at| (at, &k.text))) {
+    let found = |key| key_at(data, key, 0).map(|(at, v)| (at, v, key));
+    let raw = match found(&k.content).or_else(|| found(&k.text)) {
         None => None,
-        Some((at, key)) => {
-            let end = at + key.needle().len();
-            if !inside_choices(data, choices_at, at) || key.find(&data[end..]).is_some() {
+        Some((at, v, key)) => {
+            let after = at + key.needle().len();
+            if !inside_choices(data, choices_at, at) || key_at(data, key, after).is_some() {
                 return Skim::Unsure;
             }
-            match data[end..].trim_ascii_start().strip_prefix(b":") {
-                Some(v) => Some(v.trim_ascii_start()),
-                None => return Skim::Unsure,
-            }
+            Some(v)
         }
     };
     let text = match raw {
@@ -453,11 +451,21 @@ fn keys() -> &'static Keys {
     })
 }
 
-/// The bytes after the key `key` finds and its colon (whitespace skipped).
-fn value_after<'a>(data: &'a [u8], key: &Finder<'static>) -> Option<&'a [u8]> {
-    let at = key.find(data)? + key.needle().len();
-    let rest = data[at..].trim_ascii_start().strip_prefix(b":")?;
-    Some(rest.trim_ascii_start())
+/// Where `key` first stands as a key (its colon follows, whitespace
+/// skipped) from `from` on, and the bytes of its value. The same quoted
+/// word can be a value before it (a text that reads `finish_reason`); a
+/// value is never followed by a colon.
+fn key_at<'a>(data: &'a [u8], key: &Finder<'static>, from: usize) -> Option<(usize, &'a [u8])> {
+    let mut start = from;
+    while let Some(i) = key.find(data.get(start..)?) {
+        let at = start + i;
+        let end = at + key.needle().len();
+        if let Some(v) = data[end..].trim_ascii_start().strip_prefix(b":") {
+            return Some((at, v.trim_ascii_start()));
+        }
+        start = end;
+    }
+    None
 }
 
 /// The JSON string at the start of `v`, decoded; `None` if it is not one.
@@ -853,6 +861,15 @@ mod tests {
         ] {
             assert_eq!(skim(outside.as_bytes()), Skim::Unsure, "{outside}");
         }
+        // The key's name as text before the key itself: the key still
+        // counts, and the text is text.
+        for word in ["finish_reason", "content", "logprobs"] {
+            assert_eq!(
+                text(&chunk("c", word, Some("stop"))),
+                Some((word.into(), true)),
+                "{word}"
+            );
+        }
         assert_eq!(skim(b"data: [DONE]\n\n"), Skim::Done);
         for unsure in [
             "data: {\"choices\": [{\"delta\": {\"content\n\n",
@@ -891,7 +908,11 @@ mod tests {
         /// the same; any bytes at all are read without a panic.
         #[test]
         fn the_skimmer_reads_what_the_parser_reads(
-            content in proptest::option::of("(\\PC|[\"\\\\])*"),
+            // Any text, or one that reads like a key the skimmer looks for.
+            content in proptest::option::of(proptest::prop_oneof![
+                "(\\PC|[\"\\\\])*",
+                "(finish_reason|content|text|logprobs|choices)",
+            ]),
             finish in proptest::option::of("[a-z_]{1,8}"),
             extra in proptest::collection::vec(
                 ("(usage|error|text|content|finish_reason|logprobs|role|x)", "(\\PC|[\"\\\\])*"),
