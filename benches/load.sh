@@ -8,7 +8,10 @@
 #   direct    the backend itself: a static nginx answering a fixed chat
 #             completion (1 worker);
 #   nginx     nginx as the peer proxy (2 workers, least_conn, keep-alive 128);
-#   zonegate  a standalone zonegate node (one data-plane thread per core).
+#   zonegate  a standalone zonegate node (one data-plane thread per core);
+#   floor     examples/floor_proxy.rs: zonegate's thread and pool layout and
+#             syscalls with none of a gateway's work, the most a tokio
+#             proxy reaches here (FLOOR=0 leaves it out).
 # Each cell also counts the upstream connections the proxy opened during
 # it (the backend's stub_status accepts): keep-alive reuse means a handful,
 # not one per request.
@@ -58,8 +61,9 @@ wait_http() {
 }
 
 echo "building release binary..." >&2
-(cd "$ROOT" && cargo build --release --quiet)
+(cd "$ROOT" && cargo build --release --quiet && cargo build --release --quiet --example floor_proxy)
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/zonegate
+FLOOR_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/floor_proxy
 KEY=bench-key
 CHAT='{"model":"bench","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}'
 STREAM_CHAT='{"model":"bench-stream","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"hello"}]}'
@@ -109,6 +113,13 @@ RUST_LOG=warn "$BIN" serve --config "$WORK/zonegate.toml" >"$WORK/zonegate.log" 
 ZG_PID=$!
 PIDS+=($ZG_PID)
 
+if [ "${FLOOR:-1}" = 1 ]; then
+  FLOOR_PORT=$(free_port)
+  "$FLOOR_BIN" "127.0.0.1:$FLOOR_PORT" "127.0.0.1:$STATIC_PORT" "$(nproc)" &
+  FLOOR_PID=$!
+  PIDS+=($FLOOR_PID)
+fi
+
 if [ -n "${BASE:-}" ]; then
   # The build to compare with: an identical node from another binary
   # (idle while the others are measured).
@@ -143,7 +154,7 @@ if [ "${TLS:-0}" = 1 ]; then
   done
 fi
 
-for port in $STATIC_PORT $MOCK_PORT $NGINX_PORT $ZG_PORT ${BASE_PORT:-}; do wait_http "http://127.0.0.1:$port/"; done
+for port in $STATIC_PORT $MOCK_PORT $NGINX_PORT $ZG_PORT ${BASE_PORT:-} ${FLOOR_PORT:-}; do wait_http "http://127.0.0.1:$port/"; done
 sleep 2
 rss_kb() { ps -o rss= -p "$ZG_PID" | tr -d ' '; }
 IDLE_RSS_KB=$(rss_kb)
@@ -180,6 +191,7 @@ cpu_pids() {
     nginx) pgrep -P "$(cat "$WORK/proxy.pid")" | tr '\n' ' ' ;;
     zg-tls*) echo "${TLS_PID:-}" ;;
     zg-base) echo "${BASE_PID:-}" ;;
+    floor) echo "${FLOOR_PID:-}" ;;
     zonegate|zg-*) echo "$ZG_PID" ;;
   esac
 }
@@ -225,22 +237,24 @@ if [ "$ONLY" = all ] || [ "$ONLY" = matrix ]; then
   for t in 1 2; do
     for c in 32 256; do
       CELL=""
-      for target in direct nginx zonegate ${BASE:+zg-base}; do
+      for target in direct nginx ${FLOOR_PORT:+floor} zonegate ${BASE:+zg-base}; do
         case $target in
           direct) url="http://127.0.0.1:$STATIC_PORT/v1/chat/completions" ;;
           nginx) url="http://127.0.0.1:$NGINX_PORT/v1/chat/completions" ;;
           zonegate) url="http://127.0.0.1:$ZG_PORT/v1/chat/completions" ;;
           zg-base) url="http://127.0.0.1:$BASE_PORT/v1/chat/completions" ;;
+          floor) url="http://127.0.0.1:$FLOOR_PORT/v1/chat/completions" ;;
         esac
         r=$(run "$target" "$url" "$t" "$c")
         row $r "$t" "$c"
         CELL+="$r"$'\n'
       done
       SUMMARY+=$(echo "$CELL" | awk -v t="$t" -v c="$c" '
-        $1=="direct"{dp99=$4} $1=="nginx"{nr=$2; np99=$4; nc=$8} $1=="zonegate"{zr=$2; zp99=$4; zc=$8} $1=="zg-base"{br=$2; bc=$8}
+        $1=="direct"{dp99=$4} $1=="nginx"{nr=$2; np99=$4; nc=$8} $1=="zonegate"{zr=$2; zp99=$4; zc=$8} $1=="zg-base"{br=$2; bc=$8} $1=="floor"{fr=$2; fc=$8}
         END { printf "wrk -t%s -c%-4s zonegate/nginx req/s %.2fx, CPU per request %.2fx   p99 zonegate %.3f vs nginx %.3f ms (%s)   added p99 over direct %+.3f ms",
           t, c, zr/nr, zc/nc, zp99, np99, (zp99 <= np99 ? "<=" : ">"), zp99 - dp99
           if (br) printf "   zonegate/base req/s %.2fx, CPU %.2fx", zr/br, zc/bc
+          if (fr) printf "   floor/nginx req/s %.2fx, CPU %.2fx", fr/nr, fc/nc
           printf "\n" }')$'\n'
     done
   done

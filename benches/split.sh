@@ -11,6 +11,12 @@
 #   STREAM=1 PACE=2 T=2 C=256 benches/split.sh
 #                                           # streams of 16 events from the mock backend,
 #                                           # 2 ms apart: "req" is then one whole stream
+#   FLOOR=1 benches/split.sh                # also examples/floor_proxy.rs (POST only): the
+#                                           # same layout and syscalls, no gateway work
+#   KEEP=/tmp/split benches/split.sh        # keeps the perf recordings (NAME.data)
+#   SYSCALLS=1 benches/split.sh             # also each proxy's syscalls by kind
+#                                           # per request, and the reads that
+#                                           # found nothing (EAGAIN)
 #
 # Needs nginx, wrk and perf (`apt-get install nginx wrk linux-perf`) and
 # root or kernel.perf_event_paranoid <= 1; a benchmark, never part of the
@@ -65,6 +71,20 @@ load() { wrk -t"$T" -c"$C" -d"$1" -s "$WORK/post.lua" "http://127.0.0.1:$2/v1/ch
 ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done; echo $t; }
 switches() { local s=0 p; for p in "$@"; do s=$((s + $(cat /proc/"$p"/task/*/status | awk '/ctxt_switches/{s+=$2} END{print s}'))); done; echo $s; }
 
+# by_kind NAME PORT PIDS: one more run, counting syscalls by kind (those
+# this proxy made at least 0.01 times per request).
+KINDS="read write readv writev recvfrom sendto recvmsg sendmsg epoll_wait epoll_pwait epoll_ctl futex accept4 close setsockopt getsockopt connect sched_yield"
+by_kind() {
+  local name=$1 port=$2 pids=$3 ev=() k n
+  for k in $KINDS; do ev+=(-e "syscalls:sys_enter_$k"); done
+  ev+=(-e syscalls:sys_exit_read --filter 'ret == -11' -e syscalls:sys_exit_recvfrom --filter 'ret == -11')
+  perf stat "${ev[@]}" -p "$pids" -o "$WORK/kinds.txt" -- sleep "$SECS" &
+  local pp=$!
+  n=$(load "${SECS}s" "$port" | awk '/requests in/{print $1}')
+  wait $pp
+  awk -v n="$n" -v name="$name" '/syscalls:sys_/{gsub(",","",$1); r=$1/n; if (r>=0.01) {k=$2; sub("syscalls:sys_enter_","",k); sub("syscalls:sys_exit_","",k); if ($2 ~ /exit/) k=k" EAGAIN"; line=line sprintf("  %s %.2f", k, r)}} END{print name " per request:" line}' "$WORK/kinds.txt"
+}
+
 # measure NAME PORT PIDS...: one plain run, one under perf record.
 measure() {
   local name=$1 port=$2; shift 2
@@ -80,6 +100,7 @@ measure() {
   local n sc
   n=$(echo "$out" | awk '/requests in/{print $1}')
   sc=$(awk '/raw_syscalls/{gsub(",","",$1); print $1}' "$WORK/stat.txt")
+  if [ "${SYSCALLS:-0}" = 1 ]; then by_kind "$name" "$port" "$pids"; fi
   perf record -F 2999 -g -o "$WORK/$name.data" -p "$pids" -- sleep "$SECS" >/dev/null 2>&1 &
   pp=$!
   load "${SECS}s" "$port" >/dev/null
@@ -101,6 +122,17 @@ PY
 echo "== wrk -t$T -c$C, ${SECS} s per measurement, $(nproc) cores"
 measure nginx "$NP" $NPIDS
 measure zonegate "$ZP" "$ZPID"
+if [ "${FLOOR:-0}" = 1 ] && [ "$STREAMING" = false ]; then
+  (cd "$ROOT" && cargo build --release --quiet --example floor_proxy)
+  FP=$(free_port)
+  "${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/floor_proxy" "127.0.0.1:$FP" "127.0.0.1:$SP" "$(nproc)" &
+  FPID=$!
+  PIDS+=("$FPID")
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FP/" && break; sleep 0.1; done
+  measure floor "$FP" "$FPID"
+fi
+# KEEP=DIR: the perf recordings (NAME.data), for `perf report -i`.
+if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$WORK"/*.data "$KEEP"/; fi
 echo
 echo "== zonegate: top user-space symbols (self, % of its samples)"
 perf report -i "$WORK/zonegate.data" --no-children --sort sym -g none \

@@ -1,0 +1,151 @@
+//! The floor: the least a tokio proxy does per request on this machine.
+//!
+//! Laid out as zonegate's data plane is (one current-thread runtime per
+//! thread, a listener per thread on one port with `SO_REUSEPORT`, a
+//! keep-alive pool of backend connections per thread, a request and its
+//! backend connection never leave their thread) and making the same
+//! syscalls per request (a read and a write each way), but doing none of
+//! a gateway's work: no authentication, JSON, routing, health, quotas,
+//! metrics, timeouts or header rewriting. The request's head and body go
+//! to the backend as they came; the answer's head and body come back as
+//! they came. Only `Content-Length` framing is understood.
+//!
+//! `benches/load.sh` runs it beside nginx and zonegate (`FLOOR=1`): what
+//! it reaches is what a tokio proxy can reach here, so the distance from
+//! it to zonegate is the gateway's own cost, and the distance from it to
+//! nginx is the runtime's. A benchmark tool, never part of the product.
+//!
+//! ```text
+//! cargo run --release --example floor_proxy -- LISTEN BACKEND [THREADS]
+//! ```
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+/// Backend connections at rest, per thread.
+type Pool = Rc<RefCell<Vec<TcpStream>>>;
+
+fn main() -> Result<(), String> {
+    let mut args = std::env::args().skip(1);
+    let usage = "usage: floor_proxy LISTEN BACKEND [THREADS]";
+    let listen: SocketAddr = parse(args.next(), usage)?;
+    let backend: SocketAddr = parse(args.next(), usage)?;
+    let threads: usize = match args.next() {
+        Some(t) => parse(Some(t), usage)?,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let workers: Vec<_> = (0..threads)
+        .map(|_| std::thread::spawn(move || serve(listen, backend)))
+        .collect();
+    for w in workers {
+        w.join().map_err(|_| "a thread panicked".to_string())??;
+    }
+    Ok(())
+}
+
+fn parse<T: std::str::FromStr>(arg: Option<String>, usage: &str) -> Result<T, String> {
+    arg.and_then(|a| a.parse().ok()).ok_or_else(|| usage.to_string())
+}
+
+/// One thread: its runtime, its listener, its pool.
+fn serve(listen: SocketAddr, backend: SocketAddr) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async move {
+        let socket = TcpSocket::new_v4().map_err(|e| e.to_string())?;
+        socket.set_reuseport(true).map_err(|e| e.to_string())?;
+        socket.bind(listen).map_err(|e| format!("{listen}: {e}"))?;
+        let listener = socket.listen(1024).map_err(|e| e.to_string())?;
+        let pool: Pool = Rc::default();
+        loop {
+            let (client, _) = listener.accept().await.map_err(|e| e.to_string())?;
+            let _ = client.set_nodelay(true);
+            tokio::task::spawn_local(connection(client, backend, pool.clone()));
+        }
+    })
+}
+
+/// Requests of one client connection, in turn, until it closes or sends
+/// something this floor does not read.
+async fn connection(mut client: TcpStream, backend: SocketAddr, pool: Pool) {
+    let mut from_client = BytesMut::with_capacity(8 * 1024);
+    let mut from_backend = BytesMut::with_capacity(8 * 1024);
+    loop {
+        let Some(request) = message(&mut client, &mut from_client, Kind::Request).await else {
+            return;
+        };
+        let taken = pool.borrow_mut().pop();
+        let mut upstream = match taken {
+            Some(c) => c,
+            None => match TcpStream::connect(backend).await {
+                Ok(c) => {
+                    let _ = c.set_nodelay(true);
+                    c
+                }
+                Err(_) => return,
+            },
+        };
+        if upstream.write_all(&request).await.is_err() {
+            return;
+        }
+        let Some(answer) = message(&mut upstream, &mut from_backend, Kind::Response).await else {
+            return;
+        };
+        pool.borrow_mut().push(upstream);
+        if client.write_all(&answer).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Request,
+    Response,
+}
+
+/// One whole message (head and `Content-Length` body) read from `io`,
+/// as its bytes; `None` at the end, or past 1 MiB without one.
+async fn message(io: &mut TcpStream, buf: &mut BytesMut, kind: Kind) -> Option<BytesMut> {
+    loop {
+        if let Some(len) = whole(buf, kind) {
+            return Some(buf.split_to(len));
+        }
+        if buf.len() > 1 << 20 {
+            return None;
+        }
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(8 * 1024);
+        }
+        if io.read_buf(buf).await.ok()? == 0 {
+            return None;
+        }
+    }
+}
+
+/// The length of the whole message at the front of `buf`, once it is there.
+fn whole(buf: &BytesMut, kind: Kind) -> Option<usize> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let head = match kind {
+        Kind::Request => httparse::Request::new(&mut headers).parse(buf.chunk()),
+        Kind::Response => httparse::Response::new(&mut headers).parse(buf.chunk()),
+    };
+    let head = match head {
+        Ok(httparse::Status::Complete(n)) => n,
+        _ => return None,
+    };
+    let body: usize = headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+        .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse().ok())
+        .unwrap_or(0);
+    (buf.len() >= head + body).then_some(head + body)
+}
