@@ -49,7 +49,8 @@ fn main() -> Result<(), String> {
 }
 
 fn parse<T: std::str::FromStr>(arg: Option<String>, usage: &str) -> Result<T, String> {
-    arg.and_then(|a| a.parse().ok()).ok_or_else(|| usage.to_string())
+    arg.and_then(|a| a.parse().ok())
+        .ok_or_else(|| usage.to_string())
 }
 
 /// One thread: its runtime, its listener, its pool.

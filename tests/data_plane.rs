@@ -99,6 +99,98 @@ async fn serves_chat_completions_embeddings_and_models_through_the_mock() {
     assert_eq!(ready.status(), 200);
 }
 
+/// One request on a new connection, written and read as bytes: the
+/// answer's head lines (lower-cased names) and its body.
+async fn raw_exchange(data: &str, body: &str) -> (Vec<(String, String)>, Vec<u8>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = data.trim_start_matches("http://");
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {API_KEY}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), conn.read_to_end(&mut raw))
+        .await
+        .expect("the answer ends")
+        .unwrap();
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a whole head");
+    let head = String::from_utf8(raw[..end].to_vec()).unwrap();
+    let lines = head
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let (name, value) = l.split_once(':').unwrap();
+            (name.to_ascii_lowercase(), value.trim().to_string())
+        })
+        .collect();
+    (lines, raw[end + 4..].to_vec())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxied_answer_keeps_the_backends_headers_its_length_and_one_date() {
+    let mock = Mock::start("m1", "az-a", &[MODEL]).await;
+    let gw = NodeProcess::start("az-a", &mock.backend_toml(&[MODEL])).await;
+    let count =
+        |lines: &[(String, String)], name: &str| lines.iter().filter(|(n, _)| n == name).count();
+    let value = |lines: &[(String, String)], name: &str| {
+        lines
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    };
+
+    // A plain answer: framed by length as the backend framed it, with the
+    // backend's content type, zonegate's headers and one date (the
+    // server's own, as nginx writes its own).
+    let (lines, body) = raw_exchange(&gw.data, &chat_body(4, false).to_string()).await;
+    let length: usize = value(&lines, "content-length")
+        .expect("a length")
+        .parse()
+        .unwrap();
+    assert_eq!(length, body.len(), "{lines:?}");
+    assert_eq!(count(&lines, "transfer-encoding"), 0, "{lines:?}");
+    assert_eq!(count(&lines, "date"), 1, "{lines:?}");
+    assert_eq!(count(&lines, "content-length"), 1, "{lines:?}");
+    assert_eq!(
+        value(&lines, "content-type").as_deref(),
+        Some("application/json")
+    );
+    assert_eq!(value(&lines, "x-zonegate-backend").as_deref(), Some("m1"));
+    assert_eq!(value(&lines, "x-zonegate-zone").as_deref(), Some("az-a"));
+    assert_eq!(
+        value(&lines, "x-zonegate-config-version").as_deref(),
+        Some("0")
+    );
+    assert_eq!(count(&lines, "x-request-id"), 1, "{lines:?}");
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        "tok0 tok1 tok2 tok3 "
+    );
+
+    // A stream: chunked, an event stream, the same headers.
+    let (lines, body) = raw_exchange(&gw.data, &chat_body(3, true).to_string()).await;
+    assert_eq!(
+        value(&lines, "transfer-encoding").as_deref(),
+        Some("chunked")
+    );
+    assert_eq!(count(&lines, "content-length"), 0, "{lines:?}");
+    assert_eq!(count(&lines, "date"), 1, "{lines:?}");
+    assert!(value(&lines, "content-type")
+        .unwrap()
+        .starts_with("text/event-stream"));
+    assert_eq!(value(&lines, "x-zonegate-backend").as_deref(), Some("m1"));
+    let text = String::from_utf8_lossy(&body);
+    assert_eq!(text.matches("chat.completion.chunk").count(), 3, "{text}");
+    assert!(text.contains("data: [DONE]"), "{text}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_streamed_chunk_reaches_the_client_before_the_backend_finishes() {
     let mock = Mock::start("m1", "az-a", &[MODEL]).await;

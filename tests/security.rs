@@ -48,8 +48,8 @@ fn https_client(ca: &TestCa) -> reqwest::Client {
 }
 
 /// POSTs a chat request over HTTP/2 (negotiated by ALPN) to `url`;
-/// returns the negotiated protocol, the HTTP version and status.
-async fn h2_chat(url: &str, ca: &TestCa) -> (Option<Vec<u8>>, http::Version, u16) {
+/// returns the negotiated protocol, the HTTP version, status and headers.
+async fn h2_chat(url: &str, ca: &TestCa) -> (Option<Vec<u8>>, http::Version, u16, http::HeaderMap) {
     let addr = url.trim_start_matches("https://");
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(ca.pem().as_bytes()) {
@@ -79,7 +79,12 @@ async fn h2_chat(url: &str, ca: &TestCa) -> (Option<Vec<u8>>, http::Version, u16
         .body(Full::new(Bytes::from(body)))
         .unwrap();
     let resp = send.send_request(req).await.unwrap();
-    (alpn, resp.version(), resp.status().as_u16())
+    (
+        alpn,
+        resp.version(),
+        resp.status().as_u16(),
+        resp.headers().clone(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -102,10 +107,15 @@ async fn the_data_plane_speaks_https_and_http2_and_drops_plain_http_cleanly() {
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.version(), http::Version::HTTP_11);
 
-    let (alpn, version, status) = h2_chat(&node.data, &ca).await;
+    let (alpn, version, status, headers) = h2_chat(&node.data, &ca).await;
     assert_eq!(alpn.as_deref(), Some(&b"h2"[..]));
     assert_eq!(version, http::Version::HTTP_2);
     assert_eq!(status, 200);
+    // The backend's headers and zonegate's reach an HTTP/2 client too.
+    assert_eq!(headers["x-zonegate-backend"], "a-1", "{headers:?}");
+    assert_eq!(headers["x-zonegate-zone"], "az-a");
+    assert_eq!(headers["content-type"], "application/json");
+    assert!(headers.contains_key("x-request-id"));
 
     // Plain HTTP to the TLS port: a prompt failure, never a hang.
     let plain = node.data.replace("https://", "http://");

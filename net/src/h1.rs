@@ -46,7 +46,7 @@ use http_body::Body as _;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tower::ServiceExt;
 
-use crate::http1::{content_length, header_map, put_header, put_number, span, Span};
+use crate::http1::{content_length, header_map, put_header, put_number, span, HeadLines, Span};
 use crate::listen::{App, ConnState, InFlight, Peer, Stop};
 
 /// Headers in one request at most; more go to hyper (whose limit is 100).
@@ -138,7 +138,15 @@ where
         let close = parsed.close || unread || stop.is_stopped() || asks_close(&parts.headers);
         let framing = framing(parts.status, &parts.headers, &body);
         out.clear();
-        write_head(&mut out, parts.status, &parts.headers, framing, close);
+        let lines = parts.extensions.get::<HeadLines>();
+        write_head(
+            &mut out,
+            parts.status,
+            &parts.headers,
+            lines,
+            framing,
+            close,
+        );
         let complete = write_body(&mut io, &mut out, &mut body, framing, &mut buf).await;
         drop(guard);
         if !complete {
@@ -450,12 +458,14 @@ fn asks_close(headers: &HeaderMap) -> bool {
     })
 }
 
-/// The status line and headers. The framing headers and `connection` are
-/// this server's to write; `date` is added when the response has none.
+/// The status line and headers: the map's, then the response's
+/// [`HeadLines`] as they are. The framing headers and `connection` are
+/// this server's to write; `date` is added when the map has none.
 fn write_head(
     out: &mut Vec<u8>,
     status: StatusCode,
     headers: &HeaderMap,
+    lines: Option<&HeadLines>,
     framing: Framing,
     close: bool,
 ) {
@@ -472,6 +482,9 @@ fn write_head(
             continue;
         }
         put_header(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    if let Some(lines) = lines {
+        out.extend_from_slice(&lines.0);
     }
     if !headers.contains_key(header::DATE) {
         DATE.with(|d| put_header(out, b"date", &d.now()));

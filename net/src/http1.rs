@@ -43,6 +43,63 @@ pub fn header_map(head: &Bytes, spans: &[Span], extra: usize) -> Option<HeaderMa
     Some(headers)
 }
 
+/// Response headers kept as the lines they are written as, `name:
+/// value\r\n` each, in a response's extensions: what a proxy passes on
+/// (a backend's headers, its own) without building and dropping a header
+/// map per answer. The lean server writes them after the response's map;
+/// hyper's paths move them into the map first ([`HeadLines::fold_into`]).
+///
+/// The lines hold no framing (`content-length`, `transfer-encoding`), no
+/// `connection` and no `date`: those are the server's to write, from the
+/// map and the body. Their names and values are what httparse accepts;
+/// one that `http` refuses is written by the lean server and left out by
+/// hyper's paths.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HeadLines(pub Bytes);
+
+impl HeadLines {
+    /// Each line's name and value.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        memchr::memchr_iter(b'\n', &self.0)
+            .scan(0, |start, end| {
+                let line = &self.0[std::mem::replace(start, end + 1)..end];
+                Some(line.strip_suffix(b"\r").unwrap_or(line))
+            })
+            .filter_map(|line| {
+                let colon = memchr::memchr(b':', line)?;
+                Some((&line[..colon], line[colon + 1..].trim_ascii()))
+            })
+    }
+
+    /// The first value of the header `name` (in lower case): a line is
+    /// looked at only as far as `name` is long.
+    pub fn get(&self, name: &[u8]) -> Option<&[u8]> {
+        let mut start = 0;
+        for end in memchr::memchr_iter(b'\n', &self.0) {
+            let line = &self.0[start..end];
+            start = end + 1;
+            if line.get(name.len()) == Some(&b':') && line[..name.len()].eq_ignore_ascii_case(name)
+            {
+                let value = &line[name.len() + 1..];
+                return Some(value.strip_suffix(b"\r").unwrap_or(value).trim_ascii());
+            }
+        }
+        None
+    }
+
+    /// Appends the lines to `headers`, values sharing these bytes.
+    pub fn fold_into(self, headers: &mut HeaderMap) {
+        for (name, value) in self.iter() {
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(name),
+                HeaderValue::from_maybe_shared(self.0.slice_ref(value)),
+            ) {
+                headers.append(name, value);
+            }
+        }
+    }
+}
+
 /// Appends the header line `name: value`.
 pub fn put_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(name);
@@ -99,6 +156,25 @@ mod tests {
             put_number(&mut out, n, base);
             assert_eq!(out, text.as_bytes());
         }
+    }
+
+    #[test]
+    fn head_lines_are_read_and_folded_into_a_map_as_written() {
+        let lines = HeadLines(Bytes::from_static(
+            b"Content-Type: text/event-stream\r\nx-a:1\r\nx-a: 2 \r\nbad name: v\r\n",
+        ));
+        assert_eq!(lines.get(b"content-type"), Some(&b"text/event-stream"[..]));
+        assert_eq!(lines.get(b"x-a"), Some(&b"1"[..]));
+        assert_eq!(lines.get(b"x-b"), None);
+        let mut map = HeaderMap::new();
+        map.insert("x-own", HeaderValue::from_static("kept"));
+        lines.fold_into(&mut map);
+        assert_eq!(map["content-type"], "text/event-stream");
+        let a: Vec<_> = map.get_all("x-a").iter().collect();
+        assert_eq!(a, ["1", "2"]);
+        assert_eq!(map["x-own"], "kept");
+        // A name `http` refuses is left out, not a failure.
+        assert_eq!(map.len(), 4);
     }
 
     #[test]

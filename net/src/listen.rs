@@ -32,6 +32,7 @@ use tokio::time::Instant;
 use tower::{Service, ServiceExt};
 
 use crate::h1;
+use crate::http1::HeadLines;
 use crate::slots::Slots;
 use crate::tls::ServerTls;
 
@@ -383,7 +384,11 @@ async fn serve_connection<I>(
         let guard = InFlight::begin(Arc::clone(&svc_state));
         let app = app.clone();
         async move {
-            let resp = app.oneshot(req.map(Body::new)).await?;
+            let mut resp = app.oneshot(req.map(Body::new)).await?;
+            // hyper writes the map only.
+            if let Some(lines) = resp.extensions_mut().remove::<HeadLines>() {
+                lines.fold_into(resp.headers_mut());
+            }
             Ok::<_, std::convert::Infallible>(resp.map(|body| {
                 Body::new(Tracked {
                     body,

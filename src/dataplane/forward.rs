@@ -11,12 +11,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{StatusCode, Uri};
+use http_body::Body as _;
 use http_body_util::{BodyExt, Limited};
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use rustls::pki_types::ServerName;
 use smallvec::SmallVec;
 use tokio::time::Instant;
+use zonegate_net::http1::HeadLines;
 use zonegate_net::tls::BackendTls;
 
 use crate::dataplane::upstream::{self, SendError, Target, UpstreamBody};
@@ -150,7 +152,11 @@ pub struct AttemptLimits {
 /// A backend response whose first body chunk has arrived.
 pub struct Committed {
     pub status: StatusCode,
-    pub headers: HeaderMap,
+    /// The headers passed on to the client, as the backend wrote them
+    /// (without hop-by-hop headers, length and date: see `upstream`).
+    pub lines: HeadLines,
+    /// Its `Content-Type` is an event stream.
+    pub sse: bool,
     pub first: Option<Bytes>,
     /// The rest of the body; `None` when `first` was all of it.
     pub rest: Option<UpstreamBody>,
@@ -238,12 +244,9 @@ pub fn forwarded(name: &HeaderName) -> bool {
     !(DROP_REQUEST.contains(name) || *name == names::KEEP_ALIVE || *name == names::REQUEST_ID)
 }
 
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    headers
-        .get(header::RETRY_AFTER)?
-        .to_str()
+fn retry_after(lines: &HeadLines) -> Option<Duration> {
+    std::str::from_utf8(lines.get(b"retry-after")?)
         .ok()?
-        .trim()
         .parse::<f64>()
         .ok()
         .filter(|s| s.is_finite() && *s >= 0.0)
@@ -291,23 +294,25 @@ pub async fn attempt(
                 SendError::Connect(e) => AttemptError::Connect(e),
                 SendError::Reset(e) => AttemptError::Reset(e),
             })?;
-        let status = resp.status();
+        let upstream::Answer {
+            status,
+            lines,
+            sse,
+            body: mut rest,
+        } = resp;
         if status == StatusCode::TOO_MANY_REQUESTS {
-            let busy = AttemptError::Busy(retry_after(resp.headers()));
-            resp.into_body().drain_in_background();
+            let busy = AttemptError::Busy(retry_after(&lines));
+            rest.drain_in_background();
             return Err(busy);
         }
         if status.is_server_error() {
-            resp.into_body().drain_in_background();
+            rest.drain_in_background();
             return Err(AttemptError::Status(status));
         }
-        let content_length = resp
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok()?.parse().ok());
-        let (parts, mut rest) = resp.into_parts();
+        // Read before the first frame is taken from it.
+        let content_length = rest.size_hint().exact();
         if status == StatusCode::BAD_REQUEST && limits.detect_context_length {
-            return Box::pin(whole_error_body(parts, rest, started)).await;
+            return Box::pin(whole_error_body(lines, rest, started)).await;
         }
         let first = loop {
             match rest.frame().await {
@@ -321,8 +326,9 @@ pub async fn attempt(
             }
         };
         Ok(Committed {
-            status: parts.status,
-            headers: parts.headers,
+            status,
+            lines,
+            sse,
             first,
             rest: Some(rest),
             content_length,
@@ -342,7 +348,7 @@ pub async fn attempt(
 /// "maximum context length" message) becomes an error the retry loop can
 /// act on; any other 400 is committed as the backend sent it.
 async fn whole_error_body(
-    parts: http::response::Parts,
+    lines: HeadLines,
     rest: UpstreamBody,
     started: std::time::Instant,
 ) -> Result<Committed, AttemptError> {
@@ -357,9 +363,10 @@ async fn whole_error_body(
             return Err(AttemptError::ContextLength(body));
         }
         Ok(Committed {
-            status: parts.status,
+            status: StatusCode::BAD_REQUEST,
             content_length: Some(body.len() as u64),
-            headers: parts.headers,
+            sse: is_sse_lines(&lines),
+            lines,
             first: (!body.is_empty()).then_some(body),
             rest: None,
             first_byte: started.elapsed(),
@@ -367,20 +374,26 @@ async fn whole_error_body(
     }
 }
 
-/// Whether a response is a server-sent event stream.
-pub fn is_sse(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"))
+/// Whether a response is a server-sent event stream, by the
+/// `Content-Type` in its map or else in its [`HeadLines`] (a proxied
+/// answer's).
+pub fn is_sse<B>(resp: &http::Response<B>) -> bool {
+    match resp.headers().get(header::CONTENT_TYPE) {
+        Some(v) => event_stream(v.as_bytes()),
+        None => resp
+            .extensions()
+            .get::<HeadLines>()
+            .is_some_and(is_sse_lines),
+    }
 }
 
-/// Sets a response header from a string, skipping values that are not
-/// valid header text (they come from config names, which are validated).
-pub fn set_header(headers: &mut HeaderMap, name: HeaderName, value: &str) {
-    if let Ok(v) = HeaderValue::from_str(value) {
-        headers.insert(name, v);
-    }
+/// Whether a backend's answer, its headers as lines, is an event stream.
+fn is_sse_lines(lines: &HeadLines) -> bool {
+    lines.get(b"content-type").is_some_and(event_stream)
+}
+
+fn event_stream(content_type: &[u8]) -> bool {
+    content_type.starts_with(b"text/event-stream")
 }
 
 /// A header value made once (when routes are built) and cloned per
@@ -397,39 +410,14 @@ pub enum Version {
     Config,
 }
 
-thread_local! {
-    /// The last decision and config version made into a header value on
-    /// this thread: versions change rarely, so an answer clones it
-    /// instead of formatting (and allocating) a number.
-    static VERSIONS: std::cell::RefCell<[Option<(u64, HeaderValue)>; 2]> =
-        const { std::cell::RefCell::new([None, None]) };
-}
-
-/// Sets `x-zonegate-decision-version` or `x-zonegate-config-version`.
+/// Sets `x-zonegate-decision-version` or `x-zonegate-config-version` (an
+/// error's answer; a proxied answer writes them as lines, in `respond`).
 pub fn set_version(headers: &mut HeaderMap, which: Version, version: u64) {
-    let value = VERSIONS.with(|cell| {
-        let mut cell = cell.borrow_mut();
-        match &mut cell[which as usize] {
-            Some((made, value)) if *made == version => value.clone(),
-            slot => {
-                let value = HeaderValue::from(version);
-                *slot = Some((version, value.clone()));
-                value
-            }
-        }
-    });
     let name = match which {
         Version::Decision => names::DECISION_VERSION,
         Version::Config => names::CONFIG_VERSION,
     };
-    headers.insert(name, value);
-}
-
-/// Sets a header made by `shared_value`.
-pub fn set_shared(headers: &mut HeaderMap, name: HeaderName, value: &Option<HeaderValue>) {
-    if let Some(v) = value {
-        headers.insert(name, v.clone());
-    }
+    headers.insert(name, HeaderValue::from(version));
 }
 
 #[cfg(test)]
@@ -495,12 +483,13 @@ mod tests {
 
     #[test]
     fn retry_after_parses_seconds() {
-        let mut h = HeaderMap::new();
-        assert_eq!(retry_after(&h), None);
-        h.insert(header::RETRY_AFTER, "2".parse().unwrap());
-        assert_eq!(retry_after(&h), Some(Duration::from_secs(2)));
-        h.insert(header::RETRY_AFTER, "soon".parse().unwrap());
-        assert_eq!(retry_after(&h), None);
+        let lines = |text: &'static str| HeadLines(Bytes::from_static(text.as_bytes()));
+        assert_eq!(retry_after(&lines("x-a: 1\r\n")), None);
+        let two = Some(Duration::from_secs(2));
+        assert_eq!(retry_after(&lines("Retry-After: 2\r\n")), two);
+        assert_eq!(retry_after(&lines("retry-after:  2 \r\n")), two);
+        assert_eq!(retry_after(&lines("retry-after: soon\r\n")), None);
+        assert_eq!(retry_after(&lines("retry-after: -1\r\n")), None);
     }
 
     #[test]

@@ -11,7 +11,7 @@
 
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -108,7 +108,52 @@ pub fn body(committed: Committed, opts: RelayOptions, hooks: Box<dyn RelayHooks>
         let item = r.next().await?;
         Some((item, r))
     });
-    Body::new(StreamBody::new(frames))
+    Body::new(Exact {
+        inner: StreamBody::new(frames),
+        left: remaining,
+    })
+}
+
+pin_project_lite::pin_project! {
+    /// A plain answer's body, which tells its length (the backend's
+    /// `Content-Length`; the head's own header is not passed on), so the
+    /// client's server frames it by length as the backend did, not
+    /// chunked. A body that ends short or long of it breaks the
+    /// connection there, as any server does with a declared length.
+    struct Exact<B> {
+        #[pin]
+        inner: B,
+        left: Option<u64>,
+    }
+}
+
+impl<B: http_body::Body<Data = Bytes>> http_body::Body for Exact<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.project();
+        let polled = this.inner.poll_frame(cx);
+        if let (Poll::Ready(Some(Ok(frame))), Some(left)) = (&polled, this.left.as_mut()) {
+            let n = frame.data_ref().map_or(0, Bytes::len);
+            *left = left.saturating_sub(n as u64);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self.left {
+            Some(n) => http_body::SizeHint::with_exact(n),
+            None => self.inner.size_hint(),
+        }
+    }
 }
 
 enum Phase {
@@ -498,11 +543,12 @@ mod tests {
         let resp = crate::dataplane::upstream::tests::send_to(addr, "/")
             .await
             .expect("response");
-        let (parts, mut rest) = resp.into_parts();
+        let mut rest = resp.body;
         let first = rest.frame().await.and_then(|f| f.ok()?.into_data().ok());
         Committed {
-            status: parts.status,
-            headers: parts.headers,
+            status: resp.status,
+            lines: resp.lines,
+            sse: resp.sse,
             first,
             rest: Some(rest),
             content_length: None,

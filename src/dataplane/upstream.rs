@@ -27,7 +27,6 @@
 //! than being answered.
 
 mod wire;
-pub use wire::ANSWER_EXTRA_HEADERS;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -36,7 +35,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::uri::{Authority, Scheme};
-use http::{HeaderName, HeaderValue, Response, Uri};
+use http::{HeaderName, HeaderValue, StatusCode, Uri};
 use http_body::{Body, Frame, SizeHint};
 use hyper_util::rt::TokioIo;
 use std::future::poll_fn;
@@ -46,6 +45,7 @@ use std::task::{Context, Poll};
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 use tower::{Service, ServiceExt};
+use zonegate_net::http1::HeadLines;
 use zonegate_net::tls::BackendTls;
 
 use crate::dataplane::forward::{connector, source_chain, Connector};
@@ -303,7 +303,7 @@ pub async fn send<'h>(
     path: &Uri,
     headers: impl IntoIterator<Item = (&'h HeaderName, &'h HeaderValue)>,
     body: &Bytes,
-) -> Result<Response<UpstreamBody>, SendError> {
+) -> Result<Answer, SendError> {
     let mut out = OUT.take();
     out.clear();
     out.reserve(512 + body.len().min(COPY_BODY));
@@ -347,15 +347,26 @@ pub async fn send<'h>(
             Err(e) => return Err(SendError::Reset(format!("reading the answer: {e}"))),
         }
     };
-    let mut resp = Response::new(UpstreamBody {
-        conn: Some(conn),
-        decoder: head.decoder,
-        keep_alive: head.keep_alive,
-    });
-    *resp.status_mut() = head.status;
-    *resp.version_mut() = head.version;
-    *resp.headers_mut() = head.headers;
-    Ok(resp)
+    Ok(Answer {
+        status: head.status,
+        lines: head.lines,
+        sse: head.sse,
+        body: UpstreamBody {
+            conn: Some(conn),
+            decoder: head.decoder,
+            keep_alive: head.keep_alive,
+        },
+    })
+}
+
+/// A backend's answer, its head read: the headers to pass on as their
+/// lines (see `wire`), and the body still on the connection.
+pub struct Answer {
+    pub status: StatusCode,
+    pub lines: HeadLines,
+    /// Its `Content-Type` is an event stream.
+    pub sse: bool,
+    pub body: UpstreamBody,
 }
 
 /// A new connection to `target`.
@@ -525,10 +536,7 @@ pub(crate) mod tests {
 
     /// A POST of `path` to the plain-HTTP backend at `addr` through this
     /// thread's pool.
-    pub(crate) async fn send_to(
-        addr: SocketAddr,
-        path: &str,
-    ) -> Result<Response<UpstreamBody>, SendError> {
+    pub(crate) async fn send_to(addr: SocketAddr, path: &str) -> Result<Answer, SendError> {
         send_with(addr, path, Duration::from_secs(5)).await
     }
 
@@ -537,7 +545,7 @@ pub(crate) mod tests {
         addr: SocketAddr,
         path: &str,
         connect_timeout: Duration,
-    ) -> Result<Response<UpstreamBody>, SendError> {
+    ) -> Result<Answer, SendError> {
         send_over(
             &Scheme::HTTP,
             &BackendTls::default(),
@@ -555,7 +563,7 @@ pub(crate) mod tests {
         addr: SocketAddr,
         path: &str,
         connect_timeout: Duration,
-    ) -> Result<Response<UpstreamBody>, SendError> {
+    ) -> Result<Answer, SendError> {
         let authority = Authority::try_from(addr.to_string()).expect("authority");
         let target = Target {
             scheme,
@@ -628,8 +636,8 @@ pub(crate) mod tests {
 
     const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
 
-    async fn read_whole(resp: Response<UpstreamBody>) -> Bytes {
-        resp.into_body().collect().await.expect("body").to_bytes()
+    async fn read_whole(resp: Answer) -> Bytes {
+        resp.body.collect().await.expect("body").to_bytes()
     }
 
     #[tokio::test]
@@ -699,8 +707,8 @@ pub(crate) mod tests {
         };
         for _ in 0..3 {
             let resp = send_to(addr, "/").await.expect("answer");
-            assert_eq!(resp.status(), http::StatusCode::SERVICE_UNAVAILABLE);
-            resp.into_body().drain_in_background();
+            assert_eq!(resp.status, http::StatusCode::SERVICE_UNAVAILABLE);
+            resp.body.drain_in_background();
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
             while idle() == 0 {
                 assert!(std::time::Instant::now() < deadline, "never pooled");
@@ -716,7 +724,7 @@ pub(crate) mod tests {
         // were written: the end is never polled, only reached.
         let (addr, accepted) = backend(OK, usize::MAX).await;
         for _ in 0..3 {
-            let mut body = send_to(addr, "/").await.expect("answer").into_body();
+            let mut body = send_to(addr, "/").await.expect("answer").body;
             let frame = body.frame().await.expect("frame").expect("data");
             assert_eq!(frame.into_data().expect("data"), "ok");
             assert!(body.is_end_stream());
@@ -779,7 +787,7 @@ pub(crate) mod tests {
         const CUT: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhalf";
         // One answer, then the backend closes: the body is 6 bytes short.
         let (addr, _) = backend(CUT, 1).await;
-        let mut body = send_to(addr, "/").await.expect("answer").into_body();
+        let mut body = send_to(addr, "/").await.expect("answer").body;
         let first = body.frame().await.expect("frame").expect("data");
         assert_eq!(first.into_data().expect("data"), "half");
         assert!(matches!(body.frame().await, Some(Err(_))), "the cut");
@@ -791,10 +799,10 @@ pub(crate) mod tests {
     async fn an_answer_dropped_before_its_end_closes_its_connection() {
         const PARTIAL: &[u8] = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nhi\r\n";
         let (addr, accepted) = backend(PARTIAL, usize::MAX).await;
-        let mut body = send_to(addr, "/").await.expect("answer").into_body();
+        let mut body = send_to(addr, "/").await.expect("answer").body;
         assert!(body.frame().await.is_some());
         drop(body);
-        let mut body = send_to(addr, "/").await.expect("answer").into_body();
+        let mut body = send_to(addr, "/").await.expect("answer").body;
         assert!(body.frame().await.is_some());
         assert_eq!(
             accepted.load(Ordering::SeqCst),

@@ -151,7 +151,7 @@ pub async fn tracked(gw: &Gateway, respond: impl Future<Output = Response>) -> R
         resp.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
-    let cut = is_sse(resp.headers()).then(|| drain.0.streams.add(AtomicWaker::new()));
+    let cut = is_sse(&resp).then(|| drain.0.streams.add(AtomicWaker::new()));
     let counter = gw.metrics.drain_cut_streams.clone();
     resp.map(|inner| {
         Body::new(DrainBody {

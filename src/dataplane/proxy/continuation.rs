@@ -20,7 +20,6 @@ use super::RequestFacts;
 use crate::clock::now_ms;
 use crate::config::Continuation;
 use crate::dataplane::backend::{Backend, InFlight};
-use crate::dataplane::forward;
 use crate::dataplane::relay::Resumed;
 use crate::dataplane::request::RequestMeta;
 use crate::dataplane::routing::{PoolGuard, Routes};
@@ -125,7 +124,7 @@ impl Continuer {
                 )
                 .await;
                 let Ok(w) = chain else { break };
-                let ok = w.committed.status.is_success() && forward::is_sse(&w.committed.headers);
+                let ok = w.committed.status.is_success() && w.committed.sse;
                 let outcome = if ok { "ok" } else { "continuation_refused" };
                 self.gw
                     .metrics

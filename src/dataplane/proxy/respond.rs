@@ -7,7 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::response::Response;
+use bytes::Bytes;
 use futures_util::future::BoxFuture;
+use http::{HeaderMap, HeaderName};
+use zonegate_net::http1::{put_header, put_number, HeadLines};
 
 use super::attempts::Winner;
 use super::chain::Link;
@@ -15,7 +18,7 @@ use super::continuation::Continuer;
 use super::{pin, RequestFacts};
 use crate::clock::now_ms;
 use crate::dataplane::backend::{Backend, InFlight};
-use crate::dataplane::forward::{self, names, Version};
+use crate::dataplane::forward::names;
 use crate::dataplane::quota::Admission;
 use crate::dataplane::relay::{self, RelayHooks, RelayOptions, Resumed, StreamEnd};
 use crate::dataplane::request::RequestClass;
@@ -120,27 +123,42 @@ pub(super) fn respond(
         ..
     } = winner;
     let status = committed.status;
-    let sse = forward::is_sse(&committed.headers);
-    // Without hop-by-hop headers: `upstream::wire` leaves them out.
-    let mut headers = std::mem::take(&mut committed.headers);
-    // Made with room for zonegate's headers and a limited tenant's six
-    // rate-limit headers (a no-op then; an answer from elsewhere may grow).
-    headers.reserve(crate::dataplane::upstream::ANSWER_EXTRA_HEADERS);
-    forward::set_shared(&mut headers, names::BACKEND, &ctx.backend.name_value);
-    forward::set_shared(&mut headers, names::ZONE, &ctx.backend.zone_value);
-    forward::set_version(&mut headers, Version::Decision, ctx.decision_version);
-    forward::set_version(&mut headers, Version::Config, config_version);
-    match &ctx.route {
-        Cow::Borrowed(pick) => {
-            headers.insert(names::ROUTE, http::HeaderValue::from_static(pick));
-        }
-        Cow::Owned(route) => forward::set_header(&mut headers, names::ROUTE, route),
+    let sse = committed.sse;
+    // The backend's headers (`upstream::wire` left out the hop-by-hop
+    // ones), then zonegate's, as lines: no header map is built per answer.
+    let backend_lines = std::mem::take(&mut committed.lines);
+    let mut lines = Vec::with_capacity(backend_lines.0.len() + 512);
+    lines.extend_from_slice(&backend_lines.0);
+    drop(backend_lines);
+    let mut put =
+        |name: &HeaderName, value: &[u8]| put_header(&mut lines, name.as_str().as_bytes(), value);
+    if let Some(v) = &ctx.backend.name_value {
+        put(&names::BACKEND, v.as_bytes());
     }
-    forward::set_shared(&mut headers, names::MODEL, &ctx.model_value);
-    headers.insert(names::REQUEST_ID, ctx.request_id.value());
-    if let Some(token) = &ctx.pin_token {
-        forward::set_header(&mut headers, names::PIN, token);
+    if let Some(v) = &ctx.backend.zone_value {
+        put(&names::ZONE, v.as_bytes());
     }
+    put_version(&mut lines, &names::DECISION_VERSION, ctx.decision_version);
+    put_version(&mut lines, &names::CONFIG_VERSION, config_version);
+    let mut put =
+        |name: &HeaderName, value: &[u8]| put_header(&mut lines, name.as_str().as_bytes(), value);
+    if is_header_text(ctx.route.as_bytes()) {
+        put(&names::ROUTE, ctx.route.as_bytes());
+    }
+    if let Some(v) = &ctx.model_value {
+        put(&names::MODEL, v.as_bytes());
+    }
+    put(&names::REQUEST_ID, ctx.request_id.value().as_bytes());
+    if let Some(token) = ctx
+        .pin_token
+        .as_deref()
+        .filter(|t| is_header_text(t.as_bytes()))
+    {
+        put(&names::PIN, token.as_bytes());
+    }
+    // Only a limited tenant's rate-limit headers go in a map (none
+    // allocated otherwise).
+    let mut headers = HeaderMap::new();
     admission.write_headers(&mut headers);
     if sse {
         model_handles.ttft.observe(started.elapsed().as_secs_f64());
@@ -170,7 +188,24 @@ pub(super) fn respond(
     let mut resp = Response::new(relay::body(committed, opts, Box::new(hooks)));
     *resp.status_mut() = status;
     *resp.headers_mut() = headers;
+    resp.extensions_mut().insert(HeadLines(Bytes::from(lines)));
     resp
+}
+
+/// `name: version`, a number written without formatting machinery.
+fn put_version(lines: &mut Vec<u8>, name: &HeaderName, version: u64) {
+    lines.extend_from_slice(name.as_str().as_bytes());
+    lines.extend_from_slice(b": ");
+    put_number(lines, version, 10);
+    lines.extend_from_slice(b"\r\n");
+}
+
+/// Text a header value may hold as it is (visible ASCII, spaces and tabs):
+/// what `HeaderValue::from_str` accepts. Route names and pin tokens are
+/// zonegate's own, so only in theory not.
+fn is_header_text(text: &[u8]) -> bool {
+    text.iter()
+        .all(|b| *b == b'\t' || (b' '..=b'~').contains(b))
 }
 
 /// The request's side of the relay: passive signals of the backend that

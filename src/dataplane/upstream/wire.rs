@@ -13,19 +13,18 @@
 //! headers it names, `Keep-Alive`, `Transfer-Encoding`, `Trailer`,
 //! `Upgrade`, `Proxy-Authenticate`) describe this connection only: they
 //! are read here and left out of the answer's headers, so they never
-//! reach the client.
+//! reach the client; so are `Content-Length` (the client's framing is its
+//! server's, from the body's length) and `Date` (the server writes its
+//! own, as nginx's `proxy_pass` does). The rest are kept as the lines
+//! they came as ([`HeadLines`]), not as a header map.
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, Version};
+use http::{header, HeaderName, HeaderValue, StatusCode, Uri};
 use smallvec::SmallVec;
-use zonegate_net::http1::{content_length, header_map, put_header, put_number, span, Span};
+use zonegate_net::http1::{content_length, put_header, put_number, span, HeadLines, Span};
 
 /// Headers in one response at most (hyper's client allows 100 too).
 const MAX_HEADERS: usize = 100;
-/// Room made in an answer's header map for the headers the proxy adds
-/// (zonegate's own and a limited tenant's six rate-limit headers), so the
-/// map is never regrown and rehashed on the way to the client.
-pub const ANSWER_EXTRA_HEADERS: usize = 16;
 /// A response head larger than this is refused.
 const MAX_HEAD: usize = 64 * 1024;
 /// A chunk-size line (with its extensions) at most.
@@ -60,8 +59,10 @@ pub(super) fn encode_request<'h>(
 /// A response head, and how its body is read.
 pub(super) struct Head {
     pub status: StatusCode,
-    pub version: Version,
-    pub headers: HeaderMap,
+    /// The headers the answer passes on.
+    pub lines: HeadLines,
+    /// Its `Content-Type` is an event stream.
+    pub sse: bool,
     pub decoder: Decoder,
     /// The connection may carry another request once the body is read.
     pub keep_alive: bool,
@@ -93,13 +94,11 @@ pub(super) fn parse_head(
             return Err("a protocol switch (101) nobody asked for".into());
         }
         let status = StatusCode::from_u16(code).map_err(|_| format!("status {code}"))?;
-        let version = match resp.version {
-            Some(1) => Version::HTTP_11,
-            _ => Version::HTTP_10,
-        };
-        let mut keep_alive = version == Version::HTTP_11;
+        let http11 = resp.version == Some(1);
+        let mut keep_alive = http11;
         let mut chunked = None;
         let mut length = None;
+        let mut sse = None;
         // Header names the `Connection` header lists (hop-by-hop too).
         let mut listed: SmallVec<[&[u8]; 4]> = SmallVec::new();
         spans.clear();
@@ -117,14 +116,15 @@ pub(super) fn parse_head(
                     }
                     length = Some(n);
                 }
+            } else if name.eq_ignore_ascii_case(b"content-type") {
+                // The first one counts, as for the client's reading of it.
+                sse.get_or_insert(h.value.starts_with(b"text/event-stream"));
             } else if name.eq_ignore_ascii_case(b"connection") {
                 for token in h.value.split(|b| *b == b',') {
                     let token = token.trim_ascii();
                     if token.eq_ignore_ascii_case(b"close") {
                         keep_alive = false;
-                    } else if token.eq_ignore_ascii_case(b"keep-alive")
-                        && version == Version::HTTP_10
-                    {
+                    } else if token.eq_ignore_ascii_case(b"keep-alive") && !http11 {
                         keep_alive = true;
                     }
                     listed.push(token);
@@ -133,11 +133,18 @@ pub(super) fn parse_head(
             spans.push((span(buf, name), span(buf, h.value)));
         }
         // Linear in the names a hostile backend lists, times the headers.
-        spans.retain(|(name, _)| {
+        let mut lines = BytesMut::with_capacity(len);
+        for (name, value) in spans.iter() {
             let name = &buf[name.clone()];
-            !(HOP_BY_HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
-                || listed.iter().any(|l| name.eq_ignore_ascii_case(l)))
-        });
+            let passed = !(NOT_PASSED.iter().any(|h| name.eq_ignore_ascii_case(h))
+                || listed.iter().any(|l| name.eq_ignore_ascii_case(l)));
+            if passed {
+                lines.extend_from_slice(name);
+                lines.extend_from_slice(b": ");
+                lines.extend_from_slice(&buf[value.clone()]);
+                lines.extend_from_slice(b"\r\n");
+            }
+        }
         drop(listed);
         let decoder = if status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
             Decoder::Done
@@ -155,22 +162,23 @@ pub(super) fn parse_head(
                 (None, Some(n)) => Decoder::Length(n),
             }
         };
-        let head = buf.split_to(len).freeze();
-        // Room for the headers the proxy adds to an answer (see `respond`).
-        let headers =
-            header_map(&head, spans, ANSWER_EXTRA_HEADERS).ok_or("a header `http` refuses")?;
+        buf.advance(len);
         return Ok(Some(Head {
             status,
-            version,
-            headers,
+            lines: HeadLines(lines.freeze()),
+            sse: sse.unwrap_or(false),
             decoder,
             keep_alive,
         }));
     }
 }
 
-/// Response headers that describe the backend's connection only.
-const HOP_BY_HOP: [&[u8]; 7] = [
+/// Response headers not passed on: those that describe the backend's
+/// connection only (hop-by-hop), and the framing and date the server
+/// writes itself.
+const NOT_PASSED: [&[u8]; 9] = [
+    b"content-length",
+    b"date",
     b"connection",
     b"keep-alive",
     b"transfer-encoding",
@@ -400,16 +408,34 @@ mod tests {
             &b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Private\r\nKeep-Alive: timeout=5\r\n\
                x-private: 1\r\nTransfer-Encoding: chunked\r\nTrailer: x-sum\r\n\
                Proxy-Authenticate: Basic\r\nconnection: , X-Other ,,bad name\r\nx-other: 2\r\n\
+               Date: Tue, 01 Dec 2026 10:00:00 GMT\r\n\
                Content-Type: text/event-stream\r\nx-request-id: r1\r\n\r\n5\r\nhello\r\n"[..],
         );
         let head = parse_head(&mut buf, &mut Vec::new())
             .expect("valid")
             .expect("complete");
-        let mut kept: Vec<&str> = head.headers.keys().map(HeaderName::as_str).collect();
-        kept.sort_unstable();
-        assert_eq!(kept, ["content-type", "x-request-id"]);
+        assert_eq!(
+            head.lines.0,
+            &b"Content-Type: text/event-stream\r\nx-request-id: r1\r\n"[..],
+            "passed on as the backend wrote them, in order"
+        );
+        assert!(head.sse, "an event stream, by its content type");
         assert!(head.keep_alive, "still read: the connection is reusable");
         assert!(matches!(head.decoder, Decoder::Chunked(_)), "and chunked");
+        assert_eq!(&buf[..], b"5\r\nhello\r\n", "the body's start stays");
+    }
+
+    #[test]
+    fn the_length_and_date_are_the_servers_to_write_not_passed_on() {
+        let mut buf = BytesMut::from(
+            &b"HTTP/1.1 200 OK\r\nServer: vllm\r\ncontent-length: 2\r\ndate: x\r\n\r\nok"[..],
+        );
+        let head = parse_head(&mut buf, &mut Vec::new())
+            .expect("valid")
+            .expect("complete");
+        assert_eq!(head.lines.0, &b"Server: vllm\r\n"[..]);
+        assert!(!head.sse);
+        assert_eq!(head.decoder, Decoder::Length(2));
     }
 
     #[test]
@@ -499,7 +525,7 @@ mod tests {
 
     #[test]
     fn the_request_head_carries_the_bodys_own_length() {
-        let mut headers = HeaderMap::new();
+        let mut headers = http::HeaderMap::new();
         headers.insert(header::HOST, HeaderValue::from_static("b:8000"));
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("999"));
         headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k"));
