@@ -126,9 +126,13 @@ pub(super) fn respond(
     let sse = committed.sse;
     // The backend's headers (`upstream::wire` left out the hop-by-hop
     // ones), then zonegate's, as lines: no header map is built per answer.
+    // Only a limited tenant's rate-limit headers go in a map (none
+    // allocated otherwise); they replace the backend's.
+    let mut headers = HeaderMap::new();
+    admission.write_headers(&mut headers);
     let backend_lines = std::mem::take(&mut committed.lines);
     let mut lines = Vec::with_capacity(backend_lines.0.len() + 512);
-    lines.extend_from_slice(&backend_lines.0);
+    put_backend_lines(&mut lines, &backend_lines, &headers);
     drop(backend_lines);
     let mut put =
         |name: &HeaderName, value: &[u8]| put_header(&mut lines, name.as_str().as_bytes(), value);
@@ -156,10 +160,6 @@ pub(super) fn respond(
     {
         put(&names::PIN, token.as_bytes());
     }
-    // Only a limited tenant's rate-limit headers go in a map (none
-    // allocated otherwise).
-    let mut headers = HeaderMap::new();
-    admission.write_headers(&mut headers);
     if sse {
         model_handles.ttft.observe(started.elapsed().as_secs_f64());
     }
@@ -190,6 +190,20 @@ pub(super) fn respond(
     *resp.headers_mut() = headers;
     resp.extensions_mut().insert(HeadLines(Bytes::from(lines)));
     resp
+}
+
+/// The backend's header lines, but those named in `own` (the answer's
+/// map: a limited tenant's rate-limit headers, which replace a backend's).
+fn put_backend_lines(out: &mut Vec<u8>, backend: &HeadLines, own: &HeaderMap) {
+    if own.is_empty() {
+        out.extend_from_slice(&backend.0);
+        return;
+    }
+    for (name, value) in backend.iter() {
+        if std::str::from_utf8(name).map_or(true, |n| !own.contains_key(n)) {
+            put_header(out, name, value);
+        }
+    }
 }
 
 /// `name: version`, a number written without formatting machinery.
@@ -319,5 +333,29 @@ impl RelayHooks for Hooks {
             ms = self.started.elapsed().as_millis() as u64,
             "request"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_limited_tenants_rate_limit_headers_replace_the_backends() {
+        let backend = HeadLines(Bytes::from_static(
+            b"content-type: application/json\r\nX-RateLimit-Remaining-Requests: 99\r\nserver: vllm\r\n",
+        ));
+        let mut out = Vec::new();
+        put_backend_lines(&mut out, &backend, &HeaderMap::new());
+        assert_eq!(out, backend.0, "nothing of zonegate's: passed as they are");
+
+        let mut own = HeaderMap::new();
+        own.insert(
+            "x-ratelimit-remaining-requests",
+            http::HeaderValue::from_static("7"),
+        );
+        let mut out = Vec::new();
+        put_backend_lines(&mut out, &backend, &own);
+        assert_eq!(out, b"content-type: application/json\r\nserver: vllm\r\n");
     }
 }

@@ -15,8 +15,10 @@
 //! are read here and left out of the answer's headers, so they never
 //! reach the client; so are `Content-Length` (the client's framing is its
 //! server's, from the body's length) and `Date` (the server writes its
-//! own, as nginx's `proxy_pass` does). The rest are kept as the lines
-//! they came as ([`HeadLines`]), not as a header map.
+//! own, as nginx's `proxy_pass` does), and the headers zonegate writes on
+//! an answer itself (`x-zonegate-*`, `x-request-id`), so that a backend
+//! can neither forge nor double them. The rest are kept as the lines they
+//! came as ([`HeadLines`]), not as a header map.
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::{header, HeaderName, HeaderValue, StatusCode, Uri};
@@ -137,7 +139,8 @@ pub(super) fn parse_head(
         for (name, value) in spans.iter() {
             let name = &buf[name.clone()];
             let passed = !(NOT_PASSED.iter().any(|h| name.eq_ignore_ascii_case(h))
-                || listed.iter().any(|l| name.eq_ignore_ascii_case(l)));
+                || listed.iter().any(|l| name.eq_ignore_ascii_case(l))
+                || is_zonegates(name));
             if passed {
                 lines.extend_from_slice(name);
                 lines.extend_from_slice(b": ");
@@ -187,6 +190,14 @@ const NOT_PASSED: [&[u8]; 9] = [
     b"proxy-authenticate",
     b"te",
 ];
+
+/// A header zonegate writes on every answer itself.
+fn is_zonegates(name: &[u8]) -> bool {
+    const PREFIX: &[u8] = b"x-zonegate-";
+    name.get(..PREFIX.len())
+        .is_some_and(|p| p.eq_ignore_ascii_case(PREFIX))
+        || name.eq_ignore_ascii_case(b"x-request-id")
+}
 
 /// How much of a response body is still to come, and in what shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -408,16 +419,17 @@ mod tests {
             &b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Private\r\nKeep-Alive: timeout=5\r\n\
                x-private: 1\r\nTransfer-Encoding: chunked\r\nTrailer: x-sum\r\n\
                Proxy-Authenticate: Basic\r\nconnection: , X-Other ,,bad name\r\nx-other: 2\r\n\
-               Date: Tue, 01 Dec 2026 10:00:00 GMT\r\n\
-               Content-Type: text/event-stream\r\nx-request-id: r1\r\n\r\n5\r\nhello\r\n"[..],
+               Date: Tue, 01 Dec 2026 10:00:00 GMT\r\nX-Zonegate-Backend: forged\r\n\
+               Content-Type: text/event-stream\r\nx-request-id: r1\r\nx-zonegatex: 3\r\n\r\n\
+               5\r\nhello\r\n"[..],
         );
         let head = parse_head(&mut buf, &mut Vec::new())
             .expect("valid")
             .expect("complete");
         assert_eq!(
             head.lines.0,
-            &b"Content-Type: text/event-stream\r\nx-request-id: r1\r\n"[..],
-            "passed on as the backend wrote them, in order"
+            &b"Content-Type: text/event-stream\r\nx-zonegatex: 3\r\n"[..],
+            "passed on as the backend wrote them, in order; zonegate's own are zonegate's to write"
         );
         assert!(head.sse, "an event stream, by its content type");
         assert!(head.keep_alive, "still read: the connection is reusable");
