@@ -535,6 +535,69 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Whatever headers a backend sends, the lines passed on are
+        /// whole `name: value\r\n` lines, read back as exactly the
+        /// headers kept, in order: none that frames, dates or names the
+        /// connection, none of zonegate's, no CR or LF inside a line.
+        #[test]
+        fn the_lines_passed_on_are_the_headers_kept_and_nothing_else(
+            headers in proptest::collection::vec(
+                (
+                    proptest::prop_oneof![
+                        proptest::string::string_regex("[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]{0,12}").expect("regex"),
+                        proptest::sample::select(vec![
+                            "Content-Length".to_string(), "date".into(), "Connection".into(),
+                            "keep-alive".into(), "TE".into(), "x-zonegate-route".into(),
+                            "X-Request-Id".into(), "x-listed".into(), "content-type".into(),
+                        ]),
+                    ],
+                    "[ -~\t\u{80}-\u{ff}]{0,20}",
+                ),
+                0..12,
+            ),
+        ) {
+            let mut wire = b"HTTP/1.1 200 OK\r\nconnection: x-listed\r\n".to_vec();
+            for (name, value) in &headers {
+                wire.extend_from_slice(name.as_bytes());
+                wire.extend_from_slice(b": ");
+                // Latin-1 bytes, as a backend may send obs-text.
+                wire.extend(value.chars().map(|c| c as u32 as u8));
+                wire.extend_from_slice(b"\r\n");
+            }
+            wire.extend_from_slice(b"\r\n");
+            let mut buf = BytesMut::from(&wire[..]);
+            let Ok(Some(head)) = parse_head(&mut buf, &mut Vec::new()) else {
+                // Refused (a length httparse or the framing rules reject):
+                // nothing is passed on then.
+                return Ok(());
+            };
+            let lines = &head.lines.0;
+            proptest::prop_assert!(lines.is_empty() || lines.ends_with(b"\r\n"));
+            for line in lines.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                let line = line.strip_suffix(b"\r").expect("CRLF");
+                proptest::prop_assert!(!line.contains(&b'\r'));
+            }
+            let dropped = |name: &str| {
+                let name = name.to_ascii_lowercase();
+                NOT_PASSED.iter().any(|n| n == &name.as_bytes())
+                    || name == "x-listed"
+                    || is_zonegates(name.as_bytes())
+            };
+            let kept: Vec<(Vec<u8>, Vec<u8>)> = headers
+                .iter()
+                .filter(|(name, _)| !dropped(name))
+                .map(|(name, value)| {
+                    let value: Vec<u8> = value.chars().map(|c| c as u32 as u8).collect();
+                    (name.as_bytes().to_vec(), value.trim_ascii().to_vec())
+                })
+                .collect();
+            let read: Vec<(Vec<u8>, Vec<u8>)> =
+                head.lines.iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
+            proptest::prop_assert_eq!(read, kept);
+        }
+    }
+
     #[test]
     fn the_request_head_carries_the_bodys_own_length() {
         let mut headers = http::HeaderMap::new();
