@@ -146,8 +146,8 @@ async fn a_proxied_answer_keeps_the_backends_headers_its_length_and_one_date() {
     };
 
     // A plain answer: framed by length as the backend framed it, with the
-    // backend's content type, zonegate's headers and one date (the
-    // server's own, as nginx writes its own).
+    // backend's content type and date (one: the server adds none), and
+    // zonegate's headers.
     let (lines, body) = raw_exchange(&gw.data, &chat_body(4, false).to_string()).await;
     let length: usize = value(&lines, "content-length")
         .expect("a length")

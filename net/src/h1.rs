@@ -460,7 +460,7 @@ fn asks_close(headers: &HeaderMap) -> bool {
 
 /// The status line and headers: the map's, then the response's
 /// [`HeadLines`] as they are. The framing headers and `connection` are
-/// this server's to write; `date` is added when the map has none.
+/// this server's to write; `date` is added when neither has one.
 fn write_head(
     out: &mut Vec<u8>,
     status: StatusCode,
@@ -484,9 +484,9 @@ fn write_head(
         put_header(out, name.as_str().as_bytes(), value.as_bytes());
     }
     if let Some(lines) = lines {
-        out.extend_from_slice(&lines.0);
+        out.extend_from_slice(&lines.lines);
     }
-    if !headers.contains_key(header::DATE) {
+    if !(headers.contains_key(header::DATE) || lines.is_some_and(|l| l.dated)) {
         DATE.with(|d| put_header(out, b"date", &d.now()));
     }
     match framing {
@@ -701,6 +701,41 @@ mod tests {
 
     fn handed(s: &Server) -> u64 {
         s.stats.handed_to_hyper.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn head_lines_follow_the_map_and_a_date_is_added_only_when_neither_has_one() {
+        let head = |lines: Option<&HeadLines>| {
+            let mut map = HeaderMap::new();
+            map.insert("x-map", http::HeaderValue::from_static("1"));
+            let mut out = Vec::new();
+            write_head(
+                &mut out,
+                StatusCode::OK,
+                &map,
+                lines,
+                Framing::Length(2),
+                false,
+            );
+            String::from_utf8(out).unwrap()
+        };
+        let dated = HeadLines {
+            lines: Bytes::from_static(b"Server: b\r\nDate: Tue, 01 Dec 2026 10:00:00 GMT\r\n"),
+            dated: true,
+        };
+        assert_eq!(
+            head(Some(&dated)),
+            "HTTP/1.1 200 OK\r\nx-map: 1\r\nServer: b\r\nDate: Tue, 01 Dec 2026 10:00:00 GMT\r\n\
+             content-length: 2\r\n\r\n"
+        );
+        let undated = HeadLines {
+            lines: Bytes::from_static(b"Server: b\r\n"),
+            dated: false,
+        };
+        for text in [head(Some(&undated)), head(None)] {
+            assert_eq!(text.matches("date: ").count(), 1, "{text}");
+            assert!(text.ends_with("content-length: 2\r\n\r\n"), "{text}");
+        }
     }
 
     #[tokio::test]

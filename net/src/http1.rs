@@ -49,20 +49,25 @@ pub fn header_map(head: &Bytes, spans: &[Span], extra: usize) -> Option<HeaderMa
 /// map per answer. The lean server writes them after the response's map;
 /// hyper's paths move them into the map first ([`HeadLines::fold_into`]).
 ///
-/// The lines hold no framing (`content-length`, `transfer-encoding`), no
-/// `connection` and no `date`: those are the server's to write, from the
-/// map and the body. Their names and values are what httparse accepts;
-/// one that `http` refuses is written by the lean server and left out by
-/// hyper's paths.
+/// The lines hold no framing (`content-length`, `transfer-encoding`) and
+/// no `connection`: those are the server's to write, from the map and the
+/// body. They hold a `date` only when `dated` says so (a backend's, passed
+/// on); else the server adds its own. Their names and values are what
+/// httparse accepts; one that `http` refuses is written by the lean
+/// server and left out by hyper's paths.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct HeadLines(pub Bytes);
+pub struct HeadLines {
+    pub lines: Bytes,
+    /// The lines hold a `date`.
+    pub dated: bool,
+}
 
 impl HeadLines {
     /// Each line's name and value.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        memchr::memchr_iter(b'\n', &self.0)
+        memchr::memchr_iter(b'\n', &self.lines)
             .scan(0, |start, end| {
-                let line = &self.0[std::mem::replace(start, end + 1)..end];
+                let line = &self.lines[std::mem::replace(start, end + 1)..end];
                 Some(line.strip_suffix(b"\r").unwrap_or(line))
             })
             .filter_map(|line| {
@@ -75,8 +80,8 @@ impl HeadLines {
     /// looked at only as far as `name` is long.
     pub fn get(&self, name: &[u8]) -> Option<&[u8]> {
         let mut start = 0;
-        for end in memchr::memchr_iter(b'\n', &self.0) {
-            let line = &self.0[start..end];
+        for end in memchr::memchr_iter(b'\n', &self.lines) {
+            let line = &self.lines[start..end];
             start = end + 1;
             if line.get(name.len()) == Some(&b':') && line[..name.len()].eq_ignore_ascii_case(name)
             {
@@ -92,7 +97,7 @@ impl HeadLines {
         for (name, value) in self.iter() {
             if let (Ok(name), Ok(value)) = (
                 HeaderName::from_bytes(name),
-                HeaderValue::from_maybe_shared(self.0.slice_ref(value)),
+                HeaderValue::from_maybe_shared(self.lines.slice_ref(value)),
             ) {
                 headers.append(name, value);
             }
@@ -160,9 +165,12 @@ mod tests {
 
     #[test]
     fn head_lines_are_read_and_folded_into_a_map_as_written() {
-        let lines = HeadLines(Bytes::from_static(
-            b"Content-Type: text/event-stream\r\nx-a:1\r\nx-a: 2 \r\nbad name: v\r\n",
-        ));
+        let lines = HeadLines {
+            lines: Bytes::from_static(
+                b"Content-Type: text/event-stream\r\nx-a:1\r\nx-a: 2 \r\nbad name: v\r\n",
+            ),
+            dated: false,
+        };
         assert_eq!(lines.get(b"content-type"), Some(&b"text/event-stream"[..]));
         assert_eq!(lines.get(b"x-a"), Some(&b"1"[..]));
         assert_eq!(lines.get(b"x-b"), None);

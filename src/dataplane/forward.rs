@@ -335,7 +335,8 @@ pub async fn attempt(
             first_byte: started.elapsed(),
         })
     };
-    let timeout_at = (Instant::now() + limits.first_byte).min(limits.deadline);
+    // From the one clock read above.
+    let timeout_at = (Instant::from_std(started) + limits.first_byte).min(limits.deadline);
     match tokio::time::timeout_at(timeout_at, exchange).await {
         Ok(result) => result,
         Err(_) if timeout_at == limits.deadline => Err(AttemptError::Deadline),
@@ -483,7 +484,10 @@ mod tests {
 
     #[test]
     fn retry_after_parses_seconds() {
-        let lines = |text: &'static str| HeadLines(Bytes::from_static(text.as_bytes()));
+        let lines = |text: &'static str| HeadLines {
+            lines: Bytes::from_static(text.as_bytes()),
+            dated: false,
+        };
         assert_eq!(retry_after(&lines("x-a: 1\r\n")), None);
         let two = Some(Duration::from_secs(2));
         assert_eq!(retry_after(&lines("Retry-After: 2\r\n")), two);

@@ -185,6 +185,8 @@ async fn serve(
         .ok_or_else(|| failed(ApiError::ModelNotFound(meta.model.clone())))?;
     let deadline = tokio::time::Instant::from_std(started + primary.cfg.timeouts.total);
     let facts = RequestFacts::new(gw, cfg, tenant, &parts, &meta, body.len(), deadline);
+    // Counted in the second it arrived: the budget's window is seconds.
+    gw.with_budget(|b| b.record_request(crate::clock::ms_at(started) / 1000));
     let admission = admit(gw, &facts, &meta, body.len()).map_err(failed)?;
     let min_tier =
         chain::min_tier(&parts.headers, body.len(), &cfg.prompt_tiers).map_err(failed)?;
@@ -317,7 +319,6 @@ impl RequestFacts {
             .map(|s| hash_key(&[tenant.name.as_bytes(), &[0], s.as_bytes()].concat()));
         let pinned = session.and_then(|s| pinned_zone(gw, cfg, &parts.headers, &tenant.name, s));
         let view = gw.view.borrow().clone();
-        gw.with_budget(|b| b.record_request(now_ms() / 1000));
         RequestFacts {
             cfg: Arc::clone(cfg),
             tenant: tenant.name.clone(),

@@ -31,9 +31,10 @@ const MAX_CONTINUATIONS: u32 = 2;
 
 /// The first byte is in: record the attempt's success, count fallbacks,
 /// pin the session, and describe the route for the response headers.
-fn served(gw: &Gateway, req: RequestFacts, w: &Winner<'_>, attempts: u32) -> Served {
+/// `now`: [`now_ms`] as the respond stage read it.
+fn served(gw: &Gateway, req: RequestFacts, w: &Winner<'_>, attempts: u32, now: u64) -> Served {
     let (model, backend, committed) = (w.model, Arc::clone(&w.backend), &w.committed);
-    backend.record_success(committed.first_byte, now_ms());
+    backend.record_success(committed.first_byte, now);
     let m = &gw.metrics;
     let handles = w.pool.handles(w.index, &model.cfg.name, m);
     handles
@@ -116,7 +117,15 @@ pub(super) fn respond(
         .get(req.tenant_index)
         .cloned();
     let config_version = req.cfg.config_version;
-    let ctx = served(gw, req, &winner, attempts);
+    // The clock, read once for the stage.
+    let ttft = started.elapsed();
+    let ctx = served(
+        gw,
+        req,
+        &winner,
+        attempts,
+        crate::clock::ms_at(started + ttft),
+    );
     let Winner {
         mut committed,
         guards,
@@ -131,8 +140,9 @@ pub(super) fn respond(
     let mut headers = HeaderMap::new();
     admission.write_headers(&mut headers);
     let backend_lines = std::mem::take(&mut committed.lines);
-    let mut lines = Vec::with_capacity(backend_lines.0.len() + 512);
+    let mut lines = Vec::with_capacity(backend_lines.lines.len() + 512);
     put_backend_lines(&mut lines, &backend_lines, &headers);
+    let dated = backend_lines.dated;
     drop(backend_lines);
     let mut put =
         |name: &HeaderName, value: &[u8]| put_header(&mut lines, name.as_str().as_bytes(), value);
@@ -161,7 +171,7 @@ pub(super) fn respond(
         put(&names::PIN, token.as_bytes());
     }
     if sse {
-        model_handles.ttft.observe(started.elapsed().as_secs_f64());
+        model_handles.ttft.observe(ttft.as_secs_f64());
     }
     let opts = RelayOptions {
         sse,
@@ -178,7 +188,7 @@ pub(super) fn respond(
         admission,
         current: Arc::clone(&ctx.backend),
         answered_by: ctx.model.clone(),
-        ttft: started.elapsed(),
+        ttft,
         ctx,
         started,
         status,
@@ -188,7 +198,10 @@ pub(super) fn respond(
     let mut resp = Response::new(relay::body(committed, opts, Box::new(hooks)));
     *resp.status_mut() = status;
     *resp.headers_mut() = headers;
-    resp.extensions_mut().insert(HeadLines(Bytes::from(lines)));
+    resp.extensions_mut().insert(HeadLines {
+        lines: Bytes::from(lines),
+        dated,
+    });
     resp
 }
 
@@ -196,7 +209,7 @@ pub(super) fn respond(
 /// map: a limited tenant's rate-limit headers, which replace a backend's).
 fn put_backend_lines(out: &mut Vec<u8>, backend: &HeadLines, own: &HeaderMap) {
     if own.is_empty() {
-        out.extend_from_slice(&backend.0);
+        out.extend_from_slice(&backend.lines);
         return;
     }
     for (name, value) in backend.iter() {
@@ -342,12 +355,18 @@ mod tests {
 
     #[test]
     fn a_limited_tenants_rate_limit_headers_replace_the_backends() {
-        let backend = HeadLines(Bytes::from_static(
-            b"content-type: application/json\r\nX-RateLimit-Remaining-Requests: 99\r\nserver: vllm\r\n",
-        ));
+        let backend = HeadLines {
+            lines: Bytes::from_static(
+                b"content-type: application/json\r\nX-RateLimit-Remaining-Requests: 99\r\nserver: vllm\r\n",
+            ),
+            dated: false,
+        };
         let mut out = Vec::new();
         put_backend_lines(&mut out, &backend, &HeaderMap::new());
-        assert_eq!(out, backend.0, "nothing of zonegate's: passed as they are");
+        assert_eq!(
+            out, backend.lines,
+            "nothing of zonegate's: passed as they are"
+        );
 
         let mut own = HeaderMap::new();
         own.insert(

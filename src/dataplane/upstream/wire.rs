@@ -14,8 +14,7 @@
 //! `Upgrade`, `Proxy-Authenticate`) describe this connection only: they
 //! are read here and left out of the answer's headers, so they never
 //! reach the client; so are `Content-Length` (the client's framing is its
-//! server's, from the body's length) and `Date` (the server writes its
-//! own, as nginx's `proxy_pass` does), and the headers zonegate writes on
+//! server's, from the body's length), and the headers zonegate writes on
 //! an answer itself (`x-zonegate-*`, `x-request-id`), so that a backend
 //! can neither forge nor double them. The rest are kept as the lines they
 //! came as ([`HeadLines`]), not as a header map.
@@ -136,12 +135,14 @@ pub(super) fn parse_head(
         }
         // Linear in the names a hostile backend lists, times the headers.
         let mut lines = BytesMut::with_capacity(len);
+        let mut dated = false;
         for (name, value) in spans.iter() {
             let name = &buf[name.clone()];
             let passed = !(NOT_PASSED.iter().any(|h| name.eq_ignore_ascii_case(h))
                 || listed.iter().any(|l| name.eq_ignore_ascii_case(l))
                 || is_zonegates(name));
             if passed {
+                dated |= name.eq_ignore_ascii_case(b"date");
                 lines.extend_from_slice(name);
                 lines.extend_from_slice(b": ");
                 lines.extend_from_slice(&buf[value.clone()]);
@@ -168,7 +169,10 @@ pub(super) fn parse_head(
         buf.advance(len);
         return Ok(Some(Head {
             status,
-            lines: HeadLines(lines.freeze()),
+            lines: HeadLines {
+                lines: lines.freeze(),
+                dated,
+            },
             sse: sse.unwrap_or(false),
             decoder,
             keep_alive,
@@ -177,11 +181,10 @@ pub(super) fn parse_head(
 }
 
 /// Response headers not passed on: those that describe the backend's
-/// connection only (hop-by-hop), and the framing and date the server
-/// writes itself.
-const NOT_PASSED: [&[u8]; 9] = [
+/// connection only (hop-by-hop), and the framing the server writes
+/// itself.
+const NOT_PASSED: [&[u8]; 8] = [
     b"content-length",
-    b"date",
     b"connection",
     b"keep-alive",
     b"transfer-encoding",
@@ -427,8 +430,8 @@ mod tests {
             .expect("valid")
             .expect("complete");
         assert_eq!(
-            head.lines.0,
-            &b"Content-Type: text/event-stream\r\nx-zonegatex: 3\r\n"[..],
+            head.lines.lines,
+            &b"Date: Tue, 01 Dec 2026 10:00:00 GMT\r\nContent-Type: text/event-stream\r\nx-zonegatex: 3\r\n"[..],
             "passed on as the backend wrote them, in order; zonegate's own are zonegate's to write"
         );
         assert!(head.sse, "an event stream, by its content type");
@@ -438,14 +441,15 @@ mod tests {
     }
 
     #[test]
-    fn the_length_and_date_are_the_servers_to_write_not_passed_on() {
+    fn the_length_is_the_servers_to_write_and_the_date_is_passed_on() {
         let mut buf = BytesMut::from(
             &b"HTTP/1.1 200 OK\r\nServer: vllm\r\ncontent-length: 2\r\ndate: x\r\n\r\nok"[..],
         );
         let head = parse_head(&mut buf, &mut Vec::new())
             .expect("valid")
             .expect("complete");
-        assert_eq!(head.lines.0, &b"Server: vllm\r\n"[..]);
+        assert_eq!(head.lines.lines, &b"Server: vllm\r\ndate: x\r\n"[..]);
+        assert!(head.lines.dated);
         assert!(!head.sse);
         assert_eq!(head.decoder, Decoder::Length(2));
     }
@@ -538,7 +542,7 @@ mod tests {
     proptest::proptest! {
         /// Whatever headers a backend sends, the lines passed on are
         /// whole `name: value\r\n` lines, read back as exactly the
-        /// headers kept, in order: none that frames, dates or names the
+        /// headers kept, in order: none that frames or names the
         /// connection, none of zonegate's, no CR or LF inside a line.
         #[test]
         fn the_lines_passed_on_are_the_headers_kept_and_nothing_else(
@@ -572,7 +576,7 @@ mod tests {
                 // nothing is passed on then.
                 return Ok(());
             };
-            let lines = &head.lines.0;
+            let lines = &head.lines.lines;
             proptest::prop_assert!(lines.is_empty() || lines.ends_with(b"\r\n"));
             for line in lines.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
                 let line = line.strip_suffix(b"\r").expect("CRLF");
