@@ -83,22 +83,32 @@ async fn connection(mut client: TcpStream, backend: SocketAddr, pool: Pool) {
         let Some(request) = message(&mut client, &mut from_client, Kind::Request).await else {
             return;
         };
-        let taken = pool.borrow_mut().pop();
-        let mut upstream = match taken {
-            Some(c) => c,
-            None => match TcpStream::connect(backend).await {
-                Ok(c) => {
-                    let _ = c.set_nodelay(true);
-                    c
-                }
-                Err(_) => return,
-            },
-        };
-        if upstream.write_all(&request).await.is_err() {
-            return;
-        }
-        let Some(answer) = message(&mut upstream, &mut from_backend, Kind::Response).await else {
-            return;
+        // A pooled connection the backend closed while it idled (its
+        // keep-alive timeout) fails before any answer: once more on a new
+        // one, as any pooling proxy does.
+        let mut pooled = pool.borrow_mut().pop();
+        let (upstream, answer) = loop {
+            let fresh = pooled.is_none();
+            let mut conn = match pooled.take() {
+                Some(c) => c,
+                None => match TcpStream::connect(backend).await {
+                    Ok(c) => {
+                        let _ = c.set_nodelay(true);
+                        c
+                    }
+                    Err(_) => return,
+                },
+            };
+            from_backend.clear();
+            let answer = match conn.write_all(&request).await {
+                Ok(()) => message(&mut conn, &mut from_backend, Kind::Response).await,
+                Err(_) => None,
+            };
+            match answer {
+                Some(answer) => break (conn, answer),
+                None if fresh => return,
+                None => continue,
+            }
         };
         pool.borrow_mut().push(upstream);
         if client.write_all(&answer).await.is_err() {
