@@ -63,33 +63,30 @@ pub struct HeadLines {
 }
 
 impl HeadLines {
+    /// Each line, without its CRLF.
+    fn each(&self) -> impl Iterator<Item = &[u8]> {
+        memchr::memchr_iter(b'\n', &self.lines).scan(0, |start, end| {
+            let line = &self.lines[std::mem::replace(start, end + 1)..end];
+            Some(line.strip_suffix(b"\r").unwrap_or(line))
+        })
+    }
+
     /// Each line's name and value.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        memchr::memchr_iter(b'\n', &self.lines)
-            .scan(0, |start, end| {
-                let line = &self.lines[std::mem::replace(start, end + 1)..end];
-                Some(line.strip_suffix(b"\r").unwrap_or(line))
-            })
-            .filter_map(|line| {
-                let colon = memchr::memchr(b':', line)?;
-                Some((&line[..colon], line[colon + 1..].trim_ascii()))
-            })
+        self.each().filter_map(|line| {
+            let colon = memchr::memchr(b':', line)?;
+            Some((&line[..colon], line[colon + 1..].trim_ascii()))
+        })
     }
 
     /// The first value of the header `name` (in lower case): a line is
     /// looked at only as far as `name` is long.
     pub fn get(&self, name: &[u8]) -> Option<&[u8]> {
-        let mut start = 0;
-        for end in memchr::memchr_iter(b'\n', &self.lines) {
-            let line = &self.lines[start..end];
-            start = end + 1;
-            if line.get(name.len()) == Some(&b':') && line[..name.len()].eq_ignore_ascii_case(name)
-            {
-                let value = &line[name.len() + 1..];
-                return Some(value.strip_suffix(b"\r").unwrap_or(value).trim_ascii());
-            }
-        }
-        None
+        self.each().find_map(|line| {
+            let named = line.get(name.len()) == Some(&b':')
+                && line[..name.len()].eq_ignore_ascii_case(name);
+            named.then(|| line[name.len() + 1..].trim_ascii())
+        })
     }
 
     /// Appends the lines to `headers`, values sharing these bytes.

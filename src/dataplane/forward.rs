@@ -312,7 +312,7 @@ pub async fn attempt(
         // Read before the first frame is taken from it.
         let content_length = rest.size_hint().exact();
         if status == StatusCode::BAD_REQUEST && limits.detect_context_length {
-            return Box::pin(whole_error_body(lines, rest, started)).await;
+            return Box::pin(whole_error_body(lines, sse, rest, started)).await;
         }
         let first = loop {
             match rest.frame().await {
@@ -350,6 +350,7 @@ pub async fn attempt(
 /// act on; any other 400 is committed as the backend sent it.
 async fn whole_error_body(
     lines: HeadLines,
+    sse: bool,
     rest: UpstreamBody,
     started: std::time::Instant,
 ) -> Result<Committed, AttemptError> {
@@ -366,7 +367,7 @@ async fn whole_error_body(
         Ok(Committed {
             status: StatusCode::BAD_REQUEST,
             content_length: Some(body.len() as u64),
-            sse: is_sse_lines(&lines),
+            sse,
             lines,
             first: (!body.is_empty()).then_some(body),
             rest: None,
@@ -384,13 +385,9 @@ pub fn is_sse<B>(resp: &http::Response<B>) -> bool {
         None => resp
             .extensions()
             .get::<HeadLines>()
-            .is_some_and(is_sse_lines),
+            .and_then(|l| l.get(b"content-type"))
+            .is_some_and(event_stream),
     }
-}
-
-/// Whether a backend's answer, its headers as lines, is an event stream.
-fn is_sse_lines(lines: &HeadLines) -> bool {
-    lines.get(b"content-type").is_some_and(event_stream)
 }
 
 fn event_stream(content_type: &[u8]) -> bool {

@@ -144,6 +144,8 @@ pub(super) fn respond(
     put_backend_lines(&mut lines, &backend_lines, &headers);
     let dated = backend_lines.dated;
     drop(backend_lines);
+    put_version(&mut lines, &names::DECISION_VERSION, ctx.decision_version);
+    put_version(&mut lines, &names::CONFIG_VERSION, config_version);
     let mut put =
         |name: &HeaderName, value: &[u8]| put_header(&mut lines, name.as_str().as_bytes(), value);
     if let Some(v) = &ctx.backend.name_value {
@@ -152,10 +154,6 @@ pub(super) fn respond(
     if let Some(v) = &ctx.backend.zone_value {
         put(&names::ZONE, v.as_bytes());
     }
-    put_version(&mut lines, &names::DECISION_VERSION, ctx.decision_version);
-    put_version(&mut lines, &names::CONFIG_VERSION, config_version);
-    let mut put =
-        |name: &HeaderName, value: &[u8]| put_header(&mut lines, name.as_str().as_bytes(), value);
     if is_header_text(ctx.route.as_bytes()) {
         put(&names::ROUTE, ctx.route.as_bytes());
     }

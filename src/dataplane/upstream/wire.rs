@@ -117,9 +117,6 @@ pub(super) fn parse_head(
                     }
                     length = Some(n);
                 }
-            } else if name.eq_ignore_ascii_case(b"content-type") {
-                // The first one counts, as for the client's reading of it.
-                sse.get_or_insert(h.value.starts_with(b"text/event-stream"));
             } else if name.eq_ignore_ascii_case(b"connection") {
                 for token in h.value.split(|b| *b == b',') {
                     let token = token.trim_ascii();
@@ -142,10 +139,15 @@ pub(super) fn parse_head(
                 || listed.iter().any(|l| name.eq_ignore_ascii_case(l))
                 || is_zonegates(name));
             if passed {
+                let value = &buf[value.clone()];
                 dated |= name.eq_ignore_ascii_case(b"date");
+                // The first type the client gets is the one that counts.
+                if sse.is_none() && name.eq_ignore_ascii_case(b"content-type") {
+                    sse = Some(value.starts_with(b"text/event-stream"));
+                }
                 lines.extend_from_slice(name);
                 lines.extend_from_slice(b": ");
-                lines.extend_from_slice(&buf[value.clone()]);
+                lines.extend_from_slice(value);
                 lines.extend_from_slice(b"\r\n");
             }
         }
@@ -438,6 +440,28 @@ mod tests {
         assert!(head.keep_alive, "still read: the connection is reusable");
         assert!(matches!(head.decoder, Decoder::Chunked(_)), "and chunked");
         assert_eq!(&buf[..], b"5\r\nhello\r\n", "the body's start stays");
+    }
+
+    #[test]
+    fn an_answer_is_an_event_stream_by_the_first_content_type_the_client_gets() {
+        let sse = |head: &str| {
+            let mut buf = BytesMut::from(
+                format!("HTTP/1.1 200 OK\r\n{head}content-length: 0\r\n\r\n").as_str(),
+            );
+            let head = parse_head(&mut buf, &mut Vec::new())
+                .expect("valid")
+                .expect("complete");
+            head.sse
+        };
+        assert!(sse("Content-Type: text/event-stream; charset=utf-8\r\n"));
+        assert!(!sse(
+            "content-type: application/json\r\ncontent-type: text/event-stream\r\n"
+        ));
+        // A type the backend named hop-by-hop never reaches the client.
+        assert!(!sse(
+            "connection: content-type\r\ncontent-type: text/event-stream\r\n"
+        ));
+        assert!(!sse(""));
     }
 
     #[test]
