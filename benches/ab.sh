@@ -26,13 +26,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 for tool in nginx wrk; do
   command -v "$tool" >/dev/null || { echo "needs $tool: apt-get install nginx wrk" >&2; exit 1; }
 done
-if [ "${STREAM:-0}" = 1 ]; then
-  SP=$(start_mock_backend "$B" "${PACE:-0}")
-  STREAMING=true
-else
-  SP=$(start_static_backend)
-  STREAMING=false
-fi
+start_backend "$B"
 
 # node NAME BINARY: starts a node of BINARY on the static backend; sets
 # NAME_PID and NAME_PORT.
@@ -54,11 +48,7 @@ node() {
 node a "$A"
 node b "$B"
 
-cat >"$WORK/post.lua" <<LUA
-wrk.method = "POST"
-wrk.body = '{"model":"bench","max_tokens":16,"stream":$STREAMING,"messages":[{"role":"user","content":"hello"}]}'
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer bench-key"
+cat >>"$WORK/post.lua" <<LUA
 done = function(s, latency, requests)
   io.write(string.format("RESULT %d %.0f %.3f\n", s.requests, s.requests / (s.duration / 1e6),
     latency:percentile(99) / 1000))

@@ -71,6 +71,26 @@ start_mock_backend() {
   echo "$port"
 }
 
+# start_backend BINARY: the backend of ab.sh and split.sh, by STREAM and
+# PACE: the static nginx, or (STREAM=1) BINARY's mock backend streaming
+# 16 events PACE ms apart. Sets SP (its port) and writes $WORK/post.lua,
+# wrk's POST of a small chat body (streamed with STREAM=1).
+start_backend() {
+  local stream=false
+  if [ "${STREAM:-0}" = 1 ]; then
+    SP=$(start_mock_backend "$1" "${PACE:-0}")
+    stream=true
+  else
+    SP=$(start_static_backend)
+  fi
+  cat >"$WORK/post.lua" <<LUA
+wrk.method = "POST"
+wrk.body = '{"model":"bench","max_tokens":16,"stream":$stream,"messages":[{"role":"user","content":"hello"}]}'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer bench-key"
+LUA
+}
+
 # zonegate_config PORT ADMIN-PORT STATIC-PORT [TENANT-LINE]: a standalone
 # node's config (tenant `bench`, key `bench-key`; model `bench` on the
 # static backend) on stdout; callers append more backends.

@@ -42,13 +42,7 @@ if [ -z "$BIN" ]; then
   BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/zonegate
 fi
 
-if [ "${STREAM:-0}" = 1 ]; then
-  SP=$(start_mock_backend "$BIN" "${PACE:-0}")
-  STREAMING=true
-else
-  SP=$(start_static_backend)
-  STREAMING=false
-fi
+start_backend "$BIN"
 NP=$(start_nginx proxy 2 "
     location / { proxy_pass http://static; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; }" \
   "$(proxy_to static "$SP")")
@@ -61,12 +55,6 @@ PIDS+=("$ZPID")
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$ZP/healthz" && break; sleep 0.1; done
 NPIDS=$(pgrep -P "$(cat "$WORK/proxy.pid")" | tr '\n' ' ')
 
-cat >"$WORK/post.lua" <<LUA
-wrk.method = "POST"
-wrk.body = '{"model":"bench","max_tokens":16,"stream":$STREAMING,"messages":[{"role":"user","content":"hello"}]}'
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer bench-key"
-LUA
 load() { wrk -t"$T" -c"$C" -d"$1" -s "$WORK/post.lua" "http://127.0.0.1:$2/v1/chat/completions"; }
 ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done; echo $t; }
 switches() { local s=0 p; for p in "$@"; do s=$((s + $(cat /proc/"$p"/task/*/status | awk '/ctxt_switches/{s+=$2} END{print s}'))); done; echo $s; }
@@ -122,7 +110,7 @@ PY
 echo "== wrk -t$T -c$C, ${SECS} s per measurement, $(nproc) cores"
 measure nginx "$NP" $NPIDS
 measure zonegate "$ZP" "$ZPID"
-if [ "${FLOOR:-0}" = 1 ] && [ "$STREAMING" = false ]; then
+if [ "${FLOOR:-0}" = 1 ] && [ "${STREAM:-0}" != 1 ]; then
   (cd "$ROOT" && cargo build --release --quiet --example floor_proxy)
   FP=$(free_port)
   "${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/floor_proxy" "127.0.0.1:$FP" "127.0.0.1:$SP" "$(nproc)" &
