@@ -79,7 +79,7 @@ impl IntoResponse for Refused {
 
 /// The admin token of a request, checked against its source network.
 fn token_of<'a>(cfg: &'a Config, req: &Request) -> Result<&'a AdminToken, Refused> {
-    let token = auth::bearer(req.headers()).ok_or(ApiError::MissingKey);
+    let token = auth::bearer(auth::authorization(req.headers())).ok_or(ApiError::MissingKey);
     let token = token
         .and_then(|t| auth::admin_token(t, &cfg.admin.tokens).ok_or(ApiError::WrongKey))
         .map_err(Refused::Key)?;

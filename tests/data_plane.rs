@@ -191,6 +191,111 @@ async fn a_proxied_answer_keeps_the_backends_headers_its_length_and_one_date() {
     assert!(text.contains("data: [DONE]"), "{text}");
 }
 
+/// A backend that answers every request with one small chat completion
+/// and closes, and hands the head of each POST it got to the test.
+async fn recording_backend() -> (String, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (heads, got) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let heads = heads.clone();
+            tokio::spawn(async move {
+                let mut raw = Vec::new();
+                let mut buf = [0u8; 4096];
+                let end = loop {
+                    if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break end;
+                    }
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => raw.extend_from_slice(&buf[..n]),
+                    }
+                };
+                let head = String::from_utf8_lossy(&raw[..end]).into_owned();
+                if head.starts_with("POST ") {
+                    let _ = heads.send(head);
+                }
+                let body = r#"{"id":"c1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}"#;
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+                     connection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    (url, got)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backend_gets_the_clients_headers_less_hop_by_hop_credentials_and_framing() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (url, mut heads) = recording_backend().await;
+    let backends = format!(
+        "[[backends]]\nname = \"rec\"\nzone = \"az-a\"\nurl = \"{url}\"\nmodels = [\"{MODEL}\"]\n"
+    );
+    let gw = NodeProcess::start("az-a", &backends).await;
+    let body = chat_body(4, false).to_string();
+    let addr = gw.data.trim_start_matches("http://");
+    let host = url.trim_start_matches("http://");
+    // Names in the client's own case; a `Connection` header that names one
+    // more hop-by-hop header. Framed by length, the lean server takes the
+    // request; chunked, hyper does: both pass on the same headers.
+    let framings = [
+        (format!("Content-Length: {}", body.len()), body.clone()),
+        (
+            "Transfer-Encoding: chunked".to_string(),
+            format!("{:x}\r\n{body}\r\n0\r\n\r\n", body.len()),
+        ),
+    ];
+    for (framing, sent) in framings {
+        let request = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {API_KEY}\r\n\
+             Content-Type: application/json\r\nX-Request-Id: req-42\r\nConnection: close, X-Hop\r\n\
+             X-Hop: 1\r\nX-Custom:  kept \r\nKeep-Alive: timeout=5\r\nTE: trailers\r\n\
+             {framing}\r\n\r\n{sent}"
+        );
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        conn.write_all(request.as_bytes()).await.unwrap();
+        let mut raw = Vec::new();
+        tokio::time::timeout(Duration::from_secs(30), conn.read_to_end(&mut raw))
+            .await
+            .expect("the answer ends")
+            .unwrap();
+        let answer = String::from_utf8_lossy(&raw);
+        assert!(answer.starts_with("HTTP/1.1 200 "), "{framing}: {answer}");
+        assert!(answer.contains("x-request-id: req-42\r\n"), "{answer}");
+
+        let head = tokio::time::timeout(Duration::from_secs(30), heads.recv())
+            .await
+            .expect("the backend got the request")
+            .unwrap();
+        let mut lines: Vec<String> = head
+            .split("\r\n")
+            .skip(1)
+            .map(|l| {
+                let (name, value) = l.split_once(": ").expect("name: value");
+                format!("{}: {value}", name.to_ascii_lowercase())
+            })
+            .collect();
+        lines.sort_unstable();
+        assert_eq!(
+            lines,
+            [
+                format!("content-length: {}", body.len()),
+                "content-type: application/json".to_string(),
+                format!("host: {host}"),
+                "x-custom: kept".to_string(),
+                "x-request-id: req-42".to_string(),
+            ],
+            "{framing}: {head}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_streamed_chunk_reaches_the_client_before_the_backend_finishes() {
     let mock = Mock::start("m1", "az-a", &[MODEL]).await;

@@ -394,6 +394,7 @@ impl ClusterNode {
             limits,
             stats: Arc::clone(&RAFT_LISTENER),
             peer: true,
+            head_fields_for: &[],
         };
         let service = RaftService::new(
             raft.clone(),

@@ -46,7 +46,9 @@ use http_body::Body as _;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tower::ServiceExt;
 
-use crate::http1::{content_length, header_map, put_header, put_number, span, HeadLines, Span};
+use crate::http1::{
+    content_length, header_map, put_header, put_number, span, HeadFields, HeadLines, Span,
+};
 use crate::listen::{App, ConnState, InFlight, Peer, Stop};
 
 /// Headers in one request at most; more go to hyper (whose limit is 100).
@@ -74,6 +76,7 @@ pub(crate) async fn serve<I, A>(
     mut io: I,
     peer: Option<&Peer>,
     app: &A,
+    head_fields_for: &[&str],
     state: &Arc<ConnState>,
     stop: &Stop,
 ) -> Ended<I>
@@ -114,7 +117,7 @@ where
             Some((feed, rest)) => (Some(feed), Body::new(rest)),
             None => (None, Body::from(first.clone())),
         };
-        let Some(mut req) = request(parsed.method, &head, &spans, parsed.path, body) else {
+        let Some(mut req) = request(&parsed, &head, &spans, head_fields_for, body) else {
             // A value or target httparse let through and `http` does not.
             let mut back = BytesMut::with_capacity(head.len() + first.len() + buf.len());
             back.extend_from_slice(&head);
@@ -245,20 +248,27 @@ fn may_end_head(buf: &[u8], from: usize) -> bool {
         || tail.windows(3).any(|w| w == b"\n\r\n")
 }
 
-/// The request for the service; `None` when `http` refuses a part.
+/// The request for the service; `None` when `http` refuses a part. A POST
+/// to one of `head_fields_for` carries its header fields where the head
+/// holds them ([`HeadFields`]) and an empty map (see
+/// `ListenConfig::head_fields_for`).
 fn request(
-    method: Method,
+    parsed: &Parsed,
     head: &Bytes,
     spans: &[Span],
-    path: Range<usize>,
+    head_fields_for: &[&str],
     body: Body,
 ) -> Option<Request<Body>> {
-    let uri = Uri::from_maybe_shared(head.slice(path)).ok()?;
-    let headers = header_map(head, spans, 0)?;
+    let uri = Uri::from_maybe_shared(head.slice(parsed.path.clone())).ok()?;
     let mut req = Request::new(body);
-    *req.method_mut() = method;
+    if parsed.method == Method::POST && head_fields_for.contains(&uri.path()) {
+        req.extensions_mut()
+            .insert(HeadFields::new(head.clone(), spans)?);
+    } else {
+        *req.headers_mut() = header_map(head, spans, 0)?;
+    }
+    *req.method_mut() = parsed.method.clone();
     *req.uri_mut() = uri;
-    *req.headers_mut() = headers;
     Some(req)
 }
 
@@ -735,6 +745,50 @@ mod tests {
         for text in [head(Some(&undated)), head(None)] {
             assert_eq!(text.matches("date: ").count(), 1, "{text}");
             assert!(text.ends_with("content-length: 2\r\n\r\n"), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_post_to_a_listed_path_carries_its_header_fields_and_an_empty_map() {
+        let read = |wire: &'static [u8]| {
+            let mut spans = Vec::new();
+            let Parse::Complete(parsed) = parse(wire, &mut spans) else {
+                panic!("a complete head: {}", String::from_utf8_lossy(wire));
+            };
+            let head = Bytes::from_static(wire).slice(..parsed.head_len);
+            request(&parsed, &head, &spans, &["/v1/x"], Body::empty()).expect("a request")
+        };
+        let fields = |req: &Request<Body>| {
+            assert!(req.headers().is_empty());
+            let fields = req.extensions().get::<HeadFields>().expect("fields");
+            fields
+                .iter()
+                .map(|(n, v)| {
+                    format!(
+                        "{}={}",
+                        String::from_utf8_lossy(n),
+                        String::from_utf8_lossy(v)
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let req = read(
+            b"POST /v1/x?y=1 HTTP/1.1\r\nHost: a\r\nX-Two:  b \r\ncontent-length: 2\r\n\r\n{}",
+        );
+        assert_eq!(fields(&req), ["Host=a", "X-Two=b", "content-length=2"]);
+        assert_eq!(req.uri(), "/v1/x?y=1");
+        let req = read(b"POST /v1/x HTTP/1.1\nHost: a\nX: 1\n\n");
+        assert_eq!(fields(&req), ["Host=a", "X=1"], "bare line feeds");
+        assert!(fields(&read(b"POST /v1/x HTTP/1.1\r\n\r\n")).is_empty());
+
+        // Another path, or another method: the map, as before.
+        for wire in [
+            &b"POST /v1/other HTTP/1.1\r\nHost: a\r\n\r\n"[..],
+            b"GET /v1/x HTTP/1.1\r\nHost: a\r\n\r\n",
+        ] {
+            let req = read(wire);
+            assert_eq!(req.headers()[header::HOST], "a");
+            assert!(req.extensions().get::<HeadFields>().is_none());
         }
     }
 

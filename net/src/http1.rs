@@ -7,6 +7,7 @@ use std::ops::Range;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
+use smallvec::SmallVec;
 
 /// Byte ranges of one header's name and value within a head.
 pub type Span = (Range<usize>, Range<usize>);
@@ -41,6 +42,88 @@ pub fn header_map(head: &Bytes, spans: &[Span], extra: usize) -> Option<HeaderMa
         headers.append(name, value);
     }
     Some(headers)
+}
+
+/// A request's header fields where its head holds them: what the lean
+/// server hands over, as a request extension with an empty header map,
+/// for the POSTs a listener names (`ListenConfig::head_fields_for`). A
+/// handler that reads a few headers and passes the rest on (the data
+/// plane's inference endpoints) builds and drops no map per request.
+///
+/// Names and values are as httparse read them (values without their
+/// surrounding blanks, names in the client's case), framing headers
+/// included; httparse refuses a line break inside either. The first field
+/// of a name is the one [`HeadFields::get`] finds, as in a header map.
+#[derive(Clone, Debug, Default)]
+pub struct HeadFields {
+    head: Bytes,
+    /// Each field's name and value, as start and end offsets in `head`.
+    fields: SmallVec<[[u32; 4]; 12]>,
+}
+
+impl HeadFields {
+    /// The fields at `spans` of `head` (a head's frozen bytes, see
+    /// [`span`]); `None` if an offset does not fit in 32 bits.
+    pub fn new(head: Bytes, spans: &[Span]) -> Option<Self> {
+        let offset = |n: usize| u32::try_from(n).ok();
+        let fields = spans
+            .iter()
+            .map(|(name, value)| {
+                Some([
+                    offset(name.start)?,
+                    offset(name.end)?,
+                    offset(value.start)?,
+                    offset(value.end)?,
+                ])
+            })
+            .collect::<Option<_>>()?;
+        Some(Self { head, fields })
+    }
+
+    /// The header fields of `block`, a head's header lines each ended by
+    /// CRLF or LF, with or without the empty line that ends the head;
+    /// `None` if httparse refuses them.
+    pub fn parse(block: Bytes) -> Option<Self> {
+        if block.is_empty() {
+            return Some(Self::default());
+        }
+        let mut raw = [httparse::EMPTY_HEADER; 100];
+        // An empty line after the last, if there is none: parsed as a
+        // whole head.
+        let mut text = block.to_vec();
+        text.extend_from_slice(b"\r\n");
+        let httparse::Status::Complete((_, found)) =
+            httparse::parse_headers(&text, &mut raw).ok()?
+        else {
+            return None;
+        };
+        let spans: Vec<Span> = found
+            .iter()
+            .map(|h| (span(&text, h.name.as_bytes()), span(&text, h.value)))
+            .collect();
+        Self::new(block, &spans)
+    }
+
+    /// Each field's name and value, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.fields.iter().map(|&[ns, ne, vs, ve]| {
+            let at = |s: u32, e: u32| &self.head[s as usize..e as usize];
+            (at(ns, ne), at(vs, ve))
+        })
+    }
+
+    /// The first value of the header `name` (any case).
+    pub fn get(&self, name: &[u8]) -> Option<&[u8]> {
+        self.iter()
+            .find(|(n, _)| n.len() == name.len() && n.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value)
+    }
+
+    /// `part` (a name or value this returned) as bytes that share the
+    /// head's, without a copy.
+    pub fn shared(&self, part: &[u8]) -> Bytes {
+        self.head.slice_ref(part)
+    }
 }
 
 /// Response headers kept as the lines they are written as, `name:

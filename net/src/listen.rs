@@ -130,6 +130,15 @@ pub struct ListenConfig {
     /// read it). The data plane reads neither, and skips its three
     /// allocations per request.
     pub peer: bool,
+    /// The paths whose POSTs the lean HTTP/1 server hands over with their
+    /// header fields where the head holds them ([`HeadFields`], a request
+    /// extension) and an empty header map: a handler that reads a few
+    /// headers and passes the rest on as they came (the data plane's
+    /// inference endpoints) builds and drops no map per request. Every
+    /// other request, and every one hyper serves, has its map.
+    ///
+    /// [`HeadFields`]: crate::http1::HeadFields
+    pub head_fields_for: &'static [&'static str],
 }
 
 /// Who is at the other end of a request's connection: a request extension
@@ -347,7 +356,14 @@ async fn serve_connection<I>(
     let io = if h2 {
         io
     } else {
-        let lean = h1::serve(io, peer.as_ref(), &app, &state, &stop);
+        let lean = h1::serve(
+            io,
+            peer.as_ref(),
+            &app,
+            config.head_fields_for,
+            &state,
+            &stop,
+        );
         tokio::pin!(lean);
         loop {
             tokio::select! {
@@ -841,6 +857,7 @@ pub(crate) mod tests {
             limits,
             stats: Arc::clone(&stats),
             peer,
+            head_fields_for: &[],
         };
         let (stop, rx) = watch::channel(false);
         tokio::spawn(serve(listener, app, config, rx));

@@ -8,10 +8,15 @@ use subtle::ConstantTimeEq;
 
 use crate::config::{AdminToken, Role, Tenant};
 
-/// The bearer token of a request, if it sent one.
-pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
+/// A header map's `Authorization` value, when it is text.
+pub fn authorization(headers: &HeaderMap) -> Option<&str> {
+    headers.get(header::AUTHORIZATION)?.to_str().ok()
+}
+
+/// The bearer token of a request's `Authorization` value (as text), if
+/// it sent one.
+pub fn bearer(authorization: Option<&str>) -> Option<&str> {
+    let (scheme, token) = authorization?.split_once(' ')?;
     scheme
         .eq_ignore_ascii_case("bearer")
         .then(|| token.trim())
@@ -63,15 +68,15 @@ mod tests {
     #[test]
     fn bearer_parsing() {
         let mut h = HeaderMap::new();
-        assert_eq!(bearer(&h), None);
+        assert_eq!(bearer(authorization(&h)), None);
         h.insert(header::AUTHORIZATION, "Bearer abc".parse().unwrap());
-        assert_eq!(bearer(&h), Some("abc"));
+        assert_eq!(bearer(authorization(&h)), Some("abc"));
         h.insert(header::AUTHORIZATION, "bearer  abc ".parse().unwrap());
-        assert_eq!(bearer(&h), Some("abc"));
+        assert_eq!(bearer(authorization(&h)), Some("abc"));
         h.insert(header::AUTHORIZATION, "Basic abc".parse().unwrap());
-        assert_eq!(bearer(&h), None);
+        assert_eq!(bearer(authorization(&h)), None);
         h.insert(header::AUTHORIZATION, "Bearer ".parse().unwrap());
-        assert_eq!(bearer(&h), None);
+        assert_eq!(bearer(authorization(&h)), None);
     }
 
     #[test]

@@ -5,22 +5,22 @@
 //! arrived: until then any failure can be retried elsewhere. What follows
 //! the first byte is the relay's (`relay`).
 
-use std::borrow::Cow;
+use std::collections::HashSet;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderValue};
 use http::{StatusCode, Uri};
 use http_body::Body as _;
 use http_body_util::{BodyExt, Limited};
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use rustls::pki_types::ServerName;
-use smallvec::SmallVec;
 use tokio::time::Instant;
-use zonegate_net::http1::HeadLines;
+use zonegate_net::http1::{put_header, HeadLines};
 use zonegate_net::tls::BackendTls;
 
+use crate::dataplane::request::ClientHeaders;
 use crate::dataplane::upstream::{self, SendError, Target, UpstreamBody};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -178,70 +178,60 @@ pub mod names {
     pub const MODEL: HeaderName = HeaderName::from_static("x-zonegate-model");
     pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
     pub const PIN: HeaderName = HeaderName::from_static(crate::dataplane::affinity::PIN_HEADER);
-    pub const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 }
 
-/// Request headers that describe this hop only, or carry the client's
-/// gateway credentials, and so never go to the backend.
-const DROP_REQUEST: &[HeaderName] = &[
-    header::CONNECTION,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-    header::HOST,
-    header::AUTHORIZATION,
-    header::CONTENT_LENGTH,
+/// Request headers that describe this hop only, carry the client's
+/// gateway credentials, or are the gateway's to write (`Host`,
+/// `Content-Length`, `X-Request-Id`): never passed on to the backend.
+const DROP_REQUEST: &[&str] = &[
+    "connection",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "keep-alive",
+    "host",
+    "authorization",
+    "content-length",
+    "x-request-id",
 ];
 
-fn strip_hop_by_hop(headers: &mut HeaderMap, fixed: &[HeaderName]) {
-    // Headers named by `Connection` are hop-by-hop too (RFC 9110 §7.6.1);
-    // its values are kept aside, as `Connection` itself goes. Both lists
-    // are short (a backend's `Connection: keep-alive`): kept inline.
-    let connection: SmallVec<[HeaderValue; 2]> = headers
-        .get_all(header::CONNECTION)
+/// Whether a client header goes to the backend (see [`DROP_REQUEST`]).
+pub fn forwarded(name: &[u8]) -> bool {
+    !DROP_REQUEST
         .iter()
-        .cloned()
-        .collect();
-    // One pass over the handful of names present, instead of one hash
-    // lookup per hop-by-hop name.
-    let found: SmallVec<[HeaderName; 4]> = headers
-        .keys()
-        .filter(|k| fixed.contains(k) || *k == names::KEEP_ALIVE)
-        .cloned()
-        .collect();
-    for name in &found {
-        headers.remove(name);
-    }
-    // One lookup per listed name, none built: linear in the list, however
-    // long a hostile peer makes it (a name that is not valid is no header).
-    for listed in connection
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-    {
-        headers.remove(listed.trim());
-    }
+        .any(|d| d.len() == name.len() && d.as_bytes().eq_ignore_ascii_case(name))
 }
 
-/// The client's headers for the backend, to be written through
-/// [`forwarded`]: borrowed as they are, unless the client's `Connection`
-/// header names more hop-by-hop headers (rare; then a copy without them).
-pub fn upstream_headers(client_headers: &HeaderMap) -> Cow<'_, HeaderMap> {
-    if !client_headers.contains_key(header::CONNECTION) {
-        return Cow::Borrowed(client_headers);
-    }
-    let mut h = client_headers.clone();
-    strip_hop_by_hop(&mut h, DROP_REQUEST);
-    Cow::Owned(h)
-}
-
-/// Whether a client header goes to the backend: not hop-by-hop, not the
-/// client's credentials, and not one the gateway writes itself (`Host`,
-/// `Content-Length`, `X-Request-Id`).
-pub fn forwarded(name: &HeaderName) -> bool {
-    !(DROP_REQUEST.contains(name) || *name == names::KEEP_ALIVE || *name == names::REQUEST_ID)
+/// Writes the client's headers for the backend, as lines of its request's
+/// head: those [`forwarded`], less any its `Connection` header names
+/// (hop-by-hop too, RFC 9110 §7.6.1). Names and values are the ones the
+/// client sent (httparse or hyper accepted them: no line break inside).
+pub fn put_backend_headers(out: &mut Vec<u8>, client: &ClientHeaders) {
+    // The names `Connection` lists, lower case; `keep-alive` (most
+    // clients' only one) is dropped anyway. A set: linear in the list,
+    // however long a hostile client makes it.
+    let mut listed: Option<HashSet<Vec<u8>>> = None;
+    client.for_each(|name, value| {
+        if name.eq_ignore_ascii_case(b"connection") {
+            for token in value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
+                if !token.is_empty() && !token.eq_ignore_ascii_case(b"keep-alive") {
+                    listed
+                        .get_or_insert_with(HashSet::new)
+                        .insert(token.to_ascii_lowercase());
+                }
+            }
+        }
+    });
+    client.for_each(|name, value| {
+        let named = listed
+            .as_ref()
+            .is_some_and(|l| l.contains(&name.to_ascii_lowercase()));
+        if forwarded(name) && !named {
+            put_header(out, name, value);
+        }
+    });
 }
 
 fn retry_after(lines: &HeadLines) -> Option<Duration> {
@@ -269,26 +259,28 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 
 /// Sends one request to `target` and waits, within its limits, for the
 /// response head and its first body chunk. `path` is the request's
-/// origin-form target; `headers` are the client's (written through
-/// [`forwarded`]), then `host` and `request_id`.
+/// origin-form target; the client's `headers` go as
+/// [`put_backend_headers`] writes them, followed by `host` and
+/// `request_id`.
 pub async fn attempt(
     target: Target<'_>,
     path: Uri,
-    headers: &HeaderMap,
+    headers: &ClientHeaders,
     host: Option<&HeaderValue>,
     request_id: &HeaderValue,
     body: Bytes,
     limits: AttemptLimits,
 ) -> Result<Committed, AttemptError> {
     let started = std::time::Instant::now();
-    let request_id_name = names::REQUEST_ID;
-    let written = headers
-        .iter()
-        .filter(|(name, _)| forwarded(name))
-        .chain(host.map(|h| (&header::HOST, h)))
-        .chain(std::iter::once((&request_id_name, request_id)));
+    let head = |out: &mut Vec<u8>| {
+        put_backend_headers(out, headers);
+        if let Some(host) = host {
+            put_header(out, b"host", host.as_bytes());
+        }
+        put_header(out, b"x-request-id", request_id.as_bytes());
+    };
     let exchange = async {
-        let resp = upstream::send(target, &path, written, &body)
+        let resp = upstream::send(target, &path, head, &body)
             .await
             .map_err(|e| match e {
                 SendError::Connect(e) => AttemptError::Connect(e),
@@ -421,51 +413,59 @@ pub fn set_version(headers: &mut HeaderMap, which: Version, version: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use zonegate_net::http1::HeadFields;
 
-    #[test]
-    fn hop_by_hop_and_credentials_are_not_forwarded() {
-        let mut h = HeaderMap::new();
-        h.insert(header::AUTHORIZATION, "Bearer secret".parse().unwrap());
-        h.insert(header::CONNECTION, "keep-alive, x-private".parse().unwrap());
-        h.insert("x-private", "1".parse().unwrap());
-        h.insert("keep-alive", "timeout=5".parse().unwrap());
-        h.insert("x-session-id", "s1".parse().unwrap());
-        h.insert(header::CONTENT_TYPE, "application/json".parse().unwrap());
-        h.append(header::CONNECTION, " , X-Other ,,bad name".parse().unwrap());
-        h.insert("x-other", "2".parse().unwrap());
-        let up = upstream_headers(&h);
-        assert!(
-            !up.contains_key("x-other"),
-            "a second Connection line, any case"
-        );
-        assert!(!up.contains_key(header::AUTHORIZATION));
-        assert!(!up.contains_key("x-private"));
-        assert!(!up.contains_key("keep-alive"));
-        assert!(!up.contains_key(header::CONNECTION));
-        assert_eq!(up["x-session-id"], "s1");
-        assert_eq!(up[header::CONTENT_TYPE], "application/json");
+    /// The head's fields and the same headers as a map (what hyper's paths
+    /// hand over) forward the same lines, but for the names' case.
+    fn forwarded_both_ways(head: &'static str) -> [String; 2] {
+        crate::dataplane::request::headers::tests::both(head).map(|h| {
+            let mut out = Vec::new();
+            put_backend_headers(&mut out, &h);
+            String::from_utf8(out).expect("text")
+        })
     }
 
     #[test]
-    fn without_a_connection_header_the_clients_map_is_written_through_the_filter() {
-        let mut h = HeaderMap::new();
-        h.insert(header::AUTHORIZATION, "Bearer secret".parse().unwrap());
-        h.insert(header::HOST, "gateway.example".parse().unwrap());
-        h.insert(header::CONTENT_LENGTH, "12".parse().unwrap());
-        h.insert(header::TE, "trailers".parse().unwrap());
-        h.insert("keep-alive", "timeout=5".parse().unwrap());
-        h.insert(names::REQUEST_ID, "chosen-by-the-client".parse().unwrap());
-        h.insert("x-session-id", "s1".parse().unwrap());
-        h.insert(header::CONTENT_TYPE, "application/json".parse().unwrap());
-        let up = upstream_headers(&h);
-        assert!(matches!(up, Cow::Borrowed(_)), "no copy");
-        let mut sent: Vec<&str> = up
-            .iter()
-            .filter(|(name, _)| forwarded(name))
-            .map(|(name, _)| name.as_str())
-            .collect();
-        sent.sort_unstable();
-        assert_eq!(sent, ["content-type", "x-session-id"]);
+    fn hop_by_hop_and_credentials_are_not_forwarded() {
+        let head = "Authorization: Bearer secret\r\nConnection: keep-alive, x-private\r\n\
+                    x-private: 1\r\nKeep-Alive: timeout=5\r\nx-session-id: s1\r\n\
+                    Content-Type: application/json\r\nconnection:  , X-Other ,,bad name\r\n\
+                    x-other: 2\r\nProxy-Authorization: Basic x\r\nTE: trailers\r\n\
+                    Upgrade: h2c\r\nTrailer: x-t\r\n";
+        let [lines, map] = forwarded_both_ways(head);
+        // `x-other` is named by a second `Connection` line, in another case.
+        assert_eq!(
+            lines,
+            "x-session-id: s1\r\nContent-Type: application/json\r\n"
+        );
+        assert_eq!(map, lines.replace("Content-Type", "content-type"));
+    }
+
+    #[test]
+    fn the_gateways_own_and_the_framing_headers_are_not_forwarded() {
+        let head = "Host: gateway.example\r\nContent-Length: 12\r\n\
+                    Transfer-Encoding: chunked\r\nX-Request-Id: chosen-by-the-client\r\n\
+                    x-session-id: s1\r\ncontent-type: application/json\r\n";
+        for sent in forwarded_both_ways(head) {
+            assert_eq!(
+                sent,
+                "x-session-id: s1\r\ncontent-type: application/json\r\n"
+            );
+        }
+    }
+
+    #[test]
+    fn every_name_a_long_connection_header_lists_is_left_out() {
+        // A set of the 20,000 names, looked up once per header.
+        let listed: Vec<String> = (0..20_000).map(|i| format!("x-h{i}")).collect();
+        let head = format!(
+            "Connection: {}\r\nx-h7: 1\r\nx-kept: 2\r\n",
+            listed.join(",")
+        );
+        let fields = HeadFields::parse(Bytes::from(head)).expect("a head");
+        let mut sent = Vec::new();
+        put_backend_headers(&mut sent, &ClientHeaders::Fields(fields));
+        assert_eq!(sent, b"x-kept: 2\r\n");
     }
 
     #[test]

@@ -28,13 +28,12 @@ use self::continuation::Continuer;
 use crate::clock::now_ms;
 use crate::clock::unix_s;
 use crate::config::{Config, Tenant};
-use crate::dataplane::affinity::PIN_HEADER;
 use crate::dataplane::auth;
 use crate::dataplane::balance::hash_key;
 use crate::dataplane::error::ApiError;
 use crate::dataplane::forward;
 use crate::dataplane::quota::{self, Admission, Ask};
-use crate::dataplane::request::{classify, RequestClass, RequestMeta};
+use crate::dataplane::request::{classify, ClientHeaders, RequestClass, RequestMeta};
 use crate::node::gateway::Gateway;
 
 /// The data-plane router: OpenAI endpoints, liveness and readiness; any
@@ -56,7 +55,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
 
 async fn models(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
     let cfg = gw.cfg_arc();
-    let tenant = match authenticate(&cfg, &headers) {
+    let tenant = match authenticate(&cfg, auth::authorization(&headers)) {
         Ok(t) => t,
         Err(e) => return e.into_response(),
     };
@@ -89,8 +88,8 @@ async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
     }
 }
 
-fn authenticate<'a>(cfg: &'a Config, headers: &HeaderMap) -> Result<&'a Tenant, ApiError> {
-    let key = auth::bearer(headers).ok_or(ApiError::MissingKey)?;
+fn authenticate<'a>(cfg: &'a Config, authorization: Option<&str>) -> Result<&'a Tenant, ApiError> {
+    let key = auth::bearer(authorization).ok_or(ApiError::MissingKey)?;
     auth::tenant(key, &cfg.tenants).ok_or(ApiError::WrongKey)
 }
 
@@ -116,8 +115,10 @@ pub async fn infer(gw: Arc<Gateway>, req: Request) -> Response {
     // One config version for the whole request, whatever is applied
     // meanwhile.
     let cfg = gw.cfg_arc();
-    let result = match authenticate(&cfg, req.headers()) {
-        Ok(tenant) => serve(&gw, &cfg, tenant, req, started)
+    let (mut parts, body) = req.into_parts();
+    let headers = ClientHeaders::take(&mut parts);
+    let result = match authenticate(&cfg, headers.text(&http::header::AUTHORIZATION)) {
+        Ok(tenant) => serve(&gw, &cfg, tenant, parts, &headers, body, started)
             .await
             .map_err(|f| (Some(tenant), f)),
         Err(e) => Err((None, (None, e))),
@@ -166,10 +167,11 @@ async fn serve(
     gw: &Arc<Gateway>,
     cfg: &Arc<Config>,
     tenant: &Tenant,
-    req: Request,
+    parts: http::request::Parts,
+    headers: &ClientHeaders,
+    body: Body,
     started: Instant,
 ) -> Result<Response, Failed> {
-    let (parts, body) = req.into_parts();
     let body = read_body(
         body,
         cfg.node.max_body_bytes,
@@ -184,12 +186,12 @@ async fn serve(
         .model(&meta.model)
         .ok_or_else(|| failed(ApiError::ModelNotFound(meta.model.clone())))?;
     let deadline = tokio::time::Instant::from_std(started + primary.cfg.timeouts.total);
-    let facts = RequestFacts::new(gw, cfg, tenant, &parts, &meta, body.len(), deadline);
+    let client = (parts.uri.path(), headers);
+    let facts = RequestFacts::new(gw, cfg, tenant, client, &meta, body.len(), deadline);
     // Counted in the second it arrived: the budget's window is seconds.
     gw.with_budget(|b| b.record_request(crate::clock::ms_at(started) / 1000));
     let admission = admit(gw, &facts, &meta, body.len()).map_err(failed)?;
-    let min_tier =
-        chain::min_tier(&parts.headers, body.len(), &cfg.prompt_tiers).map_err(failed)?;
+    let min_tier = chain::min_tier(headers, body.len(), &cfg.prompt_tiers).map_err(failed)?;
     let (models, skipped) = chain::model_chain(cfg, &routes, primary, min_tier);
     if models.is_empty() {
         return Err(failed(chain::no_capable_model(
@@ -200,7 +202,7 @@ async fn serve(
     }
     let out = Outgoing {
         uri: &parts.uri,
-        headers: &parts.headers,
+        headers,
         body: &body,
         model: &meta.model,
     };
@@ -208,8 +210,7 @@ async fn serve(
     match attempts::forward_chain(gw, &routes, &facts, models.clone(), &out, &mut attempts).await {
         Ok(winner) => {
             let count = attempts.count;
-            let continuer =
-                Continuer::for_stream(gw, &parts, &body, &meta, &models, &facts, attempts);
+            let continuer = Continuer::for_stream(gw, &out, &meta, &models, &facts, attempts);
             Ok(respond::respond(
                 gw, facts, winner, started, count, continuer, admission,
             ))
@@ -302,22 +303,23 @@ struct RequestFacts {
 }
 
 impl RequestFacts {
-    /// The pin stage: the session, its home zone and the request's class.
+    /// The pin stage: the session, its home zone and the request's class
+    /// (`path, headers`: the request's path and headers).
     fn new(
         gw: &Gateway,
         cfg: &Arc<Config>,
         tenant: &Tenant,
-        parts: &http::request::Parts,
+        (path, headers): (&str, &ClientHeaders),
         meta: &RequestMeta,
         body_len: usize,
         deadline: tokio::time::Instant,
     ) -> Self {
-        let embeddings = parts.uri.path() == "/v1/embeddings";
+        let embeddings = path == "/v1/embeddings";
         // A session is a tenant's: another tenant with the same session key
         // shares neither its pin nor its pin token.
-        let session = session_key(&parts.headers, meta)
+        let session = session_key(headers, meta)
             .map(|s| hash_key(&[tenant.name.as_bytes(), &[0], s.as_bytes()].concat()));
-        let pinned = session.and_then(|s| pinned_zone(gw, cfg, &parts.headers, &tenant.name, s));
+        let pinned = session.and_then(|s| pinned_zone(gw, cfg, headers, &tenant.name, s));
         let view = gw.view.borrow().clone();
         RequestFacts {
             cfg: Arc::clone(cfg),
@@ -325,7 +327,7 @@ impl RequestFacts {
             tenant_index: tenant_index(cfg, tenant),
             session,
             home: pinned.unwrap_or_else(|| cfg.node.zone.clone()),
-            request_id: RequestId::of(&parts.headers),
+            request_id: RequestId::of(headers),
             class: classify(meta, body_len, embeddings, &cfg.affinity),
             stream: meta.stream,
             deadline,
@@ -342,12 +344,12 @@ impl RequestFacts {
 pub(super) struct RequestId(http::HeaderValue);
 
 impl RequestId {
-    fn of(headers: &HeaderMap) -> Self {
+    fn of(headers: &ClientHeaders) -> Self {
         if let Some(v) = headers
-            .get(forward::names::REQUEST_ID)
+            .value(&forward::names::REQUEST_ID)
             .filter(|v| v.to_str().is_ok())
         {
-            return Self(v.clone());
+            return Self(v);
         }
         let n = fastrand::u128(..);
         let mut hex = [0u8; 32];
@@ -374,11 +376,13 @@ impl std::fmt::Display for RequestId {
     }
 }
 
+/// The header a client names its session with.
+const SESSION_HEADER: http::HeaderName = http::HeaderName::from_static("x-session-id");
+
 /// Session key: the `x-session-id` header, else the body's `user`.
-fn session_key<'a>(headers: &'a HeaderMap, meta: &'a RequestMeta) -> Option<&'a str> {
+fn session_key<'a>(headers: &'a ClientHeaders, meta: &'a RequestMeta) -> Option<&'a str> {
     headers
-        .get("x-session-id")
-        .and_then(|v| v.to_str().ok())
+        .text(&SESSION_HEADER)
         .filter(|s| !s.is_empty())
         .or(meta.user.as_deref().filter(|s| !s.is_empty()))
 }
@@ -389,7 +393,7 @@ fn session_key<'a>(headers: &'a HeaderMap, meta: &'a RequestMeta) -> Option<&'a 
 fn pinned_zone(
     gw: &Gateway,
     cfg: &Config,
-    headers: &HeaderMap,
+    headers: &ClientHeaders,
     tenant: &str,
     session: u64,
 ) -> Option<ZoneId> {
@@ -398,8 +402,7 @@ fn pinned_zone(
     }
     let now = unix_s();
     headers
-        .get(PIN_HEADER)
-        .and_then(|v| v.to_str().ok())
+        .text(&forward::names::PIN)
         .and_then(|t| gw.pin_signer.verify(t, tenant, session, now))
         .or_else(|| gw.pins.get(session, now))
 }
@@ -417,22 +420,37 @@ mod tests {
     #[test]
     fn a_request_id_is_the_clients_when_it_is_text_else_32_fresh_hex_digits() {
         let mut h = HeaderMap::new();
-        let fresh = RequestId::of(&h).to_string();
+        let fresh = RequestId::of(&ClientHeaders::Map(h.clone())).to_string();
         assert_eq!(fresh.len(), 32, "{fresh}");
         assert!(fresh
             .bytes()
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
-        assert_ne!(fresh, RequestId::of(&h).to_string(), "fresh ids differ");
+        assert_ne!(
+            fresh,
+            RequestId::of(&ClientHeaders::Map(h.clone())).to_string(),
+            "fresh ids differ"
+        );
 
         h.insert("x-request-id", http::HeaderValue::from_static("req-123"));
-        assert_eq!(RequestId::of(&h).to_string(), "req-123");
-        assert_eq!(RequestId::of(&h).value(), "req-123");
+        assert_eq!(
+            RequestId::of(&ClientHeaders::Map(h.clone())).to_string(),
+            "req-123"
+        );
+        assert_eq!(
+            RequestId::of(&ClientHeaders::Map(h.clone())).value(),
+            "req-123"
+        );
 
         // Not visible text: replaced, never logged or forwarded as is.
         h.insert(
             "x-request-id",
             http::HeaderValue::from_bytes(b"caf\xe9").expect("obs-text is a valid value"),
         );
-        assert_eq!(RequestId::of(&h).to_string().len(), 32);
+        assert_eq!(
+            RequestId::of(&ClientHeaders::Map(h.clone()))
+                .to_string()
+                .len(),
+            32
+        );
     }
 }

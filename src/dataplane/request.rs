@@ -1,6 +1,10 @@
 //! What routing needs from a request, read without touching the rest of the
 //! body: model, stream flag, output-token cap, user, and the request class.
 
+pub(crate) mod headers;
+
+pub use headers::ClientHeaders;
+
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 

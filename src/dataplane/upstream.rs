@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::uri::{Authority, Scheme};
-use http::{HeaderName, HeaderValue, StatusCode, Uri};
+use http::{StatusCode, Uri};
 use http_body::{Body, Frame, SizeHint};
 use hyper_util::rt::TokioIo;
 use std::future::poll_fn;
@@ -294,14 +294,15 @@ thread_local! {
     static OUT: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
-/// POSTs `body` to `path` (origin-form) at `target` with `headers` (`Host`
-/// among them, hop-by-hop ones left out) on an idle connection of this thread,
-/// or a new one, and waits for the response head. The body carries the
+/// POSTs `body` to `path` (origin-form) at `target` with the header lines
+/// `headers` writes (`Host` among them, hop-by-hop ones left out) on an
+/// idle connection of this thread, or a new one, and waits for the
+/// response head. The body carries the
 /// connection back to the pool when read to its end.
-pub async fn send<'h>(
+pub async fn send(
     target: Target<'_>,
     path: &Uri,
-    headers: impl IntoIterator<Item = (&'h HeaderName, &'h HeaderValue)>,
+    headers: impl FnOnce(&mut Vec<u8>),
     body: &Bytes,
 ) -> Result<Answer, SendError> {
     let mut out = OUT.take();
@@ -571,9 +572,10 @@ pub(crate) mod tests {
             connect_timeout,
             tls,
         };
-        let host = HeaderValue::try_from(addr.to_string()).expect("host");
+        let host = addr.to_string();
         let path = Uri::try_from(path).expect("path");
-        let headers = [(&http::header::HOST, &host)];
+        let headers =
+            |out: &mut Vec<u8>| zonegate_net::http1::put_header(out, b"host", host.as_bytes());
         send(target, &path, headers, &Bytes::from_static(b"{}")).await
     }
 

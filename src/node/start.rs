@@ -211,6 +211,7 @@ pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<Runni
         limits: cfg.node.limits.resolve(budgets.data),
         stats: Arc::default(),
         peer: false,
+        head_fields_for: &crate::dataplane::proxy::INFERENCE_PATHS,
     };
     let admin_listen = ListenConfig {
         name: "admin",
@@ -218,6 +219,7 @@ pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<Runni
         limits: cfg.admin.limits.resolve(budgets.admin),
         stats: Arc::default(),
         peer: true,
+        head_fields_for: &[],
     };
     {
         let mut listeners = gateway.listeners.lock();

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use either::Either;
-use http::{HeaderMap, Uri};
+use http::Uri;
 use smallvec::SmallVec;
 use tokio::time::Instant;
 use zonegate_cluster::ZoneId;
@@ -29,6 +29,7 @@ use crate::dataplane::backend::{Backend, InFlight};
 use crate::dataplane::error::ApiError;
 use crate::dataplane::forward::{self, AttemptError, AttemptLimits, Committed};
 use crate::dataplane::observe::ZoneResult;
+use crate::dataplane::request::ClientHeaders;
 use crate::dataplane::routing::{plan_zones, ModelRoute, PickReason, PoolGuard, Routes, ZonePool};
 use crate::dataplane::upstream::Target;
 use crate::node::gateway::Gateway;
@@ -36,7 +37,9 @@ use crate::node::gateway::Gateway;
 /// The client's request as every attempt resends it.
 pub(super) struct Outgoing<'a> {
     pub uri: &'a Uri,
-    pub headers: &'a HeaderMap,
+    /// The client's headers (those for the backend:
+    /// `forward::put_backend_headers`).
+    pub headers: &'a ClientHeaders,
     pub body: &'a Bytes,
     /// The model the body names.
     pub model: &'a str,
@@ -359,7 +362,6 @@ async fn attempt(
         .uri
         .path_and_query()
         .map_or_else(|| Uri::from_static("/"), |p| Uri::from(p.clone()));
-    let headers = forward::upstream_headers(out.headers);
     let request_id = req.request_id.value();
     let payload = rewrite_model(out.body, out.model, backend, &model.cfg.name);
     let t = &model.cfg.timeouts;
@@ -378,7 +380,7 @@ async fn attempt(
     forward::attempt(
         target,
         path,
-        &headers,
+        out.headers,
         backend.host_value.as_ref(),
         &request_id,
         payload,

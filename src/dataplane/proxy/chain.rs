@@ -2,11 +2,12 @@
 //! primary, its fallbacks, the floor model while the breaker is open), and
 //! the tier a substitute must reach.
 
-use http::HeaderMap;
+use http::HeaderName;
 use smallvec::SmallVec;
 
 use crate::config::Config;
 use crate::dataplane::error::ApiError;
+use crate::dataplane::request::ClientHeaders;
 use crate::dataplane::routing::{ModelRoute, Routes};
 
 /// How a model got into a request's chain; becomes part of
@@ -47,13 +48,13 @@ impl Link {
 pub(super) type Chain<'a> = SmallVec<[(&'a ModelRoute, Link); 4]>;
 
 /// The header a client names its minimum model tier with.
-const MIN_TIER_HEADER: &str = "x-zonegate-min-tier";
+const MIN_TIER_HEADER: HeaderName = HeaderName::from_static("x-zonegate-min-tier");
 
 /// The tier a request needs: what the client asks for in the header, and
 /// at least what its size suggests (`[[prompt_tiers]]`: a long prompt is
 /// taken as a complex task that a small model would answer worse).
 pub(super) fn min_tier(
-    headers: &HeaderMap,
+    headers: &ClientHeaders,
     body_len: usize,
     by_size: &[(u64, u32)],
 ) -> Result<u32, ApiError> {
@@ -63,11 +64,10 @@ pub(super) fn min_tier(
         .map(|(_, tier)| *tier)
         .max()
         .unwrap_or(0);
-    let Some(v) = headers.get(MIN_TIER_HEADER) else {
+    let Some(v) = headers.get(&MIN_TIER_HEADER) else {
         return Ok(estimated);
     };
-    let asked: u32 = v
-        .to_str()
+    let asked: u32 = std::str::from_utf8(v)
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .ok_or_else(|| {
@@ -153,7 +153,10 @@ mod tests {
     #[test]
     fn min_tier_takes_the_larger_of_header_and_size_estimate() {
         let by_size = [(1_000, 1), (10_000, 3)];
-        let mut h = HeaderMap::new();
+        let mut h = http::HeaderMap::new();
+        let min_tier = |h: &http::HeaderMap, len, by_size: &[(u64, u32)]| {
+            min_tier(&ClientHeaders::Map(h.clone()), len, by_size)
+        };
         assert_eq!(min_tier(&h, 10, &by_size).unwrap(), 0);
         assert_eq!(min_tier(&h, 1_000, &by_size).unwrap(), 1);
         assert_eq!(min_tier(&h, 50_000, &by_size).unwrap(), 3);

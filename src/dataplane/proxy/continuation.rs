@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderMap, Uri};
+use http::Uri;
 use serde_json::{json, Map, Value};
 
 use super::attempts::{self, Attempts, Outgoing};
@@ -21,6 +21,7 @@ use crate::clock::now_ms;
 use crate::config::Continuation;
 use crate::dataplane::backend::{Backend, InFlight};
 use crate::dataplane::relay::Resumed;
+use crate::dataplane::request::ClientHeaders;
 use crate::dataplane::request::RequestMeta;
 use crate::dataplane::routing::{PoolGuard, Routes};
 use crate::dataplane::sse::{Resumption, Transcript};
@@ -33,7 +34,7 @@ pub(super) struct Continuer {
     routes: Arc<Routes>,
     facts: RequestFacts,
     uri: Uri,
-    headers: HeaderMap,
+    headers: ClientHeaders,
     body: Bytes,
     /// The model the client named.
     requested: String,
@@ -57,14 +58,13 @@ impl Continuer {
     /// completions, streaming, plain text, and its model allows it.
     pub(super) fn for_stream(
         gw: &Arc<Gateway>,
-        parts: &http::request::Parts,
-        body: &Bytes,
+        out: &Outgoing<'_>,
         meta: &RequestMeta,
         chain: &Chain<'_>,
         facts: &RequestFacts,
         attempts: Attempts,
     ) -> Option<Self> {
-        let path = parts.uri.path();
+        let path = out.uri.path();
         let chat = path == "/v1/chat/completions";
         let primary = chain.first()?.0;
         let eligible = meta.stream
@@ -75,10 +75,10 @@ impl Continuer {
             gw: Arc::clone(gw),
             routes: gw.routes.load_full(),
             facts: facts.clone(),
-            uri: parts.uri.clone(),
-            headers: parts.headers.clone(),
-            body: body.clone(),
-            requested: meta.model.clone(),
+            uri: out.uri.clone(),
+            headers: out.headers.clone(),
+            body: out.body.clone(),
+            requested: out.model.to_owned(),
             chain: chain
                 .iter()
                 .map(|(m, link)| (m.cfg.name.clone(), *link))

@@ -20,9 +20,9 @@
 //! came as ([`HeadLines`]), not as a header map.
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::{header, HeaderName, HeaderValue, StatusCode, Uri};
+use http::{StatusCode, Uri};
 use smallvec::SmallVec;
-use zonegate_net::http1::{content_length, put_header, put_number, span, HeadLines, Span};
+use zonegate_net::http1::{content_length, put_number, span, HeadLines, Span};
 
 /// Headers in one response at most (hyper's client allows 100 too).
 const MAX_HEADERS: usize = 100;
@@ -33,25 +33,20 @@ const MAX_CHUNK_LINE: usize = 4 * 1024;
 /// Trailer bytes after the last chunk at most (they are read and dropped).
 const MAX_TRAILERS: usize = 16 * 1024;
 
-/// Writes the head of a POST of `body_len` bytes to `path`. `headers`
-/// come as the caller chose them (hop-by-hop ones left out, `Host` among
-/// them); a `Content-Length` or `Transfer-Encoding` among them is replaced
-/// by the body's own length.
-pub(super) fn encode_request<'h>(
+/// Writes the head of a POST of `body_len` bytes to `path`: the header
+/// lines `headers` writes (whole `name: value\r\n` lines, the caller's
+/// choice: no framing or hop-by-hop header among them), then the body's
+/// length.
+pub(super) fn encode_request(
     out: &mut Vec<u8>,
     path: &Uri,
-    headers: impl IntoIterator<Item = (&'h HeaderName, &'h HeaderValue)>,
+    headers: impl FnOnce(&mut Vec<u8>),
     body_len: usize,
 ) {
     out.extend_from_slice(b"POST ");
     out.extend_from_slice(path.path_and_query().map_or("/", |p| p.as_str()).as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    for (name, value) in headers {
-        if name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING {
-            continue;
-        }
-        put_header(out, name.as_str().as_bytes(), value.as_bytes());
-    }
+    headers(out);
     out.extend_from_slice(b"content-length: ");
     put_number(out, body_len as u64, 10);
     out.extend_from_slice(b"\r\n\r\n");
@@ -334,6 +329,7 @@ fn take(buf: &mut BytesMut, left: &mut u64) -> Step {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use zonegate_net::http1::put_header;
 
     /// Decodes `wire` fed in pieces of `piece` bytes: the body, or the error.
     fn decode(wire: &[u8], piece: usize) -> Result<(Vec<u8>, Decoder, usize), String> {
@@ -627,18 +623,18 @@ mod tests {
     }
 
     #[test]
-    fn the_request_head_carries_the_bodys_own_length() {
-        let mut headers = http::HeaderMap::new();
-        headers.insert(header::HOST, HeaderValue::from_static("b:8000"));
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("999"));
-        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k"));
+    fn the_request_head_is_the_callers_headers_then_the_bodys_length() {
         let mut out = Vec::new();
         let path = Uri::from_static("/v1/chat/completions?x=1");
-        encode_request(&mut out, &path, &headers, 42);
+        let headers = |out: &mut Vec<u8>| {
+            put_header(out, b"Content-Type", b"application/json");
+            put_header(out, b"host", b"b:8000");
+        };
+        encode_request(&mut out, &path, headers, 42);
         assert_eq!(
             String::from_utf8_lossy(&out),
-            "POST /v1/chat/completions?x=1 HTTP/1.1\r\nhost: b:8000\r\nauthorization: Bearer k\r\n\
-             content-length: 42\r\n\r\n"
+            "POST /v1/chat/completions?x=1 HTTP/1.1\r\nContent-Type: application/json\r\n\
+             host: b:8000\r\ncontent-length: 42\r\n\r\n"
         );
     }
 }

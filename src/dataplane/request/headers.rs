@@ -1,0 +1,140 @@
+//! A client's request headers as the server handed them over: the fields
+//! where the head holds them (the lean HTTP/1 server's inference POSTs,
+//! see `ListenConfig::head_fields_for`) or a header map (every request hyper
+//! serves: HTTP/2, and HTTP/1 that is not plain). The request path reads
+//! a few of them and passes the rest on
+//! ([`crate::dataplane::forward::put_backend_headers`]),
+//! through this one view whichever it got.
+
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::request::Parts;
+use zonegate_net::http1::HeadFields;
+
+/// A client's request headers (see the module).
+#[derive(Clone, Debug)]
+pub enum ClientHeaders {
+    Fields(HeadFields),
+    Map(HeaderMap),
+}
+
+impl ClientHeaders {
+    /// The headers of `parts`, moved out of them: its fields when the
+    /// server gave them, else its map.
+    pub fn take(parts: &mut Parts) -> Self {
+        match parts.extensions.remove::<HeadFields>() {
+            Some(fields) => Self::Fields(fields),
+            None => Self::Map(std::mem::take(&mut parts.headers)),
+        }
+    }
+
+    /// The first value of `name`, its surrounding whitespace trimmed.
+    pub fn get(&self, name: &HeaderName) -> Option<&[u8]> {
+        match self {
+            Self::Fields(fields) => fields.get(name.as_str().as_bytes()),
+            Self::Map(map) => map.get(name).map(HeaderValue::as_bytes),
+        }
+    }
+
+    /// The first value of `name` when it is visible text (what
+    /// `HeaderValue::to_str` accepts: visible ASCII, spaces and tabs).
+    pub fn text(&self, name: &HeaderName) -> Option<&str> {
+        let value = self.get(name)?;
+        if !value
+            .iter()
+            .all(|b| *b == b'\t' || (b' '..=b'~').contains(b))
+        {
+            return None;
+        }
+        std::str::from_utf8(value).ok()
+    }
+
+    /// The first value of `name` as a header value that shares the
+    /// request's bytes (no copy).
+    pub fn value(&self, name: &HeaderName) -> Option<HeaderValue> {
+        match self {
+            Self::Fields(fields) => {
+                let value = fields.get(name.as_str().as_bytes())?;
+                HeaderValue::from_maybe_shared(fields.shared(value)).ok()
+            }
+            Self::Map(map) => map.get(name).cloned(),
+        }
+    }
+
+    /// Calls `f` with each header's name and value, in order.
+    pub fn for_each<'a>(&'a self, mut f: impl FnMut(&'a [u8], &'a [u8])) {
+        match self {
+            Self::Fields(fields) => fields.iter().for_each(|(name, value)| f(name, value)),
+            Self::Map(map) => map
+                .iter()
+                .for_each(|(name, value)| f(name.as_str().as_bytes(), value.as_bytes())),
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use http::header;
+
+    /// The fields of `head` and the same headers as a map.
+    pub(crate) fn both(head: &'static str) -> [ClientHeaders; 2] {
+        let fields = HeadFields::parse(Bytes::from_static(head.as_bytes())).expect("a head");
+        let mut map = HeaderMap::new();
+        for (name, value) in fields.iter() {
+            map.append(
+                HeaderName::from_bytes(name).expect("a name"),
+                HeaderValue::from_maybe_shared(fields.shared(value)).expect("a value"),
+            );
+        }
+        [ClientHeaders::Fields(fields), ClientHeaders::Map(map)]
+    }
+
+    #[test]
+    fn fields_and_a_map_of_the_same_head_read_the_same() {
+        let head = "Host: gw\r\nAuthorization:  Bearer k1 \r\nX-Request-Id: réq\r\n\
+                    x-session-id: s1\nX-Session-Id: s2\r\nX-Empty:\r\n";
+        for h in both(head) {
+            assert_eq!(h.get(&header::AUTHORIZATION), Some(&b"Bearer k1"[..]));
+            assert_eq!(h.text(&header::AUTHORIZATION), Some("Bearer k1"));
+            let session = HeaderName::from_static("x-session-id");
+            assert_eq!(h.text(&session), Some("s1"), "the first of two, any case");
+            let id = HeaderName::from_static("x-request-id");
+            assert!(h.get(&id).is_some());
+            assert_eq!(h.text(&id), None, "not visible ASCII");
+            assert_eq!(h.value(&id).expect("a value").as_bytes(), "réq".as_bytes());
+            assert_eq!(h.text(&HeaderName::from_static("x-empty")), Some(""));
+            assert_eq!(h.get(&header::COOKIE), None);
+            let mut names = Vec::new();
+            h.for_each(|name, _| names.push(name.to_ascii_lowercase()));
+            assert_eq!(
+                names,
+                [
+                    "host",
+                    "authorization",
+                    "x-request-id",
+                    "x-session-id",
+                    "x-session-id",
+                    "x-empty"
+                ]
+                .map(|n| n.as_bytes().to_vec())
+            );
+        }
+    }
+
+    #[test]
+    fn taking_the_headers_prefers_the_fields_and_leaves_neither_behind() {
+        let mut req = http::Request::new(());
+        req.headers_mut()
+            .insert(header::HOST, HeaderValue::from_static("map"));
+        let (mut parts, ()) = req.into_parts();
+        assert!(matches!(ClientHeaders::take(&mut parts), ClientHeaders::Map(m) if m.len() == 1));
+        assert!(parts.headers.is_empty());
+
+        let fields = HeadFields::parse(Bytes::from_static(b"host: fields\r\n"));
+        parts.extensions.insert(fields.expect("a head"));
+        let taken = ClientHeaders::take(&mut parts);
+        assert_eq!(taken.text(&header::HOST), Some("fields"));
+        assert!(parts.extensions.get::<HeadFields>().is_none());
+    }
+}
