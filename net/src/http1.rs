@@ -185,6 +185,27 @@ impl HeadLines {
     }
 }
 
+thread_local! {
+    /// [`written`]'s buffer, reused by this thread's calls.
+    static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// What `write` writes, as bytes of their own: written into a buffer this
+/// thread reuses, then copied into one allocation of the exact size. (A
+/// `Vec` frozen with room to spare takes a second allocation for the
+/// shared bytes' header, and one grown to size may have moved first.)
+pub fn written(write: impl FnOnce(&mut Vec<u8>)) -> Bytes {
+    let mut buf = SCRATCH.take();
+    buf.clear();
+    write(&mut buf);
+    let bytes = Bytes::copy_from_slice(&buf);
+    // An outsized buffer (a huge head) is not kept for the thread's life.
+    if buf.capacity() <= 64 * 1024 {
+        SCRATCH.set(buf);
+    }
+    bytes
+}
+
 /// Appends the header line `name: value`.
 pub fn put_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(name);
@@ -212,6 +233,20 @@ pub fn put_number(out: &mut Vec<u8>, mut n: u64, base: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn written_bytes_are_what_was_written_even_when_nested() {
+        let outer = written(|out| {
+            out.extend_from_slice(b"a: 1\r\n");
+            let inner = written(|out| out.extend_from_slice(b"inner"));
+            assert_eq!(&inner[..], b"inner");
+            out.extend_from_slice(b"b: 2\r\n");
+        });
+        assert_eq!(&outer[..], b"a: 1\r\nb: 2\r\n");
+        // The reused buffer starts empty each time.
+        assert_eq!(&written(|out| out.push(b'x'))[..], b"x");
+        assert!(written(|_| {}).is_empty());
+    }
 
     #[test]
     fn content_length_is_digits_only() {

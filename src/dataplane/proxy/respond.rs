@@ -7,10 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::response::Response;
-use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use http::{HeaderMap, HeaderName};
-use zonegate_net::http1::{put_header, put_number, HeadLines};
+use zonegate_net::http1::{put_header, put_number, written, HeadLines};
 
 use super::attempts::Winner;
 use super::chain::Link;
@@ -140,34 +139,35 @@ pub(super) fn respond(
     let mut headers = HeaderMap::new();
     admission.write_headers(&mut headers);
     let backend_lines = std::mem::take(&mut committed.lines);
-    let mut lines = Vec::with_capacity(backend_lines.lines.len() + 512);
-    put_backend_lines(&mut lines, &backend_lines, &headers);
     let dated = backend_lines.dated;
+    let lines = written(|lines| {
+        put_backend_lines(lines, &backend_lines, &headers);
+        put_version(lines, &names::DECISION_VERSION, ctx.decision_version);
+        put_version(lines, &names::CONFIG_VERSION, config_version);
+        let mut put =
+            |name: &HeaderName, value: &[u8]| put_header(lines, name.as_str().as_bytes(), value);
+        if let Some(v) = &ctx.backend.name_value {
+            put(&names::BACKEND, v.as_bytes());
+        }
+        if let Some(v) = &ctx.backend.zone_value {
+            put(&names::ZONE, v.as_bytes());
+        }
+        if is_header_text(ctx.route.as_bytes()) {
+            put(&names::ROUTE, ctx.route.as_bytes());
+        }
+        if let Some(v) = &ctx.model_value {
+            put(&names::MODEL, v.as_bytes());
+        }
+        put(&names::REQUEST_ID, ctx.request_id.value().as_bytes());
+        if let Some(token) = ctx
+            .pin_token
+            .as_deref()
+            .filter(|t| is_header_text(t.as_bytes()))
+        {
+            put(&names::PIN, token.as_bytes());
+        }
+    });
     drop(backend_lines);
-    put_version(&mut lines, &names::DECISION_VERSION, ctx.decision_version);
-    put_version(&mut lines, &names::CONFIG_VERSION, config_version);
-    let mut put =
-        |name: &HeaderName, value: &[u8]| put_header(&mut lines, name.as_str().as_bytes(), value);
-    if let Some(v) = &ctx.backend.name_value {
-        put(&names::BACKEND, v.as_bytes());
-    }
-    if let Some(v) = &ctx.backend.zone_value {
-        put(&names::ZONE, v.as_bytes());
-    }
-    if is_header_text(ctx.route.as_bytes()) {
-        put(&names::ROUTE, ctx.route.as_bytes());
-    }
-    if let Some(v) = &ctx.model_value {
-        put(&names::MODEL, v.as_bytes());
-    }
-    put(&names::REQUEST_ID, ctx.request_id.value().as_bytes());
-    if let Some(token) = ctx
-        .pin_token
-        .as_deref()
-        .filter(|t| is_header_text(t.as_bytes()))
-    {
-        put(&names::PIN, token.as_bytes());
-    }
     if sse {
         model_handles.ttft.observe(ttft.as_secs_f64());
     }
@@ -196,10 +196,7 @@ pub(super) fn respond(
     let mut resp = Response::new(relay::body(committed, opts, Box::new(hooks)));
     *resp.status_mut() = status;
     *resp.headers_mut() = headers;
-    resp.extensions_mut().insert(HeadLines {
-        lines: Bytes::from(lines),
-        dated,
-    });
+    resp.extensions_mut().insert(HeadLines { lines, dated });
     resp
 }
 
@@ -350,6 +347,7 @@ impl RelayHooks for Hooks {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     #[test]
     fn a_limited_tenants_rate_limit_headers_replace_the_backends() {

@@ -22,7 +22,7 @@
 use bytes::{Buf, Bytes, BytesMut};
 use http::{StatusCode, Uri};
 use smallvec::SmallVec;
-use zonegate_net::http1::{content_length, put_number, span, HeadLines, Span};
+use zonegate_net::http1::{content_length, put_header, put_number, span, written, HeadLines, Span};
 
 /// Headers in one response at most (hyper's client allows 100 too).
 const MAX_HEADERS: usize = 100;
@@ -126,26 +126,24 @@ pub(super) fn parse_head(
             spans.push((span(buf, name), span(buf, h.value)));
         }
         // Linear in the names a hostile backend lists, times the headers.
-        let mut lines = BytesMut::with_capacity(len);
         let mut dated = false;
-        for (name, value) in spans.iter() {
-            let name = &buf[name.clone()];
-            let passed = !(NOT_PASSED.iter().any(|h| name.eq_ignore_ascii_case(h))
-                || listed.iter().any(|l| name.eq_ignore_ascii_case(l))
-                || is_zonegates(name));
-            if passed {
-                let value = &buf[value.clone()];
-                dated |= name.eq_ignore_ascii_case(b"date");
-                // The first type the client gets is the one that counts.
-                if sse.is_none() && name.eq_ignore_ascii_case(b"content-type") {
-                    sse = Some(value.starts_with(b"text/event-stream"));
+        let lines = written(|lines| {
+            for (name, value) in spans.iter() {
+                let name = &buf[name.clone()];
+                let passed = !(NOT_PASSED.iter().any(|h| name.eq_ignore_ascii_case(h))
+                    || listed.iter().any(|l| name.eq_ignore_ascii_case(l))
+                    || is_zonegates(name));
+                if passed {
+                    let value = &buf[value.clone()];
+                    dated |= name.eq_ignore_ascii_case(b"date");
+                    // The first type the client gets is the one that counts.
+                    if sse.is_none() && name.eq_ignore_ascii_case(b"content-type") {
+                        sse = Some(value.starts_with(b"text/event-stream"));
+                    }
+                    put_header(lines, name, value);
                 }
-                lines.extend_from_slice(name);
-                lines.extend_from_slice(b": ");
-                lines.extend_from_slice(value);
-                lines.extend_from_slice(b"\r\n");
             }
-        }
+        });
         drop(listed);
         let decoder = if status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
             Decoder::Done
@@ -166,10 +164,7 @@ pub(super) fn parse_head(
         buf.advance(len);
         return Ok(Some(Head {
             status,
-            lines: HeadLines {
-                lines: lines.freeze(),
-                dated,
-            },
+            lines: HeadLines { lines, dated },
             sse: sse.unwrap_or(false),
             decoder,
             keep_alive,
@@ -329,7 +324,6 @@ fn take(buf: &mut BytesMut, left: &mut u64) -> Step {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zonegate_net::http1::put_header;
 
     /// Decodes `wire` fed in pieces of `piece` bytes: the body, or the error.
     fn decode(wire: &[u8], piece: usize) -> Result<(Vec<u8>, Decoder, usize), String> {
