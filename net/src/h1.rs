@@ -34,6 +34,7 @@
 
 use std::future::{poll_fn, Future};
 use std::io;
+use std::mem::MaybeUninit;
 use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -180,9 +181,10 @@ struct Parsed {
 }
 
 fn parse(buf: &[u8], spans: &mut Vec<Span>) -> Parse {
-    let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut raw);
-    let head_len = match req.parse(buf) {
+    // Left uninitialised: httparse writes each header it finds.
+    let mut raw = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let head_len = match req.parse_with_uninit_headers(buf, &mut raw) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => return Parse::Partial,
         _ => return Parse::NotOurs,

@@ -112,11 +112,16 @@ impl HeadFields {
         })
     }
 
-    /// The first value of the header `name` (any case).
+    /// The first value of the header `name` (any case). A field is
+    /// compared only when its name has `name`'s length.
     pub fn get(&self, name: &[u8]) -> Option<&[u8]> {
-        self.iter()
-            .find(|(n, _)| n.len() == name.len() && n.eq_ignore_ascii_case(name))
-            .map(|(_, value)| value)
+        let at = |s: u32, e: u32| &self.head[s as usize..e as usize];
+        self.fields
+            .iter()
+            .find(|&&[ns, ne, ..]| {
+                (ne - ns) as usize == name.len() && at(ns, ne).eq_ignore_ascii_case(name)
+            })
+            .map(|&[.., vs, ve]| at(vs, ve))
     }
 
     /// `part` (a name or value this returned) as bytes that share the

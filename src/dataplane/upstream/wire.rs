@@ -19,6 +19,8 @@
 //! can neither forge nor double them. The rest are kept as the lines they
 //! came as ([`HeadLines`]), not as a header map.
 
+use std::mem::MaybeUninit;
+
 use bytes::{Buf, Bytes, BytesMut};
 use http::{StatusCode, Uri};
 use smallvec::SmallVec;
@@ -73,9 +75,15 @@ pub(super) fn parse_head(
     spans: &mut Vec<Span>,
 ) -> Result<Option<Head>, String> {
     loop {
-        let mut raw = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut resp = httparse::Response::new(&mut raw);
-        let len = match resp.parse(buf) {
+        if buf.is_empty() {
+            return Ok(None);
+        }
+        // Left uninitialised: httparse writes each header it finds.
+        let mut raw = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+        let mut resp = httparse::Response::new(&mut []);
+        let parsed = httparse::ParserConfig::default()
+            .parse_response_with_uninit_headers(&mut resp, buf, &mut raw);
+        let len = match parsed {
             Ok(httparse::Status::Complete(n)) => n,
             Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => return Ok(None),
             Ok(httparse::Status::Partial) => return Err("a response head over 64 KiB".into()),
