@@ -142,9 +142,26 @@ pub async fn track(State(gw): State<Arc<Gateway>>, req: Request, next: Next) -> 
 /// A `/v1/*` request: counted until its body ends, its connection closed
 /// after it while draining, its event stream cut at the drain timeout.
 pub async fn tracked(gw: &Gateway, respond: impl Future<Output = Response>) -> Response {
+    let entered = enter(gw);
+    let resp = respond.await;
+    finish(gw, entered, resp)
+}
+
+/// A `/v1/*` request counted in flight from here (see [`tracked`]): the
+/// two halves of it for a caller that awaits its response inline, so that
+/// a large request future is not moved into another.
+pub fn enter(gw: &Gateway) -> Entered {
+    Entered(gw.drain.enter(gw.metrics.in_flight.clone()))
+}
+
+/// A request [`enter`]ed, until its response is handed to [`finish`].
+pub struct Entered(InFlight);
+
+/// The response of a request [`enter`]ed: counted until its body ends,
+/// its connection closed after it while draining, its event stream cut at
+/// the drain timeout.
+pub fn finish(gw: &Gateway, Entered(guard): Entered, mut resp: Response) -> Response {
     let drain = &gw.drain;
-    let guard = drain.enter(gw.metrics.in_flight.clone());
-    let mut resp = respond.await;
     if drain.is_draining() {
         // The server closes the connection after this response, so a client's
         // next request opens a connection the load balancer sends elsewhere.

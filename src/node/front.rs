@@ -56,10 +56,14 @@ impl Service<Request> for Front {
             req.method() == Method::POST && proxy::INFERENCE_PATHS.contains(&req.uri().path());
         if inference {
             let gw = Arc::clone(&self.gw);
-            // The request's future is large (~12 KB); boxed once here, it
-            // is not copied again into `tracked` and this block.
-            let respond = Box::pin(proxy::infer(Arc::clone(&gw), req));
-            Box::pin(async move { Ok(drain::tracked(&gw, respond).await) })
+            // The request's future is large (~10 KB): awaited inline, it is
+            // moved once, into this block's box (`drain::tracked` would take
+            // it by value: moved again, or boxed twice).
+            Box::pin(async move {
+                let entered = drain::enter(&gw);
+                let resp = proxy::infer(Arc::clone(&gw), req).await;
+                Ok(drain::finish(&gw, entered, resp))
+            })
         } else {
             let rest = self.rest.clone();
             Box::pin(async move { rest.oneshot(req).await })
