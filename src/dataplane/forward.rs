@@ -267,7 +267,7 @@ pub async fn attempt(
     path: Uri,
     headers: &ClientHeaders,
     host: Option<&HeaderValue>,
-    request_id: &HeaderValue,
+    request_id: &[u8],
     body: Bytes,
     limits: AttemptLimits,
 ) -> Result<Committed, AttemptError> {
@@ -277,7 +277,7 @@ pub async fn attempt(
         if let Some(host) = host {
             put_header(out, b"host", host.as_bytes());
         }
-        put_header(out, b"x-request-id", request_id.as_bytes());
+        put_header(out, b"x-request-id", request_id);
     };
     let exchange = async {
         let resp = upstream::send(target, &path, head, &body)

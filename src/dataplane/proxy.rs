@@ -337,11 +337,15 @@ impl RequestFacts {
     }
 }
 
-/// A request's id: the client's `x-request-id` when it is visible text,
-/// else a fresh random one (32 hex digits). One header value, cloned into
-/// the backend's request and the response without an allocation.
+/// A request's id: the client's `x-request-id` when it is visible text
+/// (sharing the request's bytes), else a fresh random one, 32 hex digits
+/// held inline: written into the backend's request and the answer, and
+/// logged, without an allocation.
 #[derive(Clone)]
-pub(super) struct RequestId(http::HeaderValue);
+pub(super) enum RequestId {
+    Client(http::HeaderValue),
+    Fresh([u8; 32]),
+}
 
 impl RequestId {
     fn of(headers: &ClientHeaders) -> Self {
@@ -349,30 +353,28 @@ impl RequestId {
             .value(&forward::names::REQUEST_ID)
             .filter(|v| v.to_str().is_ok())
         {
-            return Self(v);
+            return Self::Client(v);
         }
         let n = fastrand::u128(..);
         let mut hex = [0u8; 32];
         for (i, digit) in hex.iter_mut().enumerate() {
             *digit = b"0123456789abcdef"[((n >> (124 - 4 * i)) & 0xf) as usize];
         }
-        // Owned by its bytes' own refcounted allocation, so the clones for
-        // the backend and the client's answer cost no second allocation
-        // (a `Vec`-backed value allocates again when first cloned).
-        Self(
-            http::HeaderValue::from_maybe_shared(bytes::Bytes::from_owner(hex))
-                .unwrap_or_else(|e| unreachable!("hex digits are header text: {e}")),
-        )
+        Self::Fresh(hex)
     }
 
-    pub(super) fn value(&self) -> http::HeaderValue {
-        self.0.clone()
+    /// Visible ASCII either way.
+    pub(super) fn as_bytes(&self) -> &[u8] {
+        match self {
+            Self::Client(v) => v.as_bytes(),
+            Self::Fresh(hex) => hex,
+        }
     }
 }
 
 impl std::fmt::Display for RequestId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.0.to_str().unwrap_or("-"))
+        f.write_str(std::str::from_utf8(self.as_bytes()).unwrap_or("-"))
     }
 }
 
@@ -437,8 +439,8 @@ mod tests {
             "req-123"
         );
         assert_eq!(
-            RequestId::of(&ClientHeaders::Map(h.clone())).value(),
-            "req-123"
+            RequestId::of(&ClientHeaders::Map(h.clone())).as_bytes(),
+            b"req-123"
         );
 
         // Not visible text: replaced, never logged or forwarded as is.

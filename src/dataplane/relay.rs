@@ -80,7 +80,7 @@ pub struct RelayOptions {
 const GATHER_MAX: usize = 16 * 1024;
 
 /// The body for a committed response.
-pub fn body(committed: Committed, opts: RelayOptions, hooks: Box<dyn RelayHooks>) -> Body {
+pub fn body<H: RelayHooks>(committed: Committed, opts: RelayOptions, hooks: H) -> Body {
     let remaining = (!opts.sse).then_some(committed.content_length).flatten();
     let relay = Relay {
         first: committed.first,
@@ -163,7 +163,7 @@ enum Phase {
     Done,
 }
 
-struct Relay {
+struct Relay<H: RelayHooks> {
     first: Option<Bytes>,
     rest: Option<UpstreamBody>,
     /// Plain bodies: bytes left by `Content-Length`; hyper stops polling
@@ -188,7 +188,8 @@ struct Relay {
     first_break: Option<&'static str>,
     opts: RelayOptions,
     continuations: u32,
-    hooks: Box<dyn RelayHooks>,
+    /// Held inline: the relay is boxed whole (see `body`).
+    hooks: H,
     /// The idle (and overall) timer, armed at the first wait (see `read`).
     idle_timer: Option<Pin<Box<tokio::time::Sleep>>>,
     ended: bool,
@@ -197,7 +198,7 @@ struct Relay {
 
 type Item = Result<Frame<Bytes>, BoxError>;
 
-impl Relay {
+impl<H: RelayHooks> Relay<H> {
     async fn next(&mut self) -> Option<Item> {
         loop {
             match self.phase {
@@ -490,7 +491,7 @@ impl Relay {
     }
 }
 
-impl Drop for Relay {
+impl<H: RelayHooks> Drop for Relay<H> {
     fn drop(&mut self) {
         self.report(StreamEnd::ClientGone);
     }
@@ -596,7 +597,7 @@ mod tests {
             deadline: Instant::now() + Duration::from_secs(60),
             max_continuations: 0,
         };
-        super::body(committed, opts, Box::new(ends))
+        super::body(committed, opts, ends)
     }
 
     async fn read_relayed(committed: Committed, ends: Ends) -> (Vec<Bytes>, Option<String>) {
@@ -725,7 +726,7 @@ mod tests {
             max_continuations: 0,
         };
         let started = Instant::now();
-        let mut body = super::body(committed, opts, Box::new(ends.clone()));
+        let mut body = super::body(committed, opts, ends.clone());
         let mut frames = Vec::new();
         let mut error = None;
         while let Some(frame) = body.frame().await {

@@ -362,7 +362,6 @@ async fn attempt(
         .uri
         .path_and_query()
         .map_or_else(|| Uri::from_static("/"), |p| Uri::from(p.clone()));
-    let request_id = req.request_id.value();
     let payload = rewrite_model(out.body, out.model, backend, &model.cfg.name);
     let t = &model.cfg.timeouts;
     let limits = AttemptLimits {
@@ -382,7 +381,7 @@ async fn attempt(
         path,
         out.headers,
         backend.host_value.as_ref(),
-        &request_id,
+        req.request_id.as_bytes(),
         payload,
         limits,
     )

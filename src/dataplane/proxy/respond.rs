@@ -158,7 +158,7 @@ pub(super) fn respond(
         if let Some(v) = &ctx.model_value {
             put(&names::MODEL, v.as_bytes());
         }
-        put(&names::REQUEST_ID, ctx.request_id.value().as_bytes());
+        put(&names::REQUEST_ID, ctx.request_id.as_bytes());
         if let Some(token) = ctx
             .pin_token
             .as_deref()
@@ -193,7 +193,7 @@ pub(super) fn respond(
         guards,
         continuer,
     };
-    let mut resp = Response::new(relay::body(committed, opts, Box::new(hooks)));
+    let mut resp = Response::new(relay::body(committed, opts, hooks));
     *resp.status_mut() = status;
     *resp.headers_mut() = headers;
     resp.extensions_mut().insert(HeadLines { lines, dated });
