@@ -7,7 +7,7 @@
 //! cost about 14k of the ~107k instructions a proxied request took
 //! (callgrind, `benches/callgrind.sh`), for a choice between three paths.
 //! The router still answers everything it did; this only skips it for the
-//! hot path, with the same drain accounting (`drain::tracked`). `Front` is
+//! hot path, with the same drain accounting (`drain::enter`/`finish`). `Front` is
 //! served as it is (`zonegate_net::listen::App`), not as a router's
 //! fallback, which cost another ~4k.
 
