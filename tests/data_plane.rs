@@ -99,23 +99,30 @@ async fn serves_chat_completions_embeddings_and_models_through_the_mock() {
     assert_eq!(ready.status(), 200);
 }
 
-/// One request on a new connection, written and read as bytes: the
-/// answer's head lines (lower-cased names) and its body.
-async fn raw_exchange(data: &str, body: &str) -> (Vec<(String, String)>, Vec<u8>) {
+/// `request`'s bytes sent on a new connection to the node at `data`, and
+/// every byte it answered until it closed.
+async fn send_raw(data: &str, request: &str) -> Vec<u8> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let addr = data.trim_start_matches("http://");
     let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {API_KEY}\r\n\
-         content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
     conn.write_all(request.as_bytes()).await.unwrap();
     let mut raw = Vec::new();
     tokio::time::timeout(Duration::from_secs(30), conn.read_to_end(&mut raw))
         .await
         .expect("the answer ends")
         .unwrap();
+    raw
+}
+
+/// One request on a new connection, written and read as bytes: the
+/// answer's head lines (lower-cased names) and its body.
+async fn raw_exchange(data: &str, body: &str) -> (Vec<(String, String)>, Vec<u8>) {
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {API_KEY}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let raw = send_raw(data, &request).await;
     let end = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -232,14 +239,12 @@ async fn recording_backend() -> (String, tokio::sync::mpsc::UnboundedReceiver<St
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_backend_gets_the_clients_headers_less_hop_by_hop_credentials_and_framing() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (url, mut heads) = recording_backend().await;
     let backends = format!(
         "[[backends]]\nname = \"rec\"\nzone = \"az-a\"\nurl = \"{url}\"\nmodels = [\"{MODEL}\"]\n"
     );
     let gw = NodeProcess::start("az-a", &backends).await;
     let body = chat_body(4, false).to_string();
-    let addr = gw.data.trim_start_matches("http://");
     let host = url.trim_start_matches("http://");
     // Names in the client's own case; a `Connection` header that names one
     // more hop-by-hop header. Framed by length, the lean server takes the
@@ -258,13 +263,7 @@ async fn the_backend_gets_the_clients_headers_less_hop_by_hop_credentials_and_fr
              X-Hop: 1\r\nX-Custom:  kept \r\nKeep-Alive: timeout=5\r\nTE: trailers\r\n\
              {framing}\r\n\r\n{sent}"
         );
-        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
-        conn.write_all(request.as_bytes()).await.unwrap();
-        let mut raw = Vec::new();
-        tokio::time::timeout(Duration::from_secs(30), conn.read_to_end(&mut raw))
-            .await
-            .expect("the answer ends")
-            .unwrap();
+        let raw = send_raw(&gw.data, &request).await;
         let answer = String::from_utf8_lossy(&raw);
         assert!(answer.starts_with("HTTP/1.1 200 "), "{framing}: {answer}");
         assert!(answer.contains("x-request-id: req-42\r\n"), "{answer}");
