@@ -197,7 +197,7 @@ const DROP_REQUEST: &[&str] = &[
     "x-request-id",
 ];
 
-/// Whether a client header goes to the backend (see [`DROP_REQUEST`]).
+/// Whether a client header goes to the backend (see `DROP_REQUEST`).
 pub fn forwarded(name: &[u8]) -> bool {
     !DROP_REQUEST
         .iter()
