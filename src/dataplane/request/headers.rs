@@ -137,4 +137,79 @@ pub(crate) mod tests {
         assert_eq!(taken.text(&header::HOST), Some("fields"));
         assert!(parts.extensions.get::<HeadFields>().is_none());
     }
+
+    proptest::proptest! {
+        /// Whatever headers a client sends, its fields read as a header map
+        /// of the same headers would: the same first value by any name,
+        /// the same text, the same headers in order, and the same lines
+        /// for the backend (but for the names' case).
+        #[test]
+        fn fields_read_as_a_map_of_the_same_headers(
+            headers in proptest::collection::vec(
+                (
+                    proptest::prop_oneof![
+                        proptest::string::string_regex("[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]{0,12}").expect("regex"),
+                        proptest::sample::select(vec![
+                            "Authorization".to_string(), "x-request-id".into(), "Connection".into(),
+                            "Keep-Alive".into(), "X-Listed".into(), "content-length".into(),
+                            "Host".into(), "x-session-id".into(),
+                        ]),
+                    ],
+                    "[ -~\t\u{80}-\u{ff}]{0,20}",
+                ),
+                0..12,
+            ),
+            crlf in proptest::bool::ANY,
+        ) {
+            let mut head = Vec::new();
+            let mut map = HeaderMap::new();
+            for (name, value) in &headers {
+                // Latin-1 bytes, as a client may send obs-text.
+                let value: Vec<u8> = value.chars().map(|c| c as u32 as u8).collect();
+                head.extend_from_slice(name.as_bytes());
+                head.extend_from_slice(b": ");
+                head.extend_from_slice(&value);
+                head.extend_from_slice(if crlf { b"\r\n" } else { b"\n" });
+                map.append(
+                    HeaderName::from_bytes(name.as_bytes()).expect("a token"),
+                    HeaderValue::from_bytes(value.trim_ascii()).expect("a value"),
+                );
+            }
+            let fields = HeadFields::parse(Bytes::from(head)).expect("a head httparse takes");
+            let [fields, map] = [ClientHeaders::Fields(fields), ClientHeaders::Map(map)];
+            let mut names: Vec<HeaderName> = headers
+                .iter()
+                .map(|(n, _)| HeaderName::from_bytes(n.as_bytes()).expect("a token"))
+                .collect();
+            names.push(header::COOKIE);
+            for name in &names {
+                proptest::prop_assert_eq!(fields.get(name), map.get(name));
+                proptest::prop_assert_eq!(fields.text(name), map.text(name));
+                proptest::prop_assert_eq!(fields.value(name), map.value(name));
+            }
+            let all = |h: &ClientHeaders| {
+                let mut all = Vec::new();
+                h.for_each(|n, v| all.push((n.to_ascii_lowercase(), v.to_vec())));
+                all
+            };
+            // A map keeps a name's values together, at its first place.
+            let in_order = all(&fields);
+            let first = |n: &[u8]| in_order.iter().position(|(m, _)| m == n);
+            let mut grouped = in_order.clone();
+            grouped.sort_by_key(|(n, _)| first(n));
+            proptest::prop_assert_eq!(grouped, all(&map));
+            let backend = |h: &ClientHeaders| {
+                let mut out = Vec::new();
+                crate::dataplane::forward::put_backend_headers(&mut out, h);
+                out.to_ascii_lowercase()
+            };
+            let (from_fields, from_map) = (backend(&fields), backend(&map));
+            let lines = |b: &[u8]| {
+                let mut l: Vec<Vec<u8>> = b.split(|c| *c == b'\n').map(<[u8]>::to_vec).collect();
+                l.sort();
+                l
+            };
+            proptest::prop_assert_eq!(lines(&from_fields), lines(&from_map));
+        }
+    }
 }
