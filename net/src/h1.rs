@@ -734,6 +734,7 @@ mod tests {
         let dated = HeadLines {
             lines: Bytes::from_static(b"Server: b\r\nDate: Tue, 01 Dec 2026 10:00:00 GMT\r\n"),
             dated: true,
+            event_stream: false,
         };
         assert_eq!(
             head(Some(&dated)),
@@ -742,7 +743,7 @@ mod tests {
         );
         let undated = HeadLines {
             lines: Bytes::from_static(b"Server: b\r\n"),
-            dated: false,
+            ..HeadLines::default()
         };
         for text in [head(Some(&undated)), head(None)] {
             assert_eq!(text.matches("date: ").count(), 1, "{text}");

@@ -140,7 +140,9 @@ impl HeadFields {
 /// The lines hold no framing (`content-length`, `transfer-encoding`) and
 /// no `connection`: those are the server's to write, from the map and the
 /// body. They hold a `date` only when `dated` says so (a backend's, passed
-/// on); else the server adds its own. Their names and values are what
+/// on); else the server adds its own. `event_stream` says what their
+/// first `Content-Type` is, read once by whoever made them (a server
+/// draining its streams asks). Their names and values are what
 /// httparse accepts; one that `http` refuses is written by the lean
 /// server and left out by hyper's paths.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -148,6 +150,8 @@ pub struct HeadLines {
     pub lines: Bytes,
     /// The lines hold a `date`.
     pub dated: bool,
+    /// Their first `Content-Type` is `text/event-stream`.
+    pub event_stream: bool,
 }
 
 impl HeadLines {
@@ -289,7 +293,7 @@ mod tests {
             lines: Bytes::from_static(
                 b"Content-Type: text/event-stream\r\nx-a:1\r\nx-a: 2 \r\nbad name: v\r\n",
             ),
-            dated: false,
+            ..HeadLines::default()
         };
         assert_eq!(lines.get(b"content-type"), Some(&b"text/event-stream"[..]));
         assert_eq!(lines.get(b"x-a"), Some(&b"1"[..]));

@@ -155,8 +155,6 @@ pub struct Committed {
     /// The headers passed on to the client, as the backend wrote them
     /// (without hop-by-hop headers, length and date: see `upstream`).
     pub lines: HeadLines,
-    /// Its `Content-Type` is an event stream.
-    pub sse: bool,
     pub first: Option<Bytes>,
     /// The rest of the body; `None` when `first` was all of it.
     pub rest: Option<UpstreamBody>,
@@ -289,7 +287,6 @@ pub async fn attempt(
         let upstream::Answer {
             status,
             lines,
-            sse,
             body: mut rest,
         } = resp;
         if status == StatusCode::TOO_MANY_REQUESTS {
@@ -304,7 +301,7 @@ pub async fn attempt(
         // Read before the first frame is taken from it.
         let content_length = rest.size_hint().exact();
         if status == StatusCode::BAD_REQUEST && limits.detect_context_length {
-            return Box::pin(whole_error_body(lines, sse, rest, started)).await;
+            return Box::pin(whole_error_body(lines, rest, started)).await;
         }
         let first = loop {
             match rest.frame().await {
@@ -320,7 +317,6 @@ pub async fn attempt(
         Ok(Committed {
             status,
             lines,
-            sse,
             first,
             rest: Some(rest),
             content_length,
@@ -342,7 +338,6 @@ pub async fn attempt(
 /// act on; any other 400 is committed as the backend sent it.
 async fn whole_error_body(
     lines: HeadLines,
-    sse: bool,
     rest: UpstreamBody,
     started: std::time::Instant,
 ) -> Result<Committed, AttemptError> {
@@ -359,7 +354,6 @@ async fn whole_error_body(
         Ok(Committed {
             status: StatusCode::BAD_REQUEST,
             content_length: Some(body.len() as u64),
-            sse,
             lines,
             first: (!body.is_empty()).then_some(body),
             rest: None,
@@ -369,21 +363,16 @@ async fn whole_error_body(
 }
 
 /// Whether a response is a server-sent event stream, by the
-/// `Content-Type` in its map or else in its [`HeadLines`] (a proxied
-/// answer's).
+/// `Content-Type` in its map or else its [`HeadLines`]' (a proxied
+/// answer's, read when the backend's head was).
 pub fn is_sse<B>(resp: &http::Response<B>) -> bool {
     match resp.headers().get(header::CONTENT_TYPE) {
-        Some(v) => event_stream(v.as_bytes()),
+        Some(v) => v.as_bytes().starts_with(b"text/event-stream"),
         None => resp
             .extensions()
             .get::<HeadLines>()
-            .and_then(|l| l.get(b"content-type"))
-            .is_some_and(event_stream),
+            .is_some_and(|l| l.event_stream),
     }
-}
-
-fn event_stream(content_type: &[u8]) -> bool {
-    content_type.starts_with(b"text/event-stream")
 }
 
 /// A header value made once (when routes are built) and cloned per
@@ -483,7 +472,7 @@ mod tests {
     fn retry_after_parses_seconds() {
         let lines = |text: &'static str| HeadLines {
             lines: Bytes::from_static(text.as_bytes()),
-            dated: false,
+            ..HeadLines::default()
         };
         assert_eq!(retry_after(&lines("x-a: 1\r\n")), None);
         let two = Some(Duration::from_secs(2));

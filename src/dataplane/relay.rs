@@ -549,7 +549,6 @@ mod tests {
         Committed {
             status: resp.status,
             lines: resp.lines,
-            sse: resp.sse,
             first,
             rest: Some(rest),
             content_length: None,

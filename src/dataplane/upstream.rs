@@ -351,7 +351,6 @@ pub async fn send(
     Ok(Answer {
         status: head.status,
         lines: head.lines,
-        sse: head.sse,
         body: UpstreamBody {
             conn: Some(conn),
             decoder: head.decoder,
@@ -365,8 +364,6 @@ pub async fn send(
 pub struct Answer {
     pub status: StatusCode,
     pub lines: HeadLines,
-    /// Its `Content-Type` is an event stream.
-    pub sse: bool,
     pub body: UpstreamBody,
 }
 

@@ -124,7 +124,7 @@ impl Continuer {
                 )
                 .await;
                 let Ok(w) = chain else { break };
-                let ok = w.committed.status.is_success() && w.committed.sse;
+                let ok = w.committed.status.is_success() && w.committed.lines.event_stream;
                 let outcome = if ok { "ok" } else { "continuation_refused" };
                 self.gw
                     .metrics

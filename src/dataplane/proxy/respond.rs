@@ -131,7 +131,7 @@ pub(super) fn respond(
         ..
     } = winner;
     let status = committed.status;
-    let sse = committed.sse;
+    let sse = committed.lines.event_stream;
     // The backend's headers (`upstream::wire` left out the hop-by-hop
     // ones), then zonegate's, as lines: no header map is built per answer.
     // Only a limited tenant's rate-limit headers go in a map (none
@@ -196,7 +196,11 @@ pub(super) fn respond(
     let mut resp = Response::new(relay::body(committed, opts, hooks));
     *resp.status_mut() = status;
     *resp.headers_mut() = headers;
-    resp.extensions_mut().insert(HeadLines { lines, dated });
+    resp.extensions_mut().insert(HeadLines {
+        lines,
+        dated,
+        event_stream: sse,
+    });
     resp
 }
 
@@ -355,7 +359,7 @@ mod tests {
             lines: Bytes::from_static(
                 b"content-type: application/json\r\nX-RateLimit-Remaining-Requests: 99\r\nserver: vllm\r\n",
             ),
-            dated: false,
+            ..HeadLines::default()
         };
         let mut out = Vec::new();
         put_backend_lines(&mut out, &backend, &HeaderMap::new());

@@ -59,8 +59,6 @@ pub(super) struct Head {
     pub status: StatusCode,
     /// The headers the answer passes on.
     pub lines: HeadLines,
-    /// Its `Content-Type` is an event stream.
-    pub sse: bool,
     pub decoder: Decoder,
     /// The connection may carry another request once the body is read.
     pub keep_alive: bool,
@@ -172,8 +170,11 @@ pub(super) fn parse_head(
         buf.advance(len);
         return Ok(Some(Head {
             status,
-            lines: HeadLines { lines, dated },
-            sse: sse.unwrap_or(false),
+            lines: HeadLines {
+                lines,
+                dated,
+                event_stream: sse.unwrap_or(false),
+            },
             decoder,
             keep_alive,
         }));
@@ -434,7 +435,10 @@ mod tests {
             &b"Date: Tue, 01 Dec 2026 10:00:00 GMT\r\nContent-Type: text/event-stream\r\nx-zonegatex: 3\r\n"[..],
             "passed on as the backend wrote them, in order; zonegate's own are zonegate's to write"
         );
-        assert!(head.sse, "an event stream, by its content type");
+        assert!(
+            head.lines.event_stream,
+            "an event stream, by its content type"
+        );
         assert!(head.keep_alive, "still read: the connection is reusable");
         assert!(matches!(head.decoder, Decoder::Chunked(_)), "and chunked");
         assert_eq!(&buf[..], b"5\r\nhello\r\n", "the body's start stays");
@@ -449,7 +453,7 @@ mod tests {
             let head = parse_head(&mut buf, &mut Vec::new())
                 .expect("valid")
                 .expect("complete");
-            head.sse
+            head.lines.event_stream
         };
         assert!(sse("Content-Type: text/event-stream; charset=utf-8\r\n"));
         assert!(!sse(
@@ -472,7 +476,7 @@ mod tests {
             .expect("complete");
         assert_eq!(head.lines.lines, &b"Server: vllm\r\ndate: x\r\n"[..]);
         assert!(head.lines.dated);
-        assert!(!head.sse);
+        assert!(!head.lines.event_stream);
         assert_eq!(head.decoder, Decoder::Length(2));
     }
 
