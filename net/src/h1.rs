@@ -48,7 +48,8 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tower::ServiceExt;
 
 use crate::http1::{
-    content_length, header_map, put_header, put_number, span, HeadFields, HeadLines, Span,
+    content_length, header_map, list_items, put_header, put_number, span, HeadFields, HeadLines,
+    Span,
 };
 use crate::listen::{App, ConnState, InFlight, Peer, Stop};
 
@@ -220,8 +221,7 @@ fn parse(buf: &[u8], spans: &mut Vec<Span>) -> Parse {
         {
             return Parse::NotOurs;
         } else if name.eq_ignore_ascii_case(b"connection") {
-            for token in h.value.split(|b| *b == b',') {
-                let token = token.trim_ascii();
+            for token in list_items(h.value) {
                 if token.eq_ignore_ascii_case(b"close") {
                     close = true;
                 } else if token.eq_ignore_ascii_case(b"upgrade") {
@@ -463,11 +463,10 @@ fn framing(status: StatusCode, headers: &HeaderMap, body: &Body) -> Framing {
 }
 
 fn asks_close(headers: &HeaderMap) -> bool {
-    headers.get_all(header::CONNECTION).iter().any(|v| {
-        v.as_bytes()
-            .split(|b| *b == b',')
-            .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
-    })
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .any(|v| list_items(v.as_bytes()).any(|t| t.eq_ignore_ascii_case(b"close")))
 }
 
 /// The status line and headers: the map's, then the response's

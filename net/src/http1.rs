@@ -22,6 +22,24 @@ pub fn content_length(value: &[u8]) -> Option<u64> {
     std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
+/// The items of a comma-separated header value (the names `Connection`
+/// lists, a `Transfer-Encoding`'s codings), blanks trimmed, empty ones
+/// skipped.
+pub fn list_items(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|b| *b == b',')
+        .map(<[u8]>::trim_ascii)
+        .filter(|item| !item.is_empty())
+}
+
+/// Whether `value` is header text as it is: visible ASCII, spaces and
+/// tabs (what `HeaderValue::to_str` reads and `from_str` takes).
+pub fn is_header_text(value: &[u8]) -> bool {
+    value
+        .iter()
+        .all(|b| *b == b'\t' || (b' '..=b'~').contains(b))
+}
+
 /// Where `part`, a slice of `whole` (a header name or value httparse
 /// found in a buffer), lies in it: kept while the buffer is still
 /// borrowed, then cut from the buffer's frozen bytes without a copy.

@@ -17,7 +17,7 @@ use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilde
 use hyper_util::client::legacy::connect::HttpConnector;
 use rustls::pki_types::ServerName;
 use tokio::time::Instant;
-use zonegate_net::http1::{put_header, HeadLines};
+use zonegate_net::http1::{list_items, put_header, HeadLines};
 use zonegate_net::tls::BackendTls;
 
 use crate::dataplane::request::ClientHeaders;
@@ -207,14 +207,17 @@ pub fn forwarded(name: &[u8]) -> bool {
 /// (hop-by-hop too, RFC 9110 §7.6.1). Names and values are the ones the
 /// client sent (httparse or hyper accepted them: no line break inside).
 pub fn put_backend_headers(out: &mut Vec<u8>, client: &ClientHeaders) {
-    // The names `Connection` lists, lower case; `keep-alive` (most
-    // clients' only one) is dropped anyway. A set: linear in the list,
-    // however long a hostile client makes it.
+    // The names `Connection` lists, lower case, but its options: `close`
+    // is no header's name (RFC 9110 reserves it) and `keep-alive` is
+    // dropped anyway, so most clients' lists build no set. A set: linear
+    // in the list, however long a hostile client makes it.
     let mut listed: Option<HashSet<Vec<u8>>> = None;
     client.for_each(|name, value| {
         if name.eq_ignore_ascii_case(b"connection") {
-            for token in value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
-                if !token.is_empty() && !token.eq_ignore_ascii_case(b"keep-alive") {
+            for token in list_items(value) {
+                if !(token.eq_ignore_ascii_case(b"keep-alive")
+                    || token.eq_ignore_ascii_case(b"close"))
+                {
                     listed
                         .get_or_insert_with(HashSet::new)
                         .insert(token.to_ascii_lowercase());

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use axum::response::Response;
 use futures_util::future::BoxFuture;
 use http::{HeaderMap, HeaderName};
-use zonegate_net::http1::{put_header, put_number, written, HeadLines};
+use zonegate_net::http1::{is_header_text, put_header, put_number, written, HeadLines};
 
 use super::attempts::Winner;
 use super::chain::Link;
@@ -224,14 +224,6 @@ fn put_version(lines: &mut Vec<u8>, name: &HeaderName, version: u64) {
     lines.extend_from_slice(b": ");
     put_number(lines, version, 10);
     lines.extend_from_slice(b"\r\n");
-}
-
-/// Text a header value may hold as it is (visible ASCII, spaces and tabs):
-/// what `HeaderValue::from_str` accepts. Route names and pin tokens are
-/// zonegate's own, so only in theory not.
-fn is_header_text(text: &[u8]) -> bool {
-    text.iter()
-        .all(|b| *b == b'\t' || (b' '..=b'~').contains(b))
 }
 
 /// The request's side of the relay: passive signals of the backend that

@@ -8,7 +8,7 @@
 
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;
-use zonegate_net::http1::HeadFields;
+use zonegate_net::http1::{is_header_text, HeadFields};
 
 /// A client's request headers (see the module).
 #[derive(Clone, Debug)]
@@ -38,13 +38,7 @@ impl ClientHeaders {
     /// The first value of `name` when it is visible text (what
     /// `HeaderValue::to_str` accepts: visible ASCII, spaces and tabs).
     pub fn text(&self, name: &HeaderName) -> Option<&str> {
-        let value = self.get(name)?;
-        if !value
-            .iter()
-            .all(|b| *b == b'\t' || (b' '..=b'~').contains(b))
-        {
-            return None;
-        }
+        let value = self.get(name).filter(|v| is_header_text(v))?;
         std::str::from_utf8(value).ok()
     }
 

@@ -24,7 +24,9 @@ use std::mem::MaybeUninit;
 use bytes::{Buf, Bytes, BytesMut};
 use http::{StatusCode, Uri};
 use smallvec::SmallVec;
-use zonegate_net::http1::{content_length, put_header, put_number, span, written, HeadLines, Span};
+use zonegate_net::http1::{
+    content_length, list_items, put_header, put_number, span, written, HeadLines, Span,
+};
 
 /// Headers in one response at most (hyper's client allows 100 too).
 const MAX_HEADERS: usize = 100;
@@ -119,8 +121,7 @@ pub(super) fn parse_head(
                     length = Some(n);
                 }
             } else if name.eq_ignore_ascii_case(b"connection") {
-                for token in h.value.split(|b| *b == b',') {
-                    let token = token.trim_ascii();
+                for token in list_items(h.value) {
                     if token.eq_ignore_ascii_case(b"close") {
                         keep_alive = false;
                     } else if token.eq_ignore_ascii_case(b"keep-alive") && !http11 {
