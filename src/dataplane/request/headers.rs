@@ -132,6 +132,26 @@ pub(crate) mod tests {
         assert!(parts.extensions.get::<HeadFields>().is_none());
     }
 
+    /// Up to 11 headers as a peer may send them: a token, or one of
+    /// `special` (names the code under test treats apart), and a value of
+    /// visible ASCII, tabs and obs-text (a char per Latin-1 byte).
+    pub(crate) fn arb_headers(
+        special: &[&str],
+    ) -> impl proptest::strategy::Strategy<Value = Vec<(String, String)>> {
+        let special: Vec<String> = special.iter().map(|s| s.to_string()).collect();
+        proptest::collection::vec(
+            (
+                proptest::prop_oneof![
+                    proptest::string::string_regex("[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]{0,12}")
+                        .expect("regex"),
+                    proptest::sample::select(special),
+                ],
+                "[ -~\t\u{80}-\u{ff}]{0,20}",
+            ),
+            0..12,
+        )
+    }
+
     proptest::proptest! {
         /// Whatever headers a client sends, its fields read as a header map
         /// of the same headers would: the same first value by any name,
@@ -139,20 +159,10 @@ pub(crate) mod tests {
         /// for the backend (but for the names' case).
         #[test]
         fn fields_read_as_a_map_of_the_same_headers(
-            headers in proptest::collection::vec(
-                (
-                    proptest::prop_oneof![
-                        proptest::string::string_regex("[A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]{0,12}").expect("regex"),
-                        proptest::sample::select(vec![
-                            "Authorization".to_string(), "x-request-id".into(), "Connection".into(),
-                            "Keep-Alive".into(), "X-Listed".into(), "content-length".into(),
-                            "Host".into(), "x-session-id".into(),
-                        ]),
-                    ],
-                    "[ -~\t\u{80}-\u{ff}]{0,20}",
-                ),
-                0..12,
-            ),
+            headers in arb_headers(&[
+                "Authorization", "x-request-id", "Connection", "Keep-Alive", "X-Listed",
+                "content-length", "Host", "x-session-id", "close",
+            ]),
             crlf in proptest::bool::ANY,
         ) {
             let mut head = Vec::new();
