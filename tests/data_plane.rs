@@ -114,15 +114,19 @@ async fn send_raw(data: &str, request: &str) -> Vec<u8> {
     raw
 }
 
-/// One request on a new connection, written and read as bytes: the
-/// answer's head lines (lower-cased names) and its body.
-async fn raw_exchange(data: &str, body: &str) -> (Vec<(String, String)>, Vec<u8>) {
-    let request = format!(
+/// A chat completion POST of `body` that asks to close after its answer.
+fn raw_request(body: &str) -> String {
+    format!(
         "POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {API_KEY}\r\n\
          content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
-    );
-    let raw = send_raw(data, &request).await;
+    )
+}
+
+/// One request on a new connection, written and read as bytes: the
+/// answer's head lines (lower-cased names) and its body.
+async fn raw_exchange(data: &str, body: &str) -> (Vec<(String, String)>, Vec<u8>) {
+    let raw = send_raw(data, &raw_request(body)).await;
     let end = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -293,6 +297,27 @@ async fn the_backend_gets_the_clients_headers_less_hop_by_hop_credentials_and_fr
             "{framing}: {head}"
         );
     }
+
+    // Hostile bytes in a header (a DEL, a NUL, a bare CR): refused with a
+    // 400, and nothing reaches the backend.
+    for bad in ["a\x7fb", "a\0b", "a\rb"] {
+        let request = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {API_KEY}\r\n\
+             X-Bad: {bad}\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let raw = send_raw(&gw.data, &request).await;
+        let answer = String::from_utf8_lossy(&raw);
+        assert!(answer.starts_with("HTTP/1.1 400 "), "{bad:?}: {answer}");
+    }
+    // A well-formed request after them is the backend's next POST.
+    let raw = send_raw(&gw.data, &raw_request(&body)).await;
+    assert!(String::from_utf8_lossy(&raw).starts_with("HTTP/1.1 200 "));
+    let next = tokio::time::timeout(Duration::from_secs(30), heads.recv())
+        .await
+        .expect("the backend got the request")
+        .unwrap();
+    assert!(!next.contains("X-Bad") && !next.contains("x-bad"), "{next}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
