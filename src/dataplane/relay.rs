@@ -22,7 +22,9 @@ use http_body_util::StreamBody;
 use tokio::time::Instant;
 
 use crate::dataplane::forward::{BoxError, Committed};
-use crate::dataplane::sse::{self, Event, Framer, Resumption, Skim, Splice, Transcript, Usage};
+use crate::dataplane::sse::{
+    self, Event, Framer, Resumption, Skim, Skimmer, Splice, Transcript, Usage,
+};
 use crate::dataplane::upstream::UpstreamBody;
 
 /// How a response ended, reported once.
@@ -90,6 +92,7 @@ pub fn body<H: RelayHooks>(committed: Committed, opts: RelayOptions, hooks: H) -
         delivered: 0,
         framer: opts.sse.then(Framer::default),
         transcript: (opts.sse && opts.continuable).then(Transcript::new),
+        skimmer: Skimmer::default(),
         splice: None,
         failure: None,
         held: None,
@@ -177,6 +180,8 @@ struct Relay<H: RelayHooks> {
     delivered: u64,
     framer: Option<Framer>,
     transcript: Option<Transcript>,
+    /// Reads the transcript's ordinary text chunks.
+    skimmer: Skimmer,
     splice: Option<Splice>,
     /// A break found after some events of a chunk were passed on.
     failure: Option<&'static str>,
@@ -385,7 +390,7 @@ impl<H: RelayHooks> Relay<H> {
             // The first chunk is parsed for the answer's identity; after
             // it, ordinary text chunks are only skimmed.
             if transcript.id.is_some() {
-                match sse::skim(&event) {
+                match self.skimmer.skim(&event) {
                     Skim::Done => {
                         transcript.finished = true;
                         passed += event.len();

@@ -12,6 +12,9 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::Value;
 
+mod skim;
+pub use skim::{skim, Skimmer};
+
 /// An event larger than this (with no boundary in sight) is not an LLM
 /// token stream: the relay treats it as malformed rather than buffer it.
 pub const MAX_EVENT_BYTES: usize = 1024 * 1024;
@@ -297,12 +300,23 @@ pub fn events_usage(whole: &Bytes) -> Option<Usage> {
 /// The payload of an event's single `data:` line (OpenAI-style servers
 /// send one per event); `None` for events without data.
 fn data_payload(event: &[u8]) -> Option<&[u8]> {
-    let mut lines = event
-        .split(|b| *b == b'\n')
-        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
-    let line = lines.find(|l| l.starts_with(b"data:"))?;
-    let rest = &line[5..];
-    Some(rest.strip_prefix(b" ").unwrap_or(rest))
+    data_span(event).map(|span| &event[span])
+}
+
+/// Where [`data_payload`] lies in the event.
+fn data_span(event: &[u8]) -> Option<std::ops::Range<usize>> {
+    let mut start = 0;
+    while start <= event.len() {
+        let end = memchr::memchr(b'\n', &event[start..]).map_or(event.len(), |i| start + i);
+        let line = &event[start..end];
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if let Some(rest) = line.strip_prefix(b"data:") {
+            let from = start + 5 + usize::from(rest.first() == Some(&b' '));
+            return Some(from..start + line.len());
+        }
+        start = end + 1;
+    }
+    None
 }
 
 /// What a cheap look at one event found (see [`skim`]).
@@ -318,180 +332,19 @@ pub enum Skim<'a> {
     Unsure,
 }
 
-/// Reads the text of an ordinary streaming chunk without parsing its JSON:
-/// a few byte searches instead of a parse per token. It answers only for
-/// the shape OpenAI-style servers send for a plain text delta (one
-/// complete object, a `"content"` or `"text"` string, no tool calls, no
-/// log probabilities, no usage, no error); anything else is `Unsure`, and
-/// the caller parses it. A JSON string cannot hold an unescaped quote, so
-/// `"content":` found by bytes is a key, never text.
-pub fn skim(event: &[u8]) -> Skim<'_> {
-    let Some(data) = data_payload(event) else {
-        return Skim::Unsure;
-    };
-    let data = data.trim_ascii();
-    if data == b"[DONE]" {
-        return Skim::Done;
-    }
-    let k = keys();
-    let has = |f: &Finder<'static>| f.find(data).is_some();
-    let Some(choices_at) = k.choices.find(data) else {
-        return Skim::Unsure;
-    };
-    if !data.starts_with(b"{")
-        || !data.ends_with(b"}")
-        || has(&k.error)
-        || has(&k.tool_calls)
-        || has(&k.function_call)
-        || has(&k.usage)
-        || key_at(data, &k.logprobs, 0).is_some_and(|(_, v)| !v.starts_with(b"null"))
-    {
-        return Skim::Unsure;
-    }
-    // The finish reason and the text count only inside a choice, where the
-    // parser reads them; a second text (several choices in one chunk) is
-    // the parser's.
-    let finish = match key_at(data, &k.finish_reason, 0) {
-        None => false,
-        Some((at, _)) if !inside_choices(data, choices_at, at) => return Skim::Unsure,
-        Some((_, v)) => !v.starts_with(b"null"),
-    };
-    let found = |key| key_at(data, key, 0).map(|(at, v)| (at, v, key));
-    let raw = match found(&k.content).or_else(|| found(&k.text)) {
-        None => None,
-        Some((at, v, key)) => {
-            let after = at + key.needle().len();
-            if !inside_choices(data, choices_at, at) || key_at(data, key, after).is_some() {
-                return Skim::Unsure;
-            }
-            Some(v)
-        }
-    };
-    let text = match raw {
-        None => Cow::Borrowed(""),
-        Some(v) if v.starts_with(b"null") => Cow::Borrowed(""),
-        Some(v) => match json_string(v) {
-            Some(t) => t,
-            None => return Skim::Unsure,
-        },
-    };
-    Skim::Text { text, finish }
-}
-
-/// Whether the key at `at` sits in an object inside the array after the
-/// `"choices"` found at `choices_at`: a walk over the bytes between the
-/// two (strings skipped), short in the usual chunk, where the text comes
-/// a few dozen bytes after `"choices"`.
-fn inside_choices(data: &[u8], choices_at: usize, at: usize) -> bool {
-    if at < choices_at {
-        return false;
-    }
-    let mut depth = 0usize;
-    let mut i = choices_at + b"\"choices\"".len();
-    while i < at {
-        match data[i] {
-            b'"' => match string_end(data, i + 1) {
-                Some(end) => i = end,
-                None => return false,
-            },
-            b'[' | b'{' => depth += 1,
-            b']' | b'}' => match depth.checked_sub(1) {
-                // The array closed: what follows is outside it.
-                Some(0) | None => return false,
-                Some(d) => depth = d,
-            },
-            _ => {}
-        }
-        i += 1;
-    }
-    depth >= 2
-}
-
-/// Where the JSON string whose text begins at `start` ends (its closing
-/// quote); `None` when it does not end.
-fn string_end(data: &[u8], start: usize) -> Option<usize> {
-    let mut at = start;
-    loop {
-        match *data.get(at)? {
-            b'"' => return Some(at),
-            b'\\' => at += 2,
-            _ => at += 1,
-        }
-    }
-}
-
-/// The keys [`skim`] looks for, each searcher built once.
+/// The `"usage"` searchers, each built once.
 struct Keys {
-    choices: Finder<'static>,
-    error: Finder<'static>,
-    tool_calls: Finder<'static>,
-    function_call: Finder<'static>,
     usage: Finder<'static>,
     /// `"usage"` searched from the end (a body's own usage is its last).
     last_usage: FinderRev<'static>,
-    logprobs: Finder<'static>,
-    finish_reason: Finder<'static>,
-    content: Finder<'static>,
-    text: Finder<'static>,
 }
 
 fn keys() -> &'static Keys {
     static KEYS: OnceLock<Keys> = OnceLock::new();
     KEYS.get_or_init(|| Keys {
-        choices: Finder::new(b"\"choices\""),
-        error: Finder::new(b"\"error\""),
-        tool_calls: Finder::new(b"\"tool_calls\""),
-        function_call: Finder::new(b"\"function_call\""),
         usage: Finder::new(b"\"usage\""),
         last_usage: FinderRev::new(b"\"usage\""),
-        logprobs: Finder::new(b"\"logprobs\""),
-        finish_reason: Finder::new(b"\"finish_reason\""),
-        content: Finder::new(b"\"content\""),
-        text: Finder::new(b"\"text\""),
     })
-}
-
-/// Where `key` first stands as a key (its colon follows, whitespace
-/// skipped) from `from` on, and the bytes of its value. The same quoted
-/// word can be a value before it (a text that reads `finish_reason`); a
-/// value is never followed by a colon.
-fn key_at<'a>(data: &'a [u8], key: &Finder<'static>, from: usize) -> Option<(usize, &'a [u8])> {
-    let mut start = from;
-    while let Some(i) = key.find(data.get(start..)?) {
-        let at = start + i;
-        let end = at + key.needle().len();
-        if let Some(v) = data[end..].trim_ascii_start().strip_prefix(b":") {
-            return Some((at, v.trim_ascii_start()));
-        }
-        start = end;
-    }
-    None
-}
-
-/// The JSON string at the start of `v`, decoded; `None` if it is not one.
-fn json_string(v: &[u8]) -> Option<Cow<'_, str>> {
-    let body = v.strip_prefix(b"\"")?;
-    let mut i = 0;
-    let mut escaped = false;
-    while i < body.len() {
-        match body[i] {
-            b'\\' => {
-                escaped = true;
-                i += 2;
-                continue;
-            }
-            b'"' => break,
-            _ => i += 1,
-        }
-    }
-    let inner = body.get(..i)?;
-    if escaped {
-        let quoted = v.get(..i + 2)?;
-        return serde_json::from_slice::<String>(quoted)
-            .ok()
-            .map(Cow::Owned);
-    }
-    std::str::from_utf8(inner).ok().map(Cow::Borrowed)
 }
 
 /// What the client has been given of one answer.
@@ -780,6 +633,7 @@ pub fn error_event(message: &str) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy as _;
 
     fn chunk(id: &str, content: &str, finish: Option<&str>) -> String {
         let v = serde_json::json!({"id": id, "model": "small", "created": 7,
@@ -831,9 +685,110 @@ mod tests {
         assert!(matches!(parse(c.as_bytes()), Event::Data(_)));
     }
 
+    /// What [`skim`] answers for `event`, checked against the parse: when
+    /// it reads a text, the parse reads a data chunk, and a transcript fed
+    /// either is the same.
+    fn skimmed(event: &[u8]) -> Skim<'_> {
+        let answer = skim(event);
+        agrees(event, &answer);
+        answer
+    }
+
+    /// Asserts that the parse reads `event` as the skimmer's `answer` says.
+    fn agrees(event: &[u8], answer: &Skim<'_>) {
+        let shown = String::from_utf8_lossy(event);
+        match answer {
+            Skim::Text { text, finish } => {
+                let parsed = parse(event);
+                assert!(
+                    matches!(parsed, Event::Data(_)),
+                    "parsed otherwise: {shown}"
+                );
+                let mut a = Transcript::new();
+                a.push(text, *finish);
+                let mut b = Transcript::new();
+                b.observe(&parsed);
+                assert_eq!(
+                    (a.text, a.deltas, a.finished, a.plain, a.usage),
+                    (b.text, b.deltas, b.finished, b.plain, b.usage),
+                    "{shown}"
+                );
+            }
+            Skim::Done => assert!(matches!(parse(event), Event::Done), "{shown}"),
+            Skim::Unsure => {}
+        }
+    }
+
+    /// Chunks as servers write them, `TEXT` where their text goes.
+    const TEMPLATES: [&str; 4] = [
+        "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"TEXT\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n",
+        "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"TEXT\"},\"logprobs\":null,\"finish_reason\":\"stop\"}]}\n\n",
+        "data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"text\":\"TEXT\",\"finish_reason\":null}]}\r\n\r\n",
+        "data:{ \"choices\": [ { \"delta\": { \"content\": null }, \"text\": \"TEXT\" } ], \"usage\": null }\n\n",
+    ];
+
+    #[test]
+    fn a_streams_skimmer_reads_chunks_against_the_last_one_read_in_full() {
+        let mut skimmer = Skimmer::default();
+        let event = |template: &str, text: &str| template.replace("TEXT", text).into_bytes();
+        let text = |skimmer: &mut Skimmer, e: &[u8]| {
+            let answer = skimmer.skim(e);
+            agrees(e, &answer);
+            match answer {
+                Skim::Text { text, finish } => Some((text.into_owned(), finish)),
+                _ => None,
+            }
+        };
+        let chat = TEMPLATES[0];
+        assert_eq!(
+            text(&mut skimmer, &event(chat, "Hel")),
+            Some(("Hel".into(), false))
+        );
+        for (between, want) in [
+            ("lo", Some("lo")),
+            ("", Some("")),
+            ("a\\\"b\\n\\u00e9", Some("a\"b\n\u{e9}")),
+            ("caf\u{e9}", Some("caf\u{e9}")),
+            // What would end the string early, or not at all, or break it:
+            // the whole chunk is read, and this one is not a plain text.
+            // (A second index of the choice, after the delta.)
+            ("x\"},\"index\":1,\"z\":{\"a\":\"", None),
+            // (Still the delta's: its own `index` is not the choice's.)
+            ("x\",\"index\":1,\"y\":\"", Some("x")),
+            ("x\\", None),
+            ("x\"", None),
+            ("a\tb", None),
+            ("\\ud800", None),
+            ("\\q", None),
+        ] {
+            assert_eq!(
+                text(&mut skimmer, &event(chat, between)),
+                want.map(|w| (w.to_owned(), false)),
+                "{between}"
+            );
+        }
+        // Bytes that are not UTF-8 between the template's.
+        let mut bad = b"data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"".to_vec();
+        bad.extend_from_slice(b"\xff\xfe\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+        assert_eq!(text(&mut skimmer, &bad), None);
+        // A chunk that differs elsewhere is read in full, and is the
+        // template from then on.
+        let last = event(TEMPLATES[1], "!");
+        assert_eq!(text(&mut skimmer, &last), Some(("!".into(), true)));
+        assert_eq!(
+            text(&mut skimmer, &event(TEMPLATES[1], "?")),
+            Some(("?".into(), true))
+        );
+        assert_eq!(
+            text(&mut skimmer, &event(chat, "again")),
+            Some(("again".into(), false))
+        );
+        assert_eq!(skimmer.skim(b"data: [DONE]\n\n"), Skim::Done);
+    }
+
     #[test]
     fn skim_reads_plain_chunks_and_passes_on_the_rest() {
-        let text = |e: &str| match skim(e.as_bytes()) {
+        let text = |e: &str| match skimmed(e.as_bytes()) {
             Skim::Text { text, finish } => Some((text.into_owned(), finish)),
             _ => None,
         };
@@ -845,32 +800,34 @@ mod tests {
             text(&chunk("c", "a\"b\\n", Some("stop"))),
             Some(("a\"b\\n".into(), true))
         );
-        let spaced = "data: {\"choices\": [{\"index\": 0, \"delta\": {\"content\": \"hi\"}, \"finish_reason\": null}]}\n\n";
-        assert_eq!(text(spaced), Some(("hi".into(), false)));
-        // Keys are told from text: quoted words inside the text, and a
-        // text ending in a backslash, are text.
         assert_eq!(
-            text(&chunk("c", "say \"error\" or \"usage\" \\", None)),
-            Some(("say \"error\" or \"usage\" \\".into(), false))
+            text(&chunk("c", "x\\u00e9 ", None)),
+            Some(("x\\u00e9 ".into(), false))
         );
-        // A text or a finish reason outside the choices is not the
-        // answer's (the parser reads none there either).
-        for outside in [
-            "data: {\"choices\":[{\"delta\":{}}],\"text\":\"x\"}\n\n",
-            "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"finish_reason\":\"stop\"}\n\n",
-        ] {
-            assert_eq!(skim(outside.as_bytes()), Skim::Unsure, "{outside}");
+        let shapes = [
+            // Whitespace anywhere JSON allows it.
+            ("data: { \"choices\" : [ { \"index\" : 0 , \"delta\" : { \"content\" : \"hi\" } , \"finish_reason\" : null } ] }\n\n", "hi", false),
+            // `/v1/completions`: the choice's own text.
+            ("data: {\"choices\":[{\"index\":0,\"text\":\"t\",\"finish_reason\":\"length\"}]}\n\n", "t", true),
+            // OpenAI with `include_usage`: a null usage on every chunk;
+            // other members (nested or not) are passed over.
+            ("data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"system_fingerprint\":null,\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"a\",\"tool_calls\":null},\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":[1,{\"x\":-2.5e3}]}],\"usage\":null,\"obfuscation\":\"q\"}\n\n", "a", false),
+            // The key's name as text, quoted words and a final backslash
+            // in the text: text, not keys.
+            (&chunk("c", "say \"error\" or \"usage\" \\", None), "say \"error\" or \"usage\" \\", false),
+            (&chunk("c", "finish_reason", Some("stop")), "finish_reason", true),
+            // A text or finish reason outside the choices is nobody's,
+            // for the parser as for the skimmer.
+            ("data: {\"text\":\"x\",\"choices\":[{\"delta\":{}}],\"finish_reason\":\"stop\"}\n\n", "", false),
+            ("data: {\"choices\":[{\"message\":{\"content\":\"x\"}}]}\n\n", "", false),
+            // A null content falls back to the choice's text, as in the parse.
+            ("data: {\"choices\":[{\"delta\":{\"content\":null},\"text\":\"t\"}]}\n\n", "t", false),
+            ("data: {\"choices\":[]}\n\n", "", false),
+        ];
+        for (event, want, finish) in shapes {
+            assert_eq!(text(event), Some((want.into(), finish)), "{event}");
         }
-        // The key's name as text before the key itself: the key still
-        // counts, and the text is text.
-        for word in ["finish_reason", "content", "logprobs"] {
-            assert_eq!(
-                text(&chunk("c", word, Some("stop"))),
-                Some((word.into(), true)),
-                "{word}"
-            );
-        }
-        assert_eq!(skim(b"data: [DONE]\n\n"), Skim::Done);
+        assert_eq!(skimmed(b"data: [DONE]\n\n"), Skim::Done);
         for unsure in [
             "data: {\"choices\": [{\"delta\": {\"content\n\n",
             "data: {\"error\":{\"message\":\"x\"},\"choices\":[]}\n\n",
@@ -878,34 +835,57 @@ mod tests {
             "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1}}\n\n",
             "data: {\"choices\":[{\"delta\":{\"content\":\"x\"},\"logprobs\":{\"content\":[]}}]}\n\n",
             ": comment\n\n",
-            // Two choices' texts in one chunk.
+            // Two choices, or a second answer's index.
             "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}},{\"delta\":{\"content\":\"b\"}}]}\n\n",
-            // A text before the choices, a string that never ends, and an
-            // object without choices.
-            "data: {\"text\":\"x\",\"choices\":[{\"delta\":{}}]}\n\n",
+            "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"a\"}}]}\n\n",
+            // A string that never ends, an object without choices, a
+            // duplicate member, a key spelled with an escape.
             "data: {\"choices\":[{\"delta\":{\"content\":\"a\\\"}}]}\n\n",
             "data: {\"delta\":{\"content\":\"a\"}}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"content\":\"a\",\"content\":\"b\"}}]}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"con\\u0074ent\":\"a\"}}]}\n\n",
+            // What the parser refuses: a wrong type, a control byte, a
+            // bad escape, a bad number, trailing bytes, a lone surrogate.
+            "data: {\"created\":1.5,\"choices\":[]}\n\n",
+            "data: {\"choices\":[{\"finish_reason\":5}]}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"content\":\"a\tb\"}}]}\n\n",
+            "data: {\"x\":\"\\q\",\"choices\":[]}\n\n",
+            "data: {\"x\":\"\\u00zz\",\"choices\":[]}\n\n",
+            "data: {\"x\":01,\"choices\":[]}\n\n",
+            "data: {\"choices\":[]} x\n\n",
+            "data: {\"choices\":[{\"delta\":{\"content\":\"\\ud800\"}}]}\n\n",
         ] {
-            assert_eq!(skim(unsure.as_bytes()), Skim::Unsure, "{unsure}");
+            assert_eq!(skimmed(unsure.as_bytes()), Skim::Unsure, "{unsure}");
         }
-        // Whatever skim reads, a parse reads the same.
-        let mut a = Transcript::new();
-        let mut b = Transcript::new();
-        for e in [chunk("c", "x\\u00e9 ", None), chunk("c", "y", Some("stop"))] {
-            if let Skim::Text { text, finish } = skim(e.as_bytes()) {
-                a.push(&text, finish);
-            }
-            b.observe(&parse(e.as_bytes()));
-        }
-        assert_eq!(
-            (a.text, a.deltas, a.finished),
-            (b.text, b.deltas, b.finished)
+        // Nesting past the skimmer's depth is the parser's; the stack
+        // does not grow with a hostile depth.
+        let deep = format!(
+            "data: {{\"x\":{}1{},\"choices\":[]}}\n\n",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
         );
+        assert_eq!(skimmed(deep.as_bytes()), Skim::Unsure);
+    }
+
+    /// One edit of a chunk's bytes: replace, insert or delete at a place.
+    fn edit(bytes: &mut Vec<u8>, (at, byte, how): (usize, u8, u8)) {
+        if bytes.is_empty() {
+            return;
+        }
+        let at = at % bytes.len();
+        match how % 3 {
+            0 => bytes[at] = byte,
+            1 => bytes.insert(at, byte),
+            _ => {
+                bytes.remove(at);
+            }
+        }
     }
 
     proptest::proptest! {
         /// Whatever the skimmer reads from a chunk, the full parse reads
-        /// the same; any bytes at all are read without a panic.
+        /// the same, for chunks of many shapes and for their bytes edited
+        /// at random; any bytes at all are read without a panic.
         #[test]
         fn the_skimmer_reads_what_the_parser_reads(
             // Any text, or one that reads like a key the skimmer looks for.
@@ -914,14 +894,36 @@ mod tests {
                 "(finish_reason|content|text|logprobs|choices)",
             ]),
             finish in proptest::option::of("[a-z_]{1,8}"),
+            index in proptest::prop_oneof![4 => proptest::strategy::Just(0u64), 1 => 1u64..3],
             extra in proptest::collection::vec(
-                ("(usage|error|text|content|finish_reason|logprobs|role|x)", "(\\PC|[\"\\\\])*"),
-                0..3,
+                (
+                    0usize..3,
+                    "(usage|error|text|content|finish_reason|logprobs|tool_calls|role|index|x)",
+                    proptest::prop_oneof![
+                        "(\\PC|[\"\\\\])*".prop_map(serde_json::Value::from),
+                        proptest::strategy::Just(serde_json::Value::Null),
+                        (-3i64..3).prop_map(serde_json::Value::from),
+                        proptest::strategy::Just(serde_json::json!({"prompt_tokens": 1})),
+                        proptest::strategy::Just(serde_json::json!([1, "a", {"b": null}])),
+                    ],
+                ),
+                0..4,
             ),
             completions in proptest::bool::ANY,
+            edits in proptest::collection::vec(
+                (
+                    0usize..4096,
+                    proptest::prop_oneof![
+                        proptest::num::u8::ANY,
+                        proptest::sample::select(b"\"{}[],:\\ 0123e.-nul\t".to_vec()),
+                    ],
+                    0u8..3,
+                ),
+                0..3,
+            ),
             noise in proptest::collection::vec(proptest::num::u8::ANY, 0..64),
         ) {
-            let mut choice = serde_json::json!({"index": 0, "finish_reason": finish});
+            let mut choice = serde_json::json!({"index": index, "finish_reason": finish});
             match (&content, completions) {
                 // `/v1/completions`: the text is the choice's own.
                 (Some(c), true) => choice["text"] = c.clone().into(),
@@ -930,24 +932,64 @@ mod tests {
             }
             let mut v = serde_json::json!({"id": "c", "model": "m", "created": 1,
                 "choices": [choice]});
-            for (k, val) in &extra {
-                v[k.as_str()] = val.clone().into();
+            // Extra members at the top, in the choice, or in its delta.
+            for (depth, k, val) in &extra {
+                let target = match depth {
+                    0 => &mut v,
+                    1 => &mut v["choices"][0],
+                    _ => &mut v["choices"][0]["delta"],
+                };
+                if target.is_object() {
+                    target[k.as_str()] = val.clone();
+                }
             }
-            let event = format!("data: {v}\n\n");
-            if let Skim::Text { text, finish } = skim(event.as_bytes()) {
-                let mut parsed = Transcript::new();
-                parsed.observe(&parse(event.as_bytes()));
-                let mut skimmed = Transcript::new();
-                skimmed.push(&text, finish);
-                proptest::prop_assert_eq!(
-                    (skimmed.text, skimmed.finished),
-                    (parsed.text, parsed.finished),
-                    "{}", event
-                );
+            let mut payload = v.to_string().into_bytes();
+            skimmed(format!("data: {v}\n\n").as_bytes());
+            for e in &edits {
+                edit(&mut payload, *e);
             }
+            let mut event = b"data: ".to_vec();
+            event.extend_from_slice(&payload);
+            event.extend_from_slice(b"\n\n");
+            skimmed(&event);
             let mut hostile = b"data: {\"choices\":".to_vec();
             hostile.extend_from_slice(&noise);
             let _ = skim(&hostile);
+        }
+
+        /// A stream's skimmer reads every chunk as the parser does, whatever
+        /// lies between the bytes of the chunk it last read in full.
+        #[test]
+        fn a_streams_skimmer_reads_each_chunk_as_the_parser_does(
+            events in proptest::collection::vec(
+                (
+                    0..TEMPLATES.len(),
+                    proptest::prop_oneof![
+                        // A string's inside, as a server escapes it.
+                        "(\\PC|[\"\\\\\t])*".prop_map(|t| {
+                            let quoted = serde_json::to_string(&t).unwrap_or_default();
+                            quoted.as_bytes()[1..quoted.len() - 1].to_vec()
+                        }),
+                        // Anything at all.
+                        proptest::collection::vec(proptest::num::u8::ANY, 0..16),
+                        proptest::collection::vec(
+                            proptest::sample::select(b"\"\\ux0d8{}[],:\t\xc3\xa9".to_vec()),
+                            0..12,
+                        ),
+                    ],
+                ),
+                1..16,
+            ),
+        ) {
+            let mut skimmer = Skimmer::default();
+            for (template, between) in &events {
+                let (head, tail) = TEMPLATES[*template].split_once("TEXT").unwrap_or_default();
+                let mut event = head.as_bytes().to_vec();
+                event.extend_from_slice(between);
+                event.extend_from_slice(tail.as_bytes());
+                let answer = skimmer.skim(&event);
+                agrees(&event, &answer);
+            }
         }
     }
 
