@@ -10,9 +10,15 @@
 //! a string, no duplicates of a member the parser reads). Anything else is
 //! [`Skim::Unsure`] and the caller parses it: being unsure is always safe.
 //!
-//! Architecture Invariant: whenever `skim` answers, a [`super::Transcript`]
-//! fed its answer is the one the parse would give (the property test
-//! `the_skimmer_reads_what_the_parser_reads`, over mutated bytes too).
+//! A stream's [`Skimmer`] reads most chunks against the last one it read
+//! in full, which makes an ordinary chunk a two-comparison read.
+//!
+//! Architecture Invariant: whenever `skim` or a `Skimmer` answers, a
+//! [`super::Transcript`] fed its answer is the one the parse would give
+//! (the property tests `the_skimmer_reads_what_the_parser_reads`, over
+//! shapes and mutated bytes, and
+//! `a_streams_skimmer_reads_each_chunk_as_the_parser_does`, over anything
+//! between a template's bytes).
 
 use std::borrow::Cow;
 use std::ops::Range;
