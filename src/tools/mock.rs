@@ -240,9 +240,19 @@ impl Drop for MockHandle {
     }
 }
 
-/// Binds and serves in the background.
+/// Binds and serves in the background. The accept queue holds 1,024
+/// connections, as a node's data plane does (a plain bind's is 128 here):
+/// a node that opens a few hundred connections at once, as a cold one
+/// under a burst of streams does, would otherwise overflow it, and every
+/// dropped SYN waits a second for its retransmission.
 pub async fn start(opts: MockOptions) -> std::io::Result<MockHandle> {
-    let listener = TcpListener::bind(opts.listen).await?;
+    let socket = match opts.listen {
+        std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(opts.listen)?;
+    let listener = socket.listen(1024)?;
     let addr = listener.local_addr()?;
     let mock = Arc::new(Mock {
         opts,
