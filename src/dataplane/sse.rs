@@ -720,11 +720,15 @@ mod tests {
     }
 
     /// Chunks as servers write them, `TEXT` where their text goes.
-    const TEMPLATES: [&str; 4] = [
+    /// (vLLM's; its last; `/v1/completions`; an odd but valid one; TGI's;
+    /// SGLang's.)
+    const TEMPLATES: [&str; 6] = [
         "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"TEXT\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n",
         "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"TEXT\"},\"logprobs\":null,\"finish_reason\":\"stop\"}]}\n\n",
         "data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"text\":\"TEXT\",\"finish_reason\":null}]}\r\n\r\n",
         "data:{ \"choices\": [ { \"delta\": { \"content\": null }, \"text\": \"TEXT\" } ], \"usage\": null }\n\n",
+        "data: {\"object\":\"chat.completion.chunk\",\"id\":\"\",\"created\":1733011200,\"model\":\"tgi\",\"system_fingerprint\":\"3.0.1-sha-bb9095a\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"TEXT\"},\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\n",
+        "data: {\"id\":\"5f0c\",\"object\":\"chat.completion.chunk\",\"created\":1733011200,\"model\":\"default\",\"choices\":[{\"index\":0,\"delta\":{\"role\":null,\"content\":\"TEXT\",\"reasoning_content\":null,\"tool_calls\":null},\"logprobs\":null,\"finish_reason\":null,\"matched_stop\":null}],\"usage\":null}\n\n",
     ];
 
     #[test]
@@ -766,6 +770,18 @@ mod tests {
                 want.map(|w| (w.to_owned(), false)),
                 "{between}"
             );
+        }
+        // Every server's shape: read in full, then against itself.
+        for template in TEMPLATES {
+            let finish = template.contains("\"stop\"");
+            let mut own = Skimmer::default();
+            for word in ["one", "two"] {
+                assert_eq!(
+                    text(&mut own, &event(template, word)),
+                    Some((word.to_owned(), finish)),
+                    "{template}"
+                );
+            }
         }
         // Bytes that are not UTF-8 between the template's.
         let mut bad = b"data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"".to_vec();
