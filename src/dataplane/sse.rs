@@ -73,17 +73,17 @@ fn last_boundary(b: &[u8]) -> Option<usize> {
     lf.max(crlf)
 }
 
-/// Searchers for the two event boundaries, built once.
-struct Boundaries {
-    lf: Finder<'static>,
-    crlf: Finder<'static>,
-}
-
-fn boundaries() -> &'static Boundaries {
-    static B: OnceLock<Boundaries> = OnceLock::new();
-    B.get_or_init(|| Boundaries {
-        lf: Finder::new(b"\n\n"),
-        crlf: Finder::new(b"\r\n\r\n"),
+/// The end of the first event in `b` (after its blank line): a `\n\n` or
+/// a `\r\n\r\n`, whichever ends first. One pass over the line feeds (an
+/// event holds a couple) instead of a substring search for each kind.
+fn first_boundary(b: &[u8]) -> Option<usize> {
+    memchr::memchr_iter(b'\n', b).find_map(|at| {
+        // At one line feed a CRLF boundary ends before an LF one.
+        if at >= 3 && &b[at - 3..=at] == b"\r\n\r\n" {
+            Some(at + 1)
+        } else {
+            (b.get(at + 1) == Some(&b'\n')).then_some(at + 2)
+        }
     })
 }
 
@@ -96,14 +96,7 @@ pub fn events(whole: &Bytes) -> impl Iterator<Item = Bytes> + '_ {
         if rest.is_empty() {
             return None;
         }
-        let lf = boundaries().lf.find(rest).map(|i| i + 2);
-        // A CRLF boundary can only come first if it ends before `lf`.
-        let window = &rest[..lf.unwrap_or(rest.len())];
-        let crlf = boundaries().crlf.find(window).map(|i| i + 4);
-        let len = match (lf, crlf) {
-            (Some(a), Some(b)) => a.min(b),
-            (a, b) => a.or(b).unwrap_or(rest.len()),
-        };
+        let len = first_boundary(rest).unwrap_or(rest.len());
         let event = whole.slice(start..start + len);
         start += len;
         Some(event)
@@ -895,6 +888,31 @@ mod tests {
             _ => {
                 bytes.remove(at);
             }
+        }
+    }
+
+    proptest::proptest! {
+        /// Events end where the first blank line of either kind ends, as
+        /// a byte-by-byte look finds it.
+        #[test]
+        fn events_split_where_a_blank_line_first_ends(
+            bytes in proptest::collection::vec(
+                proptest::sample::select(b"\r\n\n\na:".to_vec()),
+                0..48,
+            ),
+        ) {
+            let whole = Bytes::from(bytes);
+            let mut naive = Vec::new();
+            let mut rest = &whole[..];
+            while !rest.is_empty() {
+                let len = (1..=rest.len())
+                    .find(|&e| rest[..e].ends_with(b"\n\n") || rest[..e].ends_with(b"\r\n\r\n"))
+                    .unwrap_or(rest.len());
+                naive.push(Bytes::copy_from_slice(&rest[..len]));
+                rest = &rest[len..];
+            }
+            let split: Vec<Bytes> = events(&whole).collect();
+            proptest::prop_assert_eq!(split, naive);
         }
     }
 
