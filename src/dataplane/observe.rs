@@ -8,7 +8,6 @@
 //! would have waited in vain without cross-zone fallback. A request Z
 //! answered with an error counts as an error only.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use zonegate_cluster::ZoneId;
@@ -61,21 +60,26 @@ fn ratio(n: u64, d: u64) -> f64 {
 /// at start (every zone of the config); other zones are ignored.
 #[derive(Debug)]
 pub struct ZoneStats {
-    zones: HashMap<ZoneId, Counters>,
+    /// Sorted by zone, once each. A deployment has a handful of zones:
+    /// comparing a few short names costs less than hashing one.
+    zones: Box<[(ZoneId, Counters)]>,
 }
 
 impl ZoneStats {
     pub fn new<'a>(zones: impl IntoIterator<Item = &'a ZoneId>) -> Self {
+        let mut zones: Vec<(ZoneId, Counters)> = zones
+            .into_iter()
+            .map(|z| (z.clone(), Counters::default()))
+            .collect();
+        zones.sort_by(|a, b| a.0.cmp(&b.0));
+        zones.dedup_by(|a, b| a.0 == b.0);
         Self {
-            zones: zones
-                .into_iter()
-                .map(|z| (z.clone(), Counters::default()))
-                .collect(),
+            zones: zones.into(),
         }
     }
 
     pub fn record(&self, zone: &ZoneId, result: ZoneResult) {
-        let Some(c) = self.zones.get(zone) else {
+        let Some((_, c)) = self.zones.iter().find(|(z, _)| z == zone) else {
             return;
         };
         c.requests.fetch_add(1, Ordering::Relaxed);
@@ -89,8 +93,7 @@ impl ZoneStats {
 
     /// The counts since the last call, per zone (sorted), and resets them.
     pub fn take(&self) -> Vec<(ZoneId, ZoneCounts)> {
-        let mut out: Vec<(ZoneId, ZoneCounts)> = self
-            .zones
+        self.zones
             .iter()
             .map(|(z, c)| {
                 (
@@ -102,9 +105,7 @@ impl ZoneStats {
                     },
                 )
             })
-            .collect();
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        out
+            .collect()
     }
 }
 
@@ -128,5 +129,16 @@ mod tests {
         assert_eq!(ca.timeout_rate(), 0.5);
         assert_eq!(taken[1].1, ZoneCounts::default());
         assert_eq!(stats.take()[0].1, ZoneCounts::default(), "take resets");
+    }
+
+    #[test]
+    fn zones_are_counted_once_each_and_taken_in_order() {
+        let (a, b) = (ZoneId::new("az-a"), ZoneId::new("az-b"));
+        let stats = ZoneStats::new([&b, &a, &b]);
+        stats.record(&b, ZoneResult::Served);
+        let taken = stats.take();
+        let zones: Vec<&ZoneId> = taken.iter().map(|(z, _)| z).collect();
+        assert_eq!(zones, [&a, &b]);
+        assert_eq!(taken[1].1.requests, 1);
     }
 }
