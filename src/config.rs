@@ -380,6 +380,11 @@ pub struct Config {
     pub replicated: std::sync::Arc<str>,
     pub node: NodeConfig,
     pub tenants: Vec<Tenant>,
+    /// Each API key's digest → its tenant's index in `tenants`: a request's
+    /// key is found with one lookup, however many keys there are (digests
+    /// are unique, checked above; a fast hash suffices, since nobody can
+    /// choose a SHA-256 digest).
+    pub tenant_keys: HashMap<[u8; 32], usize, foldhash::fast::RandomState>,
     pub backends: Vec<BackendConfig>,
     /// Every logical model served by some backend, with defaults filled in.
     pub models: Vec<ModelConfig>,
@@ -865,6 +870,11 @@ impl Validator<'_> {
             .map(|t| (t.min_bytes, t.min_tier))
             .collect();
         prompt_tiers.sort_unstable();
+        let tenant_keys = tenants
+            .iter()
+            .enumerate()
+            .flat_map(|(i, t)| t.key_hashes.iter().map(move |h| (*h, i)))
+            .collect();
         Ok(Config {
             file: String::new(),
             text: "".into(),
@@ -876,6 +886,7 @@ impl Validator<'_> {
             failover,
             node,
             tenants,
+            tenant_keys,
             backends,
             models,
             retry,
@@ -1786,6 +1797,15 @@ pub(crate) mod tests {
         );
         let c = Config::parse("t", &text).unwrap();
         assert_eq!(c.tenants[0].key_hashes.len(), 2);
+        // Every digest finds its tenant, and nothing else is indexed.
+        let mut indexed = 0;
+        for (i, t) in c.tenants.iter().enumerate() {
+            for h in &t.key_hashes {
+                assert_eq!(c.tenant_keys.get(h), Some(&i));
+                indexed += 1;
+            }
+        }
+        assert_eq!(c.tenant_keys.len(), indexed);
     }
 
     #[test]
