@@ -48,19 +48,29 @@ fn find<'a, T>(
     found
 }
 
+/// An authenticated tenant and its place in the config's `tenants` (its
+/// quota state and metric handles are kept by that index).
+#[derive(Clone, Copy, Debug)]
+pub struct Caller<'a> {
+    pub index: usize,
+    pub tenant: &'a Tenant,
+}
+
 /// The tenant whose key is `key`, found by its digest in `keys` (digest →
 /// index into `tenants`, as `Config::tenant_keys` holds them).
 pub fn tenant<'a, S: BuildHasher>(
     key: &str,
     tenants: &'a [Tenant],
     keys: &HashMap<[u8; 32], usize, S>,
-) -> Option<&'a Tenant> {
+) -> Option<Caller<'a>> {
     let presented: [u8; 32] = Sha256::digest(key.as_bytes()).into();
-    let t = tenants.get(*keys.get(&presented)?)?;
-    t.key_hashes
+    let index = *keys.get(&presented)?;
+    let tenant = tenants.get(index)?;
+    tenant
+        .key_hashes
         .iter()
         .any(|d| bool::from(d.ct_eq(&presented)))
-        .then_some(t)
+        .then_some(Caller { index, tenant })
 }
 
 pub fn admin_token<'a>(token: &str, tokens: &'a [AdminToken]) -> Option<&'a AdminToken> {
@@ -112,8 +122,9 @@ mod tests {
         ];
         let keys: HashMap<[u8; 32], usize> =
             [(digest("ka1"), 0), (digest("ka2"), 0), (digest("kb"), 1)].into();
-        assert_eq!(tenant("ka2", &tenants, &keys).map(|t| &*t.name), Some("a"));
-        assert_eq!(tenant("kb", &tenants, &keys).map(|t| &*t.name), Some("b"));
+        let found = |key| tenant(key, &tenants, &keys).map(|c| (c.index, &*c.tenant.name));
+        assert_eq!(found("ka2"), Some((0, "a")));
+        assert_eq!(found("kb"), Some((1, "b")));
         assert!(tenant("nope", &tenants, &keys).is_none());
         // An index that disagrees with the tenant's own digests finds no one.
         let stale: HashMap<[u8; 32], usize> = [(digest("kb"), 0), (digest("ka1"), 7)].into();

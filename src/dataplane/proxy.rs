@@ -27,7 +27,7 @@ use self::attempts::{Attempts, Outgoing};
 use self::continuation::Continuer;
 use crate::clock::now_ms;
 use crate::clock::unix_s;
-use crate::config::{Config, Tenant};
+use crate::config::Config;
 use crate::dataplane::auth;
 use crate::dataplane::balance::hash_key;
 use crate::dataplane::error::ApiError;
@@ -55,15 +55,15 @@ pub fn router(gw: Arc<Gateway>) -> Router {
 
 async fn models(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
     let cfg = gw.cfg_arc();
-    let tenant = match authenticate(&cfg, auth::authorization(&headers)) {
-        Ok(t) => t,
+    let caller = match authenticate(&cfg, auth::authorization(&headers)) {
+        Ok(c) => c,
         Err(e) => return e.into_response(),
     };
     // Every response of a limited tenant carries its rate limits.
     let limits = gw
         .quotas
         .load()
-        .headers(tenant_index(&cfg, tenant), crate::clock::now_ns());
+        .headers(caller.index, crate::clock::now_ns());
     let routes = gw.routes.load();
     let data: Vec<_> = routes
         .model_names()
@@ -88,7 +88,10 @@ async fn readyz(State(gw): State<Arc<Gateway>>) -> Response {
     }
 }
 
-fn authenticate<'a>(cfg: &'a Config, authorization: Option<&str>) -> Result<&'a Tenant, ApiError> {
+fn authenticate<'a>(
+    cfg: &'a Config,
+    authorization: Option<&str>,
+) -> Result<auth::Caller<'a>, ApiError> {
     let key = auth::bearer(authorization).ok_or(ApiError::MissingKey)?;
     auth::tenant(key, &cfg.tenants, &cfg.tenant_keys).ok_or(ApiError::WrongKey)
 }
@@ -118,9 +121,9 @@ pub async fn infer(gw: Arc<Gateway>, req: Request) -> Response {
     let (mut parts, body) = req.into_parts();
     let headers = ClientHeaders::take(&mut parts);
     let result = match authenticate(&cfg, headers.text(&http::header::AUTHORIZATION)) {
-        Ok(tenant) => serve(&gw, &cfg, tenant, parts, &headers, body, started)
+        Ok(caller) => serve(&gw, &cfg, caller, parts, &headers, body, started)
             .await
-            .map_err(|f| (Some(tenant), f)),
+            .map_err(|f| (Some(caller), f)),
         Err(e) => Err((None, (None, e))),
     };
     match result {
@@ -130,12 +133,9 @@ pub async fn infer(gw: Arc<Gateway>, req: Request) -> Response {
             let limits = match (&e, tenant) {
                 (ApiError::RateLimited { .. } | ApiError::CapacityExceeded { .. }, _)
                 | (_, None) => http::HeaderMap::new(),
-                (_, Some(t)) => gw
-                    .quotas
-                    .load()
-                    .headers(tenant_index(&cfg, t), crate::clock::now_ns()),
+                (_, Some(t)) => gw.quotas.load().headers(t.index, crate::clock::now_ns()),
             };
-            let tenant = tenant.map_or("-", |t| &*t.name);
+            let tenant = tenant.map_or("-", |c| &*c.tenant.name);
             gw.metrics
                 .requests
                 .with_label_values(&[tenant, model.as_deref().unwrap_or("-"), e.code()])
@@ -166,7 +166,7 @@ type Failed = (Option<String>, ApiError);
 async fn serve(
     gw: &Arc<Gateway>,
     cfg: &Arc<Config>,
-    tenant: &Tenant,
+    caller: auth::Caller<'_>,
     parts: http::request::Parts,
     headers: &ClientHeaders,
     body: Body,
@@ -187,7 +187,7 @@ async fn serve(
         .ok_or_else(|| failed(ApiError::ModelNotFound(meta.model.clone())))?;
     let deadline = tokio::time::Instant::from_std(started + primary.cfg.timeouts.total);
     let client = (parts.uri.path(), headers);
-    let facts = RequestFacts::new(gw, cfg, tenant, client, &meta, body.len(), deadline);
+    let facts = RequestFacts::new(gw, cfg, caller, client, &meta, body.len(), deadline);
     // Counted in the second it arrived: the budget's window is seconds.
     gw.with_budget(|b| b.record_request(crate::clock::ms_at(started) / 1000));
     let admission = admit(gw, &facts, &meta, body.len()).map_err(failed)?;
@@ -252,23 +252,6 @@ fn admit(
     gw.quotas.load().admit(&ask, crate::clock::now_ns())
 }
 
-/// A tenant's place in `cfg`, the config it was authenticated with (for
-/// its quota state and metric handles).
-fn tenant_index(cfg: &Config, tenant: &Tenant) -> usize {
-    // By its place in the slice (one subtraction, at any number of
-    // tenants), confirmed by identity; by name should a caller ever pass
-    // another version's.
-    let offset = (tenant as *const Tenant as usize).wrapping_sub(cfg.tenants.as_ptr() as usize);
-    let at = offset / std::mem::size_of::<Tenant>().max(1);
-    if cfg.tenants.get(at).is_some_and(|t| std::ptr::eq(t, tenant)) {
-        return at;
-    }
-    cfg.tenants
-        .iter()
-        .position(|t| t.name == tenant.name)
-        .unwrap_or(0)
-}
-
 /// The whole body, at most `limit` bytes, within `[node.limits]
 /// body_read_timeout` (a client trickling its body holds no slot for long).
 async fn read_body(
@@ -314,13 +297,14 @@ impl RequestFacts {
     fn new(
         gw: &Gateway,
         cfg: &Arc<Config>,
-        tenant: &Tenant,
+        caller: auth::Caller<'_>,
         (path, headers): (&str, &ClientHeaders),
         meta: &RequestMeta,
         body_len: usize,
         deadline: tokio::time::Instant,
     ) -> Self {
         let embeddings = path == "/v1/embeddings";
+        let tenant = caller.tenant;
         // A session is a tenant's: another tenant with the same session key
         // shares neither its pin nor its pin token.
         let session = session_key(headers, meta)
@@ -330,7 +314,7 @@ impl RequestFacts {
         RequestFacts {
             cfg: Arc::clone(cfg),
             tenant: tenant.name.clone(),
-            tenant_index: tenant_index(cfg, tenant),
+            tenant_index: caller.index,
             session,
             home: pinned.unwrap_or_else(|| cfg.node.zone.clone()),
             request_id: RequestId::of(headers),
@@ -424,24 +408,6 @@ pub(super) fn pin(gw: &Gateway, tenant: &str, session: u64, zone: &ZoneId) -> St
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_tenant_is_found_by_its_place_or_else_by_name() {
-        let mut text = String::from(crate::config::tests::MINIMAL);
-        for i in 0..3 {
-            text.push_str(&format!(
-                "[[tenants]]\nname = \"t{i}\"\nkey_sha256 = \"{}\"\n",
-                "ab".repeat(31) + &format!("{i:02x}")
-            ));
-        }
-        let cfg = Config::parse("t.toml", &text).expect("a config");
-        for (i, t) in cfg.tenants.iter().enumerate() {
-            assert_eq!(tenant_index(&cfg, t), i);
-        }
-        // Another version's tenant (another address), by name.
-        let other = cfg.tenants[2].clone();
-        assert_eq!(tenant_index(&cfg, &other), 2);
-    }
 
     #[test]
     fn a_request_id_is_the_clients_when_it_is_text_else_32_fresh_hex_digits() {
