@@ -53,6 +53,7 @@ pub struct Skimmer {
 
 /// A chunk read in full: its bytes, where its text's string stands
 /// (quotes included), and whether it finished the answer.
+#[derive(Default)]
 struct Template {
     event: Vec<u8>,
     text: Range<usize>,
@@ -67,11 +68,8 @@ impl Skimmer {
         let (answer, text) = read(event);
         if let (Skim::Text { finish, .. }, Some(text)) = (&answer, text) {
             if event.len() <= MAX_TEMPLATE_BYTES {
-                let t = self.template.get_or_insert_with(|| Template {
-                    event: Vec::new(),
-                    text: 0..0,
-                    finish: false,
-                });
+                // The buffer is kept from one template to the next.
+                let t = self.template.get_or_insert_with(Template::default);
                 t.event.clear();
                 t.event.extend_from_slice(event);
                 t.text = text;
