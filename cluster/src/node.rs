@@ -394,7 +394,7 @@ impl ClusterNode {
             limits,
             stats: Arc::clone(&RAFT_LISTENER),
             peer: true,
-            head_fields_for: &[],
+            plain: None,
         };
         let service = RaftService::new(
             raft.clone(),

@@ -16,6 +16,12 @@
 //! HTTP/1.0, HTTP/2's preface and every error answer for a malformed head
 //! stay hyper's.
 //!
+//! A POST to a path of the listener's [`Plain`] handler goes to it as its
+//! target, header fields and body, and its [`Answer`] is written as it is;
+//! every other request goes to the app as an `http` request, and its
+//! response is written the same way (its [`HeadLines`] extension after
+//! its map).
+//!
 //! A body that came with its head is handed over whole; the rest of one
 //! that did not is read while the handler runs and handed over in chunks
 //! (at most 4 waiting: a handler that does not read holds the client
@@ -42,16 +48,17 @@ use std::task::{Context, Poll};
 
 use axum::body::Body;
 use bytes::{Bytes, BytesMut};
+use http::uri::PathAndQuery;
 use http::{header, HeaderMap, Method, Request, StatusCode, Uri};
 use http_body::Body as _;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tower::ServiceExt;
 
 use crate::http1::{
-    content_length, header_map, list_items, put_header, put_number, span, HeadFields, HeadLines,
-    Span,
+    content_length, header_map, list_items, put_header, put_number, span, Answer, HeadFields,
+    HeadLines, Span,
 };
-use crate::listen::{App, ConnState, InFlight, Peer, Stop};
+use crate::listen::{App, ConnState, InFlight, Peer, Plain, PlainRequest, Stop};
 
 /// Headers in one request at most; more go to hyper (whose limit is 100).
 const MAX_HEADERS: usize = 64;
@@ -78,7 +85,7 @@ pub(crate) async fn serve<I, A>(
     mut io: I,
     peer: Option<&Peer>,
     app: &A,
-    head_fields_for: &[&str],
+    plain: Option<&dyn Plain>,
     state: &Arc<ConnState>,
     stop: &Stop,
 ) -> Ended<I>
@@ -119,7 +126,7 @@ where
             Some((feed, rest)) => (Some(feed), Body::new(rest)),
             None => (None, Body::from(first.clone())),
         };
-        let Some(mut req) = request(&parsed, &head, &spans, head_fields_for, body) else {
+        let Some(call) = call(&parsed, &head, &spans, plain, body) else {
             // A value or target httparse let through and `http` does not.
             let mut back = BytesMut::with_capacity(head.len() + first.len() + buf.len());
             back.extend_from_slice(&head);
@@ -129,29 +136,38 @@ where
         };
         drop((head, first));
         let guard = InFlight::begin(Arc::clone(state));
-        if let Some(peer) = peer {
-            req.extensions_mut().insert(peer.clone());
-        }
-        let answer = respond(&mut io, &mut buf, &mut feed, app.clone().oneshot(req)).await;
-        let Some(resp) = answer else {
+        let answer = match call {
+            Call::Plain(plain, req) => {
+                respond(&mut io, &mut buf, &mut feed, plain.call(req)).await
+            }
+            Call::App(mut req) => {
+                if let Some(peer) = peer {
+                    req.extensions_mut().insert(peer.clone());
+                }
+                respond(&mut io, &mut buf, &mut feed, app.clone().oneshot(req))
+                    .await
+                    .map(|r| match r {
+                        Ok(resp) => Answer::from(resp),
+                        Err(never) => match never {},
+                    })
+            }
+        };
+        let Some(Answer {
+            status,
+            headers,
+            lines,
+            mut body,
+        }) = answer
+        else {
             return Ended::Closed;
         };
         // A body the handler did not read to its end is still on its way:
         // the connection cannot carry another request.
         let unread = feed.is_some_and(|f| f.left > 0);
-        let (parts, mut body) = resp.into_parts();
-        let close = parsed.close || unread || stop.is_stopped() || asks_close(&parts.headers);
-        let framing = framing(parts.status, &parts.headers, &body);
+        let close = parsed.close || unread || stop.is_stopped() || asks_close(&headers);
+        let framing = framing(status, &headers, &body);
         out.clear();
-        let lines = parts.extensions.get::<HeadLines>();
-        write_head(
-            &mut out,
-            parts.status,
-            &parts.headers,
-            lines,
-            framing,
-            close,
-        );
+        write_head(&mut out, status, &headers, &lines, framing, close);
         let complete = write_body(&mut io, &mut out, &mut body, framing, &mut buf).await;
         drop(guard);
         if !complete {
@@ -250,28 +266,48 @@ fn may_end_head(buf: &[u8], from: usize) -> bool {
         || tail.windows(3).any(|w| w == b"\n\r\n")
 }
 
-/// The request for the service; `None` when `http` refuses a part. A POST
-/// to one of `head_fields_for` carries its header fields where the head
-/// holds them ([`HeadFields`]) and an empty map (see
-/// `ListenConfig::head_fields_for`).
-fn request(
+/// Who answers a request, and what they are handed.
+enum Call<'a> {
+    /// A POST to a path of the listener's [`Plain`] handler.
+    Plain(&'a dyn Plain, PlainRequest),
+    /// Anything else: the app's, as an `http` request.
+    App(Request<Body>),
+}
+
+/// The call for a parsed request; `None` when `http` refuses a part.
+fn call<'a>(
     parsed: &Parsed,
     head: &Bytes,
     spans: &[Span],
-    head_fields_for: &[&str],
+    plain: Option<&'a dyn Plain>,
     body: Body,
-) -> Option<Request<Body>> {
+) -> Option<Call<'a>> {
+    let target = &head[parsed.path.clone()];
+    let path_len = memchr::memchr(b'?', target).unwrap_or(target.len());
+    let to_plain = plain
+        .filter(|_| parsed.method == Method::POST)
+        .and_then(|p| Some((p, *p.paths().iter().find(|x| x.as_bytes() == &target[..path_len])?)));
+    if let Some((plain, path)) = to_plain {
+        let target = if path_len == target.len() {
+            PathAndQuery::from_maybe_shared(Bytes::from_static(path.as_bytes())).ok()?
+        } else {
+            PathAndQuery::from_maybe_shared(head.slice(parsed.path.clone())).ok()?
+        };
+        let fields = HeadFields::new(head.clone(), spans)?;
+        let req = PlainRequest {
+            path,
+            target,
+            fields,
+            body,
+        };
+        return Some(Call::Plain(plain, req));
+    }
     let uri = Uri::from_maybe_shared(head.slice(parsed.path.clone())).ok()?;
     let mut req = Request::new(body);
-    if parsed.method == Method::POST && head_fields_for.contains(&uri.path()) {
-        req.extensions_mut()
-            .insert(HeadFields::new(head.clone(), spans)?);
-    } else {
-        *req.headers_mut() = header_map(head, spans, 0)?;
-    }
+    *req.headers_mut() = header_map(head, spans, 0)?;
     *req.method_mut() = parsed.method.clone();
     *req.uri_mut() = uri;
-    Some(req)
+    Some(Call::App(req))
 }
 
 /// Reads into `buf`'s free space (growing it when short); 0 is the end.
@@ -295,7 +331,7 @@ async fn read<I: AsyncRead + Unpin>(io: &mut I, buf: &mut BytesMut) -> io::Resul
 /// reads it: bytes of a next request are kept (and reading stops), and the
 /// end of the stream means the client left: the request is cancelled
 /// (`None`), as it is when the body breaks off.
-async fn respond<I, F, R, E>(
+async fn respond<I, F, R>(
     io: &mut I,
     buf: &mut BytesMut,
     feed: &mut Option<Feed>,
@@ -303,13 +339,13 @@ async fn respond<I, F, R, E>(
 ) -> Option<R>
 where
     I: AsyncRead + Unpin,
-    F: Future<Output = Result<R, E>>,
+    F: Future<Output = R>,
 {
     let mut fut = std::pin::pin!(fut);
     let mut watching = buf.is_empty();
     poll_fn(|cx| loop {
         if let Poll::Ready(r) = fut.as_mut().poll(cx) {
-            return Poll::Ready(r.ok());
+            return Poll::Ready(Some(r));
         }
         if let Some(f) = feed.as_mut().filter(|f| f.left > 0 && !f.dropped) {
             if buf.is_empty() {
@@ -476,7 +512,7 @@ fn write_head(
     out: &mut Vec<u8>,
     status: StatusCode,
     headers: &HeaderMap,
-    lines: Option<&HeadLines>,
+    lines: &HeadLines,
     framing: Framing,
     close: bool,
 ) {
@@ -494,10 +530,8 @@ fn write_head(
         }
         put_header(out, name.as_str().as_bytes(), value.as_bytes());
     }
-    if let Some(lines) = lines {
-        out.extend_from_slice(&lines.lines);
-    }
-    if !(headers.contains_key(header::DATE) || lines.is_some_and(|l| l.dated)) {
+    out.extend_from_slice(&lines.lines);
+    if !(headers.contains_key(header::DATE) || lines.dated) {
         DATE.with(|d| put_header(out, b"date", &d.now()));
     }
     match framing {
@@ -676,7 +710,7 @@ mod tests {
     use tokio::net::TcpStream;
 
     use super::*;
-    use crate::listen::tests::serve_app;
+    use crate::listen::tests::{serve_app, serve_app_with};
     use crate::listen::{Limits, Stats};
 
     struct Server {
@@ -716,7 +750,7 @@ mod tests {
 
     #[test]
     fn head_lines_follow_the_map_and_a_date_is_added_only_when_neither_has_one() {
-        let head = |lines: Option<&HeadLines>| {
+        let head = |lines: &HeadLines| {
             let mut map = HeaderMap::new();
             map.insert("x-map", http::HeaderValue::from_static("1"));
             let mut out = Vec::new();
@@ -736,7 +770,7 @@ mod tests {
             event_stream: false,
         };
         assert_eq!(
-            head(Some(&dated)),
+            head(&dated),
             "HTTP/1.1 200 OK\r\nx-map: 1\r\nServer: b\r\nDate: Tue, 01 Dec 2026 10:00:00 GMT\r\n\
              content-length: 2\r\n\r\n"
         );
@@ -744,54 +778,121 @@ mod tests {
             lines: Bytes::from_static(b"Server: b\r\n"),
             ..HeadLines::default()
         };
-        for text in [head(Some(&undated)), head(None)] {
+        for text in [head(&undated), head(&HeadLines::default())] {
             assert_eq!(text.matches("date: ").count(), 1, "{text}");
             assert!(text.ends_with("content-length: 2\r\n\r\n"), "{text}");
         }
     }
 
+    /// A [`Plain`] handler of `/v1/x` that answers with what it was
+    /// handed: the target and header fields in the body, a map header and
+    /// a line.
+    #[derive(Debug)]
+    struct Fields;
+
+    impl Plain for Fields {
+        fn paths(&self) -> &'static [&'static str] {
+            &["/v1/x"]
+        }
+
+        fn call(&self, req: PlainRequest) -> Pin<Box<dyn Future<Output = Answer> + Send>> {
+            let mut text = format!("{} {}", req.path, req.target);
+            for (n, v) in req.fields.iter() {
+                text += &format!(" {}={}", String::from_utf8_lossy(n), String::from_utf8_lossy(v));
+            }
+            let mut headers = HeaderMap::new();
+            headers.insert("x-map", http::HeaderValue::from_static("1"));
+            Box::pin(async move {
+                Answer {
+                    status: StatusCode::ACCEPTED,
+                    headers,
+                    lines: HeadLines {
+                        lines: Bytes::from_static(b"x-line: 2\r\n"),
+                        ..HeadLines::default()
+                    },
+                    body: Body::from(text),
+                }
+            })
+        }
+    }
+
     #[test]
-    fn a_post_to_a_listed_path_carries_its_header_fields_and_an_empty_map() {
+    fn a_post_to_a_plain_path_carries_its_header_fields_and_target_and_no_map() {
         let read = |wire: &'static [u8]| {
             let mut spans = Vec::new();
             let Parse::Complete(parsed) = parse(wire, &mut spans) else {
                 panic!("a complete head: {}", String::from_utf8_lossy(wire));
             };
             let head = Bytes::from_static(wire).slice(..parsed.head_len);
-            request(&parsed, &head, &spans, &["/v1/x"], Body::empty()).expect("a request")
+            call(&parsed, &head, &spans, Some(&Fields), Body::empty()).expect("a call")
         };
-        let fields = |req: &Request<Body>| {
-            assert!(req.headers().is_empty());
-            let fields = req.extensions().get::<HeadFields>().expect("fields");
-            fields
-                .iter()
-                .map(|(n, v)| {
-                    format!(
-                        "{}={}",
-                        String::from_utf8_lossy(n),
-                        String::from_utf8_lossy(v)
-                    )
-                })
-                .collect::<Vec<_>>()
+        let plain = |call: Call<'_>| match call {
+            Call::Plain(_, req) => {
+                let fields: Vec<String> = req
+                    .fields
+                    .iter()
+                    .map(|(n, v)| {
+                        format!(
+                            "{}={}",
+                            String::from_utf8_lossy(n),
+                            String::from_utf8_lossy(v)
+                        )
+                    })
+                    .collect();
+                (req.path, req.target.to_string(), fields)
+            }
+            Call::App(req) => panic!("the app's: {req:?}"),
         };
-        let req = read(
+        let (path, target, fields) = plain(read(
             b"POST /v1/x?y=1 HTTP/1.1\r\nHost: a\r\nX-Two:  b \r\ncontent-length: 2\r\n\r\n{}",
-        );
-        assert_eq!(fields(&req), ["Host=a", "X-Two=b", "content-length=2"]);
-        assert_eq!(req.uri(), "/v1/x?y=1");
-        let req = read(b"POST /v1/x HTTP/1.1\nHost: a\nX: 1\n\n");
-        assert_eq!(fields(&req), ["Host=a", "X=1"], "bare line feeds");
-        assert!(fields(&read(b"POST /v1/x HTTP/1.1\r\n\r\n")).is_empty());
+        ));
+        assert_eq!((path, &*target), ("/v1/x", "/v1/x?y=1"));
+        assert_eq!(fields, ["Host=a", "X-Two=b", "content-length=2"]);
+        let (_, target, fields) = plain(read(b"POST /v1/x HTTP/1.1\nHost: a\nX: 1\n\n"));
+        assert_eq!(target, "/v1/x");
+        assert_eq!(fields, ["Host=a", "X=1"], "bare line feeds");
+        assert!(plain(read(b"POST /v1/x HTTP/1.1\r\n\r\n")).2.is_empty());
 
-        // Another path, or another method: the map, as before.
+        // Another path (a prefix, a longer one), or another method: the
+        // app's, with the map.
         for wire in [
             &b"POST /v1/other HTTP/1.1\r\nHost: a\r\n\r\n"[..],
+            b"POST /v1/xy HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"POST /v1 HTTP/1.1\r\nHost: a\r\n\r\n",
             b"GET /v1/x HTTP/1.1\r\nHost: a\r\n\r\n",
         ] {
-            let req = read(wire);
-            assert_eq!(req.headers()[header::HOST], "a");
-            assert!(req.extensions().get::<HeadFields>().is_none());
+            match read(wire) {
+                Call::App(req) => assert_eq!(req.headers()[header::HOST], "a"),
+                Call::Plain(..) => panic!("not plain: {}", String::from_utf8_lossy(wire)),
+            }
         }
+    }
+
+    #[tokio::test]
+    async fn a_plain_handler_answers_its_posts_and_the_app_the_rest() {
+        let plain: Arc<dyn Plain> = Arc::new(Fields);
+        let app = echo().route("/v1/x", post(|| async { "the app" }));
+        let (addr, stats, _stop) =
+            serve_app_with(app, Limits::with_max(8), false, None, Some(plain)).await;
+        let got = exchange(
+            addr,
+            b"POST /v1/x?q=1 HTTP/1.1\r\nHost: a\r\ncontent-length: 2\r\n\r\n{}\
+              POST /echo HTTP/1.1\r\nHost: a\r\ncontent-length: 2\r\nconnection: close\r\n\r\nhi",
+        )
+        .await;
+        let (first, second) = got.split_once("HTTP/1.1 200").expect("two answers");
+        assert!(first.starts_with("HTTP/1.1 202 Accepted\r\nx-map: 1\r\nx-line: 2\r\n"), "{first}");
+        assert!(first.contains("content-length: 39\r\n"), "{first}");
+        assert!(first.ends_with("\r\n\r\n/v1/x /v1/x?q=1 Host=a content-length=2"), "{first}");
+        assert!(second.ends_with("\r\n\r\nhi"), "{second}");
+        // A chunked POST to the same path is hyper's, and so the app's.
+        let got = exchange(
+            addr,
+            b"POST /v1/x HTTP/1.1\r\nHost: a\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n0\r\n\r\n",
+        )
+        .await;
+        assert!(got.ends_with("the app"), "{got}");
+        assert_eq!(stats.handed_to_hyper.load(Ordering::Relaxed), 1);
     }
 
     #[tokio::test]

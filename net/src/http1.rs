@@ -5,8 +5,10 @@
 
 use std::ops::Range;
 
+use axum::body::Body;
+use axum::response::Response;
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use smallvec::SmallVec;
 
 /// Byte ranges of one header's name and value within a head.
@@ -212,6 +214,57 @@ impl HeadLines {
     }
 }
 
+/// An answer as a server writes it: a status, a header map, the header
+/// lines a proxy passes on as they came ([`HeadLines`], written after the
+/// map), a body. What a [`Plain`](crate::listen::Plain) handler returns:
+/// the lean server writes it without an `http::Response` around it (whose
+/// extensions map, holding the lines, costs three allocations per
+/// answer).
+#[derive(Debug, Default)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub lines: HeadLines,
+    pub body: Body,
+}
+
+impl From<Response> for Answer {
+    /// The response's parts, its [`HeadLines`] extension (if any) as the
+    /// lines.
+    fn from(resp: Response) -> Self {
+        let (mut parts, body) = resp.into_parts();
+        Self {
+            status: parts.status,
+            lines: parts.extensions.remove::<HeadLines>().unwrap_or_default(),
+            headers: parts.headers,
+            body,
+        }
+    }
+}
+
+impl Answer {
+    /// The answer as a response, its lines (if any) as its [`HeadLines`]
+    /// extension: what a router's layers and hyper's paths take.
+    pub fn into_response(self) -> Response {
+        let mut resp = Response::new(self.body);
+        *resp.status_mut() = self.status;
+        *resp.headers_mut() = self.headers;
+        if self.lines != HeadLines::default() {
+            resp.extensions_mut().insert(self.lines);
+        }
+        resp
+    }
+
+    /// Whether the answer is a server-sent event stream, by the
+    /// `Content-Type` in its map or else its lines'.
+    pub fn is_event_stream(&self) -> bool {
+        match self.headers.get(http::header::CONTENT_TYPE) {
+            Some(v) => v.as_bytes().starts_with(b"text/event-stream"),
+            None => self.lines.event_stream,
+        }
+    }
+}
+
 thread_local! {
     /// [`written`]'s buffer, reused by this thread's calls.
     static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
@@ -325,6 +378,42 @@ mod tests {
         assert_eq!(map["x-own"], "kept");
         // A name `http` refuses is left out, not a failure.
         assert_eq!(map.len(), 4);
+    }
+
+    #[test]
+    fn an_answer_and_a_response_carry_the_same_parts() {
+        let stream = HeadLines {
+            lines: Bytes::from_static(b"content-type: text/event-stream\r\n"),
+            event_stream: true,
+            ..HeadLines::default()
+        };
+        let answer = Answer {
+            status: StatusCode::CREATED,
+            lines: stream.clone(),
+            body: Body::from("b"),
+            ..Answer::default()
+        };
+        assert!(answer.is_event_stream(), "by its lines");
+        let resp = answer.into_response();
+        assert_eq!(resp.status(), StatusCode::CREATED);
+        assert_eq!(resp.extensions().get::<HeadLines>(), Some(&stream));
+        let back = Answer::from(resp);
+        assert_eq!((back.status, &back.lines), (StatusCode::CREATED, &stream));
+
+        // The map's `Content-Type` speaks first; no lines, no extension.
+        let mut headers = HeaderMap::new();
+        headers.insert("content-type", HeaderValue::from_static("application/json"));
+        let answer = Answer {
+            headers,
+            lines: stream,
+            ..Answer::default()
+        };
+        assert!(!answer.is_event_stream());
+        assert!(Answer::default()
+            .into_response()
+            .extensions()
+            .get::<HeadLines>()
+            .is_none());
     }
 
     #[test]

@@ -9,8 +9,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderValue};
-use http::{StatusCode, Uri};
+use http::header::{HeaderMap, HeaderValue};
+use http::StatusCode;
 use http_body::Body as _;
 use http_body_util::{BodyExt, Limited};
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
@@ -265,7 +265,7 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 /// `request_id`.
 pub async fn attempt(
     target: Target<'_>,
-    path: Uri,
+    path: &str,
     headers: &ClientHeaders,
     host: Option<&HeaderValue>,
     request_id: &[u8],
@@ -281,7 +281,7 @@ pub async fn attempt(
         put_header(out, b"x-request-id", request_id);
     };
     let exchange = async {
-        let resp = upstream::send(target, &path, head, &body)
+        let resp = upstream::send(target, path, head, &body)
             .await
             .map_err(|e| match e {
                 SendError::Connect(e) => AttemptError::Connect(e),
@@ -362,19 +362,6 @@ async fn whole_error_body(
             rest: None,
             first_byte: started.elapsed(),
         })
-    }
-}
-
-/// Whether a response is a server-sent event stream, by the
-/// `Content-Type` in its map or else its [`HeadLines`]' (a proxied
-/// answer's, read when the backend's head was).
-pub fn is_sse<B>(resp: &http::Response<B>) -> bool {
-    match resp.headers().get(header::CONTENT_TYPE) {
-        Some(v) => v.as_bytes().starts_with(b"text/event-stream"),
-        None => resp
-            .extensions()
-            .get::<HeadLines>()
-            .is_some_and(|l| l.event_stream),
     }
 }
 

@@ -19,9 +19,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
+use http::uri::PathAndQuery;
 use http::{HeaderMap, Method, Uri};
 use serde_json::json;
 use zonegate_cluster::{ClusterView, ZoneId};
+use zonegate_net::http1::Answer;
 
 use self::attempts::{Attempts, Outgoing};
 use self::continuation::Continuer;
@@ -105,23 +107,38 @@ pub const INFERENCE_PATHS: [&str; 3] =
     ["/v1/chat/completions", "/v1/completions", "/v1/embeddings"];
 
 async fn handle(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
-    infer(gw, req).await
+    let (parts, body) = req.into_parts();
+    let target = target_of(&parts.uri);
+    infer(gw, target, ClientHeaders::Map(parts.headers), body)
+        .await
+        .into_response()
+}
+
+/// A request's origin-form target, as its backend gets it.
+pub fn target_of(uri: &Uri) -> PathAndQuery {
+    uri.path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"))
 }
 
 /// One inference request, whole: authentication, the request path, the
-/// error answer and its access line.
-pub async fn infer(gw: Arc<Gateway>, req: Request) -> Response {
+/// error answer and its access line. `target`: the request's path and
+/// query (one of [`INFERENCE_PATHS`]).
+pub async fn infer(
+    gw: Arc<Gateway>,
+    target: PathAndQuery,
+    headers: ClientHeaders,
+    body: Body,
+) -> Answer {
     if gw.is_witness() {
-        return witness_error().into_response();
+        return Answer::from(witness_error().into_response());
     }
     let started = Instant::now();
     // One config version for the whole request, whatever is applied
     // meanwhile.
     let cfg = gw.cfg_arc();
-    let (mut parts, body) = req.into_parts();
-    let headers = ClientHeaders::take(&mut parts);
     let result = match authenticate(&cfg, headers.text(&http::header::AUTHORIZATION)) {
-        Ok(caller) => serve(&gw, &cfg, caller, parts, &headers, body, started)
+        Ok(caller) => serve(&gw, &cfg, caller, &target, &headers, body, started)
             .await
             .map_err(|f| (Some(caller), f)),
         Err(e) => Err((None, (None, e))),
@@ -150,13 +167,13 @@ pub async fn infer(gw: Arc<Gateway>, req: Request) -> Response {
                 "{e}"
             );
             // Errors, too, say which decisions this node routed with.
-            let mut resp = e.into_response();
+            let mut answer = Answer::from(e.into_response());
             let decision = gw.view.borrow().decision_version;
-            let headers = resp.headers_mut();
+            let headers = &mut answer.headers;
             forward::set_version(headers, forward::Version::Decision, decision);
             forward::set_version(headers, forward::Version::Config, cfg.config_version);
-            quota::set_headers(resp.headers_mut(), &limits);
-            resp
+            quota::set_headers(headers, &limits);
+            answer
         }
     }
 }
@@ -167,11 +184,11 @@ async fn serve(
     gw: &Arc<Gateway>,
     cfg: &Arc<Config>,
     caller: auth::Caller<'_>,
-    parts: http::request::Parts,
+    target: &PathAndQuery,
     headers: &ClientHeaders,
     body: Body,
     started: Instant,
-) -> Result<Response, Failed> {
+) -> Result<Answer, Failed> {
     let body = read_body(
         body,
         cfg.node.max_body_bytes,
@@ -186,7 +203,7 @@ async fn serve(
         .model(&meta.model)
         .ok_or_else(|| failed(ApiError::ModelNotFound(meta.model.clone())))?;
     let deadline = tokio::time::Instant::from_std(started + primary.cfg.timeouts.total);
-    let client = (parts.uri.path(), headers);
+    let client = (target.path(), headers);
     let facts = RequestFacts::new(gw, cfg, caller, client, &meta, body.len(), deadline);
     // Counted in the second it arrived: the budget's window is seconds.
     gw.with_budget(|b| b.record_request(crate::clock::ms_at(started) / 1000));
@@ -201,7 +218,7 @@ async fn serve(
         )));
     }
     let out = Outgoing {
-        uri: &parts.uri,
+        target,
         headers,
         body: &body,
         model: &meta.model,

@@ -27,10 +27,10 @@ use http::{header, HeaderValue};
 use http_body::{Body as HttpBody, Frame};
 use prometheus::{IntCounter, IntGauge};
 use tokio::sync::Notify;
+use zonegate_net::http1::Answer;
 use zonegate_net::slots::Slots;
 
 use crate::dataplane::error::{error_body, ApiError};
-use crate::dataplane::forward::is_sse;
 use crate::node::gateway::Gateway;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -144,7 +144,7 @@ pub async fn track(State(gw): State<Arc<Gateway>>, req: Request, next: Next) -> 
 pub async fn tracked(gw: &Gateway, respond: impl Future<Output = Response>) -> Response {
     let entered = enter(gw);
     let resp = respond.await;
-    finish(gw, entered, resp)
+    finish(gw, entered, Answer::from(resp)).into_response()
 }
 
 /// A `/v1/*` request counted in flight from here (see [`tracked`]): the
@@ -160,25 +160,27 @@ pub struct Entered(InFlight);
 /// The response of a request [`enter`]ed: counted until its body ends,
 /// its connection closed after it while draining, its event stream cut at
 /// the drain timeout.
-pub fn finish(gw: &Gateway, Entered(guard): Entered, mut resp: Response) -> Response {
+pub fn finish(gw: &Gateway, Entered(guard): Entered, mut answer: Answer) -> Answer {
     let drain = &gw.drain;
     if drain.is_draining() {
         // The server closes the connection after this response, so a client's
         // next request opens a connection the load balancer sends elsewhere.
-        resp.headers_mut()
+        answer
+            .headers
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
-    let cut = is_sse(&resp).then(|| drain.0.streams.add(AtomicWaker::new()));
+    let cut = answer
+        .is_event_stream()
+        .then(|| drain.0.streams.add(AtomicWaker::new()));
     let counter = gw.metrics.drain_cut_streams.clone();
-    resp.map(|inner| {
-        Body::new(DrainBody {
-            inner,
-            cut,
-            state: CutState::Streaming,
-            counter,
-            guard,
-        })
-    })
+    answer.body = Body::new(DrainBody {
+        inner: std::mem::take(&mut answer.body),
+        cut,
+        state: CutState::Streaming,
+        counter,
+        guard,
+    });
+    answer
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -3,15 +3,23 @@
 //! health, readiness, a wrong method or path) goes through the axum
 //! router and its layers.
 //!
+//! Two doors lead to the proxy. A plain HTTP/1.1 POST (most of them) comes
+//! from the lean server to [`Inference`], a `zonegate_net::listen::Plain`
+//! handler: its path, header fields and body, no `http` request, and its
+//! answer goes back without an `http` response (no URI parse, header map
+//! or extensions map per request). Every other inference POST (HTTP/2, or
+//! HTTP/1 that hyper serves) comes to [`Front`] as a request.
+//!
 //! Why: axum's routing, its boxed route services and a `from_fn` layer
 //! cost about 14k of the ~107k instructions a proxied request took
-//! (callgrind, `benches/callgrind.sh`), for a choice between three paths.
+//! (callgrind, `benches/callgrind.sh`), for a choice between three paths;
+//! the request and response types around a plain POST another ~3k of 42k.
 //! The router still answers everything it did; this only skips it for the
-//! hot path, with the same drain accounting (`drain::enter`/`finish`). `Front` is
-//! served as it is (`zonegate_net::listen::App`), not as a router's
-//! fallback, which cost another ~4k.
+//! hot path, with the same drain accounting (`drain::enter`/`finish`).
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -21,8 +29,11 @@ use axum::Router;
 use futures_util::future::BoxFuture;
 use http::Method;
 use tower::{Service, ServiceExt};
+use zonegate_net::http1::Answer;
+use zonegate_net::listen::{Plain, PlainRequest};
 
 use crate::dataplane::proxy;
+use crate::dataplane::request::ClientHeaders;
 use crate::node::drain;
 use crate::node::gateway::Gateway;
 
@@ -56,18 +67,56 @@ impl Service<Request> for Front {
             req.method() == Method::POST && proxy::INFERENCE_PATHS.contains(&req.uri().path());
         if inference {
             let gw = Arc::clone(&self.gw);
+            let (parts, body) = req.into_parts();
+            let target = proxy::target_of(&parts.uri);
+            let headers = ClientHeaders::Map(parts.headers);
             // The request's future is large (3.7 KB by `-Zprint-type-sizes`):
             // awaited inline, it is moved once, into this block's box
             // (`drain::tracked` would take it by value: moved again, or
             // boxed twice).
             Box::pin(async move {
                 let entered = drain::enter(&gw);
-                let resp = proxy::infer(Arc::clone(&gw), req).await;
-                Ok(drain::finish(&gw, entered, resp))
+                let answer = proxy::infer(Arc::clone(&gw), target, headers, body).await;
+                Ok(drain::finish(&gw, entered, answer).into_response())
             })
         } else {
             let rest = self.rest.clone();
             Box::pin(async move { rest.oneshot(req).await })
         }
+    }
+}
+
+/// The inference endpoints' plain POSTs, from the lean HTTP/1 server (see
+/// the module).
+pub struct Inference {
+    gw: Arc<Gateway>,
+}
+
+impl Inference {
+    pub fn new(gw: Arc<Gateway>) -> Self {
+        Self { gw }
+    }
+}
+
+impl std::fmt::Debug for Inference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Inference")
+    }
+}
+
+impl Plain for Inference {
+    fn paths(&self) -> &'static [&'static str] {
+        &proxy::INFERENCE_PATHS
+    }
+
+    fn call(&self, req: PlainRequest) -> Pin<Box<dyn Future<Output = Answer> + Send>> {
+        let gw = Arc::clone(&self.gw);
+        // Awaited inline, as in `Front::call`: one move into the box.
+        Box::pin(async move {
+            let entered = drain::enter(&gw);
+            let headers = ClientHeaders::Fields(req.fields);
+            let answer = proxy::infer(Arc::clone(&gw), req.target, headers, req.body).await;
+            drain::finish(&gw, entered, answer)
+        })
     }
 }

@@ -211,7 +211,11 @@ pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<Runni
         limits: cfg.node.limits.resolve(budgets.data),
         stats: Arc::default(),
         peer: false,
-        head_fields_for: &crate::dataplane::proxy::INFERENCE_PATHS,
+        // Plain inference POSTs skip `http`'s request and response types
+        // (`node::front::Inference`).
+        plain: Some(Arc::new(crate::node::front::Inference::new(Arc::clone(
+            &gateway,
+        )))),
     };
     let admin_listen = ListenConfig {
         name: "admin",
@@ -219,7 +223,7 @@ pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<Runni
         limits: cfg.admin.limits.resolve(budgets.admin),
         stats: Arc::default(),
         peer: true,
-        head_fields_for: &[],
+        plain: None,
     };
     {
         let mut listeners = gateway.listeners.lock();

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use either::Either;
-use http::Uri;
+use http::uri::PathAndQuery;
 use smallvec::SmallVec;
 use tokio::time::Instant;
 use zonegate_cluster::ZoneId;
@@ -36,7 +36,8 @@ use crate::node::gateway::Gateway;
 
 /// The client's request as every attempt resends it.
 pub(super) struct Outgoing<'a> {
-    pub uri: &'a Uri,
+    /// The client's path and query.
+    pub target: &'a PathAndQuery,
     /// The client's headers (those for the backend:
     /// `forward::put_backend_headers`).
     pub headers: &'a ClientHeaders,
@@ -358,10 +359,6 @@ async fn attempt(
     model: &ModelRoute,
     backend: &Backend,
 ) -> Result<Committed, AttemptError> {
-    let path = out
-        .uri
-        .path_and_query()
-        .map_or_else(|| Uri::from_static("/"), |p| Uri::from(p.clone()));
     let payload = rewrite_model(out.body, out.model, backend, &model.cfg.name);
     let t = &model.cfg.timeouts;
     let limits = AttemptLimits {
@@ -378,7 +375,7 @@ async fn attempt(
     };
     forward::attempt(
         target,
-        path,
+        out.target.as_str(),
         out.headers,
         backend.host_value.as_ref(),
         req.request_id.as_bytes(),

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::Uri;
+use http::uri::PathAndQuery;
 use serde_json::{json, Map, Value};
 
 use super::attempts::{self, Attempts, Outgoing};
@@ -33,7 +33,7 @@ pub(super) struct Continuer {
     gw: Arc<Gateway>,
     routes: Arc<Routes>,
     facts: RequestFacts,
-    uri: Uri,
+    target: PathAndQuery,
     headers: ClientHeaders,
     body: Bytes,
     /// The model the client named.
@@ -64,7 +64,7 @@ impl Continuer {
         facts: &RequestFacts,
         attempts: Attempts,
     ) -> Option<Self> {
-        let path = out.uri.path();
+        let path = out.target.path();
         let chat = path == "/v1/chat/completions";
         let primary = chain.first()?.0;
         let eligible = meta.stream
@@ -75,7 +75,7 @@ impl Continuer {
             gw: Arc::clone(gw),
             routes: gw.routes.load_full(),
             facts: facts.clone(),
-            uri: out.uri.clone(),
+            target: out.target.clone(),
             headers: out.headers.clone(),
             body: out.body.clone(),
             requested: out.model.to_owned(),
@@ -107,7 +107,7 @@ impl Continuer {
                 },
             };
             let out = Outgoing {
-                uri: &self.uri,
+                target: &self.target,
                 headers: &self.headers,
                 body: &body,
                 model: &self.requested,

@@ -6,10 +6,9 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::response::Response;
 use futures_util::future::BoxFuture;
 use http::{HeaderMap, HeaderName};
-use zonegate_net::http1::{is_header_text, put_header, put_number, written, HeadLines};
+use zonegate_net::http1::{is_header_text, put_header, put_number, written, Answer, HeadLines};
 
 use super::attempts::Winner;
 use super::chain::Link;
@@ -108,7 +107,7 @@ pub(super) fn respond(
     attempts: u32,
     continuer: Option<Continuer>,
     admission: Admission,
-) -> Response {
+) -> Answer {
     let model_handles = winner.model.handles(&gw.metrics, &req.cfg.tenants);
     let ok = model_handles.ok_by_tenant.get(req.tenant_index).cloned();
     let tokens = model_handles
@@ -193,15 +192,16 @@ pub(super) fn respond(
         guards,
         continuer,
     };
-    let mut resp = Response::new(relay::body(committed, opts, hooks));
-    *resp.status_mut() = status;
-    *resp.headers_mut() = headers;
-    resp.extensions_mut().insert(HeadLines {
-        lines,
-        dated,
-        event_stream: sse,
-    });
-    resp
+    Answer {
+        status,
+        headers,
+        lines: HeadLines {
+            lines,
+            dated,
+            event_stream: sse,
+        },
+        body: relay::body(committed, opts, hooks),
+    }
 }
 
 /// The backend's header lines, but those named in `own` (the answer's

@@ -1,13 +1,12 @@
 //! A client's request headers as the server handed them over: the fields
 //! where the head holds them (the lean HTTP/1 server's inference POSTs,
-//! see `ListenConfig::head_fields_for`) or a header map (every request hyper
+//! see `zonegate_net::listen::Plain`) or a header map (every request hyper
 //! serves: HTTP/2, and HTTP/1 that is not plain). The request path reads
 //! a few of them and passes the rest on
 //! ([`crate::dataplane::forward::put_backend_headers`]),
 //! through this one view whichever it got.
 
 use http::header::{HeaderMap, HeaderName, HeaderValue};
-use http::request::Parts;
 use zonegate_net::http1::{is_header_text, HeadFields};
 
 /// A client's request headers (see the module).
@@ -18,15 +17,6 @@ pub enum ClientHeaders {
 }
 
 impl ClientHeaders {
-    /// The headers of `parts`, moved out of them: its fields when the
-    /// server gave them, else its map.
-    pub fn take(parts: &mut Parts) -> Self {
-        match parts.extensions.remove::<HeadFields>() {
-            Some(fields) => Self::Fields(fields),
-            None => Self::Map(std::mem::take(&mut parts.headers)),
-        }
-    }
-
     /// The first value of `name`, its surrounding whitespace trimmed.
     pub fn get(&self, name: &HeaderName) -> Option<&[u8]> {
         match self {
@@ -114,22 +104,6 @@ pub(crate) mod tests {
                 .map(|n| n.as_bytes().to_vec())
             );
         }
-    }
-
-    #[test]
-    fn taking_the_headers_prefers_the_fields_and_leaves_neither_behind() {
-        let mut req = http::Request::new(());
-        req.headers_mut()
-            .insert(header::HOST, HeaderValue::from_static("map"));
-        let (mut parts, ()) = req.into_parts();
-        assert!(matches!(ClientHeaders::take(&mut parts), ClientHeaders::Map(m) if m.len() == 1));
-        assert!(parts.headers.is_empty());
-
-        let fields = HeadFields::parse(Bytes::from_static(b"host: fields\r\n"));
-        parts.extensions.insert(fields.expect("a head"));
-        let taken = ClientHeaders::take(&mut parts);
-        assert_eq!(taken.text(&header::HOST), Some("fields"));
-        assert!(parts.extensions.get::<HeadFields>().is_none());
     }
 
     /// Up to 11 headers as a peer may send them: a token, or one of
