@@ -137,9 +137,7 @@ where
         drop((head, first));
         let guard = InFlight::begin(Arc::clone(state));
         let answer = match call {
-            Call::Plain(plain, req) => {
-                respond(&mut io, &mut buf, &mut feed, plain.call(req)).await
-            }
+            Call::Plain(plain, req) => respond(&mut io, &mut buf, &mut feed, plain.call(req)).await,
             Call::App(mut req) => {
                 if let Some(peer) = peer {
                     req.extensions_mut().insert(peer.clone());
@@ -286,16 +284,18 @@ fn call<'a>(
     let path_len = memchr::memchr(b'?', target).unwrap_or(target.len());
     let to_plain = plain
         .filter(|_| parsed.method == Method::POST)
-        .and_then(|p| Some((p, *p.paths().iter().find(|x| x.as_bytes() == &target[..path_len])?)));
+        .and_then(|p| {
+            let path = &target[..path_len];
+            Some((p, p.paths().iter().find(|x| x.as_str().as_bytes() == path)?))
+        });
     if let Some((plain, path)) = to_plain {
         let target = if path_len == target.len() {
-            PathAndQuery::from_maybe_shared(Bytes::from_static(path.as_bytes())).ok()?
+            path.clone()
         } else {
             PathAndQuery::from_maybe_shared(head.slice(parsed.path.clone())).ok()?
         };
         let fields = HeadFields::new(head.clone(), spans)?;
         let req = PlainRequest {
-            path,
             target,
             fields,
             body,
@@ -788,17 +788,25 @@ mod tests {
     /// handed: the target and header fields in the body, a map header and
     /// a line.
     #[derive(Debug)]
-    struct Fields;
+    struct Fields(Vec<PathAndQuery>);
+
+    fn fields() -> Fields {
+        Fields(vec![PathAndQuery::from_static("/v1/x")])
+    }
 
     impl Plain for Fields {
-        fn paths(&self) -> &'static [&'static str] {
-            &["/v1/x"]
+        fn paths(&self) -> &[PathAndQuery] {
+            &self.0
         }
 
         fn call(&self, req: PlainRequest) -> Pin<Box<dyn Future<Output = Answer> + Send>> {
-            let mut text = format!("{} {}", req.path, req.target);
+            let mut text = format!("{} {}", req.target.path(), req.target);
             for (n, v) in req.fields.iter() {
-                text += &format!(" {}={}", String::from_utf8_lossy(n), String::from_utf8_lossy(v));
+                text += &format!(
+                    " {}={}",
+                    String::from_utf8_lossy(n),
+                    String::from_utf8_lossy(v)
+                );
             }
             let mut headers = HeaderMap::new();
             headers.insert("x-map", http::HeaderValue::from_static("1"));
@@ -818,13 +826,14 @@ mod tests {
 
     #[test]
     fn a_post_to_a_plain_path_carries_its_header_fields_and_target_and_no_map() {
+        let plain_handler = fields();
         let read = |wire: &'static [u8]| {
             let mut spans = Vec::new();
             let Parse::Complete(parsed) = parse(wire, &mut spans) else {
                 panic!("a complete head: {}", String::from_utf8_lossy(wire));
             };
             let head = Bytes::from_static(wire).slice(..parsed.head_len);
-            call(&parsed, &head, &spans, Some(&Fields), Body::empty()).expect("a call")
+            call(&parsed, &head, &spans, Some(&plain_handler), Body::empty()).expect("a call")
         };
         let plain = |call: Call<'_>| match call {
             Call::Plain(_, req) => {
@@ -839,14 +848,14 @@ mod tests {
                         )
                     })
                     .collect();
-                (req.path, req.target.to_string(), fields)
+                (req.target.path().to_owned(), req.target.to_string(), fields)
             }
             Call::App(req) => panic!("the app's: {req:?}"),
         };
         let (path, target, fields) = plain(read(
             b"POST /v1/x?y=1 HTTP/1.1\r\nHost: a\r\nX-Two:  b \r\ncontent-length: 2\r\n\r\n{}",
         ));
-        assert_eq!((path, &*target), ("/v1/x", "/v1/x?y=1"));
+        assert_eq!((&*path, &*target), ("/v1/x", "/v1/x?y=1"));
         assert_eq!(fields, ["Host=a", "X-Two=b", "content-length=2"]);
         let (_, target, fields) = plain(read(b"POST /v1/x HTTP/1.1\nHost: a\nX: 1\n\n"));
         assert_eq!(target, "/v1/x");
@@ -870,7 +879,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_plain_handler_answers_its_posts_and_the_app_the_rest() {
-        let plain: Arc<dyn Plain> = Arc::new(Fields);
+        let plain: Arc<dyn Plain> = Arc::new(fields());
         let app = echo().route("/v1/x", post(|| async { "the app" }));
         let (addr, stats, _stop) =
             serve_app_with(app, Limits::with_max(8), false, None, Some(plain)).await;
@@ -881,9 +890,15 @@ mod tests {
         )
         .await;
         let (first, second) = got.split_once("HTTP/1.1 200").expect("two answers");
-        assert!(first.starts_with("HTTP/1.1 202 Accepted\r\nx-map: 1\r\nx-line: 2\r\n"), "{first}");
+        assert!(
+            first.starts_with("HTTP/1.1 202 Accepted\r\nx-map: 1\r\nx-line: 2\r\n"),
+            "{first}"
+        );
         assert!(first.contains("content-length: 39\r\n"), "{first}");
-        assert!(first.ends_with("\r\n\r\n/v1/x /v1/x?q=1 Host=a content-length=2"), "{first}");
+        assert!(
+            first.ends_with("\r\n\r\n/v1/x /v1/x?q=1 Host=a content-length=2"),
+            "{first}"
+        );
         assert!(second.ends_with("\r\n\r\nhi"), "{second}");
         // A chunked POST to the same path is hyper's, and so the app's.
         let got = exchange(

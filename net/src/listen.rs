@@ -149,8 +149,10 @@ pub struct ListenConfig {
 /// connection hyper serves, go to the listener's app, which must answer
 /// them the same way; plain requests carry no [`Peer`].
 pub trait Plain: std::fmt::Debug + Send + Sync + 'static {
-    /// The paths (without a query) whose POSTs this handler answers.
-    fn paths(&self) -> &'static [&'static str];
+    /// The paths (without a query) whose POSTs this handler answers,
+    /// parsed once: a request to one without a query is handed over with
+    /// it as its target, no parse per request.
+    fn paths(&self) -> &[PathAndQuery];
     /// The answer to `req`; dropped unfinished when the client hangs up.
     fn call(&self, req: PlainRequest) -> Pin<Box<dyn Future<Output = Answer> + Send>>;
 }
@@ -158,9 +160,8 @@ pub trait Plain: std::fmt::Debug + Send + Sync + 'static {
 /// A POST the lean server took for a [`Plain`] handler.
 #[derive(Debug)]
 pub struct PlainRequest {
-    /// Which of the handler's paths it was sent to.
-    pub path: &'static str,
-    /// Its request target: the path, and the query if it had one.
+    /// Its request target: one of the handler's paths, and the query if it
+    /// had one.
     pub target: PathAndQuery,
     /// Its header fields, framing headers included, as the head holds them.
     pub fields: HeadFields,
@@ -1317,7 +1318,8 @@ pub(crate) mod tests {
             ..Limits::with_max(4)
         };
         let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (addr, stats, _stop) = serve_app_with(endless(&gone), limits, false, Some(tls), None).await;
+        let (addr, stats, _stop) =
+            serve_app_with(endless(&gone), limits, false, Some(tls), None).await;
         let tcp = TcpStream::connect(addr).await.expect("connect");
         let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
         let mut s = tokio_rustls::TlsConnector::from(Arc::new(client))

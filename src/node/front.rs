@@ -27,6 +27,7 @@ use axum::extract::Request;
 use axum::response::Response;
 use axum::Router;
 use futures_util::future::BoxFuture;
+use http::uri::PathAndQuery;
 use http::Method;
 use tower::{Service, ServiceExt};
 use zonegate_net::http1::Answer;
@@ -90,12 +91,24 @@ impl Service<Request> for Front {
 /// the module).
 pub struct Inference {
     gw: Arc<Gateway>,
+    /// `proxy::INFERENCE_PATHS`, parsed.
+    paths: Vec<PathAndQuery>,
 }
 
 impl Inference {
     pub fn new(gw: Arc<Gateway>) -> Self {
-        Self { gw }
+        Self {
+            gw,
+            paths: inference_paths(),
+        }
     }
+}
+
+fn inference_paths() -> Vec<PathAndQuery> {
+    proxy::INFERENCE_PATHS
+        .iter()
+        .filter_map(|p| PathAndQuery::try_from(*p).ok())
+        .collect()
 }
 
 impl std::fmt::Debug for Inference {
@@ -105,8 +118,8 @@ impl std::fmt::Debug for Inference {
 }
 
 impl Plain for Inference {
-    fn paths(&self) -> &'static [&'static str] {
-        &proxy::INFERENCE_PATHS
+    fn paths(&self) -> &[PathAndQuery] {
+        &self.paths
     }
 
     fn call(&self, req: PlainRequest) -> Pin<Box<dyn Future<Output = Answer> + Send>> {
@@ -118,5 +131,17 @@ impl Plain for Inference {
             let answer = proxy::infer(Arc::clone(&gw), req.target, headers, req.body).await;
             drain::finish(&gw, entered, answer)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_inference_path_is_a_plain_one() {
+        let parsed = inference_paths();
+        let paths: Vec<&str> = parsed.iter().map(PathAndQuery::as_str).collect();
+        assert_eq!(paths, proxy::INFERENCE_PATHS);
     }
 }
