@@ -836,6 +836,14 @@ pub async fn read_body(
         }
         Ok(more.map_or(first, bytes::BytesMut::freeze))
     };
+    // A body that came with its head is whole at the first poll: it costs
+    // no clock read and no timer.
+    let mut gather = std::pin::pin!(gather);
+    if let Poll::Ready(done) =
+        std::future::poll_fn(|cx| Poll::Ready(gather.as_mut().poll(cx))).await
+    {
+        return done;
+    }
     tokio::time::timeout(timeout, gather)
         .await
         .unwrap_or(Err(BodyError::Timeout))
