@@ -599,19 +599,26 @@ mod tests {
                 let line = line.strip_suffix(b"\r").expect("CRLF");
                 proptest::prop_assert!(!line.contains(&b'\r'));
             }
+            // Names a `Connection` header lists are hop-by-hop too: the
+            // head's own `x-listed`, and any a generated one names.
+            let latin1 = |v: &str| v.chars().map(|c| c as u32 as u8).collect::<Vec<u8>>();
+            let mut listed = vec![b"x-listed".to_vec()];
+            for (name, value) in &headers {
+                if name.eq_ignore_ascii_case("connection") {
+                    let value = latin1(value);
+                    listed.extend(list_items(&value).map(<[u8]>::to_ascii_lowercase));
+                }
+            }
             let dropped = |name: &str| {
                 let name = name.to_ascii_lowercase();
                 NOT_PASSED.iter().any(|n| n == &name.as_bytes())
-                    || name == "x-listed"
+                    || listed.iter().any(|l| l == name.as_bytes())
                     || is_zonegates(name.as_bytes())
             };
             let kept: Vec<(Vec<u8>, Vec<u8>)> = headers
                 .iter()
                 .filter(|(name, _)| !dropped(name))
-                .map(|(name, value)| {
-                    let value: Vec<u8> = value.chars().map(|c| c as u32 as u8).collect();
-                    (name.as_bytes().to_vec(), value.trim_ascii().to_vec())
-                })
+                .map(|(name, value)| (name.as_bytes().to_vec(), latin1(value).trim_ascii().to_vec()))
                 .collect();
             let read: Vec<(Vec<u8>, Vec<u8>)> =
                 head.lines.iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
