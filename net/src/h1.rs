@@ -877,6 +877,67 @@ mod tests {
         }
     }
 
+    #[test]
+    fn any_target_goes_to_the_plain_handler_only_by_its_path_and_whole() {
+        let plain_handler = fields();
+        const PIECES: [&str; 14] = [
+            "/v1/x", "/v1", "/x", "?", "?q=1", "&", "%2F", "#", "\"", "{}", "\u{e9}", "/", "x",
+            "..",
+        ];
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = |below: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % below as u64) as usize
+        };
+        let (mut plain, mut app, mut handed) = (0, 0, 0);
+        for _ in 0..20_000 {
+            let target: String = (0..1 + next(4))
+                .map(|_| PIECES[next(PIECES.len())])
+                .collect();
+            // Origin-form only (an absolute or authority form is another
+            // matter, hyper's or the app's).
+            if !target.starts_with('/') {
+                continue;
+            }
+            let method = ["POST", "GET"][next(2)];
+            let wire = format!("{method} {target} HTTP/1.1\r\nHost: a\r\n\r\n");
+            let mut spans = Vec::new();
+            let Parse::Complete(parsed) = parse(wire.as_bytes(), &mut spans) else {
+                continue;
+            };
+            let head = Bytes::from(wire.clone()).slice(..parsed.head_len);
+            let ours = method == "POST" && target.split('?').next() == Some("/v1/x");
+            // Both keep what precedes a fragment (a fragment has no place
+            // in a request target; `http` drops it).
+            let kept = target.split('#').next().unwrap_or_default();
+            match call(&parsed, &head, &spans, Some(&plain_handler), Body::empty()) {
+                Some(Call::Plain(_, req)) => {
+                    assert!(ours, "{wire:?}");
+                    assert_eq!(
+                        req.target.as_str(),
+                        kept,
+                        "the whole target, query included"
+                    );
+                    plain += 1;
+                }
+                Some(Call::App(req)) => {
+                    assert!(!ours, "{wire:?}");
+                    let got = req.uri().path_and_query().map(|p| p.as_str());
+                    assert_eq!(got, Some(kept), "{wire:?}");
+                    app += 1;
+                }
+                // A target `http` refuses: hyper's, whoever would take it.
+                None => handed += 1,
+            }
+        }
+        assert!(
+            plain > 100 && app > 100 && handed > 0,
+            "{plain} {app} {handed}"
+        );
+    }
+
     #[tokio::test]
     async fn a_plain_handler_answers_its_posts_and_the_app_the_rest() {
         let plain: Arc<dyn Plain> = Arc::new(fields());
