@@ -394,7 +394,6 @@ impl ClusterNode {
             limits,
             stats: Arc::clone(&RAFT_LISTENER),
             peer: true,
-            plain: None,
         };
         let service = RaftService::new(
             raft.clone(),

@@ -81,17 +81,18 @@ pub(crate) enum Ended<I> {
 
 /// Serves requests on `io` until the connection closes or a request is
 /// not one this server takes (see the module).
-pub(crate) async fn serve<I, A>(
+pub(crate) async fn serve<I, A, P>(
     mut io: I,
     peer: Option<&Peer>,
     app: &A,
-    plain: Option<&dyn Plain>,
+    plain: Option<&P>,
     state: &Arc<ConnState>,
     stop: &Stop,
 ) -> Ended<I>
 where
     I: AsyncRead + AsyncWrite + Unpin,
     A: App,
+    P: Plain,
 {
     let mut buf = BytesMut::with_capacity(READ_SPACE);
     let mut out = Vec::with_capacity(READ_SPACE);
@@ -265,21 +266,21 @@ fn may_end_head(buf: &[u8], from: usize) -> bool {
 }
 
 /// Who answers a request, and what they are handed.
-enum Call<'a> {
+enum Call<'a, P> {
     /// A POST to a path of the listener's [`Plain`] handler.
-    Plain(&'a dyn Plain, PlainRequest),
+    Plain(&'a P, PlainRequest),
     /// Anything else: the app's, as an `http` request.
     App(Request<Body>),
 }
 
 /// The call for a parsed request; `None` when `http` refuses a part.
-fn call<'a>(
+fn call<'a, P: Plain>(
     parsed: &Parsed,
     head: &Bytes,
     spans: &[Span],
-    plain: Option<&'a dyn Plain>,
+    plain: Option<&'a P>,
     body: Body,
-) -> Option<Call<'a>> {
+) -> Option<Call<'a, P>> {
     let target = &head[parsed.path.clone()];
     let path_len = memchr::memchr(b'?', target).unwrap_or(target.len());
     let to_plain = plain
@@ -787,7 +788,6 @@ mod tests {
     /// A [`Plain`] handler of `/v1/x` that answers with what it was
     /// handed: the target and header fields in the body, a map header and
     /// a line.
-    #[derive(Debug)]
     struct Fields(Vec<PathAndQuery>);
 
     fn fields() -> Fields {
@@ -799,7 +799,7 @@ mod tests {
             &self.0
         }
 
-        fn call(&self, req: PlainRequest) -> Pin<Box<dyn Future<Output = Answer> + Send>> {
+        fn call(&self, req: PlainRequest) -> impl Future<Output = Answer> + Send + 'static {
             let mut text = format!("{} {}", req.target.path(), req.target);
             for (n, v) in req.fields.iter() {
                 text += &format!(
@@ -810,7 +810,7 @@ mod tests {
             }
             let mut headers = HeaderMap::new();
             headers.insert("x-map", http::HeaderValue::from_static("1"));
-            Box::pin(async move {
+            async move {
                 Answer {
                     status: StatusCode::ACCEPTED,
                     headers,
@@ -820,7 +820,7 @@ mod tests {
                     },
                     body: Body::from(text),
                 }
-            })
+            }
         }
     }
 
@@ -835,7 +835,7 @@ mod tests {
             let head = Bytes::from_static(wire).slice(..parsed.head_len);
             call(&parsed, &head, &spans, Some(&plain_handler), Body::empty()).expect("a call")
         };
-        let plain = |call: Call<'_>| match call {
+        let plain = |call: Call<'_, Fields>| match call {
             Call::Plain(_, req) => {
                 let fields: Vec<String> = req
                     .fields
@@ -940,7 +940,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_plain_handler_answers_its_posts_and_the_app_the_rest() {
-        let plain: Arc<dyn Plain> = Arc::new(fields());
+        let plain = Arc::new(fields());
         let app = echo().route("/v1/x", post(|| async { "the app" }));
         let (addr, stats, _stop) =
             serve_app_with(app, Limits::with_max(8), false, None, Some(plain)).await;

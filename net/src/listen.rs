@@ -131,11 +131,6 @@ pub struct ListenConfig {
     /// read it). The data plane reads neither, and skips its three
     /// allocations per request.
     pub peer: bool,
-    /// The handler of the POSTs the lean HTTP/1 server hands over without
-    /// an `http` request (see [`Plain`]): the data plane's inference
-    /// endpoints. Every other request, and every one hyper serves, goes to
-    /// the listener's app.
-    pub plain: Option<Arc<dyn Plain>>,
 }
 
 /// A handler of plain POSTs: the requests to its paths that the lean
@@ -147,14 +142,50 @@ pub struct ListenConfig {
 /// request (about 3k instructions and six allocations of a proxied
 /// request's ~42k). The same requests over HTTP/2, or over an HTTP/1
 /// connection hyper serves, go to the listener's app, which must answer
-/// them the same way; plain requests carry no [`Peer`].
-pub trait Plain: std::fmt::Debug + Send + Sync + 'static {
+/// them the same way; plain requests carry no [`Peer`]. A listener serves
+/// one with [`serve_plain`].
+///
+/// Its future is a type of its own, not boxed: it is kept in the
+/// connection's task while the request runs (the data plane's is ~3.4 KB,
+/// which glibc's thread cache does not hold: an allocation and a free
+/// per request, and a copy into the box).
+pub trait Plain: Send + Sync + 'static {
     /// The paths (without a query) whose POSTs this handler answers,
     /// parsed once: a request to one without a query is handed over with
     /// it as its target, no parse per request.
     fn paths(&self) -> &[PathAndQuery];
     /// The answer to `req`; dropped unfinished when the client hangs up.
-    fn call(&self, req: PlainRequest) -> Pin<Box<dyn Future<Output = Answer> + Send>>;
+    fn call(&self, req: PlainRequest) -> impl Future<Output = Answer> + Send + 'static;
+}
+
+/// The [`Plain`] handler of a listener that has none: no paths.
+pub struct NoPlain;
+
+impl Plain for NoPlain {
+    fn paths(&self) -> &[PathAndQuery] {
+        &[]
+    }
+
+    /// Never called: a request goes to a handler only by one of its paths.
+    fn call(&self, _: PlainRequest) -> impl Future<Output = Answer> + Send + 'static {
+        std::future::ready(Answer::default())
+    }
+}
+
+/// What a listener's requests go to: its app, and the plain POSTs its
+/// [`Plain`] handler takes.
+struct Handlers<A, P> {
+    app: A,
+    plain: Option<Arc<P>>,
+}
+
+impl<A: Clone, P> Clone for Handlers<A, P> {
+    fn clone(&self) -> Self {
+        Self {
+            app: self.app.clone(),
+            plain: self.plain.clone(),
+        }
+    }
 }
 
 /// A POST the lean server took for a [`Plain`] handler.
@@ -185,8 +216,21 @@ pub async fn serve(
     listener: TcpListener,
     app: impl App,
     config: ListenConfig,
+    stop: watch::Receiver<bool>,
+) {
+    serve_plain::<NoPlain>(listener, app, None, config, stop).await;
+}
+
+/// [`serve`], with `plain` answering the plain POSTs to its paths (see
+/// [`Plain`]).
+pub async fn serve_plain<P: Plain>(
+    listener: TcpListener,
+    app: impl App,
+    plain: Option<Arc<P>>,
+    config: ListenConfig,
     mut stop: watch::Receiver<bool>,
 ) {
+    let handlers = Handlers { app, plain };
     let config = Arc::new(config);
     // The stop, fanned out to this listener's connections by a task of its
     // own (so it reaches them even if this loop is dropped first).
@@ -230,14 +274,14 @@ pub async fn serve(
         stats.accepted.fetch_add(1, Ordering::Relaxed);
         let _ = stream.set_nodelay(true);
         let open = Open(Arc::clone(&config.stats));
-        let (app, config, stop, alive) = (
-            app.clone(),
+        let (handlers, config, stop, alive) = (
+            handlers.clone(),
             Arc::clone(&config),
             Arc::clone(&fan_out),
             alive.clone(),
         );
         tokio::spawn(async move {
-            connection(stream, addr, app, &config, stop).await;
+            connection(stream, addr, handlers, &config, stop).await;
             drop((open, alive));
         });
     }
@@ -312,10 +356,10 @@ impl Drop for Open {
     }
 }
 
-async fn connection(
+async fn connection<A: App, P: Plain>(
     stream: TcpStream,
     addr: SocketAddr,
-    app: impl App,
+    handlers: Handlers<A, P>,
     config: &ListenConfig,
     stop: Arc<Stop>,
 ) {
@@ -324,7 +368,7 @@ async fn connection(
         None => {
             let peer = config.peer.then_some(Peer { addr, certs: None });
             let io = Watched::new(stream, Arc::clone(&state));
-            serve_connection(io, peer, app, config, state, stop, false).await;
+            serve_connection(io, peer, handlers, config, state, stop, false).await;
         }
         Some(tls) => {
             let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
@@ -354,15 +398,15 @@ async fn connection(
             let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
             let peer = config.peer.then_some(Peer { addr, certs });
             let io = Watched::new(stream, Arc::clone(&state));
-            serve_connection(io, peer, app, config, state, stop, h2).await;
+            serve_connection(io, peer, handlers, config, state, stop, h2).await;
         }
     }
 }
 
-async fn serve_connection<I>(
+async fn serve_connection<I, A: App, P: Plain>(
     io: Watched<I>,
     peer: Option<Peer>,
-    app: impl App,
+    Handlers { app, plain }: Handlers<A, P>,
     config: &ListenConfig,
     state: Arc<ConnState>,
     stop: Arc<Stop>,
@@ -383,14 +427,7 @@ async fn serve_connection<I>(
     let io = if h2 {
         io
     } else {
-        let lean = h1::serve(
-            io,
-            peer.as_ref(),
-            &app,
-            config.plain.as_deref(),
-            &state,
-            &stop,
-        );
+        let lean = h1::serve(io, peer.as_ref(), &app, plain.as_deref(), &state, &stop);
         tokio::pin!(lean);
         loop {
             tokio::select! {
@@ -872,17 +909,17 @@ pub(crate) mod tests {
         app: Router,
         limits: Limits,
     ) -> (SocketAddr, Arc<Stats>, watch::Sender<bool>) {
-        serve_app_with(app, limits, true, None, None).await
+        serve_app_with(app, limits, true, None, None::<Arc<NoPlain>>).await
     }
 
     /// [`serve_app`], choosing whether requests carry the [`Peer`], over
     /// TLS or not, and the [`Plain`] handler.
-    pub(crate) async fn serve_app_with(
+    pub(crate) async fn serve_app_with<P: Plain>(
         app: Router,
         limits: Limits,
         peer: bool,
         tls: Option<Arc<ServerTls>>,
-        plain: Option<Arc<dyn Plain>>,
+        plain: Option<Arc<P>>,
     ) -> (SocketAddr, Arc<Stats>, watch::Sender<bool>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
@@ -893,10 +930,9 @@ pub(crate) mod tests {
             limits,
             stats: Arc::clone(&stats),
             peer,
-            plain,
         };
         let (stop, rx) = watch::channel(false);
-        tokio::spawn(serve(listener, app, config, rx));
+        tokio::spawn(serve_plain(listener, app, plain, config, rx));
         (addr, stats, stop)
     }
 
@@ -1288,8 +1324,14 @@ pub(crate) mod tests {
             }),
         );
         for (wanted, expect) in [(true, "127.0.0.1"), (false, "none")] {
-            let (addr, _, _stop) =
-                serve_app_with(app.clone(), Limits::with_max(4), wanted, None, None).await;
+            let (addr, _, _stop) = serve_app_with(
+                app.clone(),
+                Limits::with_max(4),
+                wanted,
+                None,
+                None::<Arc<NoPlain>>,
+            )
+            .await;
             for got in get_by_both_servers(addr).await {
                 assert!(got.ends_with(expect), "peer wanted: {wanted}: {got}");
             }
@@ -1326,8 +1368,14 @@ pub(crate) mod tests {
             ..Limits::with_max(4)
         };
         let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (addr, stats, _stop) =
-            serve_app_with(endless(&gone), limits, false, Some(tls), None).await;
+        let (addr, stats, _stop) = serve_app_with(
+            endless(&gone),
+            limits,
+            false,
+            Some(tls),
+            None::<Arc<NoPlain>>,
+        )
+        .await;
         let tcp = TcpStream::connect(addr).await.expect("connect");
         let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
         let mut s = tokio_rustls::TlsConnector::from(Arc::new(client))

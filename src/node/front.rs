@@ -19,7 +19,6 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -111,26 +110,20 @@ fn inference_paths() -> Vec<PathAndQuery> {
         .collect()
 }
 
-impl std::fmt::Debug for Inference {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Inference")
-    }
-}
-
 impl Plain for Inference {
     fn paths(&self) -> &[PathAndQuery] {
         &self.paths
     }
 
-    fn call(&self, req: PlainRequest) -> Pin<Box<dyn Future<Output = Answer> + Send>> {
+    fn call(&self, req: PlainRequest) -> impl Future<Output = Answer> + Send + 'static {
         let gw = Arc::clone(&self.gw);
-        // Awaited inline, as in `Front::call`: one move into the box.
-        Box::pin(async move {
+        // Not boxed: the lean server keeps it in the connection's task.
+        async move {
             let entered = drain::enter(&gw);
             let headers = ClientHeaders::Fields(req.fields);
             let answer = proxy::infer(Arc::clone(&gw), req.target, headers, req.body).await;
             drain::finish(&gw, entered, answer)
-        })
+        }
     }
 }
 

@@ -211,11 +211,6 @@ pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<Runni
         limits: cfg.node.limits.resolve(budgets.data),
         stats: Arc::default(),
         peer: false,
-        // Plain inference POSTs skip `http`'s request and response types
-        // (`node::front::Inference`).
-        plain: Some(Arc::new(crate::node::front::Inference::new(Arc::clone(
-            &gateway,
-        )))),
     };
     let admin_listen = ListenConfig {
         name: "admin",
@@ -223,7 +218,6 @@ pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<Runni
         limits: cfg.admin.limits.resolve(budgets.admin),
         stats: Arc::default(),
         peer: true,
-        plain: None,
     };
     {
         let mut listeners = gateway.listeners.lock();
@@ -259,12 +253,14 @@ pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<Runni
             middleware::from_fn_with_state(Arc::clone(&gateway), drain::track),
         );
         let app = crate::node::front::Front::new(Arc::clone(&gateway), rest);
+        // Plain inference POSTs skip `http`'s request and response types.
+        let plain = Arc::new(crate::node::front::Inference::new(Arc::clone(&gateway)));
         let stopped = data_stop.subscribe();
         let listen = data_listen.clone();
         threads.push(
             std::thread::Builder::new()
                 .name(format!("zonegate-data-{i}"))
-                .spawn(move || data_plane_thread(listener, app, listen, stopped))
+                .spawn(move || data_plane_thread(listener, app, plain, listen, stopped))
                 .context("cannot start a data-plane thread")?,
         );
     }
@@ -492,6 +488,7 @@ fn data_listeners(
 fn data_plane_thread(
     listener: std::net::TcpListener,
     app: crate::node::front::Front,
+    plain: Arc<crate::node::front::Inference>,
     listen: ListenConfig,
     stopped: watch::Receiver<bool>,
 ) {
@@ -507,7 +504,7 @@ fn data_plane_thread(
     };
     runtime.block_on(async move {
         match TcpListener::from_std(listener) {
-            Ok(l) => zonegate_net::listen::serve(l, app, listen, stopped).await,
+            Ok(l) => zonegate_net::listen::serve_plain(l, app, Some(plain), listen, stopped).await,
             Err(e) => tracing::error!("data-plane listener failed: {e}"),
         }
     });
