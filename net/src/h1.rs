@@ -884,13 +884,8 @@ mod tests {
             "/v1/x", "/v1", "/x", "?", "?q=1", "&", "%2F", "#", "\"", "{}", "\u{e9}", "/", "x",
             "..",
         ];
-        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = |below: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % below as u64) as usize
-        };
+        let mut rng = fastrand::Rng::with_seed(0x2545_f491_4f6c_dd1d);
+        let mut next = |below: usize| rng.usize(..below);
         let (mut plain, mut app, mut handed) = (0, 0, 0);
         for _ in 0..20_000 {
             let target: String = (0..1 + next(4))
