@@ -82,7 +82,18 @@ pub struct RelayOptions {
 const GATHER_MAX: usize = 16 * 1024;
 
 /// The body for a committed response.
-pub fn body<H: RelayHooks>(committed: Committed, opts: RelayOptions, hooks: H) -> Body {
+pub fn body<H: RelayHooks>(committed: Committed, opts: RelayOptions, mut hooks: H) -> Body {
+    // A plain answer that came whole with its head (the usual JSON
+    // answer): nothing is left to relay or to time, so it ends here, as
+    // the relay would end it when it handed the bytes over.
+    if !opts.sse && committed.rest.as_ref().is_none_or(|r| r.is_end_stream()) {
+        // Its connection goes back to the pool now.
+        drop(committed.rest);
+        let body = committed.first.unwrap_or_default();
+        let delivered = body.len() as u64;
+        hooks.end(StreamEnd::Complete, 0, sse::body_usage(&body), delivered);
+        return Body::from(body);
+    }
     let remaining = (!opts.sse).then_some(committed.content_length).flatten();
     let relay = Relay {
         first: committed.first,
@@ -172,8 +183,7 @@ struct Relay<H: RelayHooks> {
     /// Plain bodies: bytes left by `Content-Length`; hyper stops polling
     /// once it wrote them, so the end is reported when they are handed over.
     remaining: Option<u64>,
-    /// A plain body's `usage`, read when the body came in one chunk, or
-    /// the usage chunk of an event stream without a transcript.
+    /// The usage chunk of an event stream without a transcript.
     usage: Option<Usage>,
     /// Body bytes handed to the client so far (the token estimate of an
     /// answer without `usage`).
@@ -341,14 +351,10 @@ impl<H: RelayHooks> Relay<H> {
         let Some(framer) = self.framer.as_mut() else {
             self.delivered += data.len() as u64;
             if let Some(left) = self.remaining.as_mut() {
-                let whole = *left == data.len() as u64;
                 *left = left.saturating_sub(data.len() as u64);
                 if *left == 0 {
-                    // Usage only from a body that came whole in one chunk
-                    // (the usual JSON answer): nothing is copied for it.
-                    if whole {
-                        self.usage = sse::body_usage(&data);
-                    }
+                    // No usage: it is read only from a body that came whole
+                    // with its head (`body`), and nothing is copied for it.
                     self.phase = Phase::Done;
                     self.report(StreamEnd::Complete);
                 }
@@ -621,6 +627,68 @@ mod tests {
             .iter()
             .map(|f| String::from_utf8_lossy(f).matches("\"content\"").count())
             .sum()
+    }
+
+    /// An end a relay reported: how, the usage it read, bytes delivered.
+    type End = (StreamEnd, Option<Usage>, u64);
+
+    #[derive(Clone, Default)]
+    struct Reported(Arc<Mutex<Vec<End>>>);
+
+    impl RelayHooks for Reported {
+        fn failed(&mut self, _why: &'static str) {}
+        fn end(&mut self, end: StreamEnd, _: u32, usage: Option<Usage>, delivered: u64) {
+            self.0.lock().expect("ends").push((end, usage, delivered));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_plain_answer_that_came_whole_ends_at_once_and_one_in_parts_at_its_last_byte() {
+        let json = r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}"#;
+        let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", json.len());
+        let plain = || RelayOptions {
+            sse: false,
+            continuable: false,
+            idle: Duration::from_secs(30),
+            deadline: Instant::now() + Duration::from_secs(60),
+            max_continuations: 0,
+        };
+        let usage = Some(Usage {
+            prompt_tokens: 3,
+            completion_tokens: 4,
+        });
+
+        // Whole with its head: ended before a byte of it is polled.
+        let ends = Reported::default();
+        let whole = committed(format!("{head}{json}").into_bytes()).await;
+        let body = super::body(whole, plain(), ends.clone());
+        assert_eq!(
+            *ends.0.lock().expect("ends"),
+            vec![(StreamEnd::Complete, usage, json.len() as u64)]
+        );
+        assert_eq!(body.size_hint().exact(), Some(json.len() as u64));
+        let read = body.collect().await.expect("body").to_bytes();
+        assert_eq!(read, json.as_bytes());
+        assert_eq!(ends.0.lock().expect("ends").len(), 1, "reported once");
+
+        // In two parts: relayed, and ended when its last byte is handed over.
+        let ends = Reported::default();
+        let (go, signal) = tokio::sync::oneshot::channel();
+        let (a, b) = json.split_at(20);
+        let parts =
+            committed_in_two(format!("{head}{a}").into_bytes(), Some((signal, b.into()))).await;
+        let mut body = super::body(parts, plain(), ends.clone());
+        let first = body.frame().await.expect("frame").expect("data");
+        assert_eq!(first.into_data().expect("data"), a.as_bytes());
+        assert!(ends.0.lock().expect("ends").is_empty(), "not ended yet");
+        go.send(()).expect("backend waits");
+        let rest = body.collect().await.expect("body").to_bytes();
+        assert_eq!(rest, b.as_bytes());
+        // Usage is read only from a body that came in one piece.
+        assert_eq!(
+            *ends.0.lock().expect("ends"),
+            vec![(StreamEnd::Complete, None, json.len() as u64)]
+        );
     }
 
     #[tokio::test]

@@ -134,8 +134,29 @@ pub struct Usage {
 /// in [`events_usage`], a body without the text `"usage"` has none (a key
 /// spelled with `\u` escapes is not looked for).
 pub fn body_usage(body: &[u8]) -> Option<Usage> {
-    let at = keys().last_usage.rfind(body)?;
-    usage_at_end(body, at).unwrap_or_else(|| whole_body_usage(body))
+    let at = last_usage_key(body)?;
+    // An escaped quote is inside a string; an unescaped one followed by
+    // `usage"` opens a string (a closing quote is never followed by a
+    // letter in JSON).
+    let backslashes = body[..at].iter().rev().take_while(|b| **b == b'\\').count();
+    let read = (backslashes % 2 == 0)
+        .then(|| skim::usage_at_end(body, at + USAGE_KEY.len()))
+        .flatten();
+    read.unwrap_or_else(|| whole_body_usage(body))
+}
+
+/// Where the last `"usage"` in `body` starts. Looked for forward in the
+/// body's tail first, where a server writes it (a forward search is the
+/// vectorised one), then backward through the rest.
+fn last_usage_key(body: &[u8]) -> Option<usize> {
+    const TAIL: usize = 512;
+    let from = body.len().saturating_sub(TAIL);
+    if let Some(at) = keys().usage.find_iter(&body[from..]).last() {
+        return Some(from + at);
+    }
+    // One that starts before the tail and ends in it was not found there.
+    let before = (from + USAGE_KEY.len() - 1).min(body.len());
+    keys().last_usage.rfind(&body[..before])
 }
 
 /// The top-level `usage` of `body` by a full parse.
@@ -145,57 +166,6 @@ fn whole_body_usage(body: &[u8]) -> Option<Usage> {
         usage: Option<Usage>,
     }
     serde_json::from_slice::<Body>(body).ok()?.usage
-}
-
-/// `Some(usage)` if the `"usage"` at `at` (the last in `body`) is a key of
-/// the outermost object, proved by reading only what follows it: its
-/// value, then members up to the object's closing brace at the end of the
-/// body. `None` if that is not what follows (a nested key, a string): the
-/// caller parses the body whole.
-fn usage_at_end(body: &[u8], at: usize) -> Option<Option<Usage>> {
-    // An escaped quote is inside a string; an unescaped one followed by
-    // `usage"` opens a string (a closing quote is never followed by a
-    // letter in JSON).
-    let backslashes = body[..at].iter().rev().take_while(|b| **b == b'\\').count();
-    if backslashes % 2 == 1 {
-        return None;
-    }
-    let mut rest = &body[at + b"\"usage\"".len()..];
-    let usage: Option<Usage> = after_colon(&mut rest).and_then(|()| next_value(&mut rest))?;
-    loop {
-        match skip_ws(rest).split_first()? {
-            (b'}', tail) => return skip_ws(tail).is_empty().then_some(usage),
-            (b',', tail) => {
-                rest = skip_ws(tail);
-                if !rest.starts_with(b"\"") {
-                    return None;
-                }
-                next_value::<IgnoredAny>(&mut rest)?;
-                after_colon(&mut rest)?;
-                next_value::<IgnoredAny>(&mut rest)?;
-            }
-            _ => return None,
-        }
-    }
-}
-
-fn skip_ws(s: &[u8]) -> &[u8] {
-    let n = s.iter().take_while(|b| b" \t\r\n".contains(b)).count();
-    &s[n..]
-}
-
-/// Consumes optional whitespace and a `:`.
-fn after_colon(rest: &mut &[u8]) -> Option<()> {
-    *rest = skip_ws(rest).strip_prefix(b":")?;
-    Some(())
-}
-
-/// Consumes one JSON value.
-fn next_value<'de, T: Deserialize<'de>>(rest: &mut &'de [u8]) -> Option<T> {
-    let mut values = serde_json::Deserializer::from_slice(rest).into_iter::<T>();
-    let value = values.next()?.ok()?;
-    *rest = &rest[values.byte_offset()..];
-    Some(value)
 }
 
 #[derive(Deserialize)]
@@ -332,11 +302,13 @@ struct Keys {
     last_usage: FinderRev<'static>,
 }
 
+const USAGE_KEY: &[u8] = b"\"usage\"";
+
 fn keys() -> &'static Keys {
     static KEYS: OnceLock<Keys> = OnceLock::new();
     KEYS.get_or_init(|| Keys {
-        usage: Finder::new(b"\"usage\""),
-        last_usage: FinderRev::new(b"\"usage\""),
+        usage: Finder::new(USAGE_KEY),
+        last_usage: FinderRev::new(USAGE_KEY),
     })
 }
 
@@ -1208,6 +1180,117 @@ mod tests {
                 want,
                 "full parse of {body}"
             );
+        }
+    }
+
+    /// The top-level keys of a JSON object, duplicates kept; `None` when
+    /// `body` is not one.
+    fn top_level_keys(body: &[u8]) -> Option<Vec<String>> {
+        struct Keys(Vec<String>);
+        impl<'de> Deserialize<'de> for Keys {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl<'de> serde::de::Visitor<'de> for V {
+                    type Value = Keys;
+                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                        f.write_str("an object")
+                    }
+                    fn visit_map<A: serde::de::MapAccess<'de>>(
+                        self,
+                        mut map: A,
+                    ) -> Result<Keys, A::Error> {
+                        let mut keys = Vec::new();
+                        while let Some((k, IgnoredAny)) = map.next_entry::<String, IgnoredAny>()? {
+                            keys.push(k);
+                        }
+                        Ok(Keys(keys))
+                    }
+                }
+                d.deserialize_map(V)
+            }
+        }
+        serde_json::from_slice::<Keys>(body).ok().map(|k| k.0)
+    }
+
+    proptest::proptest! {
+        /// What a body's end says of its `usage` is what a full parse of
+        /// the body finds, for answers of many shapes (the usage first,
+        /// between or last, followed by other members, counts of every
+        /// kind) and for their bytes edited at random while they are still
+        /// one JSON object with one `usage` (a key spelled with `\u`
+        /// escapes is not looked for: see `body_usage`); any bytes are read
+        /// without a panic.
+        #[test]
+        fn a_bodys_usage_is_what_a_full_parse_finds(
+            text in "(\\PC|[\"\\\\]|usage|\"usage\":)*",
+            counts in proptest::collection::vec(
+                (
+                    "(prompt_tokens|completion_tokens|total_tokens|prompt_tokens_details|usage)",
+                    proptest::prop_oneof![
+                        (0u64..100).prop_map(|n| n.to_string()),
+                        proptest::sample::select(vec![
+                            "18446744073709551615", "18446744073709551616", "null", "-1", "-0",
+                            "1.0", "1e2", "01", "\"7\"", "{\"cached_tokens\":0}", "[1,2]", "true",
+                        ])
+                        .prop_map(String::from),
+                    ],
+                ),
+                0..4,
+            ),
+            // An object, null, an array, a number, none.
+            kind in 0u8..5,
+            place in 0usize..3,
+            trailing in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    r#""system_fingerprint":"fp""#,
+                    r#""prompt_logprobs":null"#,
+                    r#""meta":{"usage":{"prompt_tokens":8}}"#,
+                    r#""x":[{"usage":1},"usage"]"#,
+                ]),
+                0..3,
+            ),
+            pretty in proptest::bool::ANY,
+            // Whitespace after the usage: its key before the tail that is
+            // searched first, across its start, or in it.
+            pad in 0usize..1100,
+            edits in proptest::collection::vec(
+                (
+                    0usize..4096,
+                    proptest::prop_oneof![
+                        proptest::num::u8::ANY,
+                        proptest::sample::select(b"\"{}[],:\\ 0123e.-nul\t".to_vec()),
+                    ],
+                    0u8..3,
+                ),
+                0..3,
+            ),
+        ) {
+            let choice = serde_json::json!({"index": 0, "message": {"content": text}});
+            let mut members = vec![r#""id":"x""#.to_string(), format!(r#""choices":[{choice}]"#)];
+            let fields: Vec<String> = counts.iter().map(|(k, v)| format!(r#""{k}":{v}"#)).collect();
+            let usage = match kind {
+                0 => Some(format!("{{{}}}", fields.join(","))),
+                1 => Some("null".to_string()),
+                2 => Some("[3,4]".to_string()),
+                3 => Some("5".to_string()),
+                _ => None,
+            };
+            if let Some(u) = usage {
+                let pad = " ".repeat(pad);
+                members.insert(place.min(members.len()), format!(r#""usage":{u}{pad}"#));
+            }
+            members.extend(trailing.iter().map(|t| t.to_string()));
+            let sep = if pretty { ",\n  " } else { "," };
+            let mut body = format!("{{{}}}", members.join(sep)).into_bytes();
+            for e in &edits {
+                edit(&mut body, *e);
+            }
+            let read = body_usage(&body);
+            let one_usage = top_level_keys(&body)
+                .is_some_and(|keys| keys.iter().filter(|k| *k == "usage").count() <= 1);
+            if one_usage {
+                proptest::prop_assert_eq!(read, whole_body_usage(&body));
+            }
         }
     }
 

@@ -23,7 +23,7 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-use super::{data_span, Skim};
+use super::{data_span, Skim, Usage};
 
 /// How deep a skipped value may nest before the skimmer gives up (the
 /// parser's own limit is 128; being unsure is safe).
@@ -130,6 +130,25 @@ fn read(event: &[u8]) -> (Skim<'_>, Option<Range<usize>>) {
         Some(t) => (Skim::Text { text: t, finish }, Some(text.start..text.end)),
         None => (Skim::Unsure, None),
     }
+}
+
+/// The `usage` of a whole JSON answer whose last `"usage"` key ends at
+/// `at`, read from there only (see [`super::body_usage`]): `Some` when
+/// what follows is its value then members up to the object's closing
+/// brace at the end of the body, read as the parser would read them;
+/// `None` when it is anything else (a nested key, a string, a shape this
+/// scanner does not read): the caller parses the body whole.
+pub(super) fn usage_at_end(body: &[u8], at: usize) -> Option<Option<Usage>> {
+    let mut s = Scanner { data: body, at };
+    s.expect(b':')?;
+    let usage = if s.null() {
+        None
+    } else {
+        s.expect(b'{')?;
+        Some(s.usage()?)
+    };
+    s.members_rest(|s, _| s.skip(MAX_SKIPPED_DEPTH))?;
+    s.at_end().then_some(usage)
 }
 
 /// A JSON string as scanned: where it starts (its opening quote) and ends
@@ -307,15 +326,50 @@ impl<'a> Scanner<'a> {
         if self.eat(b'}') {
             return Some(());
         }
+        let key = self.key()?;
+        self.expect(b':')?;
+        member(self, key)?;
+        self.members_rest(member)
+    }
+
+    /// The members after one already read, through the object's `}`.
+    fn members_rest(
+        &mut self,
+        mut member: impl FnMut(&mut Self, &'a [u8]) -> Option<()>,
+    ) -> Option<()> {
         loop {
-            let key = self.key()?;
-            self.expect(b':')?;
-            member(self, key)?;
             if self.eat(b'}') {
                 return Some(());
             }
             self.expect(b',')?;
+            let key = self.key()?;
+            self.expect(b':')?;
+            member(self, key)?;
         }
+    }
+
+    /// A `usage` object, its `{` already read, as the parser's [`Usage`]
+    /// reads it: each count at most once, a missing one 0, other members
+    /// skipped.
+    fn usage(&mut self) -> Option<Usage> {
+        const PROMPT: u16 = 1;
+        const COMPLETION: u16 = 1 << 1;
+        let mut seen = Seen::default();
+        let mut usage = Usage::default();
+        self.members(|s, key| match key {
+            b"prompt_tokens" => {
+                seen.first(PROMPT)?;
+                usage.prompt_tokens = s.uint()?;
+                Some(())
+            }
+            b"completion_tokens" => {
+                seen.first(COMPLETION)?;
+                usage.completion_tokens = s.uint()?;
+                Some(())
+            }
+            _ => s.skip(MAX_SKIPPED_DEPTH),
+        })?;
+        Some(usage)
     }
 
     /// An array's elements, its `[` already read, through its `]`.
