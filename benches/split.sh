@@ -13,6 +13,9 @@
 #                                           # 2 ms apart: "req" is then one whole stream
 #   FLOOR=1 benches/split.sh                # also examples/floor_proxy.rs (POST only): the
 #                                           # same layout and syscalls, no gateway work
+#   FLOOR=1 FLOOR_WORK="0 600 1200" benches/split.sh
+#                                           # the floor once per WORK (rounds of arithmetic
+#                                           # per request): what user time costs here
 #   KEEP=/tmp/split benches/split.sh        # keeps the perf recordings (NAME.data)
 #   SYSCALLS=1 benches/split.sh             # also each proxy's syscalls by kind
 #                                           # per request, and the reads that
@@ -112,12 +115,17 @@ measure nginx "$NP" $NPIDS
 measure zonegate "$ZP" "$ZPID"
 if [ "${FLOOR:-0}" = 1 ] && [ "${STREAM:-0}" != 1 ]; then
   (cd "$ROOT" && cargo build --release --quiet --example floor_proxy)
-  FP=$(free_port)
-  "${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/floor_proxy" "127.0.0.1:$FP" "127.0.0.1:$SP" "$(nproc)" &
-  FPID=$!
-  PIDS+=("$FPID")
-  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FP/" && break; sleep 0.1; done
-  measure floor "$FP" "$FPID"
+  for work in ${FLOOR_WORK:-0}; do
+    FP=$(free_port)
+    "${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/floor_proxy" "127.0.0.1:$FP" "127.0.0.1:$SP" "$(nproc)" "$work" &
+    FPID=$!
+    PIDS+=("$FPID")
+    for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FP/" && break; sleep 0.1; done
+    name=floor
+    [ "$work" = 0 ] || name=floor+$work
+    measure "$name" "$FP" "$FPID"
+    kill "$FPID" 2>/dev/null || true
+  done
 fi
 # KEEP=DIR: the perf recordings (NAME.data), for `perf report -i`.
 if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$WORK"/*.data "$KEEP"/; fi

@@ -15,8 +15,14 @@
 //! it to zonegate is the gateway's own cost, and the distance from it to
 //! nginx is the runtime's. A benchmark tool, never part of the product.
 //!
+//! `WORK` (default 0) adds that many rounds of dependent arithmetic to
+//! each request, a stand-in for a gateway's own work that touches no
+//! memory beyond one value: with it, the floor shows what a given user-space time per
+//! request costs in throughput and in kernel time on this machine
+//! (`FLOOR_WORK=… benches/split.sh`).
+//!
 //! ```text
-//! cargo run --release --example floor_proxy -- LISTEN BACKEND [THREADS]
+//! cargo run --release --example floor_proxy -- LISTEN BACKEND [THREADS [WORK]]
 //! ```
 
 use std::cell::RefCell;
@@ -32,15 +38,19 @@ type Pool = Rc<RefCell<Vec<TcpStream>>>;
 
 fn main() -> Result<(), String> {
     let mut args = std::env::args().skip(1);
-    let usage = "usage: floor_proxy LISTEN BACKEND [THREADS]";
+    let usage = "usage: floor_proxy LISTEN BACKEND [THREADS [WORK]]";
     let listen: SocketAddr = parse(args.next(), usage)?;
     let backend: SocketAddr = parse(args.next(), usage)?;
     let threads: usize = match args.next() {
         Some(t) => parse(Some(t), usage)?,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
+    let work: u64 = match args.next() {
+        Some(w) => parse(Some(w), usage)?,
+        None => 0,
+    };
     let workers: Vec<_> = (0..threads)
-        .map(|_| std::thread::spawn(move || serve(listen, backend)))
+        .map(|_| std::thread::spawn(move || serve(listen, backend, work)))
         .collect();
     for w in workers {
         w.join().map_err(|_| "a thread panicked".to_string())??;
@@ -54,7 +64,7 @@ fn parse<T: std::str::FromStr>(arg: Option<String>, usage: &str) -> Result<T, St
 }
 
 /// One thread: its runtime, its listener, its pool.
-fn serve(listen: SocketAddr, backend: SocketAddr) -> Result<(), String> {
+fn serve(listen: SocketAddr, backend: SocketAddr, work: u64) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()
@@ -69,20 +79,21 @@ fn serve(listen: SocketAddr, backend: SocketAddr) -> Result<(), String> {
         loop {
             let (client, _) = listener.accept().await.map_err(|e| e.to_string())?;
             let _ = client.set_nodelay(true);
-            tokio::task::spawn_local(connection(client, backend, pool.clone()));
+            tokio::task::spawn_local(connection(client, backend, pool.clone(), work));
         }
     })
 }
 
 /// Requests of one client connection, in turn, until it closes or sends
 /// something this floor does not read.
-async fn connection(mut client: TcpStream, backend: SocketAddr, pool: Pool) {
+async fn connection(mut client: TcpStream, backend: SocketAddr, pool: Pool, work: u64) {
     let mut from_client = BytesMut::with_capacity(8 * 1024);
     let mut from_backend = BytesMut::with_capacity(8 * 1024);
     loop {
         let Some(request) = message(&mut client, &mut from_client, Kind::Request).await else {
             return;
         };
+        spin(work);
         // A pooled connection the backend closed while it idled (its
         // keep-alive timeout) fails before any answer: once more on a new
         // one, as any pooling proxy does.
@@ -159,4 +170,14 @@ fn whole(buf: &BytesMut, kind: Kind) -> Option<usize> {
         .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse().ok())
         .unwrap_or(0);
     (buf.len() >= head + body).then_some(head + body)
+}
+
+/// `rounds` of arithmetic, each depending on the one before and passed
+/// through `black_box` (so neither folded into a formula nor run in
+/// parallel), on one value.
+fn spin(rounds: u64) {
+    let mut x = 1u64;
+    for i in 0..rounds {
+        x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(i));
+    }
 }
