@@ -81,19 +81,21 @@ pub struct RelayOptions {
 /// handed to the client (see `Relay::gather`).
 const GATHER_MAX: usize = 16 * 1024;
 
-/// The body for a committed response.
-pub fn body<H: RelayHooks>(committed: Committed, opts: RelayOptions, mut hooks: H) -> Body {
-    // A plain answer that came whole with its head (the usual JSON
-    // answer): nothing is left to relay or to time, so it ends here, as
-    // the relay would end it when it handed the bytes over.
-    if !opts.sse && committed.rest.as_ref().is_none_or(|r| r.is_end_stream()) {
-        // Its connection goes back to the pool now.
-        drop(committed.rest);
-        let body = committed.first.unwrap_or_default();
-        let delivered = body.len() as u64;
-        hooks.end(StreamEnd::Complete, 0, sse::body_usage(&body), delivered);
-        return Body::from(body);
+/// The body of a plain (not event-stream) answer that came whole with
+/// its head, the usual JSON answer: nothing is left to relay or to time,
+/// so the caller ends the response at once, as the relay would when it
+/// handed the bytes over. Its connection goes back to the pool now.
+/// `None` (and `committed` untouched) for any other answer.
+pub fn whole(committed: &mut Committed, sse: bool) -> Option<Bytes> {
+    if sse || !committed.rest.as_ref().is_none_or(|r| r.is_end_stream()) {
+        return None;
     }
+    committed.rest = None;
+    Some(committed.first.take().unwrap_or_default())
+}
+
+/// The body for a committed response.
+pub fn body<H: RelayHooks>(committed: Committed, opts: RelayOptions, hooks: H) -> Body {
     let remaining = (!opts.sse).then_some(committed.content_length).flatten();
     let relay = Relay {
         first: committed.first,
@@ -354,7 +356,8 @@ impl<H: RelayHooks> Relay<H> {
                 *left = left.saturating_sub(data.len() as u64);
                 if *left == 0 {
                     // No usage: it is read only from a body that came whole
-                    // with its head (`body`), and nothing is copied for it.
+                    // with its head (see `whole`), and nothing is copied
+                    // for it.
                     self.phase = Phase::Done;
                     self.report(StreamEnd::Complete);
                 }
@@ -643,41 +646,32 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_plain_answer_that_came_whole_ends_at_once_and_one_in_parts_at_its_last_byte() {
+    async fn a_plain_answer_that_came_whole_is_taken_whole_and_one_in_parts_is_relayed() {
         let json = r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}"#;
         let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", json.len());
-        let plain = || RelayOptions {
+
+        // Whole with its head: taken as it is, unless it is an event stream.
+        let mut c = committed(format!("{head}{json}").into_bytes()).await;
+        assert_eq!(whole(&mut c, true), None, "an event stream is relayed");
+        assert_eq!(whole(&mut c, false).as_deref(), Some(json.as_bytes()));
+        assert!(c.first.is_none() && c.rest.is_none());
+
+        // In two parts: not whole; relayed, and ended when its last byte
+        // is handed over.
+        let ends = Reported::default();
+        let (go, signal) = tokio::sync::oneshot::channel();
+        let (a, b) = json.split_at(20);
+        let mut parts =
+            committed_in_two(format!("{head}{a}").into_bytes(), Some((signal, b.into()))).await;
+        assert_eq!(whole(&mut parts, false), None);
+        let plain = RelayOptions {
             sse: false,
             continuable: false,
             idle: Duration::from_secs(30),
             deadline: Instant::now() + Duration::from_secs(60),
             max_continuations: 0,
         };
-        let usage = Some(Usage {
-            prompt_tokens: 3,
-            completion_tokens: 4,
-        });
-
-        // Whole with its head: ended before a byte of it is polled.
-        let ends = Reported::default();
-        let whole = committed(format!("{head}{json}").into_bytes()).await;
-        let body = super::body(whole, plain(), ends.clone());
-        assert_eq!(
-            *ends.0.lock().expect("ends"),
-            vec![(StreamEnd::Complete, usage, json.len() as u64)]
-        );
-        assert_eq!(body.size_hint().exact(), Some(json.len() as u64));
-        let read = body.collect().await.expect("body").to_bytes();
-        assert_eq!(read, json.as_bytes());
-        assert_eq!(ends.0.lock().expect("ends").len(), 1, "reported once");
-
-        // In two parts: relayed, and ended when its last byte is handed over.
-        let ends = Reported::default();
-        let (go, signal) = tokio::sync::oneshot::channel();
-        let (a, b) = json.split_at(20);
-        let parts =
-            committed_in_two(format!("{head}{a}").into_bytes(), Some((signal, b.into()))).await;
-        let mut body = super::body(parts, plain(), ends.clone());
+        let mut body = super::body(parts, plain, ends.clone());
         let first = body.frame().await.expect("frame").expect("data");
         assert_eq!(first.into_data().expect("data"), a.as_bytes());
         assert!(ends.0.lock().expect("ends").is_empty(), "not ended yet");

@@ -21,7 +21,7 @@ use crate::dataplane::quota::Admission;
 use crate::dataplane::relay::{self, RelayHooks, RelayOptions, Resumed, StreamEnd};
 use crate::dataplane::request::RequestClass;
 use crate::dataplane::routing::PoolGuard;
-use crate::dataplane::sse::{Transcript, Usage};
+use crate::dataplane::sse::{self, Transcript, Usage};
 use crate::node::gateway::Gateway;
 
 /// At most this many continuations per request.
@@ -109,11 +109,8 @@ pub(super) fn respond(
     admission: Admission,
 ) -> Answer {
     let model_handles = winner.model.handles(&gw.metrics, &req.cfg.tenants);
-    let ok = model_handles.ok_by_tenant.get(req.tenant_index).cloned();
-    let tokens = model_handles
-        .tokens_by_tenant
-        .get(req.tenant_index)
-        .cloned();
+    let ok = model_handles.ok_by_tenant.get(req.tenant_index);
+    let tokens = model_handles.tokens_by_tenant.get(req.tenant_index);
     let config_version = req.cfg.config_version;
     // The clock, read once for the stage.
     let ttft = started.elapsed();
@@ -170,6 +167,42 @@ pub(super) fn respond(
     if sse {
         model_handles.ttft.observe(ttft.as_secs_f64());
     }
+    let head = HeadLines {
+        lines,
+        dated,
+        event_stream: sse,
+    };
+    if let Some(body) = relay::whole(&mut committed, sse) {
+        // Ended here: no relay, no hooks (and none of their handles cloned).
+        let mut admission = admission;
+        let ending = Ending {
+            gw,
+            ok,
+            duration: &model_handles.duration,
+            tokens,
+            ctx: &ctx,
+            current: &ctx.backend,
+            answered_by: &ctx.model,
+            started,
+            ttft,
+            status,
+        };
+        let delivered = body.len() as u64;
+        ending.report(
+            &mut admission,
+            StreamEnd::Complete,
+            0,
+            sse::body_usage(&body),
+            delivered,
+        );
+        drop((admission, guards));
+        return Answer {
+            status,
+            headers,
+            lines: head,
+            body: axum::body::Body::from(body),
+        };
+    }
     let opts = RelayOptions {
         sse,
         continuable: sse && status.is_success() && continuer.is_some(),
@@ -179,9 +212,9 @@ pub(super) fn respond(
     };
     let hooks = Hooks {
         gw: Arc::clone(gw),
-        ok,
+        ok: ok.cloned(),
         duration: model_handles.duration.clone(),
-        tokens,
+        tokens: tokens.cloned(),
         admission,
         current: Arc::clone(&ctx.backend),
         answered_by: ctx.model.clone(),
@@ -195,11 +228,7 @@ pub(super) fn respond(
     Answer {
         status,
         headers,
-        lines: HeadLines {
-            lines,
-            dated,
-            event_stream: sse,
-        },
+        lines: head,
         body: relay::body(committed, opts, hooks),
     }
 }
@@ -295,22 +324,66 @@ impl RelayHooks for Hooks {
     }
 
     fn end(&mut self, end: StreamEnd, continuations: u32, usage: Option<Usage>, delivered: u64) {
-        if let (Some(u), Some((prompt, completion))) = (usage, &self.tokens) {
+        let ending = Ending {
+            gw: &self.gw,
+            ok: self.ok.as_ref(),
+            duration: &self.duration,
+            tokens: self.tokens.as_ref(),
+            ctx: &self.ctx,
+            current: &self.current,
+            answered_by: &self.answered_by,
+            started: self.started,
+            ttft: self.ttft,
+            status: self.status,
+        };
+        ending.report(&mut self.admission, end, continuations, usage, delivered);
+    }
+}
+
+/// What reporting an answer's end needs: the request's handles and who
+/// answered it, borrowed (from the hooks, or from the respond stage for
+/// an answer that came whole).
+struct Ending<'a> {
+    gw: &'a Gateway,
+    ok: Option<&'a prometheus::IntCounter>,
+    duration: &'a prometheus::Histogram,
+    tokens: Option<&'a (prometheus::IntCounter, prometheus::IntCounter)>,
+    ctx: &'a Served,
+    current: &'a Backend,
+    answered_by: &'a str,
+    started: Instant,
+    ttft: Duration,
+    status: http::StatusCode,
+}
+
+impl Ending<'_> {
+    /// The end, once: the tenant's tokens and quota settled from the
+    /// usage (else from the bytes delivered), the outcome counted, the
+    /// duration observed, the access line.
+    fn report(
+        &self,
+        admission: &mut Admission,
+        end: StreamEnd,
+        continuations: u32,
+        usage: Option<Usage>,
+        delivered: u64,
+    ) {
+        if let (Some(u), Some((prompt, completion))) = (usage, self.tokens) {
             prompt.inc_by(u.prompt_tokens);
             completion.inc_by(u.completion_tokens);
         }
-        self.admission.finish(
+        admission.finish(
             usage.map(|u| u.prompt_tokens.saturating_add(u.completion_tokens)),
             delivered,
         );
-        let (gw, ctx) = (&self.gw, &self.ctx);
+        let (gw, ctx) = (self.gw, self.ctx);
         let outcome = match &end {
             StreamEnd::Complete if self.status.is_success() => "ok",
             StreamEnd::Complete => "client_error",
             StreamEnd::ClientGone => "client_gone",
             StreamEnd::Aborted(_) => "stream_aborted",
         };
-        match (&self.ok, outcome) {
+        match (self.ok, outcome) {
             (Some(ok), "ok") => ok.inc(),
             _ => gw
                 .metrics
