@@ -172,7 +172,7 @@ pub fn finish(gw: &Gateway, Entered(guard): Entered, mut answer: Answer) -> Answ
     let cut = answer
         .is_event_stream()
         .then(|| drain.0.streams.add(AtomicWaker::new()));
-    let counter = gw.metrics.drain_cut_streams.clone();
+    let counter = cut.is_some().then(|| gw.metrics.drain_cut_streams.clone());
     answer.body = Body::new(DrainBody {
         inner: std::mem::take(&mut answer.body),
         cut,
@@ -202,7 +202,8 @@ struct DrainBody {
     /// An event stream's waker slot (see `Inner::streams`).
     cut: Option<Arc<AtomicWaker>>,
     state: CutState,
-    counter: IntCounter,
+    /// The cut streams' counter (an event stream's only).
+    counter: Option<IntCounter>,
     guard: InFlight,
 }
 
@@ -211,7 +212,9 @@ impl DrainBody {
     fn cut_now(&mut self) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         self.cut = None;
         self.state = CutState::EventSent;
-        self.counter.inc();
+        if let Some(counter) = &self.counter {
+            counter.inc();
+        }
         let event = error_body(
             "the gateway node is shutting down (drain timeout); the response is incomplete",
             "server_error",
@@ -318,7 +321,7 @@ mod tests {
             inner: Body::new(http_body_util::StreamBody::new(silent)),
             cut: Some(drain.0.streams.add(AtomicWaker::new())),
             state: CutState::Streaming,
-            counter: IntCounter::new("c", "c").unwrap(),
+            counter: Some(IntCounter::new("c", "c").unwrap()),
             guard: drain.enter(IntGauge::new("g", "g").unwrap()),
         };
         let reader = tokio::spawn(async move {
