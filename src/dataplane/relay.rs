@@ -601,16 +601,20 @@ mod tests {
             .expect("relay task")
     }
 
-    /// The relayed body of an event stream that is not continued.
-    fn sse_body(committed: Committed, ends: Ends) -> Body {
-        let opts = RelayOptions {
-            sse: true,
+    /// How the tests relay: not continued, 30 s idle, a minute in all.
+    fn options(sse: bool) -> RelayOptions {
+        RelayOptions {
+            sse,
             continuable: false,
             idle: Duration::from_secs(30),
             deadline: Instant::now() + Duration::from_secs(60),
             max_continuations: 0,
-        };
-        super::body(committed, opts, ends)
+        }
+    }
+
+    /// The relayed body of an event stream that is not continued.
+    fn sse_body(committed: Committed, ends: Ends) -> Body {
+        super::body(committed, options(true), ends)
     }
 
     async fn read_relayed(committed: Committed, ends: Ends) -> (Vec<Bytes>, Option<String>) {
@@ -664,14 +668,7 @@ mod tests {
         let mut parts =
             committed_in_two(format!("{head}{a}").into_bytes(), Some((signal, b.into()))).await;
         assert_eq!(whole(&mut parts, false), None);
-        let plain = RelayOptions {
-            sse: false,
-            continuable: false,
-            idle: Duration::from_secs(30),
-            deadline: Instant::now() + Duration::from_secs(60),
-            max_continuations: 0,
-        };
-        let mut body = super::body(parts, plain, ends.clone());
+        let mut body = super::body(parts, options(false), ends.clone());
         let first = body.frame().await.expect("frame").expect("data");
         assert_eq!(first.into_data().expect("data"), a.as_bytes());
         assert!(ends.0.lock().expect("ends").is_empty(), "not ended yet");

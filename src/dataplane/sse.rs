@@ -849,6 +849,22 @@ mod tests {
     }
 
     /// One edit of a chunk's bytes: replace, insert or delete at a place.
+    /// Up to three edits for `edit`: a byte replaced, inserted or
+    /// removed, at any place, any byte or one that means something in JSON.
+    fn edits() -> impl proptest::strategy::Strategy<Value = Vec<(usize, u8, u8)>> {
+        proptest::collection::vec(
+            (
+                0usize..4096,
+                proptest::prop_oneof![
+                    proptest::num::u8::ANY,
+                    proptest::sample::select(b"\"{}[],:\\ 0123e.-nul\t".to_vec()),
+                ],
+                0u8..3,
+            ),
+            0..3,
+        )
+    }
+
     fn edit(bytes: &mut Vec<u8>, (at, byte, how): (usize, u8, u8)) {
         if bytes.is_empty() {
             return;
@@ -916,17 +932,7 @@ mod tests {
                 0..4,
             ),
             completions in proptest::bool::ANY,
-            edits in proptest::collection::vec(
-                (
-                    0usize..4096,
-                    proptest::prop_oneof![
-                        proptest::num::u8::ANY,
-                        proptest::sample::select(b"\"{}[],:\\ 0123e.-nul\t".to_vec()),
-                    ],
-                    0u8..3,
-                ),
-                0..3,
-            ),
+            edits in edits(),
             noise in proptest::collection::vec(proptest::num::u8::ANY, 0..64),
         ) {
             let mut choice = serde_json::json!({"index": index, "finish_reason": finish});
@@ -1253,17 +1259,7 @@ mod tests {
             // Whitespace after the usage: its key before the tail that is
             // searched first, across its start, or in it.
             pad in 0usize..1100,
-            edits in proptest::collection::vec(
-                (
-                    0usize..4096,
-                    proptest::prop_oneof![
-                        proptest::num::u8::ANY,
-                        proptest::sample::select(b"\"{}[],:\\ 0123e.-nul\t".to_vec()),
-                    ],
-                    0u8..3,
-                ),
-                0..3,
-            ),
+            edits in edits(),
         ) {
             let choice = serde_json::json!({"index": 0, "message": {"content": text}});
             let mut members = vec![r#""id":"x""#.to_string(), format!(r#""choices":[{choice}]"#)];
