@@ -431,6 +431,9 @@ async fn serve_connection<I, A: App, P: Plain>(
         tokio::pin!(lean);
         loop {
             tokio::select! {
+                // In this order: the connection first, and no random
+                // start per wake (a random number each time otherwise).
+                biased;
                 ended = lean.as_mut() => match ended {
                     h1::Ended::Closed => return,
                     h1::Ended::Handoff(mut io, read) => {
@@ -486,6 +489,7 @@ async fn serve_connection<I, A: App, P: Plain>(
     }
     loop {
         tokio::select! {
+            biased; // as the lean server's loop above
             _ = conn.as_mut() => return,
             _ = &mut stopping_signal, if !stopping => {
                 stopping = true;
