@@ -732,6 +732,29 @@ pub(crate) mod tests {
     }
 
     #[tokio::test]
+    async fn bytes_after_an_answers_end_keep_its_connection_out_of_the_pool() {
+        // A backend that sends an answer nobody asked for behind the one
+        // requested: taken whole and dropped at its end (as the respond
+        // stage takes a whole JSON answer), its connection is not reused,
+        // and no request ever reads the unasked answer.
+        const SMUGGLED: &[u8] =
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokHTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nbad";
+        let (addr, accepted) = backend(SMUGGLED, usize::MAX).await;
+        for i in 1..=3 {
+            let mut body = send_to(addr, "/").await.expect("answer").body;
+            let frame = body.frame().await.expect("frame").expect("data");
+            assert_eq!(frame.into_data().expect("data"), "ok");
+            assert!(body.is_end_stream());
+            drop(body);
+            assert_eq!(
+                accepted.load(Ordering::SeqCst),
+                i,
+                "a new connection each time"
+            );
+        }
+    }
+
+    #[tokio::test]
     async fn a_connection_the_backend_closed_is_not_reused() {
         // One answer per connection, then the backend closes it.
         let (addr, accepted) = backend(OK, 1).await;
