@@ -154,6 +154,9 @@ fn last_usage_key(body: &[u8]) -> Option<usize> {
     if let Some(at) = keys().usage.find_iter(&body[from..]).last() {
         return Some(from + at);
     }
+    if from == 0 {
+        return None;
+    }
     // One that starts before the tail and ends in it was not found there.
     let before = (from + USAGE_KEY.len() - 1).min(body.len());
     keys().last_usage.rfind(&body[..before])
