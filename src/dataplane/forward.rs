@@ -147,6 +147,9 @@ pub struct AttemptLimits {
     pub deadline: Instant,
     /// Read a 400's body to tell `context_length_exceeded` apart.
     pub detect_context_length: bool,
+    /// When the attempt began (its pick's reading of the clock): the
+    /// first-byte limit runs from here.
+    pub started: std::time::Instant,
 }
 
 /// A backend response whose first body chunk has arrived.
@@ -161,6 +164,9 @@ pub struct Committed {
     /// The upstream `Content-Length`, if any.
     pub content_length: Option<u64>,
     pub first_byte: Duration,
+    /// When the first body chunk was in (`first_byte` after the attempt's
+    /// start): the respond stage's time, without reading the clock again.
+    pub arrived: std::time::Instant,
 }
 
 /// zonegate's own headers, parsed once (a name given as `&str` is parsed
@@ -272,7 +278,7 @@ pub async fn attempt(
     body: Bytes,
     limits: AttemptLimits,
 ) -> Result<Committed, AttemptError> {
-    let started = std::time::Instant::now();
+    let started = limits.started;
     let head = |out: &mut Vec<u8>| {
         put_backend_headers(out, headers);
         if let Some(host) = host {
@@ -317,16 +323,18 @@ pub async fn attempt(
                 },
             }
         };
+        let arrived = std::time::Instant::now();
         Ok(Committed {
             status,
             lines,
             first,
             rest: Some(rest),
             content_length,
-            first_byte: started.elapsed(),
+            first_byte: arrived.saturating_duration_since(started),
+            arrived,
         })
     };
-    // From the one clock read above.
+    // From the pick's reading of the clock.
     let timeout_at = (Instant::from_std(started) + limits.first_byte).min(limits.deadline);
     match tokio::time::timeout_at(timeout_at, exchange).await {
         Ok(result) => result,
@@ -354,13 +362,15 @@ async fn whole_error_body(
         if text.contains("context_length_exceeded") || text.contains("maximum context length") {
             return Err(AttemptError::ContextLength(body));
         }
+        let arrived = std::time::Instant::now();
         Ok(Committed {
             status: StatusCode::BAD_REQUEST,
             content_length: Some(body.len() as u64),
             lines,
             first: (!body.is_empty()).then_some(body),
             rest: None,
-            first_byte: started.elapsed(),
+            first_byte: arrived.saturating_duration_since(started),
+            arrived,
         })
     }
 }

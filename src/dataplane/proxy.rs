@@ -27,8 +27,8 @@ use zonegate_net::http1::Answer;
 
 use self::attempts::{Attempts, Outgoing};
 use self::continuation::Continuer;
-use crate::clock::now_ms;
 use crate::clock::unix_s;
+use crate::clock::{now_ms, Reading};
 use crate::config::Config;
 use crate::dataplane::auth;
 use crate::dataplane::balance::hash_key;
@@ -207,7 +207,10 @@ async fn serve(
     let facts = RequestFacts::new(gw, cfg, caller, client, &meta, body.len(), deadline);
     // Counted in the second it arrived: the budget's window is seconds.
     gw.with_budget(|b| b.record_request(crate::clock::ms_at(started) / 1000));
-    let admission = admit(gw, &facts, &meta, body.len()).map_err(failed)?;
+    // One reading for the quota stage and the first pick.
+    let admitted_at = Instant::now();
+    let now_ns = crate::clock::ns_at(admitted_at);
+    let admission = admit(gw, &facts, &meta, body.len(), now_ns).map_err(failed)?;
     let min_tier = chain::min_tier(headers, body.len(), &cfg.prompt_tiers).map_err(failed)?;
     let (models, skipped) = chain::model_chain(cfg, &routes, primary, min_tier);
     if models.is_empty() {
@@ -224,7 +227,9 @@ async fn serve(
         model: &meta.model,
     };
     let mut attempts = Attempts::default();
-    match attempts::forward_chain(gw, &routes, &facts, models.clone(), &out, &mut attempts).await {
+    let clock = Reading::of(admitted_at);
+    let chain = models.clone();
+    match attempts::forward_chain(gw, &routes, &facts, chain, &out, &mut attempts, clock).await {
         Ok(winner) => {
             let count = attempts.count;
             let continuer = Continuer::for_stream(gw, &out, &meta, &models, &facts, attempts);
@@ -250,12 +255,13 @@ async fn serve(
 
 /// The quota stage: the tenant's allocation on this node, the model's
 /// limits and the zone's capacity, from local memory (the allocations
-/// follow the view the request holds).
+/// follow the view the request holds), at `now_ns` ([`crate::clock::now_ns`]).
 fn admit(
     gw: &Gateway,
     facts: &RequestFacts,
     meta: &RequestMeta,
     body_len: usize,
+    now_ns: u64,
 ) -> Result<Admission, ApiError> {
     gw.quotas.load().refresh(&facts.view);
     let ask = Ask {
@@ -266,7 +272,7 @@ fn admit(
         max_tokens: meta.max_tokens,
         zone: facts.view.effective_zone(&facts.home),
     };
-    gw.quotas.load().admit(&ask, crate::clock::now_ns())
+    gw.quotas.load().admit(&ask, now_ns)
 }
 
 /// The whole body, at most `limit` bytes, within `[node.limits]

@@ -567,6 +567,7 @@ mod tests {
             rest: Some(rest),
             content_length: None,
             first_byte: Duration::ZERO,
+            arrived: std::time::Instant::now(),
         }
     }
 

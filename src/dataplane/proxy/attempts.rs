@@ -23,7 +23,7 @@ use zonegate_cluster::ZoneId;
 
 use super::chain::{Chain, Link};
 use super::RequestFacts;
-use crate::clock::now_ms;
+use crate::clock::{ms_at, now_ms, Reading};
 use crate::config::Balance;
 use crate::dataplane::backend::{Backend, InFlight};
 use crate::dataplane::error::ApiError;
@@ -87,6 +87,8 @@ struct Pick {
     reason: PickReason,
     /// A half-open trial of an ejected backend.
     trial: bool,
+    /// When it was picked: the attempt's start.
+    at: std::time::Instant,
 }
 
 /// Where a model may be tried once more after every candidate failed.
@@ -96,7 +98,8 @@ struct Revisit {
 }
 
 /// Tries the chain until an attempt commits. Records the effective zone's
-/// result for the zone reports either way (once per request).
+/// result for the zone reports either way (once per request). `clock`: a
+/// reading the stage before took, for the first pick.
 pub(super) async fn forward_chain<'a>(
     gw: &Gateway,
     routes: &'a Routes,
@@ -104,6 +107,7 @@ pub(super) async fn forward_chain<'a>(
     chain: Chain<'a>,
     out: &Outgoing<'_>,
     attempts: &mut Attempts,
+    mut clock: Reading,
 ) -> Result<Winner<'a>, GaveUp> {
     let mut zone_watch = ZoneWatch::default();
     let mut withheld_zones = false;
@@ -130,9 +134,10 @@ pub(super) async fn forward_chain<'a>(
                     index,
                     reason,
                     trial,
-                }) = on_model.pick(pool, attempts)
+                    at,
+                }) = on_model.pick(pool, attempts, clock.take())
                 {
-                    if attempts.count > 0 && !take_retry(gw, model, now_ms()) {
+                    if attempts.count > 0 && !take_retry(gw, model, ms_at(at)) {
                         attempts.budget_exhausted = true;
                         zone_watch.finish(gw, None, attempts);
                         return Err(GaveUp {
@@ -142,7 +147,7 @@ pub(super) async fn forward_chain<'a>(
                     attempts.tried.push(Arc::as_ptr(&backend) as usize);
                     attempts.count += 1;
                     let guards = (backend.start_request(), pool.enter());
-                    let result = attempt(req, out, model, &backend).await;
+                    let result = attempt(req, out, model, &backend, at).await;
                     if trial {
                         crate::health::trial_ended(gw, &backend, result.is_ok(), now_ms());
                     }
@@ -275,13 +280,19 @@ impl ModelAttempts {
         }
     }
 
-    /// The next backend to try in `pool`, and whether it is a half-open
-    /// trial of an ejected one (only when the pool has nothing usable left).
-    fn pick(&mut self, pool: &ZonePool, attempts: &Attempts) -> Option<Pick> {
+    /// The next backend to try in `pool` at `at`, and whether it is a
+    /// half-open trial of an ejected one (only when the pool has nothing
+    /// usable left).
+    fn pick(
+        &mut self,
+        pool: &ZonePool,
+        attempts: &Attempts,
+        at: std::time::Instant,
+    ) -> Option<Pick> {
         if self.made >= self.max {
             return None;
         }
-        let now = now_ms();
+        let now = ms_at(at);
         let tried = &attempts.tried;
         let picked = pool
             .pick(self.balance, self.session, now, tried, &mut self.rng)
@@ -299,6 +310,7 @@ impl ModelAttempts {
             index,
             reason,
             trial,
+            at,
         })
     }
 
@@ -358,6 +370,7 @@ async fn attempt(
     out: &Outgoing<'_>,
     model: &ModelRoute,
     backend: &Backend,
+    started: std::time::Instant,
 ) -> Result<Committed, AttemptError> {
     let payload = rewrite_model(out.body, out.model, backend, &model.cfg.name);
     let t = &model.cfg.timeouts;
@@ -366,6 +379,7 @@ async fn attempt(
         stream: req.stream,
         deadline: req.deadline,
         detect_context_length: !model.cfg.context_fallback.is_empty(),
+        started,
     };
     let target = Target {
         scheme: &backend.scheme,

@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value};
 use super::attempts::{self, Attempts, Outgoing};
 use super::chain::{Chain, Link};
 use super::RequestFacts;
-use crate::clock::now_ms;
+use crate::clock::{ms_at, Reading};
 use crate::config::Continuation;
 use crate::dataplane::backend::{Backend, InFlight};
 use crate::dataplane::relay::Resumed;
@@ -121,6 +121,7 @@ impl Continuer {
                     one,
                     &out,
                     &mut self.attempts,
+                    Reading::none(),
                 )
                 .await;
                 let Ok(w) = chain else { break };
@@ -139,7 +140,8 @@ impl Continuer {
                     );
                     continue;
                 }
-                w.backend.record_success(w.committed.first_byte, now_ms());
+                w.backend
+                    .record_success(w.committed.first_byte, ms_at(w.committed.arrived));
                 tracing::info!(
                     request_id = %self.facts.request_id,
                     backend = %w.backend.name,

@@ -112,15 +112,11 @@ pub(super) fn respond(
     let ok = model_handles.ok_by_tenant.get(req.tenant_index);
     let tokens = model_handles.tokens_by_tenant.get(req.tenant_index);
     let config_version = req.cfg.config_version;
-    // The clock, read once for the stage.
-    let ttft = started.elapsed();
-    let ctx = served(
-        gw,
-        req,
-        &winner,
-        attempts,
-        crate::clock::ms_at(started + ttft),
-    );
+    // The clock as the attempt read it when the first chunk was in: the
+    // stage itself runs within microseconds of it.
+    let arrived = winner.committed.arrived;
+    let ttft = arrived.saturating_duration_since(started);
+    let ctx = served(gw, req, &winner, attempts, crate::clock::ms_at(arrived));
     let Winner {
         mut committed,
         guards,
@@ -183,7 +179,8 @@ pub(super) fn respond(
             ctx: &ctx,
             current: &ctx.backend,
             answered_by: &ctx.model,
-            started,
+            // It ended as it arrived.
+            took: ttft,
             ttft,
             status,
         };
@@ -274,7 +271,8 @@ struct Hooks {
     /// The model streaming now.
     answered_by: Arc<str>,
     started: Instant,
-    /// From arrival to the first byte handed to the client.
+    /// From arrival to the first body chunk from the backend (handed to
+    /// the client within microseconds).
     ttft: Duration,
     status: http::StatusCode,
     guards: (InFlight, PoolGuard),
@@ -332,7 +330,7 @@ impl RelayHooks for Hooks {
             ctx: &self.ctx,
             current: &self.current,
             answered_by: &self.answered_by,
-            started: self.started,
+            took: self.started.elapsed(),
             ttft: self.ttft,
             status: self.status,
         };
@@ -351,7 +349,8 @@ struct Ending<'a> {
     ctx: &'a Served,
     current: &'a Backend,
     answered_by: &'a str,
-    started: Instant,
+    /// From arrival to the end.
+    took: Duration,
     ttft: Duration,
     status: http::StatusCode,
 }
@@ -391,7 +390,7 @@ impl Ending<'_> {
                 .with_label_values(&[&*ctx.tenant, &*ctx.model, outcome])
                 .inc(),
         }
-        self.duration.observe(self.started.elapsed().as_secs_f64());
+        self.duration.observe(self.took.as_secs_f64());
         tracing::info!(
             target: "zonegate::access",
             request_id = %ctx.request_id,
@@ -407,7 +406,7 @@ impl Ending<'_> {
             attempts = ctx.attempts,
             continuations,
             ttft_ms = self.ttft.as_millis() as u64,
-            ms = self.started.elapsed().as_millis() as u64,
+            ms = self.took.as_millis() as u64,
             "request"
         );
     }
