@@ -4,7 +4,9 @@
 //! Each data-plane thread runs its own single-threaded runtime, so its
 //! pool needs no lock: idle connections are kept per backend address and
 //! dialling setting, most recent last, at most [`MAX_IDLE_PER_KEY`] each
-//! for [`IDLE_TIMEOUT`] (a task per thread closes older ones every 30 s).
+//! for 60 to 90 s ([`IDLE_SWEEPS`] of the task that sweeps each thread's
+//! pool every 30 s: an idle connection's age is counted in sweeps, so
+//! neither pooling nor taking one reads the clock).
 //! A connection has no task of its own: the request's task writes the
 //! request and reads the answer (`wire` parses it), and the response body
 //! reads its bytes from the socket as it is polled (nginx's way; hyper's
@@ -43,15 +45,15 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::io::AsyncWriteExt;
-use tokio::time::Instant;
 use tower::{Service, ServiceExt};
 use zonegate_net::http1::HeadLines;
 use zonegate_net::tls::BackendTls;
 
 use crate::dataplane::forward::{connector, source_chain, Connector};
 
-/// How long an idle connection is kept.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// An idle connection is closed by the sweep that makes it this many
+/// sweeps old, and not taken once it is: after 60 to 90 s of idleness.
+pub const IDLE_SWEEPS: u64 = 3;
 /// Idle connections kept per backend and dialling setting.
 pub const MAX_IDLE_PER_KEY: usize = 256;
 /// The largest error answer read in the background to keep its
@@ -83,7 +85,7 @@ impl Drop for Draining {
         DRAINING.fetch_sub(1, Ordering::AcqRel);
     }
 }
-/// How often idle connections past [`IDLE_TIMEOUT`] are closed, traffic
+/// How often idle connections past [`IDLE_SWEEPS`] are closed, traffic
 /// or not (those of a backend no longer used would otherwise stay open).
 const SWEEP_PERIOD: Duration = Duration::from_secs(30);
 
@@ -157,12 +159,14 @@ impl Conn {
 
 struct Idle {
     conn: Box<Conn>,
-    since: Instant,
+    /// The pool's sweeps when it went idle.
+    since: u64,
 }
 
 impl Idle {
-    fn usable(&mut self) -> bool {
-        self.since.elapsed() < IDLE_TIMEOUT && self.conn.is_quiet()
+    /// Young enough (`sweeps`: the pool's now) and quiet.
+    fn usable(&mut self, sweeps: u64) -> bool {
+        sweeps - self.since < IDLE_SWEEPS && self.conn.is_quiet()
     }
 }
 
@@ -184,6 +188,8 @@ struct Pool {
     idle: HashMap<Box<str>, BySetting, FastHash>,
     /// The thread's sweeping task is running.
     sweeping: bool,
+    /// Sweeps so far: the pool's clock.
+    sweeps: u64,
 }
 
 impl Pool {
@@ -206,7 +212,7 @@ impl Pool {
         let (_, list) = settings.iter_mut().find(|(s, _)| s.is(target))?;
         // Most recent first: the least likely to have been closed.
         while let Some(mut idle) = list.pop() {
-            if idle.usable() {
+            if idle.usable(self.sweeps) {
                 return Some(idle.conn);
             }
         }
@@ -215,9 +221,11 @@ impl Pool {
 
     /// Closes the idle connections past their time or already closed.
     fn sweep(&mut self) {
+        self.sweeps += 1;
+        let sweeps = self.sweeps;
         self.idle.retain(|_, settings| {
             for (_, list) in settings.iter_mut() {
-                list.retain_mut(Idle::usable);
+                list.retain_mut(|idle| idle.usable(sweeps));
             }
             settings.retain(|(_, list)| !list.is_empty());
             !settings.is_empty()
@@ -234,7 +242,7 @@ impl Pool {
             None => self.idle.entry(key.into()).or_default(),
         };
         let idle = Idle {
-            since: Instant::now(),
+            since: self.sweeps,
             conn,
         };
         match settings.iter_mut().find(|(s, _)| *s == idle.conn.setting) {
@@ -789,11 +797,12 @@ pub(crate) mod tests {
         let authority = addr.to_string();
         POOL.with(|p| {
             let mut pool = p.borrow_mut();
-            let settings = pool.idle.get_mut(authority.as_str()).expect("pooled");
-            let idle = &mut settings[0].1[0];
-            idle.since = Instant::now()
-                .checked_sub(IDLE_TIMEOUT + Duration::from_secs(1))
-                .expect("an instant in the past");
+            let settings = pool.idle.get(authority.as_str()).expect("pooled");
+            assert_eq!(settings[0].1[0].since, pool.sweeps, "idle from now");
+            for _ in 1..IDLE_SWEEPS {
+                pool.sweep();
+                assert!(!pool.idle.is_empty(), "closed before its time");
+            }
             pool.sweep();
             assert!(pool.idle.is_empty());
         });
