@@ -66,7 +66,8 @@ pub struct Limits {
     /// handshake) to the complete head.
     pub header_read_timeout: Duration,
     /// A connection with no request in flight and no bytes read for this
-    /// long is closed.
+    /// long is closed (within a quarter of the shorter of the header-read
+    /// and send timeouts after it: the watchdog's looks time it).
     pub idle_timeout: Duration,
     /// Reading one request body, start to end (applied by the handlers
     /// that read bodies, see [`Limits::body_read_timeout`]).
@@ -420,7 +421,7 @@ async fn serve_connection<I, A: App, P: Plain>(
     // is created or registered per request.
     let stopping_signal = stop.wait();
     tokio::pin!(stopping_signal);
-    let check = tokio::time::sleep_until(state.next_check(&config.limits));
+    let check = tokio::time::sleep_until(state.next_check(&config.limits, Instant::now()));
     tokio::pin!(check);
     // HTTP/1 requests are served by the lean server while they are plain;
     // hyper takes the connection at the first that is not (see `h1`).
@@ -514,9 +515,10 @@ fn watchdog_closes(
     config: &ListenConfig,
     check: Pin<&mut tokio::time::Sleep>,
 ) -> bool {
-    let counter = match state.verdict(&config.limits, Instant::now()) {
+    let now = Instant::now();
+    let counter = match state.verdict(&config.limits, now) {
         Verdict::Keep => {
-            check.reset(state.next_check(&config.limits));
+            check.reset(state.next_check(&config.limits, now));
             return false;
         }
         Verdict::Idle => &config.stats.closed_idle,
@@ -532,16 +534,25 @@ fn watchdog_closes(
 /// wake-up every few milliseconds on every connection).
 const MIN_LOOK: Duration = Duration::from_millis(50);
 
+/// A time the watchdog has not read yet: a read that begins a head, and a
+/// response's end, mark their time so and its next look stamps it with
+/// its own (the request path reads no clock for the watchdog; a look
+/// comes within a quarter of the shorter timeout, see `next_check`).
+const UNSTAMPED: u64 = u64::MAX;
+
 /// What the watchdog of one connection knows: requests in flight, when
 /// bytes last came in, since when a request head is pending, and since
 /// when a write has been waiting for the client to read.
 pub(crate) struct ConnState {
     epoch: Instant,
     in_flight: AtomicUsize,
-    /// Milliseconds since `epoch` of the last read or response end.
+    /// Milliseconds since `epoch` of the last response end or of the read
+    /// that began a head while none was in flight ([`UNSTAMPED`] until the
+    /// watchdog's next look).
     last_activity_ms: AtomicU64,
     /// Milliseconds since `epoch` (+1) of the first byte read while no
-    /// request was in flight; 0 when no head is pending.
+    /// request was in flight ([`UNSTAMPED`] until the watchdog's next
+    /// look); 0 when no head is pending.
     head_since_ms: AtomicU64,
     /// Milliseconds since `epoch` (+1) of the first write that found the
     /// socket full, with no write progress since; 0 when writes flow.
@@ -575,20 +586,44 @@ impl ConnState {
     }
 
     fn ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64
+        self.ms_at(Instant::now())
     }
 
+    fn ms_at(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.epoch).as_millis() as u64
+    }
+
+    /// Bytes came in. Only those that begin a head matter (while a request
+    /// is in flight, its end is what counts): their time is left for the
+    /// watchdog to stamp.
     fn on_read(&self) {
-        let now = self.ms();
-        self.last_activity_ms.store(now, Ordering::Relaxed);
         if self.in_flight.load(Ordering::Relaxed) == 0 {
+            self.last_activity_ms.store(UNSTAMPED, Ordering::Relaxed);
             let _ = self.head_since_ms.compare_exchange(
                 0,
-                now + 1,
+                UNSTAMPED,
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             );
         }
+    }
+
+    /// `cell`'s time, stamped `now` if it was [`UNSTAMPED`].
+    fn stamped(cell: &AtomicU64, now: u64) -> u64 {
+        match cell.compare_exchange(UNSTAMPED, now, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => now,
+            Err(v) => v,
+        }
+    }
+
+    /// The last activity and the pending head (+1, or 0), at `now`: the
+    /// look that first sees an unstamped one stamps it.
+    fn activity(&self, now: Instant) -> (u64, u64) {
+        let ms = self.ms_at(now);
+        (
+            Self::stamped(&self.last_activity_ms, ms),
+            Self::stamped(&self.head_since_ms, ms + 1),
+        )
     }
 
     /// After a write (or flush) to the client: the send timeout runs from
@@ -639,23 +674,25 @@ impl ConnState {
         self.epoch + Duration::from_millis(ms)
     }
 
-    /// When the watchdog looks next: the earliest deadline that could
-    /// fire, and at the latest a quarter of the shorter of the header-read
-    /// and send timeouts from now. Requests and writes do not wake the
-    /// watchdog (that was two wake-ups and two timer registrations per
-    /// request): a head that begins, or a write that blocks, while it
-    /// sleeps is seen at its next look, so a connection is closed between
-    /// 1 and 1.25 of the timeout after its head began or its write blocked
-    /// (plus up to [`MIN_LOOK`] for a timeout under 200 ms).
-    fn next_check(&self, limits: &Limits) -> Instant {
-        let now = Instant::now();
+    /// When the watchdog looks next (`now`: its look's time): the earliest
+    /// deadline that could fire, and at the latest a quarter of the
+    /// shorter of the header-read and send timeouts from now. Requests
+    /// and writes do not wake the watchdog (that was two wake-ups and two
+    /// timer registrations per request), nor read the clock for it: a head
+    /// that begins, a response that ends or a write that blocks while it
+    /// sleeps is stamped at its next look, so a connection is closed
+    /// between 1 and 1.25 of the timeout after its head began, its write
+    /// blocked or (for the idle timeout) its last response ended (plus up
+    /// to [`MIN_LOOK`] for a timeout under 200 ms).
+    fn next_check(&self, limits: &Limits, now: Instant) -> Instant {
         let quarter = limits.header_read_timeout.min(limits.send_timeout) / 4;
         let look = now + quarter.max(MIN_LOOK);
         if self.in_flight.load(Ordering::Relaxed) > 0 {
             return look;
         }
-        let idle = self.at(self.last_activity_ms.load(Ordering::Relaxed)) + limits.idle_timeout;
-        match self.head_since_ms.load(Ordering::Relaxed) {
+        let (last_activity, head_since) = self.activity(now);
+        let idle = self.at(last_activity) + limits.idle_timeout;
+        match head_since {
             0 => idle,
             since => idle.min(self.at(since - 1) + limits.header_read_timeout),
         }
@@ -672,11 +709,11 @@ impl ConnState {
         if self.in_flight.load(Ordering::Relaxed) > 0 {
             return Verdict::Keep;
         }
-        let head = self.head_since_ms.load(Ordering::Relaxed);
+        let (last_activity, head) = self.activity(now);
         if head != 0 && now >= self.at(head - 1) + limits.header_read_timeout {
             return Verdict::HeaderTimeout;
         }
-        if now >= self.at(self.last_activity_ms.load(Ordering::Relaxed)) + limits.idle_timeout {
+        if now >= self.at(last_activity) + limits.idle_timeout {
             return Verdict::Idle;
         }
         Verdict::Keep
@@ -697,7 +734,7 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         let s = &self.0;
-        s.last_activity_ms.store(s.ms(), Ordering::Relaxed);
+        s.last_activity_ms.store(UNSTAMPED, Ordering::Relaxed);
         s.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -1436,5 +1473,42 @@ pub(crate) mod tests {
             "{:?}",
             String::from_utf8_lossy(&buf[..n])
         );
+    }
+
+    #[test]
+    fn a_head_and_an_answers_end_are_timed_from_the_look_that_first_sees_them() {
+        let limits = Limits::with_max(10);
+        let (h, idle) = (limits.header_read_timeout, limits.idle_timeout);
+        let state = Arc::new(ConnState::new());
+        let t0 = state.epoch;
+        let ms = Duration::from_millis(1);
+        assert!(matches!(state.verdict(&limits, t0 + idle), Verdict::Idle));
+
+        // A head begins: no clock read, its time is the next look's.
+        state.on_read();
+        assert!(!state.is_idle());
+        let look = t0 + idle + h;
+        assert!(matches!(state.verdict(&limits, look), Verdict::Keep));
+        assert_eq!(state.next_check(&limits, look), look + h / 4);
+        assert!(matches!(
+            state.verdict(&limits, look + h - ms),
+            Verdict::Keep
+        ));
+        assert!(matches!(
+            state.verdict(&limits, look + h),
+            Verdict::HeaderTimeout
+        ));
+
+        // The head completes and its answer ends: idle from the look after.
+        drop(InFlight::begin(Arc::clone(&state)));
+        assert!(state.is_idle());
+        let look = look + h / 4;
+        assert!(matches!(state.verdict(&limits, look), Verdict::Keep));
+        assert_eq!(state.next_check(&limits, look), look + h / 4);
+        assert!(matches!(
+            state.verdict(&limits, look + idle - ms),
+            Verdict::Keep
+        ));
+        assert!(matches!(state.verdict(&limits, look + idle), Verdict::Idle));
     }
 }
