@@ -7,6 +7,7 @@
 #
 #   benches/ab.sh OLD-BINARY NEW-BINARY                 # wrk -t1 -c32, 3 s, 8 rounds
 #   C=256 SECS=3 ROUNDS=8 benches/ab.sh OLD NEW
+#   T=2 C=256 benches/ab.sh OLD NEW                     # wrk -t2 (load.sh's other method)
 #   B_NODE='data_plane_threads = 1' benches/ab.sh BIN BIN   # one build, two configs
 #   STREAM=1 PACE=2 C=256 benches/ab.sh OLD NEW   # streams of 16 events from the mock
 #                                                 # backend, 2 ms apart ("req" = a stream)
@@ -17,6 +18,7 @@ set -euo pipefail
 A=$1
 B=$2
 C=${C:-32}
+T=${T:-1}
 SECS=${SECS:-3}
 ROUNDS=${ROUNDS:-8}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -55,11 +57,11 @@ done = function(s, latency, requests)
 end
 LUA
 ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
-load() { wrk -t1 -c"$C" -d"$2" -s "$WORK/post.lua" "http://127.0.0.1:$1/v1/chat/completions"; }
+load() { wrk -t"$T" -c"$C" -d"$2" -s "$WORK/post.lua" "http://127.0.0.1:$1/v1/chat/completions"; }
 load "$a_PORT" 1s >/dev/null
 load "$b_PORT" 1s >/dev/null
 
-echo "== alternating A/B: wrk -t1 -c$C, $ROUNDS rounds of ${SECS} s each"
+echo "== alternating A/B: wrk -t$T -c$C, $ROUNDS rounds of ${SECS} s each"
 # Rounds alternate which build goes first (a b, b a, ...): the first of a
 # pair measured ~3% faster than the second in back-to-back runs of the
 # same two builds, whichever it was.

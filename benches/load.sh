@@ -21,6 +21,12 @@
 #
 #   benches/load.sh                    # the matrix, streams and memory, 10 s per cell
 #   DURATION=20 benches/load.sh
+#   ROUNDS=3 DURATION=5 ONLY=matrix benches/load.sh
+#                                      # each cell's targets run ROUNDS times, their order
+#                                      # rotated every round (the one that runs first does
+#                                      # a few % better); rows are medians (req/s, latency,
+#                                      # CPU), errors and upstream connections are summed.
+#                                      # A -t2 -c256 cell swings by ±10% between single runs.
 #   ONLY=matrix|streams|memory benches/load.sh
 #   CLUSTER=1 benches/load.sh          # zonegate as a Raft member (control plane running)
 #   APPLY=1 benches/load.sh            # also zonegate (a Raft member) while a replicated
@@ -42,6 +48,7 @@
 set -euo pipefail
 
 DURATION=${DURATION:-10}
+ROUNDS=${ROUNDS:-1}
 ONLY=${ONLY:-all}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=benches/common.sh
@@ -202,19 +209,26 @@ cpu_ticks() {
   echo "$t"
 }
 
+# The machine's idle and total CPU ticks so far (/proc/stat: idle + iowait).
+machine_ticks() { awk '$1 == "cpu" { t = 0; for (i = 2; i <= NF; i++) t += $i; print $5 + $6, t; exit }' /proc/stat; }
+
 # run NAME URL THREADS CONNECTIONS [SCRIPT [SECONDS]]: one RESULT line,
-# named, with the backend connections accepted during it and the proxy's
-# CPU microseconds per request.
+# named, with the backend connections accepted during it, the proxy's
+# CPU microseconds per request and the machine's idle share (%): a
+# closed loop that leaves cores idle is waiting, not short of CPU.
 run() {
-  local name=$1 url=$2 t=$3 c=$4 script=${5:-chat} d=${6:-$DURATION} before after pids cpu0 cpu
+  local name=$1 url=$2 t=$3 c=$4 script=${5:-chat} d=${6:-$DURATION} before after pids cpu0 cpu m0 m1
   pids=$(cpu_pids "$name")
   before=$(accepts)
   cpu0=$(cpu_ticks $pids)
+  m0=$(machine_ticks)
   line=$(wrk -t"$t" -c"$c" -d"$d"s --timeout 10s -s "$WORK/$script.lua" "$url" | grep '^RESULT' || echo "RESULT 0 0 0 1 0")
+  m1=$(machine_ticks)
   cpu=$(( ($(cpu_ticks $pids) - cpu0) * 1000000 / $(getconf CLK_TCK) ))
   after=$(accepts)
-  echo "$line $((after - before))" | awk -v name="$name" -v cpu="$cpu" -v has="${pids:+1}" '
-    { $1 = name; printf "%s %s\n", $0, (has && $6 > 0) ? sprintf("%.1f", cpu / $6) : "-" }'
+  echo "$line $((after - before))" | awk -v name="$name" -v cpu="$cpu" -v has="${pids:+1}" -v m="$m0 $m1" '
+    { split(m, k, " "); idle = (k[4] > k[2]) ? 100 * (k[3] - k[1]) / (k[4] - k[2]) : 0
+      $1 = name; printf "%s %s %.0f\n", $0, (has && $6 > 0) ? sprintf("%.1f", cpu / $6) : "-", idle }'
 }
 
 echo "warming up..." >&2
@@ -222,30 +236,49 @@ wrk -t1 -c8 -d2s -s "$WORK/chat.lua" "http://127.0.0.1:$ZG_PORT/v1/chat/completi
 wrk -t1 -c8 -d2s -s "$WORK/chat.lua" "http://127.0.0.1:$NGINX_PORT/v1/chat/completions" >/dev/null
 
 header() {
-  printf '%-12s %4s %5s %10s %8s %8s %7s %9s %9s\n' target wrk conns "req/s" "p50 ms" "p99 ms" errors "upstream" "cpu us/req"
+  printf '%-12s %4s %5s %10s %8s %8s %7s %9s %10s %5s\n' target wrk conns "req/s" "p50 ms" "p99 ms" errors "upstream" "cpu us/req" "idle%"
 }
 row() {
-  # name rps p50 p99 errors requests upstream-conns cpu, plus threads and conns
-  printf '%-12s %4s %5s %10s %8s %8s %7s %9s %9s\n' "$1" "-t$9" "${10}" "$2" "$3" "$4" "$5" "$7" "$8"
+  # name rps p50 p99 errors requests upstream-conns cpu idle, plus threads and conns
+  printf '%-12s %4s %5s %10s %8s %8s %7s %9s %10s %5s\n' "$1" "-t${10}" "${11}" "$2" "$3" "$4" "$5" "$7" "$8" "$9"
 }
 
 if [ "$ONLY" = all ] || [ "$ONLY" = matrix ]; then
   echo
-  echo "== matrix: POST chat, $DURATION s per cell, $(nproc) cores, control plane: $([ "${CLUSTER:-0}" = 1 ] && echo raft || echo standalone)"
+  echo "== matrix: POST chat, $DURATION s per cell x $ROUNDS round(s), $(nproc) cores, control plane: $([ "${CLUSTER:-0}" = 1 ] && echo raft || echo standalone)"
   header
   SUMMARY=""
   for t in 1 2; do
     for c in 32 256; do
       CELL=""
-      for target in direct nginx ${FLOOR_PORT:+floor} zonegate ${BASE:+zg-base}; do
-        case $target in
-          direct) url="http://127.0.0.1:$STATIC_PORT/v1/chat/completions" ;;
-          nginx) url="http://127.0.0.1:$NGINX_PORT/v1/chat/completions" ;;
-          zonegate) url="http://127.0.0.1:$ZG_PORT/v1/chat/completions" ;;
-          zg-base) url="http://127.0.0.1:$BASE_PORT/v1/chat/completions" ;;
-          floor) url="http://127.0.0.1:$FLOOR_PORT/v1/chat/completions" ;;
-        esac
-        r=$(run "$target" "$url" "$t" "$c")
+      TARGETS=(direct nginx ${FLOOR_PORT:+floor} zonegate ${BASE:+zg-base})
+      RUNS=""
+      for round in $(seq 0 $((ROUNDS - 1))); do
+        n=${#TARGETS[@]}
+        for i in $(seq 0 $((n - 1))); do
+          target=${TARGETS[$(((i + round) % n))]}
+          case $target in
+            direct) url="http://127.0.0.1:$STATIC_PORT/v1/chat/completions" ;;
+            nginx) url="http://127.0.0.1:$NGINX_PORT/v1/chat/completions" ;;
+            zonegate) url="http://127.0.0.1:$ZG_PORT/v1/chat/completions" ;;
+            zg-base) url="http://127.0.0.1:$BASE_PORT/v1/chat/completions" ;;
+            floor) url="http://127.0.0.1:$FLOOR_PORT/v1/chat/completions" ;;
+          esac
+          RUNS+="$(run "$target" "$url" "$t" "$c")"$'\n'
+        done
+      done
+      for target in "${TARGETS[@]}"; do
+        # name rps p50 p99 errors requests upstream cpu idle: medians of the
+        # rates and times, sums of the counts (one run: that run).
+        r=$(printf '%s' "$RUNS" | awk -v name="$target" '
+          function median(col,   n, i, j, v, tmp) {
+            n = 0
+            for (i = 1; i <= NR_; i++) v[++n] = vals[i, col]
+            for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] + 0 < v[i] + 0) { tmp = v[i]; v[i] = v[j]; v[j] = tmp }
+            return v[int((n + 1) / 2)]
+          }
+          $1 == name { NR_++; for (k = 2; k <= 9; k++) vals[NR_, k] = $k; e += $5; q += $6; u += $7 }
+          END { print name, median(2), median(3), median(4), e, q, u, median(8), median(9) }')
         row $r "$t" "$c"
         CELL+="$r"$'\n'
       done
