@@ -66,8 +66,8 @@ pub struct Limits {
     /// handshake) to the complete head.
     pub header_read_timeout: Duration,
     /// A connection with no request in flight and no bytes read for this
-    /// long is closed (within a quarter of the shorter of the header-read
-    /// and send timeouts after it: the watchdog's looks time it).
+    /// long is closed (within a quarter of itself after it: the
+    /// watchdog's looks time it).
     pub idle_timeout: Duration,
     /// Reading one request body, start to end (applied by the handlers
     /// that read bodies, see [`Limits::body_read_timeout`]).
@@ -537,7 +537,7 @@ const MIN_LOOK: Duration = Duration::from_millis(50);
 /// A time the watchdog has not read yet: a read that begins a head, and a
 /// response's end, mark their time so and its next look stamps it with
 /// its own (the request path reads no clock for the watchdog; a look
-/// comes within a quarter of the shorter timeout, see `next_check`).
+/// comes within a quarter of the shortest timeout, see `next_check`).
 const UNSTAMPED: u64 = u64::MAX;
 
 /// What the watchdog of one connection knows: requests in flight, when
@@ -676,7 +676,7 @@ impl ConnState {
 
     /// When the watchdog looks next (`now`: its look's time): the earliest
     /// deadline that could fire, and at the latest a quarter of the
-    /// shorter of the header-read and send timeouts from now. Requests
+    /// shortest of the header-read, send and idle timeouts from now. Requests
     /// and writes do not wake the watchdog (that was two wake-ups and two
     /// timer registrations per request), nor read the clock for it: a head
     /// that begins, a response that ends or a write that blocks while it
@@ -685,7 +685,11 @@ impl ConnState {
     /// blocked or (for the idle timeout) its last response ended (plus up
     /// to [`MIN_LOOK`] for a timeout under 200 ms).
     fn next_check(&self, limits: &Limits, now: Instant) -> Instant {
-        let quarter = limits.header_read_timeout.min(limits.send_timeout) / 4;
+        let quarter = limits
+            .header_read_timeout
+            .min(limits.send_timeout)
+            .min(limits.idle_timeout)
+            / 4;
         let look = now + quarter.max(MIN_LOOK);
         if self.in_flight.load(Ordering::Relaxed) > 0 {
             return look;
@@ -1510,5 +1514,27 @@ pub(crate) mod tests {
             Verdict::Keep
         ));
         assert!(matches!(state.verdict(&limits, look + idle), Verdict::Idle));
+    }
+
+    #[test]
+    fn a_short_idle_timeout_is_stamped_within_a_quarter_of_itself() {
+        // Longer header-read and send timeouts than the idle one: the
+        // watchdog of a busy connection still looks often enough that an
+        // answer's end is stamped within a quarter of the idle timeout.
+        let limits = Limits {
+            idle_timeout: Duration::from_secs(2),
+            ..Limits::with_max(10)
+        };
+        let state = Arc::new(ConnState::new());
+        let busy = InFlight::begin(Arc::clone(&state));
+        let look = state.epoch + Duration::from_secs(5);
+        let next = state.next_check(&limits, look);
+        assert_eq!(next, look + limits.idle_timeout / 4);
+        drop(busy);
+        assert!(matches!(state.verdict(&limits, next), Verdict::Keep));
+        assert!(matches!(
+            state.verdict(&limits, next + limits.idle_timeout),
+            Verdict::Idle
+        ));
     }
 }
