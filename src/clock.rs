@@ -31,30 +31,6 @@ pub fn ns_at(at: Instant) -> u64 {
     u64::try_from(at.saturating_duration_since(origin()).as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// One reading of the clock handed on to the next stage that needs the
-/// time, which reads the clock itself only when the reading was used
-/// already: the request path's stages follow each other within a
-/// microsecond, and a read is ~20 ns.
-#[derive(Debug)]
-pub struct Reading(Option<Instant>);
-
-impl Reading {
-    /// `at`, for the first taker.
-    pub fn of(at: Instant) -> Self {
-        Self(Some(at))
-    }
-
-    /// Nothing read: every taker reads the clock.
-    pub fn none() -> Self {
-        Self(None)
-    }
-
-    /// The reading handed on, once; then the clock.
-    pub fn take(&mut self) -> Instant {
-        self.0.take().unwrap_or_else(Instant::now)
-    }
-}
-
 fn origin() -> Instant {
     static START: OnceLock<Instant> = OnceLock::new();
     *START.get_or_init(Instant::now)

@@ -27,8 +27,7 @@ use zonegate_net::http1::Answer;
 
 use self::attempts::{Attempts, Outgoing};
 use self::continuation::Continuer;
-use crate::clock::unix_s;
-use crate::clock::{now_ms, Reading};
+use crate::clock::{now_ms, unix_s};
 use crate::config::Config;
 use crate::dataplane::auth;
 use crate::dataplane::balance::hash_key;
@@ -227,9 +226,9 @@ async fn serve(
         model: &meta.model,
     };
     let mut attempts = Attempts::default();
-    let clock = Reading::of(admitted_at);
     let chain = models.clone();
-    match attempts::forward_chain(gw, &routes, &facts, chain, &out, &mut attempts, clock).await {
+    let first = Some(admitted_at);
+    match attempts::forward_chain(gw, &routes, &facts, chain, &out, &mut attempts, first).await {
         Ok(winner) => {
             let count = attempts.count;
             let continuer = Continuer::for_stream(gw, &out, &meta, &models, &facts, attempts);

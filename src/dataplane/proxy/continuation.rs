@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value};
 use super::attempts::{self, Attempts, Outgoing};
 use super::chain::{Chain, Link};
 use super::RequestFacts;
-use crate::clock::{ms_at, Reading};
+use crate::clock::ms_at;
 use crate::config::Continuation;
 use crate::dataplane::backend::{Backend, InFlight};
 use crate::dataplane::relay::Resumed;
@@ -121,7 +121,7 @@ impl Continuer {
                     one,
                     &out,
                     &mut self.attempts,
-                    Reading::none(),
+                    None,
                 )
                 .await;
                 let Ok(w) = chain else { break };
