@@ -169,15 +169,16 @@ pub fn finish(gw: &Gateway, Entered(guard): Entered, mut answer: Answer) -> Answ
             .headers
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
-    let cut = answer
-        .is_event_stream()
-        .then(|| drain.0.streams.add(AtomicWaker::new()));
-    let counter = cut.is_some().then(|| gw.metrics.drain_cut_streams.clone());
+    let cut = answer.is_event_stream().then(|| {
+        (
+            drain.0.streams.add(AtomicWaker::new()),
+            gw.metrics.drain_cut_streams.clone(),
+        )
+    });
     answer.body = Body::new(DrainBody {
         inner: std::mem::take(&mut answer.body),
         cut,
         state: CutState::Streaming,
-        counter,
         guard,
     });
     answer
@@ -199,22 +200,20 @@ enum CutState {
 /// own interrupted streams (`dataplane::forward::ProxyBody`).
 struct DrainBody {
     inner: Body,
-    /// An event stream's waker slot (see `Inner::streams`).
-    cut: Option<Arc<AtomicWaker>>,
+    /// An event stream's waker slot (see `Inner::streams`) and the cut
+    /// streams' counter.
+    cut: Option<(Arc<AtomicWaker>, IntCounter)>,
     state: CutState,
-    /// The cut streams' counter (an event stream's only).
-    counter: Option<IntCounter>,
     guard: InFlight,
 }
 
 impl DrainBody {
     /// Ends the stream with the error event (then flush, then abort).
     fn cut_now(&mut self) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        self.cut = None;
-        self.state = CutState::EventSent;
-        if let Some(counter) = &self.counter {
+        if let Some((_, counter)) = self.cut.take() {
             counter.inc();
         }
+        self.state = CutState::EventSent;
         let event = error_body(
             "the gateway node is shutting down (drain timeout); the response is incomplete",
             "server_error",
@@ -260,7 +259,7 @@ impl HttpBody for DrainBody {
             }
             Poll::Ready(Some(r)) => Poll::Ready(Some(r.map_err(Into::into))),
             Poll::Pending => {
-                let Some(slot) = &this.cut else {
+                let Some((slot, _)) = &this.cut else {
                     return Poll::Pending;
                 };
                 slot.register(cx.waker());
@@ -319,9 +318,11 @@ mod tests {
         let silent = futures_util::stream::pending::<Result<Frame<Bytes>, BoxError>>();
         let mut body = DrainBody {
             inner: Body::new(http_body_util::StreamBody::new(silent)),
-            cut: Some(drain.0.streams.add(AtomicWaker::new())),
+            cut: Some((
+                drain.0.streams.add(AtomicWaker::new()),
+                IntCounter::new("c", "c").unwrap(),
+            )),
             state: CutState::Streaming,
-            counter: Some(IntCounter::new("c", "c").unwrap()),
             guard: drain.enter(IntGauge::new("g", "g").unwrap()),
         };
         let reader = tokio::spawn(async move {
