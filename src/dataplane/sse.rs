@@ -851,7 +851,6 @@ mod tests {
         assert_eq!(skimmed(deep.as_bytes()), Skim::Unsure);
     }
 
-    /// One edit of a chunk's bytes: replace, insert or delete at a place.
     /// Up to three edits for `edit`: a byte replaced, inserted or
     /// removed, at any place, any byte or one that means something in JSON.
     fn edits() -> impl proptest::strategy::Strategy<Value = Vec<(usize, u8, u8)>> {
@@ -868,6 +867,7 @@ mod tests {
         )
     }
 
+    /// One edit of a chunk's bytes: replace, insert or delete at a place.
     fn edit(bytes: &mut Vec<u8>, (at, byte, how): (usize, u8, u8)) {
         if bytes.is_empty() {
             return;
