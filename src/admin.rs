@@ -195,6 +195,8 @@ fn refresh_metrics(gw: &Gateway) {
             );
         }
     }
+    m.in_flight
+        .set(i64::try_from(gw.drain.in_flight()).unwrap_or(i64::MAX));
     // Quota allocations follow the view even when no request came.
     gw.quotas.load().refresh(&gw.view.borrow().clone());
     if let Some(node) = &gw.cluster {

@@ -82,7 +82,7 @@ async fn sigterm_under_load_fails_no_accepted_request_and_cuts_only_streams_past
         fast.backend_toml(&[MODEL]),
         slow.backend_toml(&[LONG_MODEL]),
     );
-    let (mut proc, data, _admin) = serve(&dir, &config).await;
+    let (mut proc, data, admin) = serve(&dir, &config).await;
     let chat_url = format!("{data}/v1/chat/completions");
     eventually(Duration::from_secs(30), "node ready", || {
         let url = format!("{data}/readyz");
@@ -115,6 +115,18 @@ async fn sigterm_under_load_fails_no_accepted_request_and_cuts_only_streams_past
         .expect("short stream starts");
     assert_eq!(short.status(), 200);
     let short = tokio::spawn(read_all(short));
+    // The gauge is read from the drain's count at scrape time: the two
+    // streams are in flight (a non-streamed request of the load may be too).
+    let text = client()
+        .get(format!("{admin}/metrics"))
+        .send()
+        .await
+        .expect("admin reachable")
+        .text()
+        .await
+        .expect("metrics text");
+    let in_flight = metric_sum(&text, "zonegate_node_in_flight_requests", &[]);
+    assert!(in_flight >= 2.0, "in flight: {in_flight}");
 
     // Load: six loops of non-streaming requests that keep sending until
     // shortly before the grace ends (a request sent after the listener

@@ -25,7 +25,7 @@ use bytes::Bytes;
 use futures_util::task::AtomicWaker;
 use http::{header, HeaderValue};
 use http_body::{Body as HttpBody, Frame};
-use prometheus::{IntCounter, IntGauge};
+use prometheus::IntCounter;
 use tokio::sync::Notify;
 use zonegate_net::http1::Answer;
 use zonegate_net::slots::Slots;
@@ -44,6 +44,10 @@ struct Inner {
     draining: AtomicBool,
     raft_stopped: AtomicBool,
     in_flight: AtomicU64,
+    /// Set by the first [`Drain::wait_idle`]: only then does the last
+    /// request to end notify `idle` (a lock taken and released otherwise
+    /// whenever a lightly loaded node goes idle).
+    watched: AtomicBool,
     idle: Notify,
     /// Turns true at `drain_timeout`: open streams end with the error event.
     /// A stream with data ready reads it; one waiting for data is woken
@@ -82,6 +86,9 @@ impl Drain {
 
     /// Resolves when no request is in flight, or after `limit`; says which.
     pub async fn wait_idle(&self, limit: Duration) -> bool {
+        // SeqCst with the decrement's: either the last request to end sees
+        // `watched` and notifies, or this sees its decrement.
+        self.0.watched.store(true, Ordering::SeqCst);
         let wait = async {
             loop {
                 let notified = self.0.idle.notified();
@@ -100,27 +107,29 @@ impl Drain {
         self.0.streams.for_each(AtomicWaker::wake);
     }
 
-    fn enter(&self, gauge: IntGauge) -> InFlight {
+    fn enter(&self) -> InFlight {
         self.0.in_flight.fetch_add(1, Ordering::SeqCst);
-        gauge.inc();
         InFlight {
             drain: self.clone(),
-            gauge,
         }
     }
 }
 
-/// One request in flight; dropped when its response body is done.
+/// One request in flight; dropped when its response body is done. The
+/// in-flight gauge is set from the count at scrape time (`admin`): a gauge
+/// of its own moved with every request took four more atomic
+/// read-modify-writes on lines every data-plane thread writes.
 struct InFlight {
     drain: Drain,
-    gauge: IntGauge,
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.gauge.dec();
-        if self.drain.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.drain.0.idle.notify_waiters();
+        let inner = &self.drain.0;
+        if inner.in_flight.fetch_sub(1, Ordering::SeqCst) == 1
+            && inner.watched.load(Ordering::SeqCst)
+        {
+            inner.idle.notify_waiters();
         }
     }
 }
@@ -151,7 +160,7 @@ pub async fn tracked(gw: &Gateway, respond: impl Future<Output = Response>) -> R
 /// two halves of it for a caller that awaits its response inline, so that
 /// a large request future is not moved into another.
 pub fn enter(gw: &Gateway) -> Entered {
-    Entered(gw.drain.enter(gw.metrics.in_flight.clone()))
+    Entered(gw.drain.enter())
 }
 
 /// A request [`enter`]ed, until its response is handed to [`finish`].
@@ -295,10 +304,9 @@ mod tests {
     #[tokio::test]
     async fn wait_idle_returns_when_the_last_request_ends() {
         let drain = Drain::default();
-        let gauge = IntGauge::new("g", "g").unwrap();
-        let a = drain.enter(gauge.clone());
-        let b = drain.enter(gauge.clone());
-        assert_eq!((drain.in_flight(), gauge.get()), (2, 2));
+        let a = drain.enter();
+        let b = drain.enter();
+        assert_eq!(drain.in_flight(), 2);
         assert!(!drain.wait_idle(Duration::from_millis(20)).await);
         let waiter = {
             let drain = drain.clone();
@@ -308,7 +316,7 @@ mod tests {
         tokio::task::yield_now().await;
         drop(b);
         assert!(waiter.await.unwrap());
-        assert_eq!(gauge.get(), 0);
+        assert_eq!(drain.in_flight(), 0);
     }
 
     #[tokio::test]
@@ -323,7 +331,7 @@ mod tests {
                 IntCounter::new("c", "c").unwrap(),
             )),
             state: CutState::Streaming,
-            guard: drain.enter(IntGauge::new("g", "g").unwrap()),
+            guard: drain.enter(),
         };
         let reader = tokio::spawn(async move {
             let event = body.frame().await;
