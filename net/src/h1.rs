@@ -136,7 +136,7 @@ where
             return Ended::Handoff(io, back.freeze());
         };
         drop((head, first));
-        let guard = InFlight::begin(Arc::clone(state));
+        let guard = InFlight::begin(&**state);
         let answer = match call {
             Call::Plain(plain, req) => respond(&mut io, &mut buf, &mut feed, plain.call(req)).await,
             Call::App(mut req) => {
@@ -799,7 +799,7 @@ mod tests {
             &self.0
         }
 
-        fn call(&self, req: PlainRequest) -> impl Future<Output = Answer> + Send + 'static {
+        fn call(&self, req: PlainRequest) -> impl Future<Output = Answer> + Send {
             let mut text = format!("{} {}", req.target.path(), req.target);
             for (n, v) in req.fields.iter() {
                 text += &format!(

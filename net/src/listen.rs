@@ -11,10 +11,11 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -156,7 +157,7 @@ pub trait Plain: Send + Sync + 'static {
     /// it as its target, no parse per request.
     fn paths(&self) -> &[PathAndQuery];
     /// The answer to `req`; dropped unfinished when the client hangs up.
-    fn call(&self, req: PlainRequest) -> impl Future<Output = Answer> + Send + 'static;
+    fn call(&self, req: PlainRequest) -> impl Future<Output = Answer> + Send;
 }
 
 /// The [`Plain`] handler of a listener that has none: no paths.
@@ -168,7 +169,7 @@ impl Plain for NoPlain {
     }
 
     /// Never called: a request goes to a handler only by one of its paths.
-    fn call(&self, _: PlainRequest) -> impl Future<Output = Answer> + Send + 'static {
+    fn call(&self, _: PlainRequest) -> impl Future<Output = Answer> + Send {
         std::future::ready(Answer::default())
     }
 }
@@ -321,6 +322,7 @@ impl Stop {
         StopWait {
             slot: self.waiting.add(AtomicWaker::new()),
             stop: Arc::clone(self),
+            registered: None,
         }
     }
 }
@@ -329,21 +331,87 @@ impl Stop {
 struct StopWait {
     stop: Arc<Stop>,
     slot: Arc<AtomicWaker>,
+    /// The waker in `slot`: registering it again at every wake of the
+    /// connection took two atomic read-modify-writes each time, and a
+    /// connection's task keeps one waker. The slot keeps it until the
+    /// stop fires, after which this is ready for good.
+    registered: Option<Waker>,
 }
 
 impl Future for StopWait {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.stop.is_stopped() {
+        let this = self.get_mut();
+        if this.stop.is_stopped() {
             return Poll::Ready(());
         }
-        self.slot.register(cx.waker());
+        if this
+            .registered
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            return Poll::Pending;
+        }
+        this.slot.register(cx.waker());
+        this.registered = Some(cx.waker().clone());
         // A stop fired before the registration woke no one: look again.
-        if self.stop.is_stopped() {
+        if this.stop.is_stopped() {
             Poll::Ready(())
         } else {
             Poll::Pending
+        }
+    }
+}
+
+/// The watchdog's timer. Polled at every wake of its connection (inside
+/// the connection's select), but handed the task's waker only when it has
+/// not got it: tokio's `Sleep` registers the waker at every poll (two
+/// atomic read-modify-writes), and a connection's task keeps one waker.
+/// Once the timer fired (`is_elapsed`) or was reset, the next poll is the
+/// timer's own again.
+struct Look {
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    registered: Option<Waker>,
+}
+
+impl Look {
+    fn at(deadline: Instant) -> Self {
+        Look {
+            sleep: Box::pin(tokio::time::sleep_until(deadline)),
+            registered: None,
+        }
+    }
+
+    fn reset(&mut self, deadline: Instant) {
+        self.sleep.as_mut().reset(deadline);
+        self.registered = None;
+    }
+}
+
+impl Future for Look {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let holds_waker = this
+            .registered
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()));
+        if holds_waker && !this.sleep.is_elapsed() {
+            return Poll::Pending;
+        }
+        match this.sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                this.registered = None;
+                Poll::Ready(())
+            }
+            Poll::Pending => {
+                if !holds_waker {
+                    this.registered = Some(cx.waker().clone());
+                }
+                Poll::Pending
+            }
         }
     }
 }
@@ -421,8 +489,7 @@ async fn serve_connection<I, A: App, P: Plain>(
     // is created or registered per request.
     let stopping_signal = stop.wait();
     tokio::pin!(stopping_signal);
-    let check = tokio::time::sleep_until(state.next_check(&config.limits, Instant::now()));
-    tokio::pin!(check);
+    let mut check = Look::at(state.next_check(&config.limits, Instant::now()));
     // HTTP/1 requests are served by the lean server while they are plain;
     // hyper takes the connection at the first that is not (see `h1`).
     let io = if h2 {
@@ -453,7 +520,7 @@ async fn serve_connection<I, A: App, P: Plain>(
                     }
                 }
                 () = &mut check => {
-                    if watchdog_closes(&state, config, check.as_mut()) {
+                    if watchdog_closes(&state, config, &mut check) {
                         return;
                     }
                 }
@@ -497,7 +564,7 @@ async fn serve_connection<I, A: App, P: Plain>(
                 conn.as_mut().graceful_shutdown();
             }
             () = &mut check => {
-                if watchdog_closes(&state, config, check.as_mut()) {
+                if watchdog_closes(&state, config, &mut check) {
                     // HTTP/2 gets its GOAWAY; a half-sent head is just dropped.
                     conn.as_mut().graceful_shutdown();
                     let _ = tokio::time::timeout(Duration::from_secs(1), conn.as_mut()).await;
@@ -510,11 +577,7 @@ async fn serve_connection<I, A: App, P: Plain>(
 
 /// The watchdog's look: true when the connection must close (counted);
 /// else its timer is set for the next look.
-fn watchdog_closes(
-    state: &ConnState,
-    config: &ListenConfig,
-    check: Pin<&mut tokio::time::Sleep>,
-) -> bool {
+fn watchdog_closes(state: &ConnState, config: &ListenConfig, check: &mut Look) -> bool {
     let now = Instant::now();
     let counter = match state.verdict(&config.limits, now) {
         Verdict::Keep => {
@@ -725,17 +788,20 @@ impl ConnState {
 }
 
 /// A request from its head until its response body is done (or dropped).
-pub(crate) struct InFlight(Arc<ConnState>);
+/// Hyper's bodies outlive the call that began them and hold the state by
+/// `Arc`; the lean server's request ends within its connection's borrow of
+/// it (`&ConnState`: no reference count taken per request).
+pub(crate) struct InFlight<S: Deref<Target = ConnState> = Arc<ConnState>>(S);
 
-impl InFlight {
-    pub(crate) fn begin(state: Arc<ConnState>) -> Self {
+impl<S: Deref<Target = ConnState>> InFlight<S> {
+    pub(crate) fn begin(state: S) -> Self {
         state.in_flight.fetch_add(1, Ordering::Relaxed);
         state.head_since_ms.store(0, Ordering::Relaxed);
         Self(state)
     }
 }
 
-impl Drop for InFlight {
+impl<S: Deref<Target = ConnState>> Drop for InFlight<S> {
     fn drop(&mut self) {
         let s = &self.0;
         s.last_activity_ms.store(UNSTAMPED, Ordering::Relaxed);
