@@ -76,7 +76,7 @@ pub async fn explain(State(gw): State<Arc<Gateway>>, Query(q): Query<ExplainQuer
     let class = classify(&meta, 256, false, &gw.cfg().affinity);
     let policy = gw.cfg().affinity.cross_zone_fallback;
     let plan = plan_zones(&home, &view, &model.zones, class, policy);
-    let effective_why = if plan.effective == home {
+    let effective_why = if *plan.effective == home {
         format!("{home} is active")
     } else {
         format!(
@@ -89,8 +89,8 @@ pub async fn explain(State(gw): State<Arc<Gateway>>, Query(q): Query<ExplainQuer
     // configured order, then by usable share.
     let now = now_ms();
     let cfg = gw.cfg();
-    let preferred = cfg.fallback_order.get(&plan.effective);
-    let mut fallbacks = plan.fallbacks.clone();
+    let preferred = cfg.fallback_order.get(plan.effective);
+    let mut fallbacks: Vec<ZoneId> = plan.fallbacks.iter().map(|z| (*z).clone()).collect();
     fallbacks.sort_by_key(|z| {
         let configured = preferred
             .and_then(|p| p.iter().position(|x| x == z))
@@ -98,7 +98,7 @@ pub async fn explain(State(gw): State<Arc<Gateway>>, Query(q): Query<ExplainQuer
         let usable = model.pool(z).map_or(0.0, |p| p.usable_share(now));
         (configured, std::cmp::Reverse((usable * 1000.0) as u64))
     });
-    let panics = !fallbacks.is_empty() && model.pool(&plan.effective).is_some_and(|p| p.in_panic());
+    let panics = !fallbacks.is_empty() && model.pool(plan.effective).is_some_and(|p| p.in_panic());
     let mut order = vec![plan.effective.clone()];
     if panics {
         fallbacks.push(plan.effective.clone());

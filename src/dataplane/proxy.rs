@@ -108,7 +108,7 @@ pub const INFERENCE_PATHS: [&str; 3] =
 async fn handle(State(gw): State<Arc<Gateway>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let target = target_of(&parts.uri);
-    infer(gw, target, ClientHeaders::Map(parts.headers), body)
+    infer(&gw, target, ClientHeaders::Map(parts.headers), body)
         .await
         .into_response()
 }
@@ -124,7 +124,7 @@ pub fn target_of(uri: &Uri) -> PathAndQuery {
 /// error answer and its access line. `target`: the request's path and
 /// query (one of [`INFERENCE_PATHS`]).
 pub async fn infer(
-    gw: Arc<Gateway>,
+    gw: &Arc<Gateway>,
     target: PathAndQuery,
     headers: ClientHeaders,
     body: Body,
@@ -137,7 +137,7 @@ pub async fn infer(
     // meanwhile.
     let cfg = gw.cfg_arc();
     let result = match authenticate(&cfg, headers.text(&http::header::AUTHORIZATION)) {
-        Ok(caller) => serve(&gw, &cfg, caller, &target, &headers, body, started)
+        Ok(caller) => serve(gw, &cfg, caller, &target, &headers, body, started)
             .await
             .map_err(|f| (Some(caller), f)),
         Err(e) => Err((None, (None, e))),
@@ -262,7 +262,8 @@ fn admit(
     body_len: usize,
     now_ns: u64,
 ) -> Result<Admission, ApiError> {
-    gw.quotas.load().refresh(&facts.view);
+    let quotas = gw.quotas.load();
+    quotas.refresh(&facts.view);
     let ask = Ask {
         tenant_index: facts.tenant_index,
         model: &meta.model,
@@ -271,7 +272,7 @@ fn admit(
         max_tokens: meta.max_tokens,
         zone: facts.view.effective_zone(&facts.home),
     };
-    gw.quotas.load().admit(&ask, now_ns)
+    quotas.admit(&ask, now_ns)
 }
 
 /// The whole body, at most `limit` bytes, within `[node.limits]

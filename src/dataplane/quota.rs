@@ -708,7 +708,7 @@ impl Quotas {
             return Err(ApiError::Internal("tenant without quota state".into()));
         };
         let estimate = estimate_tokens(ask.body_len, ask.max_tokens);
-        let t = Arc::clone(tenant);
+        let t = tenant;
         t.offered_now.fetch_add(1, Ordering::Relaxed);
         let mut adm = Admission {
             tenant: Arc::clone(tenant),

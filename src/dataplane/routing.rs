@@ -566,34 +566,35 @@ pub struct BreakerChange {
     pub of: usize,
 }
 
-/// Which zones one request may use, in order.
+/// Which zones one request may use, in order: borrowed from the view and
+/// the model's zones, which outlive the request's attempts (a zone's name
+/// is shared text: a copy is a reference count taken and dropped).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ZonePlan {
+pub struct ZonePlan<'v> {
     /// The zone that serves the request: its home, or the target of a
     /// committed failover of its home.
-    pub effective: ZoneId,
+    pub effective: &'v ZoneId,
     /// Zones it may fall back to when `effective` cannot serve it.
-    pub fallbacks: Vec<ZoneId>,
+    pub fallbacks: Vec<&'v ZoneId>,
     /// Zones that could have served it but the request class forbids.
-    pub withheld: Vec<ZoneId>,
+    pub withheld: Vec<&'v ZoneId>,
 }
 
 /// Plans the zones for a request homed in `home`. Only active zones are
 /// fallback targets; a long request never leaves its effective zone unless
 /// policy says `all` (a committed failover is not a fallback: it moves the
 /// effective zone itself, for every request).
-pub fn plan_zones(
-    home: &ZoneId,
-    view: &ClusterView,
-    zones: &[ZoneId],
+pub fn plan_zones<'v>(
+    home: &'v ZoneId,
+    view: &'v ClusterView,
+    zones: &'v [ZoneId],
     class: RequestClass,
     policy: CrossZone,
-) -> ZonePlan {
-    let effective = view.effective_zone(home).clone();
+) -> ZonePlan<'v> {
+    let effective = view.effective_zone(home);
     let others = zones
         .iter()
-        .filter(|z| **z != effective && view.is_active(z))
-        .cloned();
+        .filter(|z| *z != effective && view.is_active(z));
     let allowed = match policy {
         CrossZone::None => false,
         CrossZone::Short => class == RequestClass::Short,
@@ -668,7 +669,7 @@ mod tests {
         ];
         for (view, class, policy, eff, fb, wh) in cases {
             let plan = plan_zones(&z[0], view, &z, *class, *policy);
-            let names = |v: &[ZoneId]| v.iter().map(|z| z.to_string()).collect::<Vec<_>>();
+            let names = |v: &[&ZoneId]| v.iter().map(|z| z.to_string()).collect::<Vec<_>>();
             assert_eq!(plan.effective.as_str(), *eff, "{class:?} {policy:?}");
             assert_eq!(names(&plan.fallbacks), *fb, "{class:?} {policy:?}");
             assert_eq!(names(&plan.withheld), *wh, "{class:?} {policy:?}");

@@ -69,8 +69,11 @@ impl Service<Request> for Front {
             let (parts, body) = req.into_parts();
             let target = proxy::target_of(&parts.uri);
             let headers = ClientHeaders::Map(parts.headers);
-            let answer = inference(Arc::clone(&self.gw), target, headers, body);
-            Box::pin(async move { Ok(answer.await.into_response()) })
+            let gw = Arc::clone(&self.gw);
+            Box::pin(async move {
+                let answer = inference(&gw, target, headers, body).await;
+                Ok(answer.into_response())
+            })
         } else {
             let rest = self.rest.clone();
             Box::pin(async move { rest.oneshot(req).await })
@@ -107,10 +110,12 @@ impl Plain for Inference {
         &self.paths
     }
 
-    /// Not boxed: the lean server keeps it in the connection's task.
-    fn call(&self, req: PlainRequest) -> impl Future<Output = Answer> + Send + 'static {
+    /// Not boxed: the lean server keeps it in the connection's task. It
+    /// borrows the gateway from the handler, which outlives the connection:
+    /// no reference count is taken per request.
+    fn call(&self, req: PlainRequest) -> impl Future<Output = Answer> + Send {
         let headers = ClientHeaders::Fields(req.fields);
-        inference(Arc::clone(&self.gw), req.target, headers, req.body)
+        inference(&self.gw, req.target, headers, req.body)
     }
 }
 
@@ -123,15 +128,15 @@ impl Plain for Inference {
 /// copying more per request (`benches/callgrind.sh`).
 #[allow(clippy::manual_async_fn)] // measured: see above
 fn inference(
-    gw: Arc<Gateway>,
+    gw: &Arc<Gateway>,
     target: PathAndQuery,
     headers: ClientHeaders,
     body: axum::body::Body,
-) -> impl Future<Output = Answer> + Send + 'static {
+) -> impl Future<Output = Answer> + Send + '_ {
     async move {
-        let entered = drain::enter(&gw);
-        let answer = proxy::infer(Arc::clone(&gw), target, headers, body).await;
-        drain::finish(&gw, entered, answer)
+        let entered = drain::enter(gw);
+        let answer = proxy::infer(gw, target, headers, body).await;
+        drain::finish(gw, entered, answer)
     }
 }
 

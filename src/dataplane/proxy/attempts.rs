@@ -119,16 +119,14 @@ pub(super) async fn forward_chain<'a>(
         next += 1;
         let cross_zone_ok = req.cfg.affinity.cross_zone_fallback;
         let plan = plan_zones(&req.home, &req.view, &model.zones, req.class, cross_zone_ok);
-        zone_watch
-            .zone
-            .get_or_insert_with(|| plan.effective.clone());
+        zone_watch.zone.get_or_insert(plan.effective);
         let mut on_model = ModelAttempts::new(req, model);
         let mut revisited = false;
         let mut out_of_context = false;
         loop {
-            let order = zone_order(gw, model, &plan.effective, &plan.fallbacks);
+            let order = zone_order(gw, model, plan.effective, &plan.fallbacks);
             for zone in order {
-                let Some(pool) = model.pool(&zone) else {
+                let Some(pool) = model.pool(zone) else {
                     continue;
                 };
                 while let Some(Pick {
@@ -235,16 +233,16 @@ fn zone_order<'z>(
     gw: &'z Gateway,
     model: &'z ModelRoute,
     effective: &'z ZoneId,
-    fallbacks: &'z [ZoneId],
-) -> impl Iterator<Item = ZoneId> + Send + 'z {
+    fallbacks: &'z [&'z ZoneId],
+) -> impl Iterator<Item = &'z ZoneId> + Send + 'z {
     let others =
         std::iter::once_with(move || order_fallbacks(gw, model, effective, fallbacks.to_vec()))
             .flatten();
     let panics = !fallbacks.is_empty() && model.pool(effective).is_some_and(|p| p.in_panic());
     if panics {
-        Either::Left(others.chain(std::iter::once(effective.clone())))
+        Either::Left(others.chain(std::iter::once(effective)))
     } else {
-        Either::Right(std::iter::once(effective.clone()).chain(others))
+        Either::Right(std::iter::once(effective).chain(others))
     }
 }
 
@@ -407,8 +405,8 @@ async fn attempt(
 /// How a request's effective zone did, for the zone observations the
 /// control plane scores (see `observe`).
 #[derive(Default)]
-struct ZoneWatch {
-    zone: Option<ZoneId>,
+struct ZoneWatch<'v> {
+    zone: Option<&'v ZoneId>,
     error: bool,
     busy: bool,
     /// Only answers that say nothing about the zone: long generations, the
@@ -416,9 +414,9 @@ struct ZoneWatch {
     neutral: bool,
 }
 
-impl ZoneWatch {
+impl ZoneWatch<'_> {
     fn saw(&mut self, zone: &ZoneId, e: &AttemptError) {
-        if self.zone.as_ref() != Some(zone) {
+        if self.zone != Some(zone) {
             return;
         }
         match e {
@@ -439,7 +437,7 @@ impl ZoneWatch {
         if std::mem::replace(&mut attempts.zone_recorded, true) {
             return;
         }
-        let result = if served_in == Some(&zone) {
+        let result = if served_in == Some(zone) {
             ZoneResult::Served
         } else if self.error {
             ZoneResult::Failed
@@ -565,12 +563,12 @@ fn rewrite_model(body: &Bytes, requested: &str, backend: &Backend, logical: &str
 /// Cross-zone fallback targets in preference order: the configured
 /// `[zones.<z>] fallback_order` first, then the others by how much of their
 /// pool for this model can take traffic now (the healthiest first).
-fn order_fallbacks(
+fn order_fallbacks<'z>(
     gw: &Gateway,
     model: &ModelRoute,
     effective: &ZoneId,
-    mut zones: Vec<ZoneId>,
-) -> Vec<ZoneId> {
+    mut zones: Vec<&'z ZoneId>,
+) -> Vec<&'z ZoneId> {
     let cfg = gw.cfg();
     let preferred = cfg.fallback_order.get(effective);
     let now = now_ms();

@@ -17,6 +17,7 @@ use super::{pin, RequestFacts};
 use crate::clock::now_ms;
 use crate::dataplane::backend::{Backend, InFlight};
 use crate::dataplane::forward::names;
+use crate::dataplane::forward::Committed;
 use crate::dataplane::quota::Admission;
 use crate::dataplane::relay::{self, RelayHooks, RelayOptions, Resumed, StreamEnd};
 use crate::dataplane::request::RequestClass;
@@ -30,8 +31,16 @@ const MAX_CONTINUATIONS: u32 = 2;
 /// The first byte is in: record the attempt's success, count fallbacks,
 /// pin the session, and describe the route for the response headers.
 /// `now`: [`now_ms`] as the respond stage read it.
-fn served(gw: &Gateway, req: RequestFacts, w: &Winner<'_>, attempts: u32, now: u64) -> Served {
-    let (model, backend, committed) = (w.model, Arc::clone(&w.backend), &w.committed);
+/// The backend moves from the winner into what is returned (a reference
+/// count taken and dropped per request otherwise).
+fn served(
+    gw: &Gateway,
+    req: RequestFacts,
+    w: Winner<'_>,
+    attempts: u32,
+    now: u64,
+) -> (Served, Committed, (InFlight, PoolGuard)) {
+    let (model, backend, committed) = (w.model, w.backend, w.committed);
     backend.record_success(committed.first_byte, now);
     let m = &gw.metrics;
     let handles = w.pool.handles(w.index, &model.cfg.name, m);
@@ -65,7 +74,7 @@ fn served(gw: &Gateway, req: RequestFacts, w: &Winner<'_>, attempts: u32, now: u
         .session
         .filter(|_| req.cfg.affinity.zone_pin)
         .map(|s| pin(gw, &req.tenant, s, &req.home));
-    Served {
+    let served = Served {
         pin_token,
         tenant: req.tenant,
         model: Arc::clone(&model.name),
@@ -78,7 +87,8 @@ fn served(gw: &Gateway, req: RequestFacts, w: &Winner<'_>, attempts: u32, now: u
         attempts,
         idle: model.cfg.timeouts.idle,
         deadline: req.deadline,
-    }
+    };
+    (served, committed, w.guards)
 }
 
 /// Who served a request and how; becomes headers, metrics and the access line.
@@ -116,12 +126,8 @@ pub(super) fn respond(
     // stage itself runs within microseconds of it.
     let arrived = winner.committed.arrived;
     let ttft = arrived.saturating_duration_since(started);
-    let ctx = served(gw, req, &winner, attempts, crate::clock::ms_at(arrived));
-    let Winner {
-        mut committed,
-        guards,
-        ..
-    } = winner;
+    let (ctx, mut committed, guards) =
+        served(gw, req, winner, attempts, crate::clock::ms_at(arrived));
     let status = committed.status;
     let sse = committed.lines.event_stream;
     // The backend's headers (`upstream::wire` left out the hop-by-hop
