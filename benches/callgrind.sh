@@ -11,6 +11,9 @@
 #                                      # write and wake-up; runs vary by a few percent)
 #   QUOTA=1 benches/callgrind.sh ...   # the tenant has quotas far above the load: every request
 #                                      # pays the whole quota stage and its headers
+#   ATOMICS=1 benches/callgrind.sh ... # also atomic read-modify-writes per request, by
+#                                      # function (benches/atomics.py; callgrind counts each
+#                                      # as one instruction, natively ~20 cycles or more)
 #
 # Needs valgrind and python3; a benchmark, never part of the tests.
 set -euo pipefail
@@ -49,7 +52,7 @@ models = ["bench"]
 CONF
 run() {
   local n=$1 out=$WORK/cg.$1
-  RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file=$out "$BIN" serve --config $WORK/z.toml >/dev/null 2>$WORK/vg.$n &
+  RUST_LOG=warn valgrind --tool=callgrind $DUMP --callgrind-out-file=$out "$BIN" serve --config $WORK/z.toml >/dev/null 2>$WORK/vg.$n &
   local pid=$!
   for _ in $(seq 600); do curl -s -o /dev/null http://127.0.0.1:$ZP/healthz && break; sleep 0.2; done
   python3 - "$ZP" "$n" "$STREAM" <<'PY'
@@ -65,7 +68,13 @@ PY
   kill -INT $pid; wait $pid 2>/dev/null || true
   grep -E "^summary:|^totals:" $out | head -1 | awk '{print $2}'
 }
+DUMP=""
+[ "${ATOMICS:-0}" = 1 ] && DUMP="--dump-instr=yes"
 I1=$(run $N1); I2=$(run $N2)
 kill $MOCK 2>/dev/null || true
-rm -rf $WORK
 python3 -c "print(f'instructions per request: {($I2-$I1)/($N2-$N1):.0f}  ({$I1} @ {$N1}, {$I2} @ {$N2})')"
+if [ "${ATOMICS:-0}" = 1 ]; then
+  LIBC=$(readlink -f "$(ldd "$BIN" | awk '/libc.so/ {print $3}')")
+  python3 "$(dirname "$0")/atomics.py" $WORK/cg.$N1 $WORK/cg.$N2 $((N2 - N1)) "$(readlink -f "$BIN")" "$LIBC"
+fi
+rm -rf $WORK
