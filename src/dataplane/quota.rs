@@ -740,7 +740,7 @@ impl Quotas {
                         _ => "capacity_full",
                     };
                     t.reject(reason);
-                    return Err(self.refusal(&t, ApiError::CapacityExceeded {
+                    return Err(self.refusal(t, ApiError::CapacityExceeded {
                         message: match shed {
                             Shed::Full => format!(
                                 "zone {} is at capacity; please retry shortly",
@@ -765,17 +765,17 @@ impl Quotas {
         }
         if !t.concurrency.acquire(1) {
             t.reject("concurrency");
-            return Err(self.limited(&t, "concurrency", "requests", 1, now));
+            return Err(self.limited(t, "concurrency", "requests", 1, now));
         }
         adm.concurrency = true;
         if let Err(w) = t.rpm.take(now, 1) {
             t.reject("rpm");
-            return Err(self.limited(&t, "rpm", "requests", w.0, now));
+            return Err(self.limited(t, "rpm", "requests", w.0, now));
         }
         if let Err(w) = t.tpm.take(now, estimate) {
             t.rpm.adjust(-1);
             t.reject("tpm");
-            return Err(self.limited(&t, "tpm", "tokens", w.0, now));
+            return Err(self.limited(t, "tpm", "tokens", w.0, now));
         }
         if let Some(m) = &adm.model {
             let failed = match m.rpm.take(now, 1) {
@@ -792,7 +792,7 @@ impl Quotas {
                 t.rpm.adjust(-1);
                 t.tpm.adjust(-(estimate as i64));
                 t.reject(reason);
-                return Err(self.limited(&t, reason, what, w.0, now));
+                return Err(self.limited(t, reason, what, w.0, now));
             }
         }
         adm.estimate = estimate;

@@ -448,7 +448,7 @@ impl ZoneWatch<'_> {
         } else {
             ZoneResult::Unanswered
         };
-        gw.zone_stats.record(&zone, result);
+        gw.zone_stats.record(zone, result);
     }
 }
 
