@@ -137,13 +137,21 @@ where
         };
         drop((head, first));
         let guard = InFlight::begin(&**state);
+        // The handler's future is pinned here, in this function's state,
+        // and lent to `respond`: passed by value, it was stored twice in
+        // `respond`'s (as its argument and pinned in a local: 6.9 KB for
+        // the data plane's 3.4 KB future) and copied at its first poll.
         let answer = match call {
-            Call::Plain(plain, req) => respond(&mut io, &mut buf, &mut feed, plain.call(req)).await,
+            Call::Plain(plain, req) => {
+                let fut = std::pin::pin!(plain.call(req));
+                respond(&mut io, &mut buf, &mut feed, fut).await
+            }
             Call::App(mut req) => {
                 if let Some(peer) = peer {
                     req.extensions_mut().insert(peer.clone());
                 }
-                respond(&mut io, &mut buf, &mut feed, app.clone().oneshot(req))
+                let fut = std::pin::pin!(app.clone().oneshot(req));
+                respond(&mut io, &mut buf, &mut feed, fut)
                     .await
                     .map(|r| match r {
                         Ok(resp) => Answer::from(resp),
@@ -336,13 +344,12 @@ async fn respond<I, F, R>(
     io: &mut I,
     buf: &mut BytesMut,
     feed: &mut Option<Feed>,
-    fut: F,
+    mut fut: Pin<&mut F>,
 ) -> Option<R>
 where
     I: AsyncRead + Unpin,
     F: Future<Output = R>,
 {
-    let mut fut = std::pin::pin!(fut);
     let mut watching = buf.is_empty();
     poll_fn(|cx| loop {
         if let Poll::Ready(r) = fut.as_mut().poll(cx) {
