@@ -4,11 +4,11 @@
 //! with each candidate backend's state and weight, the model fallback chain
 //! and whether the request may cross zones.
 //!
-//! It calls the data plane's own public stages (`classify`, `plan_zones`,
-//! the pin table, `Routes::model`) on this node's current view. Two
-//! approximations, both said in the answer: a session's home comes from
-//! this node's pin table (a client's pin token is not seen), and the
-//! prompt size is taken as small.
+//! It calls the data plane's own public stages (`classify`, `plan_zones`
+//! and the plan's `order`, the pin table, `Routes::model`) on this node's
+//! current view. Two approximations, both said in the answer: a session's
+//! home comes from this node's pin table (a client's pin token is not
+//! seen), and the prompt size is taken as small.
 
 use std::sync::Arc;
 
@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use zonegate_cluster::ZoneId;
 
-use crate::clock::{now_ms, unix_s};
+use crate::clock::unix_s;
 use crate::dataplane::balance::hash_key;
 use crate::dataplane::error::error_body;
 use crate::dataplane::request::{classify, RequestMeta};
@@ -84,28 +84,9 @@ pub async fn explain(State(gw): State<Arc<Gateway>>, Query(q): Query<ExplainQuer
             plan.effective, view.decision_version
         )
     };
-    // The order the data plane tries zones in: the effective zone first
-    // (last when its pool panics and fallbacks exist), then fallbacks by
-    // configured order, then by usable share.
-    let now = now_ms();
+    // The order the data plane tries zones in (`ZonePlan::order`).
     let cfg = gw.cfg();
-    let preferred = cfg.fallback_order.get(plan.effective);
-    let mut fallbacks: Vec<ZoneId> = plan.fallbacks.iter().map(|z| (*z).clone()).collect();
-    fallbacks.sort_by_key(|z| {
-        let configured = preferred
-            .and_then(|p| p.iter().position(|x| x == z))
-            .unwrap_or(usize::MAX);
-        let usable = model.pool(z).map_or(0.0, |p| p.usable_share(now));
-        (configured, std::cmp::Reverse((usable * 1000.0) as u64))
-    });
-    let panics = !fallbacks.is_empty() && model.pool(plan.effective).is_some_and(|p| p.in_panic());
-    let mut order = vec![plan.effective.clone()];
-    if panics {
-        fallbacks.push(plan.effective.clone());
-        order = fallbacks;
-    } else {
-        order.extend(fallbacks);
-    }
+    let order: Vec<&ZoneId> = plan.order(&cfg, model).collect();
     let zones: Vec<Value> = order
         .iter()
         .map(|z| {

@@ -612,6 +612,56 @@ pub fn plan_zones<'v>(
     }
 }
 
+impl<'v> ZonePlan<'v> {
+    /// The zones to try `model` in: the effective zone, then the allowed
+    /// fallback zones (ordered only if the effective zone cannot answer:
+    /// most requests never need them). An effective zone whose pool is in
+    /// panic (more of it looks bad than `max_ejected_percent` lets go)
+    /// comes last when the request may cross zones: a whole zone failing
+    /// is what cross-zone fallback is for, and panic routing there would
+    /// only spend the retry budget on backends known to be bad. The data
+    /// plane and `ctl explain` both take their order from here.
+    pub fn order<'p>(
+        &'p self,
+        cfg: &'p Config,
+        model: &'p ModelRoute,
+    ) -> impl Iterator<Item = &'v ZoneId> + Send + 'p {
+        let effective = self.effective;
+        let fallbacks = &self.fallbacks;
+        let others =
+            std::iter::once_with(move || order_fallbacks(cfg, model, effective, fallbacks.clone()))
+                .flatten();
+        let panics = !fallbacks.is_empty() && model.pool(effective).is_some_and(|p| p.in_panic());
+        if panics {
+            either::Either::Left(others.chain(std::iter::once(effective)))
+        } else {
+            either::Either::Right(std::iter::once(effective).chain(others))
+        }
+    }
+}
+
+/// Cross-zone fallback targets in preference order: the configured
+/// `[zones.<z>] fallback_order` first, then the others by how much of their
+/// pool for this model can take traffic now (the healthiest first).
+fn order_fallbacks<'z>(
+    cfg: &Config,
+    model: &ModelRoute,
+    effective: &ZoneId,
+    mut zones: Vec<&'z ZoneId>,
+) -> Vec<&'z ZoneId> {
+    let preferred = cfg.fallback_order.get(effective);
+    let now = now_ms();
+    let rank = |z: &ZoneId| {
+        let configured = preferred
+            .and_then(|p| p.iter().position(|x| x == z))
+            .unwrap_or(usize::MAX);
+        let usable = model.pool(z).map_or(0.0, |p| p.usable_share(now));
+        (configured, std::cmp::Reverse((usable * 1000.0) as u64))
+    };
+    zones.sort_by_key(|z| rank(z));
+    zones
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

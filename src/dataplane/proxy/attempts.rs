@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use either::Either;
 use http::uri::PathAndQuery;
 use smallvec::SmallVec;
 use tokio::time::Instant;
@@ -124,7 +123,7 @@ pub(super) async fn forward_chain<'a>(
         let mut revisited = false;
         let mut out_of_context = false;
         loop {
-            let order = zone_order(gw, model, plan.effective, &plan.fallbacks);
+            let order = plan.order(&req.cfg, model);
             for zone in order {
                 let Some(pool) = model.pool(zone) else {
                     continue;
@@ -220,30 +219,6 @@ pub(super) async fn forward_chain<'a>(
     }
     zone_watch.finish(gw, None, attempts);
     Err(GaveUp { withheld_zones })
-}
-
-/// The zones to try a model in: the effective zone, then the allowed
-/// fallback zones (worked out only if the effective zone cannot answer:
-/// most requests never need them). An effective zone whose pool is in panic
-/// (more of it looks bad than `max_ejected_percent` lets go) comes last
-/// when the request may cross zones: a whole zone failing is what
-/// cross-zone fallback is for, and panic routing there would only spend
-/// the retry budget on backends known to be bad.
-fn zone_order<'z>(
-    gw: &'z Gateway,
-    model: &'z ModelRoute,
-    effective: &'z ZoneId,
-    fallbacks: &'z [&'z ZoneId],
-) -> impl Iterator<Item = &'z ZoneId> + Send + 'z {
-    let others =
-        std::iter::once_with(move || order_fallbacks(gw, model, effective, fallbacks.to_vec()))
-            .flatten();
-    let panics = !fallbacks.is_empty() && model.pool(effective).is_some_and(|p| p.in_panic());
-    if panics {
-        Either::Left(others.chain(std::iter::once(effective)))
-    } else {
-        Either::Right(std::iter::once(effective).chain(others))
-    }
 }
 
 /// One model's share of a request's attempts.
@@ -558,27 +533,4 @@ fn rewrite_model(body: &Bytes, requested: &str, backend: &Backend, logical: &str
         }
         Err(_) => body.clone(),
     }
-}
-
-/// Cross-zone fallback targets in preference order: the configured
-/// `[zones.<z>] fallback_order` first, then the others by how much of their
-/// pool for this model can take traffic now (the healthiest first).
-fn order_fallbacks<'z>(
-    gw: &Gateway,
-    model: &ModelRoute,
-    effective: &ZoneId,
-    mut zones: Vec<&'z ZoneId>,
-) -> Vec<&'z ZoneId> {
-    let cfg = gw.cfg();
-    let preferred = cfg.fallback_order.get(effective);
-    let now = now_ms();
-    let rank = |z: &ZoneId| {
-        let configured = preferred
-            .and_then(|p| p.iter().position(|x| x == z))
-            .unwrap_or(usize::MAX);
-        let usable = model.pool(z).map_or(0.0, |p| p.usable_share(now));
-        (configured, std::cmp::Reverse((usable * 1000.0) as u64))
-    };
-    zones.sort_by_key(|z| rank(z));
-    zones
 }
