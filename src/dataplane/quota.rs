@@ -704,14 +704,13 @@ impl Quotas {
     /// capacity (priority shedding), concurrency, requests, tokens, then
     /// the model's limits; a refusal undoes what earlier checks took.
     pub fn admit(&self, ask: &Ask<'_>, now: u64) -> Result<Admission, ApiError> {
-        let Some(tenant) = self.tenants.get(ask.tenant_index) else {
+        let Some(t) = self.tenants.get(ask.tenant_index) else {
             return Err(ApiError::Internal("tenant without quota state".into()));
         };
         let estimate = estimate_tokens(ask.body_len, ask.max_tokens);
-        let t = tenant;
         t.offered_now.fetch_add(1, Ordering::Relaxed);
         let mut adm = Admission {
-            tenant: Arc::clone(tenant),
+            tenant: Arc::clone(t),
             model: self.models.get(ask.model).cloned(),
             zone: None,
             concurrency: false,

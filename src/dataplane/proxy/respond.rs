@@ -30,9 +30,9 @@ const MAX_CONTINUATIONS: u32 = 2;
 
 /// The first byte is in: record the attempt's success, count fallbacks,
 /// pin the session, and describe the route for the response headers.
-/// `now`: [`now_ms`] as the respond stage read it.
-/// The backend moves from the winner into what is returned (a reference
-/// count taken and dropped per request otherwise).
+/// `now`: [`now_ms`] when the first chunk arrived (`Committed::arrived`).
+/// The winner's backend, answer and guards move into what is returned (a
+/// reference count taken and dropped per request otherwise).
 fn served(
     gw: &Gateway,
     req: RequestFacts,
