@@ -55,8 +55,8 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tower::ServiceExt;
 
 use crate::http1::{
-    content_length, header_map, list_items, put_header, put_number, span, Answer, HeadFields,
-    HeadLines, Span,
+    content_length, header_map, list_items, poll_read, put_header, put_number, span, Answer,
+    HeadFields, HeadLines, Span, READ_SPACE,
 };
 use crate::listen::{App, ConnState, InFlight, Peer, Plain, PlainRequest, Stop};
 
@@ -65,8 +65,6 @@ const MAX_HEADERS: usize = 64;
 /// A head still incomplete at this size goes to hyper (which answers 431
 /// past its own limit).
 const MAX_HEAD: usize = 64 * 1024;
-/// Free space a read asks for.
-const READ_SPACE: usize = 8 * 1024;
 /// Response bytes gathered before a write, even if more are ready.
 const FLUSH_AT: usize = 16 * 1024;
 
@@ -317,18 +315,6 @@ fn call<'a, P: Plain>(
     *req.method_mut() = parsed.method.clone();
     *req.uri_mut() = uri;
     Some(Call::App(req))
-}
-
-/// Reads into `buf`'s free space (growing it when short); 0 is the end.
-fn poll_read<I: AsyncRead + Unpin>(
-    io: &mut I,
-    buf: &mut BytesMut,
-    cx: &mut Context<'_>,
-) -> Poll<io::Result<usize>> {
-    if buf.capacity() - buf.len() < READ_SPACE / 2 {
-        buf.reserve(READ_SPACE);
-    }
-    tokio_util::io::poll_read_buf(Pin::new(io), cx, buf)
 }
 
 async fn read<I: AsyncRead + Unpin>(io: &mut I, buf: &mut BytesMut) -> io::Result<usize> {

@@ -3,13 +3,42 @@
 //! (`zonegate::dataplane::upstream`). One definition, so the two agree on
 //! what a valid `Content-Length` is.
 
+use std::io;
 use std::ops::Range;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use axum::body::Body;
 use axum::response::Response;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use smallvec::SmallVec;
+use tokio::io::AsyncRead;
+
+/// Free space a connection's read asks for.
+pub const READ_SPACE: usize = 8 * 1024;
+
+/// Reads into `buf`'s free space; 0 is the end of the stream. An empty
+/// buffer nothing else shares starts over at its front, so a keep-alive
+/// connection's requests (or answers) land on the same few cache lines
+/// instead of walking through the whole buffer before it is reclaimed;
+/// one short of `READ_SPACE / 2` free, it grows.
+pub fn poll_read<I: AsyncRead + Unpin>(
+    io: &mut I,
+    buf: &mut BytesMut,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<usize>> {
+    if buf.is_empty() && buf.capacity() < READ_SPACE {
+        // Past its front (or grown smaller by a split). Asking for more
+        // than it has succeeds only by moving back to the front; it never
+        // allocates.
+        let _ = buf.try_reclaim(buf.capacity() + 1);
+    }
+    if buf.capacity() - buf.len() < READ_SPACE / 2 {
+        buf.reserve(READ_SPACE);
+    }
+    tokio_util::io::poll_read_buf(Pin::new(io), cx, buf)
+}
 
 /// Byte ranges of one header's name and value within a head.
 pub type Span = (Range<usize>, Range<usize>);
@@ -326,6 +355,42 @@ mod tests {
         // The reused buffer starts empty each time.
         assert_eq!(&written(|out| out.push(b'x'))[..], b"x");
         assert!(written(|_| {}).is_empty());
+    }
+
+    /// Reads all of `from` with [`poll_read`] (a slice is always ready).
+    fn read_all(mut from: &[u8], buf: &mut BytesMut) {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        while !from.is_empty() {
+            match poll_read(&mut from, buf, &mut cx) {
+                Poll::Ready(Ok(_)) => {}
+                other => panic!("a slice read gave {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn an_empty_buffer_nothing_shares_reads_at_its_front_again() {
+        let mut buf = BytesMut::with_capacity(READ_SPACE);
+        let front = buf.as_ptr();
+        read_all(b"GET / HTTP/1.1\r\n\r\n", &mut buf);
+        assert_eq!(buf.as_ptr(), front);
+        drop(buf.split().freeze());
+        read_all(b"second", &mut buf);
+        assert_eq!(buf.as_ptr(), front, "the next request starts at the front");
+        assert_eq!(&buf[..], b"second");
+
+        // A request's bytes still held elsewhere stay where they are: the
+        // next read goes after them, nothing is allocated or overwritten.
+        let held = buf.split().freeze();
+        read_all(b"third", &mut buf);
+        assert_eq!(buf.as_ptr(), front.wrapping_add(held.len()));
+        assert_eq!((&held[..], &buf[..]), (&b"second"[..], &b"third"[..]));
+
+        // Not empty: what is there is never moved by a read.
+        let at = buf.as_ptr();
+        drop(held);
+        read_all(b"!", &mut buf);
+        assert_eq!((buf.as_ptr(), &buf[..]), (at, &b"third!"[..]));
     }
 
     #[test]

@@ -137,16 +137,10 @@ pub struct Conn {
     setting: Setting,
 }
 
-/// Free space a read asks for.
-const READ_SPACE: usize = 8 * 1024;
-
 impl Conn {
     /// Reads into `buf`'s free space; 0 is the end of the stream.
     fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        if self.buf.capacity() - self.buf.len() < READ_SPACE / 2 {
-            self.buf.reserve(READ_SPACE);
-        }
-        tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf)
+        zonegate_net::http1::poll_read(&mut self.io, &mut self.buf, cx)
     }
 
     /// An idle connection can take a request: reading it finds nothing
