@@ -1,7 +1,8 @@
 //! What both of zonegate's HTTP/1.1 parsers share: the server's
 //! (`listen`'s lean server for plain requests) and the backend client's
 //! (`zonegate::dataplane::upstream`). One definition, so the two agree on
-//! what a valid `Content-Length` is.
+//! what a valid `Content-Length` is, and read their connections the same
+//! way ([`poll_read`]).
 
 use std::io;
 use std::ops::Range;
@@ -21,8 +22,8 @@ pub const READ_SPACE: usize = 8 * 1024;
 /// Reads into `buf`'s free space; 0 is the end of the stream. An empty
 /// buffer nothing else shares starts over at its front, so a keep-alive
 /// connection's requests (or answers) land on the same few cache lines
-/// instead of walking through the whole buffer before it is reclaimed;
-/// one short of `READ_SPACE / 2` free, it grows.
+/// instead of walking through the whole buffer before it is reclaimed.
+/// With less than `READ_SPACE / 2` free, it grows by `READ_SPACE`.
 pub fn poll_read<I: AsyncRead + Unpin>(
     io: &mut I,
     buf: &mut BytesMut,
