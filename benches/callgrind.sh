@@ -14,6 +14,12 @@
 #   ATOMICS=1 benches/callgrind.sh ... # also atomic read-modify-writes per request, by
 #                                      # function (benches/atomics.py; callgrind counts each
 #                                      # as one instruction, natively ~20 cycles or more)
+#   CONNS=128 benches/callgrind.sh BIN 2 10  # 128 connections, each sending in turn, N1 and
+#                                      # N2 rounds: requests in flight together, as under load
+#   CACHE=1 benches/callgrind.sh ...   # also cache misses per request, simulated (64 KiB
+#                                      # I1, 48 KiB D1, 2 MiB LL, 64-byte lines: this
+#                                      # machine's per-core caches): I1mr is code the request
+#                                      # runs that did not fit, D1/LL data that went cold
 #
 # Needs valgrind and python3; a benchmark, never part of the tests.
 set -euo pipefail
@@ -55,24 +61,39 @@ run() {
   RUST_LOG=warn valgrind --tool=callgrind $DUMP --callgrind-out-file=$out "$BIN" serve --config $WORK/z.toml >/dev/null 2>$WORK/vg.$n &
   local pid=$!
   for _ in $(seq 600); do curl -s -o /dev/null http://127.0.0.1:$ZP/healthz && break; sleep 0.2; done
-  python3 - "$ZP" "$n" "$STREAM" <<'PY'
+  python3 - "$ZP" "$n" "$STREAM" "$CONNS" <<'PY'
 import http.client, sys, json
-port, n, stream = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
+port, n, stream, conns = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4])
 body = json.dumps({"model":"bench","max_tokens":16,"stream":stream,"messages":[{"role":"user","content":"hello"}]})
-c = http.client.HTTPConnection("127.0.0.1", port)
+cs = [http.client.HTTPConnection("127.0.0.1", port) for _ in range(conns)]
+headers = {"Authorization":"Bearer bench-key","Content-Type":"application/json"}
 for _ in range(n):
-    c.request("POST", "/v1/chat/completions", body, {"Authorization":"Bearer bench-key","Content-Type":"application/json"})
-    r = c.getresponse(); r.read()
-    assert r.status == 200, r.status
+    for c in cs:
+        c.request("POST", "/v1/chat/completions", body, headers)
+    for c in cs:
+        r = c.getresponse(); r.read()
+        assert r.status == 200, r.status
 PY
   kill -INT $pid; wait $pid 2>/dev/null || true
-  grep -E "^summary:|^totals:" $out | head -1 | awk '{print $2}'
+  # The events line names the counters; summary holds their totals.
+  grep -E "^events:" $out | head -1 > $WORK/events.$n
+  grep -E "^summary:|^totals:" $out | head -1 | cut -d' ' -f2-
 }
+CONNS=${CONNS:-1}
 DUMP=""
 [ "${ATOMICS:-0}" = 1 ] && DUMP="--dump-instr=yes"
-I1=$(run $N1); I2=$(run $N2)
+[ "${CACHE:-0}" = 1 ] && DUMP="$DUMP --cache-sim=yes --I1=65536,16,64 --D1=49152,12,64 --LL=2097152,16,64"
+S1=$(run $N1); S2=$(run $N2)
 kill $MOCK 2>/dev/null || true
-python3 -c "print(f'instructions per request: {($I2-$I1)/($N2-$N1):.0f}  ({$I1} @ {$N1}, {$I2} @ {$N2})')"
+python3 - "$(cat $WORK/events.$N1)" "$S1" "$S2" $(((N2 - N1) * CONNS)) $N1 $N2 <<'PY'
+import sys
+names = sys.argv[1].split()[1:]
+a, b = [list(map(int, x.split())) for x in sys.argv[2:4]]
+n = int(sys.argv[4])
+print(f"instructions per request: {(b[0]-a[0])/n:.0f}  ({a[0]} @ {sys.argv[5]}, {b[0]} @ {sys.argv[6]} rounds)")
+if len(names) > 1:
+    print("per request: " + "  ".join(f"{k} {(y-x)/n:.1f}" for k, x, y in zip(names[1:], a[1:], b[1:])))
+PY
 if [ "${ATOMICS:-0}" = 1 ]; then
   LIBC=$(readlink -f "$(ldd "$BIN" | awk '/libc.so/ {print $3}')")
   python3 "$(dirname "$0")/atomics.py" $WORK/cg.$N1 $WORK/cg.$N2 $((N2 - N1)) "$(readlink -f "$BIN")" "$LIBC"
