@@ -58,7 +58,7 @@ models = ["bench"]
 CONF
 run() {
   local n=$1 out=$WORK/cg.$1
-  RUST_LOG=warn valgrind --tool=callgrind $DUMP --callgrind-out-file=$out "$BIN" serve --config $WORK/z.toml >/dev/null 2>$WORK/vg.$n &
+  RUST_LOG=warn valgrind --tool=callgrind $VG_OPTS --callgrind-out-file=$out "$BIN" serve --config $WORK/z.toml >/dev/null 2>$WORK/vg.$n &
   local pid=$!
   for _ in $(seq 600); do curl -s -o /dev/null http://127.0.0.1:$ZP/healthz && break; sleep 0.2; done
   python3 - "$ZP" "$n" "$STREAM" "$CONNS" <<'PY'
@@ -80,9 +80,10 @@ PY
   grep -E "^summary:|^totals:" $out | head -1 | cut -d' ' -f2-
 }
 CONNS=${CONNS:-1}
-DUMP=""
-[ "${ATOMICS:-0}" = 1 ] && DUMP="--dump-instr=yes"
-[ "${CACHE:-0}" = 1 ] && DUMP="$DUMP --cache-sim=yes --I1=65536,16,64 --D1=49152,12,64 --LL=2097152,16,64"
+# valgrind options: per-instruction counts (ATOMICS), the cache simulation (CACHE)
+VG_OPTS=""
+[ "${ATOMICS:-0}" = 1 ] && VG_OPTS="--dump-instr=yes"
+[ "${CACHE:-0}" = 1 ] && VG_OPTS="$VG_OPTS --cache-sim=yes --I1=65536,16,64 --D1=49152,12,64 --LL=2097152,16,64"
 S1=$(run $N1); S2=$(run $N2)
 kill $MOCK 2>/dev/null || true
 python3 - "$(cat $WORK/events.$N1)" "$S1" "$S2" $(((N2 - N1) * CONNS)) $N1 $N2 <<'PY'
