@@ -36,6 +36,9 @@
 #                                      # per request (wrk, Connection: close)
 #   QUOTA=1 benches/load.sh            # the tenant has rpm/tpm/concurrency quotas far above the
 #                                      # load: every request pays the whole quota stage (and headers)
+#   BIN=target/pgo/zonegate benches/load.sh
+#                                      # measures that zonegate binary (benches/pgo.sh's
+#                                      # profile-guided build) instead of building one
 #   BASE=/tmp/zonegate-old benches/load.sh
 #                                      # A/B in one run: adds a zg-base row (that binary, same
 #                                      # config) after every zonegate row of the matrix and streams;
@@ -67,9 +70,14 @@ wait_http() {
   echo "not answering: $1" >&2; exit 1
 }
 
-echo "building release binary..." >&2
-(cd "$ROOT" && cargo build --release --quiet && cargo build --release --quiet --example floor_proxy)
-BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/zonegate
+if [ -n "${BIN:-}" ]; then
+  echo "building the floor (zonegate: $BIN)..." >&2
+  (cd "$ROOT" && cargo build --release --quiet --example floor_proxy)
+else
+  echo "building release binary..." >&2
+  (cd "$ROOT" && cargo build --release --quiet && cargo build --release --quiet --example floor_proxy)
+  BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/zonegate
+fi
 FLOOR_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/floor_proxy
 KEY=bench-key
 CHAT='{"model":"bench","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}'

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# A profile-guided release build of zonegate (PGO): an instrumented build
+# serves a training load on 127.0.0.1, and the build that uses its profile
+# lays the request path's code out hot-first and inlines where the load
+# went. The data plane's code per request is larger than the instruction
+# cache (ARCHITECTURE.md, "Where the time goes"); this is the build a
+# deployment ships for throughput. `cargo build --release` stays the
+# plain one: same source, same behaviour, only code generation differs.
+#
+#   benches/pgo.sh                     # writes target/pgo/zonegate
+#   OUT=/usr/local/bin/zonegate benches/pgo.sh
+#   SECS=20 benches/pgo.sh             # seconds of each training load (default 8)
+#
+# The training load: zonegate's own mock backend behind a standalone node
+# with two backends, wrk POSTing chat completions (whole answers, then
+# streams) with a few clients' mistakes between (no key, a wrong key, an
+# unknown model, malformed JSON) and a /metrics scrape. The mock backend
+# writes no profile: only the gateway's code is trained.
+#
+# Needs the toolchain's llvm-profdata (`rustup component add llvm-tools`),
+# wrk and curl. Two release builds into target/pgo (their own target
+# directories: the flags differ from a plain build's), ~7 minutes each
+# here from scratch. A benchmark tool, never part of the tests.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SECS=${SECS:-8}
+PGO_DIR=${CARGO_TARGET_DIR:-$ROOT/target}/pgo
+OUT=${OUT:-$PGO_DIR/zonegate}
+# shellcheck source=benches/common.sh
+. "$ROOT/benches/common.sh"
+
+PROFDATA=$(find "$(rustc --print sysroot)/lib/rustlib" -name llvm-profdata -type f 2>/dev/null | head -1)
+[ -n "$PROFDATA" ] || { echo "needs llvm-profdata: rustup component add llvm-tools" >&2; exit 1; }
+for tool in wrk curl; do
+  command -v "$tool" >/dev/null || { echo "needs $tool: apt-get install $tool" >&2; exit 1; }
+done
+
+echo "instrumented build..." >&2
+# The profiles' directory is set at run time (LLVM_PROFILE_FILE); the flag
+# stays the same from run to run, so the build after a change is incremental.
+RAW=$WORK/raw
+# Both builds use the release profile as it is: one instrumented without
+# LTO gave a profile that matched nothing (32.3k instructions per request,
+# as without one): the profile names functions by their mangled symbols,
+# and cargo's symbol hash covers the profile's settings.
+(cd "$ROOT" && RUSTFLAGS="-Cprofile-generate=$PGO_DIR/generate/profiles" CARGO_TARGET_DIR=$PGO_DIR/generate \
+  cargo build --release --locked --quiet --bin zonegate)
+GEN=$PGO_DIR/generate/release/zonegate
+
+# Two mock backends (the node then scores and picks), profiles discarded.
+mock() {
+  local port
+  port=$(free_port)
+  LLVM_PROFILE_FILE=/dev/null RUST_LOG=warn "$GEN" mock-backend --listen "127.0.0.1:$port" \
+    --name "$1" --model bench >"$WORK/$1.log" 2>&1 &
+  PIDS+=($!)
+  echo "$port"
+}
+M1=$(mock m1)
+M2=$(mock m2)
+ZP=$(free_port)
+AP=$(free_port)
+# Hardly a grace at exit: the node stops once the training is done.
+zonegate_config "$ZP" "$AP" "$M1" | sed '/^id = 1$/a drain_grace = "10ms"' >"$WORK/z.toml"
+cat >>"$WORK/z.toml" <<CONF
+[[backends]]
+name = "m2"
+zone = "az-a"
+url = "http://127.0.0.1:$M2"
+models = ["bench"]
+CONF
+LLVM_PROFILE_FILE="$RAW/zonegate-%p.profraw" RUST_LOG=warn "$GEN" serve --config "$WORK/z.toml" \
+  >"$WORK/z.log" 2>&1 &
+ZPID=$!
+PIDS+=($ZPID)
+for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$ZP/healthz" && break; sleep 0.1; done
+
+post() {
+  cat >"$WORK/post.lua" <<LUA
+wrk.method = "POST"
+wrk.body = '{"model":"bench","max_tokens":16,"stream":$1,"messages":[{"role":"user","content":"hello"}]}'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer bench-key"
+LUA
+  wrk -t2 -c"$2" -d"${SECS}s" -s "$WORK/post.lua" "http://127.0.0.1:$ZP/v1/chat/completions" |
+    grep -E "Requests/sec|Non-2xx" >&2
+}
+mistakes() {
+  local url=http://127.0.0.1:$ZP/v1/chat/completions
+  for _ in $(seq 50); do
+    curl -s -o /dev/null -X POST -d '{}' "$url"
+    curl -s -o /dev/null -X POST -H 'Authorization: Bearer wrong' -d '{}' "$url"
+    curl -s -o /dev/null -X POST -H 'Authorization: Bearer bench-key' -d '{"model":"none","messages":[]}' "$url"
+    curl -s -o /dev/null -X POST -H 'Authorization: Bearer bench-key' -d '{"model":' "$url"
+  done
+  curl -s -o /dev/null "http://127.0.0.1:$AP/metrics"
+}
+echo "training ($SECS s per load)..." >&2
+post false 32
+mistakes
+post true 64
+post false 256
+mistakes
+# SIGTERM drains and exits: the profile is written at exit.
+kill -TERM "$ZPID"
+wait "$ZPID" || true
+"$PROFDATA" merge -o "$WORK/zonegate.profdata" "$RAW"
+
+echo "optimised build..." >&2
+(cd "$ROOT" && RUSTFLAGS="-Cprofile-use=$WORK/zonegate.profdata" CARGO_TARGET_DIR=$PGO_DIR/use \
+  cargo build --release --locked --quiet --bin zonegate)
+mkdir -p "$(dirname "$OUT")"
+cp "$PGO_DIR/use/release/zonegate" "$OUT"
+echo "$OUT" >&2
