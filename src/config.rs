@@ -156,10 +156,26 @@ struct RawNode {
     #[serde(default = "default_max_body_bytes")]
     max_body_bytes: u64,
     data_plane_threads: Option<u64>,
+    data_plane_scheduling: Option<String>,
     drain_grace: Option<String>,
     drain_timeout: Option<String>,
     tls: Option<RawTls>,
     limits: Option<RawLimits>,
+}
+
+/// `[node] data_plane_scheduling`: the kernel's policy for the data-plane
+/// threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Scheduling {
+    /// `SCHED_BATCH`: a thread that wakes does not preempt the one running
+    /// on its core, it waits for that one's time slice. A proxy's threads
+    /// wake for every packet; on cores shared with other work (a sidecar,
+    /// the backend in a benchmark) preempting on each wake-up costs more
+    /// than it saves. On an otherwise idle core nothing changes.
+    #[default]
+    Batch,
+    /// `SCHED_OTHER`, the kernel's default: every wake-up may preempt.
+    Normal,
 }
 
 /// More data-plane threads than this is a typo, not a machine.
@@ -444,6 +460,8 @@ pub struct NodeConfig {
     /// Data-plane threads, each with its own listener and runtime (nginx's
     /// `worker_processes`, Envoy's `--concurrency`); `None`: one per core.
     pub data_plane_threads: Option<usize>,
+    /// How the kernel schedules the data-plane threads.
+    pub data_plane_scheduling: Scheduling,
     /// On SIGTERM: how long the node keeps serving with `/readyz` failing,
     /// so load balancers take it out before it stops accepting.
     pub drain_grace: Duration,
@@ -1037,6 +1055,16 @@ impl Validator<'_> {
                 ))
             }
         };
+        let data_plane_scheduling = match raw.data_plane_scheduling.as_deref() {
+            None | Some("batch") => Scheduling::Batch,
+            Some("normal") => Scheduling::Normal,
+            Some(other) => {
+                return Err(self.err(
+                    "node.data_plane_scheduling",
+                    format!("must be \"batch\" or \"normal\", not {other:?}"),
+                ))
+            }
+        };
         Ok(NodeConfig {
             id: raw.id,
             zone: ZoneId::new(raw.zone.trim()),
@@ -1047,6 +1075,7 @@ impl Validator<'_> {
             max_body_bytes: usize::try_from(raw.max_body_bytes)
                 .map_err(|_| self.err("node.max_body_bytes", "too large for this machine"))?,
             data_plane_threads,
+            data_plane_scheduling,
             drain_grace: self.duration(
                 "node.drain_grace",
                 raw.drain_grace.as_deref(),
@@ -1662,6 +1691,27 @@ pub(crate) mod tests {
         assert_eq!(c.tenants[0].priority, Priority::P0);
         assert_eq!(c.node.limits.send_timeout, Duration::from_secs(60));
         assert_eq!(c.node.data_plane_threads, None, "one per core");
+    }
+
+    #[test]
+    fn data_plane_scheduling_is_batch_unless_said_otherwise() {
+        let with = |v: &str| {
+            MINIMAL.replace(
+                "[[tenants]]",
+                &format!("data_plane_scheduling = {v}\n\n        [[tenants]]"),
+            )
+        };
+        let c = Config::parse("test.toml", MINIMAL).unwrap();
+        assert_eq!(c.node.data_plane_scheduling, Scheduling::Batch);
+        let c = Config::parse("test.toml", &with("\"normal\"")).unwrap();
+        assert_eq!(c.node.data_plane_scheduling, Scheduling::Normal);
+        let c = Config::parse("test.toml", &with("\"batch\"")).unwrap();
+        assert_eq!(c.node.data_plane_scheduling, Scheduling::Batch);
+        let e = error_of(&with("\"fifo\""));
+        assert_eq!(e.key, "node.data_plane_scheduling");
+        assert!(e.to_string().contains("\"batch\" or \"normal\""), "{e}");
+        let e = Config::parse("test.toml", &with("1")).unwrap_err();
+        assert!(e.to_string().contains("data_plane_scheduling"), "{e}");
     }
 
     #[test]

@@ -257,10 +257,16 @@ pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<Runni
         let plain = Arc::new(crate::node::front::Inference::new(Arc::clone(&gateway)));
         let stopped = data_stop.subscribe();
         let listen = data_listen.clone();
+        let scheduling = cfg.node.data_plane_scheduling;
         threads.push(
             std::thread::Builder::new()
                 .name(format!("zonegate-data-{i}"))
-                .spawn(move || data_plane_thread(listener, app, plain, listen, stopped))
+                .spawn(move || {
+                    if let Err(e) = crate::node::sched::apply(scheduling) {
+                        tracing::warn!("data-plane thread {i} keeps the default scheduling: {e}");
+                    }
+                    data_plane_thread(listener, app, plain, listen, stopped)
+                })
                 .context("cannot start a data-plane thread")?,
         );
     }
