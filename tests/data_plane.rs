@@ -809,3 +809,49 @@ async fn a_second_node_on_a_taken_address_refuses_to_start() {
     let resp = gw.chat().json(&chat_body(4, false)).send().await.unwrap();
     assert_eq!(resp.status(), 200, "the first node keeps serving");
 }
+
+/// The scheduling policy (field 41 of `stat`) of each of `pid`'s
+/// data-plane threads.
+fn data_plane_policies(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let dir = task.unwrap().path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if !comm.starts_with("zonegate-data") {
+            continue;
+        }
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap();
+        let after_comm = &stat[stat.rfind(')').unwrap() + 1..];
+        out.push(
+            after_comm
+                .split_whitespace()
+                .nth(41 - 3)
+                .unwrap()
+                .parse()
+                .unwrap(),
+        );
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_plane_threads_run_under_sched_batch_unless_configured_normal() {
+    const SCHED_OTHER: u32 = 0;
+    const SCHED_BATCH: u32 = 3;
+    let mock = Mock::start("m1", "az-a", &[MODEL]).await;
+    for (node_extra, want) in [
+        ("data_plane_threads = 2", SCHED_BATCH),
+        (
+            "data_plane_threads = 2\ndata_plane_scheduling = \"normal\"",
+            SCHED_OTHER,
+        ),
+    ] {
+        let gw = NodeProcess::start_with("az-a", node_extra, &mock.backend_toml(&[MODEL])).await;
+        // The policy is set as each thread starts, before it serves.
+        let r = gw.chat().json(&chat_body(4, false)).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        let policies = data_plane_policies(gw.pid().unwrap());
+        assert_eq!(policies, vec![want; 2], "{node_extra}");
+        gw.kill().await;
+    }
+}
