@@ -73,8 +73,8 @@ start_mock_backend() {
 
 # start_backend BINARY: the backend of ab.sh and split.sh, by STREAM and
 # PACE: the static nginx, or (STREAM=1) BINARY's mock backend streaming
-# 16 events PACE ms apart. Sets SP (its port) and writes $WORK/post.lua,
-# wrk's POST of a small chat body (streamed with STREAM=1).
+# 16 events PACE ms apart. Sets SP (its port) and writes $WORK/post.lua
+# (post_lua; streamed with STREAM=1).
 start_backend() {
   local stream=false
   if [ "${STREAM:-0}" = 1 ]; then
@@ -83,12 +83,30 @@ start_backend() {
   else
     SP=$(start_static_backend)
   fi
+  post_lua "$stream"
+}
+
+# post_lua STREAM: writes $WORK/post.lua, wrk's POST of a small chat body
+# to model `bench` with tenant `bench`'s key (STREAM: true or false).
+post_lua() {
   cat >"$WORK/post.lua" <<LUA
 wrk.method = "POST"
-wrk.body = '{"model":"bench","max_tokens":16,"stream":$stream,"messages":[{"role":"user","content":"hello"}]}'
+wrk.body = '{"model":"bench","max_tokens":16,"stream":$1,"messages":[{"role":"user","content":"hello"}]}'
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer bench-key"
 LUA
+}
+
+# backend_block NAME PORT MODEL: one more [[backends]] entry (zone az-a)
+# for a config zonegate_config wrote.
+backend_block() {
+  cat <<CONF
+[[backends]]
+name = "$1"
+zone = "az-a"
+url = "http://127.0.0.1:$2"
+models = ["$3"]
+CONF
 }
 
 # zonegate_config PORT ADMIN-PORT STATIC-PORT [TENANT-LINE]: a standalone

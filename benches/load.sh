@@ -99,13 +99,7 @@ ZG_PORT=$(free_port)
 ADMIN_PORT=$(free_port)
 QUOTA_LINE=$( [ "${QUOTA:-0}" = 1 ] && echo 'quota = { rpm = 1000000000, tpm = 1000000000000, concurrency = 100000 }' || true )
 zonegate_config "$ZG_PORT" "$ADMIN_PORT" "$STATIC_PORT" "$QUOTA_LINE" >"$WORK/zonegate.toml"
-cat >>"$WORK/zonegate.toml" <<CONF
-[[backends]]
-name = "mock"
-zone = "az-a"
-url = "http://127.0.0.1:$MOCK_PORT"
-models = ["bench-stream"]
-CONF
+backend_block mock "$MOCK_PORT" bench-stream >>"$WORK/zonegate.toml"
 [ "${APPLY:-0}" = 1 ] && CLUSTER=1
 if [ "${CLUSTER:-0}" = 1 ]; then
   RAFT_PORT=$(free_port)

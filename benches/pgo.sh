@@ -63,13 +63,7 @@ ZP=$(free_port)
 AP=$(free_port)
 # Hardly a grace at exit: the node stops once the training is done.
 zonegate_config "$ZP" "$AP" "$M1" | sed '/^id = 1$/a drain_grace = "10ms"' >"$WORK/z.toml"
-cat >>"$WORK/z.toml" <<CONF
-[[backends]]
-name = "m2"
-zone = "az-a"
-url = "http://127.0.0.1:$M2"
-models = ["bench"]
-CONF
+backend_block m2 "$M2" bench >>"$WORK/z.toml"
 LLVM_PROFILE_FILE="$RAW/zonegate-%p.profraw" RUST_LOG=warn "$GEN" serve --config "$WORK/z.toml" \
   >"$WORK/z.log" 2>&1 &
 ZPID=$!
@@ -77,12 +71,7 @@ PIDS+=($ZPID)
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$ZP/healthz" && break; sleep 0.1; done
 
 post() {
-  cat >"$WORK/post.lua" <<LUA
-wrk.method = "POST"
-wrk.body = '{"model":"bench","max_tokens":16,"stream":$1,"messages":[{"role":"user","content":"hello"}]}'
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer bench-key"
-LUA
+  post_lua "$1"
   wrk -t2 -c"$2" -d"${SECS}s" -s "$WORK/post.lua" "http://127.0.0.1:$ZP/v1/chat/completions" |
     grep -E "Requests/sec|Non-2xx" >&2
 }
