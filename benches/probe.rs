@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use zonegate::config::Config;
 use zonegate::node::gateway::Gateway;
+use zonegate::node::sched::stat_field;
 use zonegate::telemetry::Metrics;
 use zonegate::tools::mock::{self, MockOptions};
 use zonegate_cluster::ClusterView;
@@ -18,13 +19,10 @@ use zonegate_cluster::ClusterView;
 /// CPU seconds (user + system) of the calling thread, from procfs.
 fn thread_cpu_seconds() -> f64 {
     let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("procfs");
-    let after_comm = &stat[stat.rfind(')').expect("stat format") + 1..];
-    let fields: Vec<&str> = after_comm.split_whitespace().collect();
     // Fields 14 and 15 of stat(5) (utime, stime) in clock ticks; the
     // kernel's USER_HZ is 100 on every mainstream Linux build.
-    let ticks: f64 =
-        fields[11].parse::<f64>().expect("utime") + fields[12].parse::<f64>().expect("stime");
-    ticks / 100.0
+    let ticks = |n| stat_field(&stat, n).and_then(|f| f.parse::<f64>().ok());
+    (ticks(14).expect("utime") + ticks(15).expect("stime")) / 100.0
 }
 
 fn probes_done(gw: &Gateway) -> f64 {

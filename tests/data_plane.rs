@@ -821,15 +821,8 @@ fn data_plane_policies(pid: u32) -> Vec<u32> {
             continue;
         }
         let stat = std::fs::read_to_string(dir.join("stat")).unwrap();
-        let after_comm = &stat[stat.rfind(')').unwrap() + 1..];
-        out.push(
-            after_comm
-                .split_whitespace()
-                .nth(41 - 3)
-                .unwrap()
-                .parse()
-                .unwrap(),
-        );
+        let policy = zonegate::node::sched::stat_field(&stat, 41).unwrap();
+        out.push(policy.parse().unwrap());
     }
     out
 }

@@ -38,11 +38,17 @@ fn current_nice() -> Result<i32, String> {
     nice_of_stat(&stat).ok_or_else(|| "no nice value in /proc/thread-self/stat".to_string())
 }
 
-/// Field 19 of a `stat` line; the fields after the command name (field 2,
-/// in parentheses, may hold spaces and parentheses) start at field 3.
-fn nice_of_stat(stat: &str) -> Option<i32> {
+/// Field `n` of a `stat` line of procfs (`proc_pid_stat(5)`, counted
+/// from 1: 19 the nice value, 41 the policy, 14 and 15 the CPU ticks).
+/// The command name (field 2, in parentheses) may hold spaces and
+/// parentheses, so the fields after it are counted from its last `)`.
+pub fn stat_field(stat: &str, n: usize) -> Option<&str> {
     let after_comm = &stat[stat.rfind(')')? + 1..];
-    after_comm.split_whitespace().nth(19 - 3)?.parse().ok()
+    after_comm.split_whitespace().nth(n.checked_sub(3)?)
+}
+
+fn nice_of_stat(stat: &str) -> Option<i32> {
+    stat_field(stat, 19)?.parse().ok()
 }
 
 /// The crate sets a normal policy's nice value from its cross-platform
@@ -71,6 +77,8 @@ mod tests {
                     5 3 0 0 20 5 3 0 12345 1000000 200";
         assert_eq!(nice_of_stat(stat), Some(5));
         assert_eq!(nice_of_stat("4242 (x) S 1"), None);
+        assert_eq!(stat_field(stat, 3), Some("S"));
+        assert_eq!(stat_field(stat, 2), None, "the command is not a field here");
     }
 
     #[test]
@@ -89,13 +97,7 @@ mod tests {
             let nice = current_nice().unwrap();
             apply(Scheduling::Batch).unwrap();
             let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
-            let after_comm = &stat[stat.rfind(')').unwrap() + 1..];
-            let policy: u32 = after_comm
-                .split_whitespace()
-                .nth(41 - 3)
-                .unwrap()
-                .parse()
-                .unwrap();
+            let policy: u32 = stat_field(&stat, 41).unwrap().parse().unwrap();
             assert_eq!(policy, 3, "SCHED_BATCH is policy 3");
             assert_eq!(current_nice().unwrap(), nice);
         })
