@@ -174,7 +174,9 @@ pub enum Scheduling {
     /// than it saves. On an otherwise idle core nothing changes.
     #[default]
     Batch,
-    /// `SCHED_OTHER`, the kernel's default: every wake-up may preempt.
+    /// The policy the process started with: the kernel's default
+    /// (`SCHED_OTHER`, where every wake-up may preempt) unless the
+    /// operator started it under another (`chrt`).
     Normal,
 }
 
