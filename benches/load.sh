@@ -70,13 +70,14 @@ wait_http() {
   echo "not answering: $1" >&2; exit 1
 }
 
-if [ -n "${BIN:-}" ]; then
-  echo "building the floor (zonegate: $BIN)..." >&2
-  (cd "$ROOT" && cargo build --release --quiet --example floor_proxy)
-else
+if [ -z "${BIN:-}" ]; then
   echo "building release binary..." >&2
-  (cd "$ROOT" && cargo build --release --quiet && cargo build --release --quiet --example floor_proxy)
+  (cd "$ROOT" && cargo build --release --quiet)
   BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/zonegate
+fi
+if [ "${FLOOR:-1}" = 1 ]; then
+  echo "building the floor..." >&2
+  (cd "$ROOT" && cargo build --release --quiet --example floor_proxy)
 fi
 FLOOR_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/floor_proxy
 KEY=bench-key

@@ -195,6 +195,17 @@ fn refresh_metrics(gw: &Gateway) {
             );
         }
     }
+    if let Some(spread) = gw.data_spread.get() {
+        for (thread, open) in spread.open().into_iter().enumerate() {
+            m.listener_thread_connections
+                .with_label_values(&["data", &thread.to_string()])
+                .set(i64::try_from(open).unwrap_or(i64::MAX));
+        }
+        mirror(
+            &m.listener_handed_over.with_label_values(&["data"]),
+            spread.handed(),
+        );
+    }
     m.in_flight
         .set(i64::try_from(gw.drain.in_flight()).unwrap_or(i64::MAX));
     // Quota allocations follow the view even when no request came.

@@ -828,6 +828,49 @@ fn data_plane_policies(pid: u32) -> Vec<u32> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_plane_threads_carry_connections_within_two_of_each_other() {
+    let mock = Mock::start("m1", "az-a", &[MODEL]).await;
+    let gw = NodeProcess::start_with(
+        "az-a",
+        "data_plane_threads = 2",
+        &mock.backend_toml(&[MODEL]),
+    )
+    .await;
+    // One client each: twelve keep-alive connections, held open.
+    let mut clients = Vec::new();
+    for _ in 0..12 {
+        let c = client();
+        let r = c
+            .post(format!("{}/v1/chat/completions", gw.data))
+            .bearer_auth(API_KEY)
+            .json(&chat_body(2, false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.bytes().await.unwrap();
+        clients.push(c);
+    }
+    let text = gw.metrics().await;
+    let per_thread: Vec<f64> = ["thread=\"0\"", "thread=\"1\""]
+        .iter()
+        .map(|t| metric_sum(&text, "zonegate_listener_thread_connections", &[t]))
+        .collect();
+    assert_eq!(per_thread.iter().sum::<f64>(), 12.0, "{per_thread:?}");
+    assert!(
+        (per_thread[0] - per_thread[1]).abs() <= 2.0,
+        "{per_thread:?}"
+    );
+    // The handovers are counted (how many depends on the kernel's hash).
+    assert!(
+        text.contains("zonegate_listener_handed_over_total{listener=\"data\"}"),
+        "{text}"
+    );
+    drop(clients);
+    gw.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_plane_threads_run_under_sched_batch_unless_configured_normal() {
     const SCHED_OTHER: u32 = 0;
     const SCHED_BATCH: u32 = 3;

@@ -36,6 +36,7 @@ use tower::{Service, ServiceExt};
 use crate::h1;
 use crate::http1::{Answer, HeadFields, HeadLines};
 use crate::slots::Slots;
+use crate::spread::{Member, Seat};
 use crate::tls::ServerTls;
 
 /// What a listener serves: an axum `Router`, or a service of the same
@@ -220,16 +221,31 @@ pub async fn serve(
     config: ListenConfig,
     stop: watch::Receiver<bool>,
 ) {
-    serve_plain::<NoPlain>(listener, app, None, config, stop).await;
+    serve_plain::<NoPlain>(listener, app, None, config, None, stop).await;
+}
+
+/// A connection one thread of a [`Spread`](crate::spread::Spread)
+/// accepted and hands to another to serve, with its place in the
+/// listener's budget.
+#[derive(Debug)]
+pub struct Handed {
+    stream: std::net::TcpStream,
+    addr: SocketAddr,
+    open: Open,
 }
 
 /// [`serve`], with `plain` answering the plain POSTs to its paths (see
-/// [`Plain`]).
+/// [`Plain`]), and, when this is one of several threads serving one
+/// address, `member` its place in their
+/// [`Spread`](crate::spread::Spread): a connection it accepts while it
+/// serves two or more more than the least busy of them is handed there,
+/// and it serves the ones handed to it.
 pub async fn serve_plain<P: Plain>(
     listener: TcpListener,
     app: impl App,
     plain: Option<Arc<P>>,
     config: ListenConfig,
+    mut member: Option<Member<Handed>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let handlers = Handlers { app, plain };
@@ -251,6 +267,18 @@ pub async fn serve_plain<P: Plain>(
         let accepted = tokio::select! {
             biased;
             _ = stopped(&mut stop) => break,
+            // Handed connections first: they were accepted already and
+            // count against the budget.
+            (h, seat) = handed(&mut member) => {
+                match TcpStream::from_std(h.stream) {
+                    Ok(stream) => spawn_connection(
+                        stream, h.addr, (h.open, Some(seat), alive.clone()),
+                        &handlers, &config, &fan_out,
+                    ),
+                    Err(e) => tracing::debug!(listener = config.name, "handed connection lost: {e}"),
+                }
+                continue;
+            }
             a = listener.accept() => a,
         };
         let (stream, addr) = match accepted {
@@ -276,19 +304,73 @@ pub async fn serve_plain<P: Plain>(
         stats.accepted.fetch_add(1, Ordering::Relaxed);
         let _ = stream.set_nodelay(true);
         let open = Open(Arc::clone(&config.stats));
-        let (handlers, config, stop, alive) = (
-            handlers.clone(),
-            Arc::clone(&config),
-            Arc::clone(&fan_out),
-            alive.clone(),
+        let (stream, open, seat) = match &member {
+            None => (stream, open, None),
+            Some(m) => match m.keep() {
+                Some(seat) => (stream, open, Some(seat)),
+                None => match hand(m, stream, addr, open) {
+                    None => continue,
+                    Some((stream, open, seat)) => (stream, open, Some(seat)),
+                },
+            },
+        };
+        spawn_connection(
+            stream,
+            addr,
+            (open, seat, alive.clone()),
+            &handlers,
+            &config,
+            &fan_out,
         );
-        tokio::spawn(async move {
-            connection(stream, addr, handlers, &config, stop).await;
-            drop((open, alive));
-        });
     }
+    // Connections handed here and not yet served close with the inbox.
+    drop(member);
     drop(alive);
     let _ = closed.recv().await;
+}
+
+/// What a connection's task holds until it ends: its place in the
+/// listener's budget and in its thread's count, and the listener's count
+/// of live connections.
+type Held = (Open, Option<Seat<Handed>>, mpsc::Sender<()>);
+
+fn spawn_connection<A: App, P: Plain>(
+    stream: TcpStream,
+    addr: SocketAddr,
+    held: Held,
+    handlers: &Handlers<A, P>,
+    config: &Arc<ListenConfig>,
+    stop: &Arc<Stop>,
+) {
+    let (handlers, config, stop) = (handlers.clone(), Arc::clone(config), Arc::clone(stop));
+    tokio::spawn(async move {
+        connection(stream, addr, handlers, &config, stop).await;
+        drop(held);
+    });
+}
+
+/// Hands `stream` to the least busy thread of `member`'s spread; gives it
+/// back (with a seat on this thread) when that thread stopped serving,
+/// `None` when the stream could not be moved (it is closed).
+fn hand(
+    member: &Member<Handed>,
+    stream: TcpStream,
+    addr: SocketAddr,
+    open: Open,
+) -> Option<(TcpStream, Open, Seat<Handed>)> {
+    let stream = stream.into_std().ok()?;
+    match member.hand(Handed { stream, addr, open }) {
+        Ok(()) => None,
+        Err((h, seat)) => Some((TcpStream::from_std(h.stream).ok()?, h.open, seat)),
+    }
+}
+
+/// The next connection handed to `member`; pending for ever without one.
+async fn handed(member: &mut Option<Member<Handed>>) -> (Handed, Seat<Handed>) {
+    match member {
+        Some(m) => m.handed().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Resolves once `stop` is true (or its sender is gone).
@@ -417,6 +499,7 @@ impl Future for Look {
 }
 
 /// Decrements the open count when a connection ends, however it ends.
+#[derive(Debug)]
 struct Open(Arc<Stats>);
 
 impl Drop for Open {
@@ -1043,7 +1126,7 @@ pub(crate) mod tests {
             peer,
         };
         let (stop, rx) = watch::channel(false);
-        tokio::spawn(serve_plain(listener, app, plain, config, rx));
+        tokio::spawn(serve_plain(listener, app, plain, config, None, rx));
         (addr, stats, stop)
     }
 
@@ -1602,5 +1685,104 @@ pub(crate) mod tests {
             state.verdict(&limits, next + limits.idle_timeout),
             Verdict::Idle
         ));
+    }
+
+    #[tokio::test]
+    async fn connections_the_kernel_sends_to_one_thread_are_served_by_both() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // Two threads with a runtime and a listener each, as the data
+        // plane has; every connection goes to the first one's port.
+        let (spread, members) = crate::spread::Spread::<Handed>::new(2);
+        let stats = Arc::new(Stats::default());
+        let (stop, stop_rx) = watch::channel(false);
+        let mut threads = Vec::new();
+        let mut ports = Vec::new();
+        for (i, member) in members.into_iter().enumerate() {
+            let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            std_listener.set_nonblocking(true).expect("nonblocking");
+            ports.push(std_listener.local_addr().expect("addr"));
+            let config = ListenConfig {
+                name: "test",
+                tls: None,
+                limits: Limits::with_max(64),
+                stats: Arc::clone(&stats),
+                peer: false,
+            };
+            let stop_rx = stop_rx.clone();
+            let app = Router::new().route(
+                "/",
+                axum::routing::get(|| async {
+                    std::thread::current().name().unwrap_or("?").to_owned()
+                }),
+            );
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("served-by-{i}"))
+                    .spawn(move || {
+                        let rt = tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()
+                            .expect("runtime");
+                        rt.block_on(async move {
+                            let listener = TcpListener::from_std(std_listener).expect("listener");
+                            serve_plain::<NoPlain>(
+                                listener,
+                                app,
+                                None,
+                                config,
+                                Some(member),
+                                stop_rx,
+                            )
+                            .await
+                        });
+                    })
+                    .expect("thread"),
+            );
+        }
+        // Stops both threads however the test ends.
+        struct Stopper(watch::Sender<bool>);
+        impl Drop for Stopper {
+            fn drop(&mut self) {
+                let _ = self.0.send(true);
+            }
+        }
+        let stopper = Stopper(stop);
+        let mut conns = Vec::new();
+        let mut by_thread = std::collections::BTreeMap::<String, usize>::new();
+        for _ in 0..9 {
+            let mut s = TcpStream::connect(ports[0]).await.expect("connect");
+            s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+                .await
+                .expect("write");
+            let mut got = Vec::new();
+            let mut buf = [0u8; 512];
+            while !got.ends_with(b"served-by-0") && !got.ends_with(b"served-by-1") {
+                let n = s.read(&mut buf).await.expect("read");
+                assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
+                got.extend_from_slice(&buf[..n]);
+            }
+            let text = String::from_utf8_lossy(&got);
+            let name = text.rsplit("\r\n").next().unwrap_or_default().to_owned();
+            *by_thread.entry(name).or_default() += 1;
+            // Kept open: each thread's count is what it carries.
+            conns.push(s);
+        }
+        let (first, second) = (by_thread["served-by-0"], by_thread["served-by-1"]);
+        assert_eq!(first + second, 9);
+        assert!(first.abs_diff(second) <= 2, "{by_thread:?}");
+        assert_eq!(spread.open(), vec![first, second]);
+        assert_eq!(spread.handed(), second as u64);
+        assert_eq!(stats.open.load(Ordering::Relaxed), 9);
+        // Closing them frees both threads' places.
+        drop(conns);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while spread.open() != vec![0, 0] && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(spread.open(), vec![0, 0]);
+        drop(stopper);
+        for t in threads {
+            t.join().expect("thread");
+        }
     }
 }

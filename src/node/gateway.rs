@@ -15,8 +15,9 @@ use crate::dataplane::retry::RetryBudget;
 use crate::dataplane::routing::Routes;
 use crate::telemetry::events::EventLog;
 use crate::telemetry::Metrics;
-use zonegate_net::listen::Stats;
+use zonegate_net::listen::{Handed, Stats};
 use zonegate_net::sign::KeyRing;
+use zonegate_net::spread::Spread;
 
 pub struct Gateway {
     /// The config in effect: the node's file, with the cluster's replicated
@@ -47,6 +48,9 @@ pub struct Gateway {
     /// The node's listeners (name, counters, connection budget), for
     /// metrics; filled by `node::start`.
     pub listeners: parking_lot::Mutex<Vec<(&'static str, Arc<Stats>, usize)>>,
+    /// The data-plane threads' connections (`zonegate_net::spread`), for
+    /// metrics; set by `node::start`.
+    pub data_spread: std::sync::OnceLock<Arc<Spread<Handed>>>,
 }
 
 /// How each thread's retry budget is made: the ratio, window and floor of
@@ -168,6 +172,7 @@ impl Gateway {
             cluster,
             pin_signer: PinSigner::new(pin_keys),
             listeners: parking_lot::Mutex::new(Vec::new()),
+            data_spread: std::sync::OnceLock::new(),
             pins: PinTable::new(cfg.affinity.pin_capacity, cfg.affinity.pin_ttl),
             witness: cfg
                 .members

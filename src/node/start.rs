@@ -12,8 +12,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use zonegate_cluster::{ClusterConfig, ClusterNode, ClusterView, RaftListen};
-use zonegate_net::listen::ListenConfig;
+use zonegate_net::listen::{Handed, ListenConfig};
 use zonegate_net::sign::{KeyRing, Purpose};
+use zonegate_net::spread::{Member, Spread};
 use zonegate_net::tls::{ServerTls, TlsFiles};
 
 use crate::config::Config;
@@ -243,7 +244,11 @@ pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<Runni
     let (data_stop, _) = watch::channel(false);
     let mut tasks = JoinSet::new();
     let mut threads = Vec::new();
-    for (i, listener) in data.into_iter().enumerate() {
+    // The threads' connections kept even: the kernel's SO_REUSEPORT hash
+    // is not (`zonegate_net::spread`).
+    let (spread, members) = Spread::new(data.len());
+    let _ = gateway.data_spread.set(spread);
+    for (i, (listener, member)) in data.into_iter().zip(members).enumerate() {
         // The drain layer wraps the request path from outside: readiness,
         // in-flight counting, cutting streams at the drain timeout; inside
         // it, readiness may require a leader.
@@ -265,7 +270,7 @@ pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<Runni
                     if let Err(e) = crate::node::sched::apply(scheduling) {
                         tracing::warn!("data-plane thread {i} keeps the default scheduling: {e}");
                     }
-                    data_plane_thread(listener, app, plain, listen, stopped)
+                    data_plane_thread(listener, member, app, plain, listen, stopped)
                 })
                 .context("cannot start a data-plane thread")?,
         );
@@ -493,6 +498,7 @@ fn data_listeners(
 /// Serves one data-plane listener on this thread until `stopped`.
 fn data_plane_thread(
     listener: std::net::TcpListener,
+    member: Member<Handed>,
     app: crate::node::front::Front,
     plain: Arc<crate::node::front::Inference>,
     listen: ListenConfig,
@@ -510,7 +516,17 @@ fn data_plane_thread(
     };
     runtime.block_on(async move {
         match TcpListener::from_std(listener) {
-            Ok(l) => zonegate_net::listen::serve_plain(l, app, Some(plain), listen, stopped).await,
+            Ok(l) => {
+                zonegate_net::listen::serve_plain(
+                    l,
+                    app,
+                    Some(plain),
+                    listen,
+                    Some(member),
+                    stopped,
+                )
+                .await
+            }
             Err(e) => tracing::error!("data-plane listener failed: {e}"),
         }
     });
