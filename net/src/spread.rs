@@ -2,12 +2,12 @@
 //! (Envoy's exact connection balance). Each data-plane thread accepts on a
 //! `SO_REUSEPORT` socket of its own, and the kernel picks the socket by a
 //! hash of the connection's addresses: 32 connections land 22 and 10 as
-//! often as 16 and 16, 256 land 136 and 120. A thread's connections queue
-//! behind each other, so the busier thread's answers come later (the tail
-//! latency is the busier thread's) while the other runs out of work. A
-//! thread that accepts a connection while it serves two or more more than
-//! the least busy thread hands it over (before any byte is read: the TLS
-//! handshake is that thread's work too).
+//! often as 16 and 16, 256 land 136 and 120. With 22 and 10 the lighter
+//! thread runs out of work while the busier one's requests queue
+//! (measured in ARCHITECTURE.md, "Where the time goes"; at 256 the split
+//! changed nothing measurable). A thread that accepts a connection while
+//! it serves two or more more than the least busy thread hands it over
+//! (before any byte is read: the TLS handshake is that thread's work too).
 //!
 //! Architecture Invariant: a member's count covers every connection it
 //! serves, from the accept (or handover) to the close, so the counts are
