@@ -1687,12 +1687,24 @@ pub(crate) mod tests {
         ));
     }
 
-    #[tokio::test]
-    async fn connections_the_kernel_sends_to_one_thread_are_served_by_both() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        // Two threads with a runtime and a listener each, as the data
-        // plane has; every connection goes to the first one's port.
-        let (spread, members) = crate::spread::Spread::<Handed>::new(2);
+    /// Stops the threads of [`spread_threads`] however a test ends.
+    struct Stopper(watch::Sender<bool>, Vec<std::thread::JoinHandle<()>>);
+
+    impl Drop for Stopper {
+        fn drop(&mut self) {
+            let _ = self.0.send(true);
+            for t in self.1.drain(..) {
+                let _ = t.join();
+            }
+        }
+    }
+
+    /// A thread named `served-by-<i>` with a runtime and a listener of its
+    /// own for each member, as the data plane has; `GET /` answers the
+    /// serving thread's name. Their ports, counters and stopper.
+    fn spread_threads(
+        members: Vec<crate::spread::Member<Handed>>,
+    ) -> (Vec<SocketAddr>, Arc<Stats>, Stopper) {
         let stats = Arc::new(Stats::default());
         let (stop, stop_rx) = watch::channel(false);
         let mut threads = Vec::new();
@@ -1739,30 +1751,38 @@ pub(crate) mod tests {
                     .expect("thread"),
             );
         }
-        // Stops both threads however the test ends.
-        struct Stopper(watch::Sender<bool>);
-        impl Drop for Stopper {
-            fn drop(&mut self) {
-                let _ = self.0.send(true);
-            }
+        (ports, stats, Stopper(stop, threads))
+    }
+
+    /// A keep-alive connection to `addr` that asked `GET /`, and the name
+    /// of the thread that answered.
+    async fn served_by(addr: SocketAddr) -> (TcpStream, String) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .expect("write");
+        let mut got = Vec::new();
+        let mut buf = [0u8; 512];
+        while !got.ends_with(b"served-by-0") && !got.ends_with(b"served-by-1") {
+            let n = s.read(&mut buf).await.expect("read");
+            assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
         }
-        let stopper = Stopper(stop);
+        let text = String::from_utf8_lossy(&got);
+        let name = text.rsplit("\r\n").next().unwrap_or_default().to_owned();
+        (s, name)
+    }
+
+    #[tokio::test]
+    async fn connections_the_kernel_sends_to_one_thread_are_served_by_both() {
+        // Every connection goes to the first thread's port.
+        let (spread, members) = crate::spread::Spread::<Handed>::new(2);
+        let (ports, stats, stopper) = spread_threads(members);
         let mut conns = Vec::new();
         let mut by_thread = std::collections::BTreeMap::<String, usize>::new();
         for _ in 0..9 {
-            let mut s = TcpStream::connect(ports[0]).await.expect("connect");
-            s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
-                .await
-                .expect("write");
-            let mut got = Vec::new();
-            let mut buf = [0u8; 512];
-            while !got.ends_with(b"served-by-0") && !got.ends_with(b"served-by-1") {
-                let n = s.read(&mut buf).await.expect("read");
-                assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
-                got.extend_from_slice(&buf[..n]);
-            }
-            let text = String::from_utf8_lossy(&got);
-            let name = text.rsplit("\r\n").next().unwrap_or_default().to_owned();
+            let (s, name) = served_by(ports[0]).await;
             *by_thread.entry(name).or_default() += 1;
             // Kept open: each thread's count is what it carries.
             conns.push(s);
@@ -1781,8 +1801,24 @@ pub(crate) mod tests {
         }
         assert_eq!(spread.open(), vec![0, 0]);
         drop(stopper);
-        for t in threads {
-            t.join().expect("thread");
+    }
+
+    #[tokio::test]
+    async fn a_connection_for_a_thread_that_stopped_is_served_where_it_was_accepted() {
+        // The second thread is gone (its inbox with it): the socket taken
+        // out of the first thread's runtime for it goes back in there.
+        let (spread, mut members) = crate::spread::Spread::<Handed>::new(2);
+        drop(members.pop());
+        let (ports, stats, stopper) = spread_threads(members);
+        let mut conns = Vec::new();
+        for _ in 0..4 {
+            let (s, name) = served_by(ports[0]).await;
+            assert_eq!(name, "served-by-0");
+            conns.push(s);
         }
+        assert_eq!(spread.open(), vec![4, 0]);
+        assert_eq!(spread.handed(), 0);
+        assert_eq!(stats.open.load(Ordering::Relaxed), 4);
+        drop((conns, stopper));
     }
 }
