@@ -200,6 +200,24 @@ mod tests {
     }
 
     #[test]
+    fn deeply_nested_messages_are_skipped_without_recursion() {
+        // Valid JSON, however deep: serde_json skips it with a loop, not a
+        // call per level, so a hostile depth neither overflows the stack
+        // nor costs more than its bytes.
+        for depth in [200, 100_000] {
+            let body = format!(
+                r#"{{"model":"m","messages":[{}{}]}}"#,
+                "[".repeat(depth),
+                "]".repeat(depth)
+            );
+            assert_eq!(meta(&body).unwrap().model, "m", "{depth}");
+            // Unbalanced, it is a 400.
+            let e = meta(&body[..body.len() - 2]).expect_err("truncated");
+            assert!(matches!(e, ApiError::BadRequest(_)), "{depth}: {e:?}");
+        }
+    }
+
+    #[test]
     fn classifies_short_and_long() {
         let cfg = AffinityConfig {
             zone_pin: true,
