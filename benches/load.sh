@@ -26,8 +26,13 @@
 #                                      # rotated every round (the one that runs first does
 #                                      # a few % better); rows are medians (req/s, latency,
 #                                      # CPU), errors and upstream connections are summed.
-#                                      # A -t2 -c256 cell swings by ±10% between single runs.
-#   ONLY=matrix|streams|memory benches/load.sh
+#                                      # A -t2 -c256 cell swings by ±10% between single runs;
+#                                      # with ROUNDS > 1 each cell also prints zonegate / nginx
+#                                      # round by round (paired: free of the drift between rounds).
+#   ONLY=matrix|paced|streams|memory benches/load.sh
+#                                      # paced: the latency each proxy adds below saturation
+#                                      # (wrk -t1 -c32, each connection pausing 0-2 ms, then
+#                                      # 1-5 ms, between requests: a fixed offered load)
 #   CLUSTER=1 benches/load.sh          # zonegate as a Raft member (control plane running)
 #   APPLY=1 benches/load.sh            # also zonegate (a Raft member) while a replicated
 #                                      # config is applied every 0.2 s (zg-applying)
@@ -246,6 +251,58 @@ row() {
   printf '%-12s %4s %5s %10s %8s %8s %7s %9s %10s %5s\n' "$1" "-t${10}" "${11}" "$2" "$3" "$4" "$5" "$7" "$8" "$9"
 }
 
+url_of() {
+  case $1 in
+    direct) echo "http://127.0.0.1:$STATIC_PORT/v1/chat/completions" ;;
+    nginx) echo "http://127.0.0.1:$NGINX_PORT/v1/chat/completions" ;;
+    zonegate) echo "http://127.0.0.1:$ZG_PORT/v1/chat/completions" ;;
+    zg-base) echo "http://127.0.0.1:$BASE_PORT/v1/chat/completions" ;;
+    floor) echo "http://127.0.0.1:$FLOOR_PORT/v1/chat/completions" ;;
+  esac
+}
+
+# cell THREADS CONNECTIONS SCRIPT TARGET...: each target ROUNDS times, the
+# order rotated every round; prints a row per target (medians of the
+# rates and times, sums of the counts) and sets CELL to those rows and
+# RATIOS to zonegate / nginx paired by round (req/s, then p99): the two
+# ran minutes apart at most, so a ratio of one round is free of the
+# machine's drift between rounds.
+cell() {
+  local t=$1 c=$2 script=$3 runs="" round i n target r
+  shift 3
+  local targets=("$@")
+  n=${#targets[@]}
+  CELL=""
+  for round in $(seq 0 $((ROUNDS - 1))); do
+    for i in $(seq 0 $((n - 1))); do
+      target=${targets[$(((i + round) % n))]}
+      runs+="$round $(run "$target" "$(url_of "$target")" "$t" "$c" "$script")"$'\n'
+    done
+  done
+  for target in "${targets[@]}"; do
+    r=$(printf '%s' "$runs" | awk -v name="$target" '
+      function median(col,   n, i, j, v, tmp) {
+        n = 0
+        for (i = 1; i <= NR_; i++) v[++n] = vals[i, col]
+        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] + 0 < v[i] + 0) { tmp = v[i]; v[i] = v[j]; v[j] = tmp }
+        return v[int((n + 1) / 2)]
+      }
+      $2 == name { NR_++; for (k = 3; k <= 10; k++) vals[NR_, k] = $k; e += $6; q += $7; u += $8 }
+      END { print name, median(3), median(4), median(5), e, q, u, median(9), median(10) }')
+    row $r "$t" "$c"
+    CELL+="$r"$'\n'
+  done
+  RATIOS=$(printf '%s' "$runs" | awk '
+    function median(v, n,   i, j, tmp) {
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { tmp = v[i]; v[i] = v[j]; v[j] = tmp }
+      return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+    }
+    $2 == "nginx" { nr[$1] = $3; np[$1] = $5 } $2 == "zonegate" { zr[$1] = $3; zp[$1] = $5 }
+    END { for (k = 0; k in nr; k++) if (nr[k] > 0 && np[k] > 0) {
+            r[++n] = zr[k] / nr[k]; p[n] = zp[k] / np[k]; a = a sprintf(" %.2f", r[n]); b = b sprintf(" %.2f", p[n]) }
+          if (n) printf "req/s%s (median %.2f), p99%s (median %.2f)", a, median(r, n), b, median(p, n) }')
+}
+
 if [ "$ONLY" = all ] || [ "$ONLY" = matrix ]; then
   echo
   echo "== matrix: POST chat, $DURATION s per cell x $ROUNDS round(s), $(nproc) cores, control plane: $([ "${CLUSTER:-0}" = 1 ] && echo raft || echo standalone)"
@@ -253,38 +310,7 @@ if [ "$ONLY" = all ] || [ "$ONLY" = matrix ]; then
   SUMMARY=""
   for t in 1 2; do
     for c in 32 256; do
-      CELL=""
-      TARGETS=(direct nginx ${FLOOR_PORT:+floor} zonegate ${BASE:+zg-base})
-      RUNS=""
-      for round in $(seq 0 $((ROUNDS - 1))); do
-        n=${#TARGETS[@]}
-        for i in $(seq 0 $((n - 1))); do
-          target=${TARGETS[$(((i + round) % n))]}
-          case $target in
-            direct) url="http://127.0.0.1:$STATIC_PORT/v1/chat/completions" ;;
-            nginx) url="http://127.0.0.1:$NGINX_PORT/v1/chat/completions" ;;
-            zonegate) url="http://127.0.0.1:$ZG_PORT/v1/chat/completions" ;;
-            zg-base) url="http://127.0.0.1:$BASE_PORT/v1/chat/completions" ;;
-            floor) url="http://127.0.0.1:$FLOOR_PORT/v1/chat/completions" ;;
-          esac
-          RUNS+="$(run "$target" "$url" "$t" "$c")"$'\n'
-        done
-      done
-      for target in "${TARGETS[@]}"; do
-        # name rps p50 p99 errors requests upstream cpu idle: medians of the
-        # rates and times, sums of the counts (one run: that run).
-        r=$(printf '%s' "$RUNS" | awk -v name="$target" '
-          function median(col,   n, i, j, v, tmp) {
-            n = 0
-            for (i = 1; i <= NR_; i++) v[++n] = vals[i, col]
-            for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] + 0 < v[i] + 0) { tmp = v[i]; v[i] = v[j]; v[j] = tmp }
-            return v[int((n + 1) / 2)]
-          }
-          $1 == name { NR_++; for (k = 2; k <= 9; k++) vals[NR_, k] = $k; e += $5; q += $6; u += $7 }
-          END { print name, median(2), median(3), median(4), e, q, u, median(8), median(9) }')
-        row $r "$t" "$c"
-        CELL+="$r"$'\n'
-      done
+      cell "$t" "$c" chat direct nginx ${FLOOR_PORT:+floor} zonegate ${BASE:+zg-base}
       SUMMARY+=$(echo "$CELL" | awk -v t="$t" -v c="$c" '
         $1=="direct"{dp99=$4} $1=="nginx"{nr=$2; np99=$4; nc=$8} $1=="zonegate"{zr=$2; zp99=$4; zc=$8} $1=="zg-base"{br=$2; bc=$8} $1=="floor"{fr=$2; fc=$8}
         END { printf "wrk -t%s -c%-4s zonegate/nginx req/s %.2fx, CPU per request %.2fx   p99 zonegate %.3f vs nginx %.3f ms (%s)   added p99 over direct %+.3f ms",
@@ -292,11 +318,36 @@ if [ "$ONLY" = all ] || [ "$ONLY" = matrix ]; then
           if (br) printf "   zonegate/base req/s %.2fx, CPU %.2fx", zr/br, zc/bc
           if (fr) printf "   floor/nginx req/s %.2fx, CPU %.2fx", fr/nr, fc/nc
           printf "\n" }')$'\n'
+      [ "$ROUNDS" -gt 1 ] && SUMMARY+="    zonegate/nginx by round: $RATIOS"$'\n'
     done
   done
   echo
   printf '%s' "$SUMMARY"
   echo "(upstream: backend connections the target opened during the cell; direct: the client's own)"
+fi
+
+if [ "$ONLY" = all ] || [ "$ONLY" = paced ]; then
+  # The latency a proxy adds, below saturation: each of wrk's 32
+  # connections waits a random 0-2 ms (then 1-5 ms) after every answer
+  # before its next request, so the offered load is fixed (~24k and ~10k
+  # req/s here, half and a fifth of what either proxy can carry) and the
+  # same for every target. At saturation (the matrix) a closed loop's
+  # latency is its connections over its throughput: a proxy sharing two
+  # cores with wrk and the backend halves the throughput and so doubles
+  # the latency whatever it does per request.
+  echo
+  echo "== paced: POST chat, wrk -t1 -c32, each connection pausing between requests, $DURATION s x $ROUNDS round(s)"
+  header
+  PACED=""
+  for pause in "0,2" "1,5"; do
+    post_lua "paced-$pause" "$CHAT" "delay = function() return math.random($pause) end"
+    cell 1 32 "paced-$pause" direct nginx zonegate ${BASE:+zg-base}
+    PACED+=$(echo "$CELL" | awk -v pause="$pause" '
+      $1=="direct"{d=$4} $1=="nginx"{n=$4; nr=$2} $1=="zonegate"{z=$4; zr=$2}
+      END { sub(",", "-", pause); printf "pause %s ms (%.0f req/s)   added p99 over direct: zonegate %+.3f ms, nginx %+.3f ms\n", pause, zr, z - d, n - d }')$'\n'
+  done
+  echo
+  printf '%s' "$PACED"
 fi
 
 if [ "${APPLY:-0}" = 1 ] || [ "${TLS:-0}" = 1 ]; then
