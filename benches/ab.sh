@@ -40,7 +40,7 @@ node() {
   extra_var=$(echo "$1" | tr a-z A-Z)_NODE
   zonegate_config "$port" "$(free_port)" "$SP" | sed "s|$WORK/data|$WORK/data-$1|" \
     | awk -v extra="${!extra_var:-}" '{print} /^data_dir/ && extra != "" {print extra}' >"$WORK/$1.toml"
-  RUST_LOG=warn "$2" serve --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
+  RUST_LOG=warn setsid "$2" serve --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
   PIDS+=($!)
   printf -v "${1}_PID" %s $!
   printf -v "${1}_PORT" %s "$port"

@@ -1,6 +1,15 @@
 # Sourced by the loopback benchmarks (load.sh, split.sh): a work directory
 # removed on exit with every process started, free ports, nginx, and the
 # static backend both measure against. Not a benchmark by itself.
+#
+# Every server a benchmark starts runs in a session of its own (`setsid`):
+# with the kernel's autogroup scheduling (/proc/sys/kernel/
+# sched_autogroup_enabled, on by default) a session is a scheduling group
+# with its own share of the CPU. nginx daemonizes into a session of its
+# own; a server left in the script's session shares one group with wrk,
+# and wrk then waits for a core behind it (ARCHITECTURE.md, "Where the
+# time goes"). A background job of a script is never a process group
+# leader, so `setsid` execs in place and `$!` stays the server's pid.
 
 WORK=$(mktemp -d)
 PIDS=()
@@ -63,7 +72,7 @@ start_static_backend() {
 start_mock_backend() {
   local port
   port=$(free_port)
-  RUST_LOG=warn "$1" mock-backend --listen "127.0.0.1:$port" --name static --model bench >"$WORK/mock.log" 2>&1 &
+  RUST_LOG=warn setsid "$1" mock-backend --listen "127.0.0.1:$port" --name static --model bench >"$WORK/mock.log" 2>&1 &
   echo $! >"$WORK/mock.pid"
   for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/health" && break; sleep 0.1; done
   curl -s -o /dev/null -X POST -H 'content-type: application/json' \

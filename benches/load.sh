@@ -93,7 +93,7 @@ STREAM_CHAT='{"model":"bench-stream","max_tokens":16,"stream":true,"messages":[{
 # completion (and /health, /metrics), and the mock backend for streams.
 STATIC_PORT=$(start_static_backend)
 MOCK_PORT=$(free_port)
-RUST_LOG=warn "$BIN" mock-backend --listen "127.0.0.1:$MOCK_PORT" --name mock --model bench-stream >"$WORK/mock.log" 2>&1 &
+RUST_LOG=warn setsid "$BIN" mock-backend --listen "127.0.0.1:$MOCK_PORT" --name mock --model bench-stream >"$WORK/mock.log" 2>&1 &
 PIDS+=($!)
 
 NGINX_PORT=$(start_nginx proxy 2 "
@@ -124,13 +124,13 @@ CONF
   export ZONEGATE_CLUSTER_SECRET=bench-cluster-secret
 fi
 # Access lines off for the throughput run, as nginx's access_log is off.
-RUST_LOG=warn "$BIN" serve --config "$WORK/zonegate.toml" >"$WORK/zonegate.log" 2>&1 &
+RUST_LOG=warn setsid "$BIN" serve --config "$WORK/zonegate.toml" >"$WORK/zonegate.log" 2>&1 &
 ZG_PID=$!
 PIDS+=($ZG_PID)
 
 if [ "${FLOOR:-1}" = 1 ]; then
   FLOOR_PORT=$(free_port)
-  "$FLOOR_BIN" "127.0.0.1:$FLOOR_PORT" "127.0.0.1:$STATIC_PORT" "$(nproc)" &
+  setsid "$FLOOR_BIN" "127.0.0.1:$FLOOR_PORT" "127.0.0.1:$STATIC_PORT" "$(nproc)" &
   FLOOR_PID=$!
   PIDS+=($FLOOR_PID)
 fi
@@ -143,7 +143,7 @@ if [ -n "${BASE:-}" ]; then
       -e "s/^admin_listen = .*/admin_listen = \"127.0.0.1:$(free_port)\"/" \
       -e "s|^data_dir = .*|data_dir = \"$WORK/data-base\"|" \
       -e '/^\[\[cluster.members\]\]/,$d' "$WORK/zonegate.toml" >"$WORK/zonegate-base.toml"
-  RUST_LOG=warn "$BASE" serve --config "$WORK/zonegate-base.toml" >"$WORK/zonegate-base.log" 2>&1 &
+  RUST_LOG=warn setsid "$BASE" serve --config "$WORK/zonegate-base.toml" >"$WORK/zonegate-base.log" 2>&1 &
   BASE_PID=$!
   PIDS+=($BASE_PID)
 fi
@@ -160,7 +160,7 @@ if [ "${TLS:-0}" = 1 ]; then
       -e "s|^data_dir = .*|data_dir = \"$WORK/data-tls\"|" \
       -e '/^\[\[cluster.members\]\]/,$d' "$WORK/zonegate.toml" >"$WORK/zonegate-tls.toml"
   printf '[node.tls]\ncert = "%s"\nkey = "%s"\n' "$WORK/tls.crt" "$WORK/tls.key" >>"$WORK/zonegate-tls.toml"
-  RUST_LOG=warn "$BIN" serve --config "$WORK/zonegate-tls.toml" >"$WORK/zonegate-tls.log" 2>&1 &
+  RUST_LOG=warn setsid "$BIN" serve --config "$WORK/zonegate-tls.toml" >"$WORK/zonegate-tls.log" 2>&1 &
   TLS_PID=$!
   PIDS+=($TLS_PID)
   for _ in $(seq 100); do

@@ -52,7 +52,7 @@ NP=$(start_nginx proxy 2 "
 
 ZP=$(free_port)
 zonegate_config "$ZP" "$(free_port)" "$SP" >"$WORK/z.toml"
-RUST_LOG=warn "$BIN" serve --config "$WORK/z.toml" >"$WORK/z.log" 2>&1 &
+RUST_LOG=warn setsid "$BIN" serve --config "$WORK/z.toml" >"$WORK/z.log" 2>&1 &
 ZPID=$!
 PIDS+=("$ZPID")
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$ZP/healthz" && break; sleep 0.1; done
@@ -117,7 +117,7 @@ if [ "${FLOOR:-0}" = 1 ] && [ "${STREAM:-0}" != 1 ]; then
   (cd "$ROOT" && cargo build --release --quiet --example floor_proxy)
   for work in ${FLOOR_WORK:-0}; do
     FP=$(free_port)
-    "${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/floor_proxy" "127.0.0.1:$FP" "127.0.0.1:$SP" "$(nproc)" "$work" &
+    setsid "${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/floor_proxy" "127.0.0.1:$FP" "127.0.0.1:$SP" "$(nproc)" "$work" &
     FPID=$!
     PIDS+=("$FPID")
     for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FP/" && break; sleep 0.1; done
