@@ -261,12 +261,20 @@ url_of() {
   esac
 }
 
+# median(V, N): the median of V[1..N] (sorts V; the mean of the middle
+# two for an even N), for the awk programs below.
+MEDIAN='
+  function median(v, n,   i, j, tmp) {
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] + 0 < v[i] + 0) { tmp = v[i]; v[i] = v[j]; v[j] = tmp }
+    return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+  }'
+
 # cell THREADS CONNECTIONS SCRIPT TARGET...: each target ROUNDS times, the
 # order rotated every round; prints a row per target (medians of the
 # rates and times, sums of the counts) and sets CELL to those rows and
-# RATIOS to zonegate / nginx paired by round (req/s, then p99): the two
-# ran minutes apart at most, so a ratio of one round is free of the
-# machine's drift between rounds.
+# RATIOS to zonegate / nginx paired by round (req/s, then p99): within a
+# round the two run at most a round's length apart (seconds), so a
+# round's ratio is free of the machine's drift between rounds.
 cell() {
   local t=$1 c=$2 script=$3 runs="" round i n target r
   shift 3
@@ -280,23 +288,14 @@ cell() {
     done
   done
   for target in "${targets[@]}"; do
-    r=$(printf '%s' "$runs" | awk -v name="$target" '
-      function median(col,   n, i, j, v, tmp) {
-        n = 0
-        for (i = 1; i <= NR_; i++) v[++n] = vals[i, col]
-        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] + 0 < v[i] + 0) { tmp = v[i]; v[i] = v[j]; v[j] = tmp }
-        return v[int((n + 1) / 2)]
-      }
-      $2 == name { NR_++; for (k = 3; k <= 10; k++) vals[NR_, k] = $k; e += $6; q += $7; u += $8 }
-      END { print name, median(3), median(4), median(5), e, q, u, median(9), median(10) }')
+    r=$(printf '%s' "$runs" | awk -v name="$target" "$MEDIAN"'
+      function col(k,   i, v) { for (i = 1; i <= n; i++) v[i] = vals[i, k]; return median(v, n) }
+      $2 == name { n++; for (k = 3; k <= 10; k++) vals[n, k] = $k; e += $6; q += $7; u += $8 }
+      END { print name, col(3), col(4), col(5), e, q, u, col(9), col(10) }')
     row $r "$t" "$c"
     CELL+="$r"$'\n'
   done
-  RATIOS=$(printf '%s' "$runs" | awk '
-    function median(v, n,   i, j, tmp) {
-      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { tmp = v[i]; v[i] = v[j]; v[j] = tmp }
-      return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-    }
+  RATIOS=$(printf '%s' "$runs" | awk "$MEDIAN"'
     $2 == "nginx" { nr[$1] = $3; np[$1] = $5 } $2 == "zonegate" { zr[$1] = $3; zp[$1] = $5 }
     END { for (k = 0; k in nr; k++) if (nr[k] > 0 && np[k] > 0) {
             r[++n] = zr[k] / nr[k]; p[n] = zp[k] / np[k]; a = a sprintf(" %.2f", r[n]); b = b sprintf(" %.2f", p[n]) }
@@ -329,7 +328,7 @@ fi
 if [ "$ONLY" = all ] || [ "$ONLY" = paced ]; then
   # The latency a proxy adds, below saturation: each of wrk's 32
   # connections waits a random 0-2 ms (then 1-5 ms) after every answer
-  # before its next request, so the offered load is fixed (~24k and ~10k
+  # before its next request, so the offered load is fixed (~23k and ~9.4k
   # req/s here, half and a fifth of what either proxy can carry) and the
   # same for every target. At saturation (the matrix) a closed loop's
   # latency is its connections over its throughput: a proxy sharing two
