@@ -267,6 +267,22 @@ MEDIAN='
   function median(v, n,   i, j, tmp) {
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] + 0 < v[i] + 0) { tmp = v[i]; v[i] = v[j]; v[j] = tmp }
     return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+  }
+  # interval(v, n): after median(v, n) has sorted V, "LO HI PERCENT": the
+  # narrowest pair of order statistics V[k], V[n+1-k] that still holds
+  # the true median with at least 90% probability, whatever the
+  # distribution (each round falls below the median with probability 1/2,
+  # so the pair misses it with probability 2 P(Binomial(n, 1/2) < k));
+  # "" for fewer than five rounds, too few for 90%.
+  function interval(v, n,   k, below, term, best) {
+    below = 0; term = 0.5 ^ n
+    for (k = 1; 2 * k <= n; k++) {
+      below += term
+      if (1 - 2 * below < 0.90) break
+      best = sprintf("%s %s %.0f", v[k], v[n + 1 - k], 100 * (1 - 2 * below))
+      term = term * (n - k + 1) / k
+    }
+    return best
   }'
 
 # cell THREADS CONNECTIONS SCRIPT TARGET...: each target ROUNDS times, the
@@ -295,11 +311,27 @@ cell() {
     row $r "$t" "$c"
     CELL+="$r"$'\n'
   done
-  RATIOS=$(printf '%s' "$runs" | awk "$MEDIAN"'
+  local paired
+  paired=$(printf '%s' "$runs" | awk "$MEDIAN"'
+    # said(v, n, name, more): "NAME r1 r2 ... (median M, P% in LO-HI: VERDICT)",
+    # the verdict by whether the interval lies above 1, below it or
+    # holds it; sets SHORT to "M LO HI" ("M - -" without an interval).
+    function said(v, n, name, more,   out, i, m, ci, f) {
+      for (i = 1; i <= n; i++) out = out sprintf(" %.2f", v[i])
+      m = median(v, n); ci = interval(v, n); SHORT = sprintf("%.3f - -", m)
+      if (ci == "") return sprintf("%s%s (median %.2f)", name, out, m)
+      split(ci, f, " "); SHORT = sprintf("%.3f %.3f %.3f", m, f[1], f[2])
+      return sprintf("%s%s (median %.2f, %s%% in %.2f-%.2f: %s)", name, out, m, f[3], f[1], f[2],
+        f[1] > 1 ? "zonegate " more : f[2] < 1 ? "nginx " more : "no difference shown")
+    }
     $2 == "nginx" { nr[$1] = $3; np[$1] = $5 } $2 == "zonegate" { zr[$1] = $3; zp[$1] = $5 }
-    END { for (k = 0; k in nr; k++) if (nr[k] > 0 && np[k] > 0) {
-            r[++n] = zr[k] / nr[k]; p[n] = zp[k] / np[k]; a = a sprintf(" %.2f", r[n]); b = b sprintf(" %.2f", p[n]) }
-          if (n) printf "req/s%s (median %.2f), p99%s (median %.2f)", a, median(r, n), b, median(p, n) }')
+    END { for (k = 0; k in nr; k++) if (nr[k] > 0 && np[k] > 0) { r[++n] = zr[k] / nr[k]; p[n] = zp[k] / np[k] }
+          if (!n) exit
+          line = said(r, n, "req/s", "faster"); short = SHORT
+          line = line ", " said(p, n, "p99", "slower"); print line; print short, SHORT }')
+  RATIOS=$(printf '%s\n' "$paired" | head -1)
+  # "REQ LO HI P99 LO HI": the paired medians and their intervals.
+  PAIRED=$(printf '%s\n' "$paired" | sed -n 2p)
 }
 
 if [ "$ONLY" = all ] || [ "$ONLY" = matrix ]; then
@@ -307,6 +339,7 @@ if [ "$ONLY" = all ] || [ "$ONLY" = matrix ]; then
   echo "== matrix: POST chat, $DURATION s per cell x $ROUNDS round(s), $(nproc) cores, control plane: $([ "${CLUSTER:-0}" = 1 ] && echo raft || echo standalone)"
   header
   SUMMARY=""
+  TARGET=""
   for t in 1 2; do
     for c in 32 256; do
       cell "$t" "$c" chat direct nginx ${FLOOR_PORT:+floor} zonegate ${BASE:+zg-base}
@@ -317,11 +350,18 @@ if [ "$ONLY" = all ] || [ "$ONLY" = matrix ]; then
           if (br) printf "   zonegate/base req/s %.2fx, CPU %.2fx", zr/br, zc/bc
           if (fr) printf "   floor/nginx req/s %.2fx, CPU %.2fx", fr/nr, fc/nc
           printf "\n" }')$'\n'
-      [ "$ROUNDS" -gt 1 ] && SUMMARY+="    zonegate/nginx by round: $RATIOS"$'\n'
+      [ "$ROUNDS" -gt 1 ] && SUMMARY+="    zonegate/nginx by round: $RATIOS"$'\n' && TARGET+="$PAIRED"$'\n'
     done
   done
   echo
   printf '%s' "$SUMMARY"
+  # Issue 16's target, read from the paired rounds of all four cells.
+  [ "$ROUNDS" -gt 1 ] && printf '%s' "$TARGET" | awk '
+    { n++; if ($1 >= 1 && $4 <= 1) met++; if ($3 != "-" && ($3 < 1 || $5 > 1)) behind++
+      if ($2 != "-" && ($2 > 1 || $6 < 1)) ahead++ }
+    END { printf "target (>= 1.0x nginx req/s and p99 <= nginx, every cell), paired medians: %s (%d of %d cells)", met == n ? "met" : "not met", met, n
+          if ($2 != "-") printf "; 90%% intervals: nginx ahead in %d cell(s), zonegate ahead in %d", behind, ahead
+          printf "\n" }'
   echo "(upstream: backend connections the target opened during the cell; direct: the client's own)"
 fi
 
