@@ -25,9 +25,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=benches/common.sh
 . "$ROOT/benches/common.sh"
 
-for tool in nginx wrk; do
-  command -v "$tool" >/dev/null || { echo "needs $tool: apt-get install nginx wrk" >&2; exit 1; }
-done
+needs nginx wrk
 start_backend "$B"
 
 # node NAME BINARY: starts a node of BINARY on the static backend; sets

@@ -1,6 +1,8 @@
-# Sourced by the loopback benchmarks (load.sh, split.sh): a work directory
-# removed on exit with every process started, free ports, nginx, and the
-# static backend both measure against. Not a benchmark by itself.
+# Sourced by the loopback benchmarks (load.sh, split.sh, ab.sh,
+# stalls.sh): a work directory removed on exit with every process
+# started, free ports, the tools they need, nginx, the static backend they
+# measure against and a zonegate node in front of it. Not a benchmark by
+# itself.
 #
 # Every server a benchmark starts runs in a session of its own (`setsid`):
 # with the kernel's autogroup scheduling (/proc/sys/kernel/
@@ -23,6 +25,26 @@ cleanup() {
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# needs TOOL...: stops the benchmark if a tool is missing, naming the
+# distribution's packages for all of them (perf comes in linux-perf).
+needs() {
+  local tool
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null && continue
+    echo "needs $tool: apt-get install $(echo "$*" | sed 's/\bperf\b/linux-perf/')" >&2
+    exit 1
+  done
+}
+
+# release_binary: sets BIN to a release build of this tree unless it is
+# set (another build to measure).
+release_binary() {
+  [ -n "${BIN:-}" ] && return
+  echo "building release binary..." >&2
+  (cd "$ROOT" && cargo build --release --quiet)
+  BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/zonegate
+}
 
 # start_nginx NAME WORKERS SERVER-BLOCK-BODY [UPSTREAM]: starts an nginx,
 # prints its port.
@@ -80,7 +102,7 @@ start_mock_backend() {
   echo "$port"
 }
 
-# start_backend BINARY: the backend of ab.sh and split.sh, by STREAM and
+# start_backend BINARY: the backend of ab.sh, split.sh and stalls.sh, by STREAM and
 # PACE: the static nginx, or (STREAM=1) BINARY's mock backend streaming
 # 16 events PACE ms apart. Sets SP (its port) and writes $WORK/post.lua
 # (post_lua; streamed with STREAM=1).
@@ -93,6 +115,24 @@ start_backend() {
     SP=$(start_static_backend)
   fi
   post_lua "$stream"
+}
+
+# start_proxies: the backend (start_backend), then in front of it nginx as
+# a proxy (2 workers: sets NP) and a standalone zonegate node of BIN
+# (sets ZP and ZPID; NODE: extra [node] lines for it).
+start_proxies() {
+  start_backend "$BIN"
+  NP=$(start_nginx proxy 2 "
+    location / { proxy_pass http://static; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; }" \
+    "$(proxy_to static "$SP")")
+  ZP=$(free_port)
+  zonegate_config "$ZP" "$(free_port)" "$SP" \
+    | awk -v extra="${NODE:-}" '{print} /^data_dir/ && extra != "" {print extra}' >"$WORK/z.toml"
+  RUST_LOG=warn setsid "$BIN" serve --config "$WORK/z.toml" >"$WORK/z.log" 2>&1 &
+  ZPID=$!
+  PIDS+=("$ZPID")
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$ZP/healthz" && return 0; sleep 0.1; done
+  echo "zonegate ($BIN) does not answer" >&2; exit 1
 }
 
 # post_lua STREAM: writes $WORK/post.lua, wrk's POST of a small chat body

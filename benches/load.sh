@@ -63,9 +63,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/benches/common.sh"
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
-for tool in nginx wrk; do
-  command -v "$tool" >/dev/null || { echo "needs $tool: apt-get install nginx wrk" >&2; exit 1; }
-done
+needs nginx wrk
 
 wait_http() {
   for _ in $(seq 100); do
@@ -75,11 +73,7 @@ wait_http() {
   echo "not answering: $1" >&2; exit 1
 }
 
-if [ -z "${BIN:-}" ]; then
-  echo "building release binary..." >&2
-  (cd "$ROOT" && cargo build --release --quiet)
-  BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/zonegate
-fi
+release_binary
 if [ "${FLOOR:-1}" = 1 ]; then
   echo "building the floor..." >&2
   (cd "$ROOT" && cargo build --release --quiet --example floor_proxy)

@@ -17,6 +17,7 @@
 #                                           # the floor once per WORK (rounds of arithmetic
 #                                           # per request): what user time costs here
 #   KEEP=/tmp/split benches/split.sh        # keeps the perf recordings (NAME.data)
+#   NODE='data_plane_threads = 1' benches/split.sh  # extra [node] lines for zonegate
 #   SYSCALLS=1 benches/split.sh             # also each proxy's syscalls by kind
 #                                           # per request, and the reads that
 #                                           # found nothing (EAGAIN)
@@ -32,30 +33,12 @@ T=${T:-1}
 C=${C:-32}
 SECS=${SECS:-8}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BIN=${BIN:-}
 # shellcheck source=benches/common.sh
 . "$ROOT/benches/common.sh"
 
-for tool in nginx wrk perf; do
-  command -v "$tool" >/dev/null || { echo "needs $tool: apt-get install nginx wrk linux-perf" >&2; exit 1; }
-done
-if [ -z "$BIN" ]; then
-  echo "building release binary..." >&2
-  (cd "$ROOT" && cargo build --release --quiet)
-  BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/zonegate
-fi
-
-start_backend "$BIN"
-NP=$(start_nginx proxy 2 "
-    location / { proxy_pass http://static; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; }" \
-  "$(proxy_to static "$SP")")
-
-ZP=$(free_port)
-zonegate_config "$ZP" "$(free_port)" "$SP" >"$WORK/z.toml"
-RUST_LOG=warn setsid "$BIN" serve --config "$WORK/z.toml" >"$WORK/z.log" 2>&1 &
-ZPID=$!
-PIDS+=("$ZPID")
-for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$ZP/healthz" && break; sleep 0.1; done
+needs nginx wrk perf
+release_binary
+start_proxies
 NPIDS=$(pgrep -P "$(cat "$WORK/proxy.pid")" | tr '\n' ' ')
 
 load() { wrk -t"$T" -c"$C" -d"$1" -s "$WORK/post.lua" "http://127.0.0.1:$2/v1/chat/completions"; }

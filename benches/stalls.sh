@@ -26,29 +26,12 @@ C=${C:-32}
 ROUNDS=${ROUNDS:-3}
 REC=${REC:-4}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BIN=${BIN:-}
 # shellcheck source=benches/common.sh
 . "$ROOT/benches/common.sh"
 
-for tool in nginx wrk perf; do
-  command -v "$tool" >/dev/null || { echo "needs $tool: apt-get install nginx wrk linux-perf" >&2; exit 1; }
-done
-if [ -z "$BIN" ]; then
-  echo "building release binary..." >&2
-  (cd "$ROOT" && cargo build --release --quiet)
-  BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/zonegate
-fi
-
-start_backend "$BIN"
-NP=$(start_nginx proxy 2 "
-    location / { proxy_pass http://static; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; }" \
-  "$(proxy_to static "$SP")")
-ZP=$(free_port)
-zonegate_config "$ZP" "$(free_port)" "$SP" \
-  | awk -v extra="${NODE:-}" '{print} /^data_dir/ && extra != "" {print extra}' >"$WORK/z.toml"
-RUST_LOG=warn setsid "$BIN" serve --config "$WORK/z.toml" >"$WORK/z.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$ZP/healthz" && break; sleep 0.1; done
+needs nginx wrk perf
+release_binary
+start_proxies
 
 echo "== wrk -t$T -c$C, $REC s recorded per run, $(nproc) CPUs, $ROUNDS round(s)"
 for round in $(seq "$ROUNDS"); do
