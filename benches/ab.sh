@@ -28,25 +28,9 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 needs nginx wrk
 start_backend "$B"
 
-# node NAME BINARY: starts a node of BINARY on the static backend; sets
-# NAME_PID and NAME_PORT.
-node() {
-  local port
-  port=$(free_port)
-  # A_NODE / B_NODE: extra [node] lines for that build's node.
-  local extra_var
-  extra_var=$(echo "$1" | tr a-z A-Z)_NODE
-  zonegate_config "$port" "$(free_port)" "$SP" | sed "s|$WORK/data|$WORK/data-$1|" \
-    | awk -v extra="${!extra_var:-}" '{print} /^data_dir/ && extra != "" {print extra}' >"$WORK/$1.toml"
-  RUST_LOG=warn setsid "$2" serve --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
-  PIDS+=($!)
-  printf -v "${1}_PID" %s $!
-  printf -v "${1}_PORT" %s "$port"
-  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && return 0; sleep 0.1; done
-  echo "$1 ($2) does not answer" >&2; exit 1
-}
-node a "$A"
-node b "$B"
+# A_NODE / B_NODE: extra [node] lines for that build's node.
+zonegate_node a "$A" "${A_NODE:-}"
+zonegate_node b "$B" "${B_NODE:-}"
 
 cat >>"$WORK/post.lua" <<LUA
 done = function(s, latency, requests)

@@ -117,22 +117,34 @@ start_backend() {
   post_lua "$stream"
 }
 
+# zonegate_node NAME BINARY [EXTRA]: a standalone node of BINARY in front
+# of the backend at SP (its data in $WORK/data-NAME; EXTRA: more [node]
+# lines), in a session of its own; sets NAME_PID and NAME_PORT once it
+# answers.
+zonegate_node() {
+  local port
+  port=$(free_port)
+  zonegate_config "$port" "$(free_port)" "$SP" | sed "s|$WORK/data|$WORK/data-$1|" \
+    | awk -v extra="${3:-}" '{print} /^data_dir/ && extra != "" {print extra}' >"$WORK/$1.toml"
+  RUST_LOG=warn setsid "$2" serve --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
+  PIDS+=($!)
+  printf -v "${1}_PID" %s $!
+  printf -v "${1}_PORT" %s "$port"
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && return 0; sleep 0.1; done
+  echo "zonegate $1 ($2) does not answer" >&2; exit 1
+}
+
 # start_proxies: the backend (start_backend), then in front of it nginx as
-# a proxy (2 workers: sets NP) and a standalone zonegate node of BIN
-# (sets ZP and ZPID; NODE: extra [node] lines for it).
+# a proxy (2 workers: sets NP) and a zonegate node of BIN (sets ZP and
+# ZPID; NODE: extra [node] lines for it).
 start_proxies() {
   start_backend "$BIN"
   NP=$(start_nginx proxy 2 "
     location / { proxy_pass http://static; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; }" \
     "$(proxy_to static "$SP")")
-  ZP=$(free_port)
-  zonegate_config "$ZP" "$(free_port)" "$SP" \
-    | awk -v extra="${NODE:-}" '{print} /^data_dir/ && extra != "" {print extra}' >"$WORK/z.toml"
-  RUST_LOG=warn setsid "$BIN" serve --config "$WORK/z.toml" >"$WORK/z.log" 2>&1 &
-  ZPID=$!
-  PIDS+=("$ZPID")
-  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$ZP/healthz" && return 0; sleep 0.1; done
-  echo "zonegate ($BIN) does not answer" >&2; exit 1
+  zonegate_node z "$BIN" "${NODE:-}"
+  ZP=$z_PORT
+  ZPID=$z_PID
 }
 
 # post_lua STREAM: writes $WORK/post.lua, wrk's POST of a small chat body

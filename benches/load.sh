@@ -28,7 +28,10 @@
 #                                      # CPU), errors and upstream connections are summed.
 #                                      # A -t2 -c256 cell swings by ±10% between single runs;
 #                                      # with ROUNDS > 1 each cell also prints zonegate / nginx
-#                                      # round by round (paired: free of the drift between rounds).
+#                                      # round by round (paired: free of the drift between rounds)
+#                                      # and their medians; with ROUNDS >= 5 each median's 90%
+#                                      # interval and a verdict, and the matrix ends with the
+#                                      # target (>= 1.0x req/s, p99 <= nginx's, every cell).
 #   ONLY=matrix|paced|streams|memory benches/load.sh
 #                                      # paced: the latency each proxy adds below saturation
 #                                      # (wrk -t1 -c32, each connection pausing 0-2 ms, then

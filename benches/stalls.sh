@@ -4,10 +4,11 @@
 # zonegate), `perf sched record` for a few seconds, then per second of the
 # recording:
 #   - waits over 1 ms: a woken task waited that long for a CPU;
-#   - whole-machine stalls: every CPU idle for 1 ms or more at once while
-#     the load never pauses (a closed loop always has work in flight), so
-#     the runnable work was not run: on a virtual machine, its virtual
-#     CPUs were not, by the host.
+#   - whole-machine stalls: every CPU ends an idle stretch of 1 ms or more
+#     within half a millisecond of the others (so all sat idle together
+#     for at least that half), while the load never pauses (a closed loop
+#     always has work in flight): the runnable work was not run; on a
+#     virtual machine, its virtual CPUs were not, by the host.
 # A stall delays every request in flight; if `direct` shows them too, they
 # are the machine's, whatever proxy is in the path.
 #
