@@ -1,4 +1,4 @@
-# Sourced by the loopback benchmarks (load.sh, split.sh, ab.sh,
+# Sourced by the loopback benchmarks (load.sh, split.sh, ab.sh, whole.sh,
 # stalls.sh): a work directory removed on exit with every process
 # started, free ports, the tools they need, nginx, the static backend they
 # measure against and a zonegate node in front of it. Not a benchmark by
