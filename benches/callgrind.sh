@@ -16,10 +16,13 @@
 #                                      # as one instruction, natively ~20 cycles or more)
 #   CONNS=128 benches/callgrind.sh BIN 2 10  # 128 connections, each sending in turn, N1 and
 #                                      # N2 rounds: requests in flight together, as under load
-#   CACHE=1 benches/callgrind.sh ...   # also cache misses per request, simulated (64 KiB
-#                                      # I1, 48 KiB D1, 2 MiB LL, 64-byte lines: this
-#                                      # machine's per-core caches): I1mr is code the request
-#                                      # runs that did not fit, D1/LL data that went cold
+#   CACHE=1 benches/callgrind.sh ...   # also cache misses per request, simulated (32 KiB
+#                                      # 8-way I1 and D1, the 1 MiB 8-way L2 as LL, 64-byte
+#                                      # lines: this machine's per-core caches, AMD Zen 4, as
+#                                      # /sys/devices/system/cpu/cpu0/cache lists them; lscpu
+#                                      # prints both cores' sum): I1mr is code the request
+#                                      # runs that did not fit, D1 data that went cold, LL
+#                                      # what came from beyond the core's L2
 #
 # Needs valgrind and python3; a benchmark, never part of the tests.
 set -euo pipefail
@@ -83,7 +86,7 @@ CONNS=${CONNS:-1}
 # valgrind options: per-instruction counts (ATOMICS), the cache simulation (CACHE)
 VG_OPTS=""
 [ "${ATOMICS:-0}" = 1 ] && VG_OPTS="--dump-instr=yes"
-[ "${CACHE:-0}" = 1 ] && VG_OPTS="$VG_OPTS --cache-sim=yes --I1=65536,16,64 --D1=49152,12,64 --LL=2097152,16,64"
+[ "${CACHE:-0}" = 1 ] && VG_OPTS="$VG_OPTS --cache-sim=yes --I1=32768,8,64 --D1=32768,8,64 --LL=1048576,8,64"
 S1=$(run $N1); S2=$(run $N2)
 kill $MOCK 2>/dev/null || true
 python3 - "$(cat $WORK/events.$N1)" "$S1" "$S2" $(((N2 - N1) * CONNS)) $N1 $N2 <<'PY'
