@@ -55,8 +55,8 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tower::ServiceExt;
 
 use crate::http1::{
-    content_length, header_map, list_items, poll_read, put_header, put_number, span, Answer,
-    HeadFields, HeadLines, Span, READ_SPACE,
+    content_length, header_map, list_items, name_is, poll_read, put_header, put_number, span,
+    Answer, HeadFields, HeadLines, Span, READ_SPACE,
 };
 use crate::listen::{App, ConnState, InFlight, Peer, Plain, PlainRequest, Stop};
 
@@ -231,21 +231,21 @@ fn parse(buf: &[u8], spans: &mut Vec<Span>) -> Parse {
     let mut close = false;
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
-        if name.eq_ignore_ascii_case(b"content-length") {
+        if name_is(name, b"content-length") {
             match (body_len, content_length(h.value).map(usize::try_from)) {
                 (None, Some(Ok(n))) => body_len = Some(n),
                 _ => return Parse::NotOurs,
             }
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding")
-            || name.eq_ignore_ascii_case(b"expect")
-            || name.eq_ignore_ascii_case(b"upgrade")
+        } else if name_is(name, b"transfer-encoding")
+            || name_is(name, b"expect")
+            || name_is(name, b"upgrade")
         {
             return Parse::NotOurs;
-        } else if name.eq_ignore_ascii_case(b"connection") {
+        } else if name_is(name, b"connection") {
             for token in list_items(h.value) {
-                if token.eq_ignore_ascii_case(b"close") {
+                if name_is(token, b"close") {
                     close = true;
-                } else if token.eq_ignore_ascii_case(b"upgrade") {
+                } else if name_is(token, b"upgrade") {
                     return Parse::NotOurs;
                 }
             }
@@ -496,7 +496,7 @@ fn asks_close(headers: &HeaderMap) -> bool {
     headers
         .get_all(header::CONNECTION)
         .iter()
-        .any(|v| list_items(v.as_bytes()).any(|t| t.eq_ignore_ascii_case(b"close")))
+        .any(|v| list_items(v.as_bytes()).any(|t| name_is(t, b"close")))
 }
 
 /// The status line and headers: the map's, then the response's

@@ -11,6 +11,7 @@ use std::hash::BuildHasher;
 use http::{header, HeaderMap};
 use sha2::{Digest, Sha256};
 use subtle::{Choice, ConstantTimeEq};
+use zonegate_net::http1::name_is;
 
 use crate::config::{AdminToken, Role, Tenant};
 
@@ -23,8 +24,7 @@ pub fn authorization(headers: &HeaderMap) -> Option<&str> {
 /// it sent one.
 pub fn bearer(authorization: Option<&str>) -> Option<&str> {
     let (scheme, token) = authorization?.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
+    name_is(scheme.as_bytes(), b"bearer")
         .then(|| token.trim())
         .filter(|t| !t.is_empty())
 }

@@ -17,7 +17,7 @@ use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilde
 use hyper_util::client::legacy::connect::HttpConnector;
 use rustls::pki_types::ServerName;
 use tokio::time::Instant;
-use zonegate_net::http1::{list_items, put_header, HeadLines};
+use zonegate_net::http1::{list_items, name_is, put_header, HeadLines};
 use zonegate_net::tls::BackendTls;
 
 use crate::dataplane::request::ClientHeaders;
@@ -203,9 +203,7 @@ const DROP_REQUEST: &[&str] = &[
 
 /// Whether a client header goes to the backend (see `DROP_REQUEST`).
 pub fn forwarded(name: &[u8]) -> bool {
-    !DROP_REQUEST
-        .iter()
-        .any(|d| d.len() == name.len() && d.as_bytes().eq_ignore_ascii_case(name))
+    !DROP_REQUEST.iter().any(|d| name_is(name, d.as_bytes()))
 }
 
 /// Writes the client's headers for the backend, as lines of its request's
@@ -219,11 +217,9 @@ pub fn put_backend_headers(out: &mut Vec<u8>, client: &ClientHeaders) {
     // in the list, however long a hostile client makes it.
     let mut listed: Option<HashSet<Vec<u8>>> = None;
     client.for_each(|name, value| {
-        if name.eq_ignore_ascii_case(b"connection") {
+        if name_is(name, b"connection") {
             for token in list_items(value) {
-                if !(token.eq_ignore_ascii_case(b"keep-alive")
-                    || token.eq_ignore_ascii_case(b"close"))
-                {
+                if !(name_is(token, b"keep-alive") || name_is(token, b"close")) {
                     listed
                         .get_or_insert_with(HashSet::new)
                         .insert(token.to_ascii_lowercase());

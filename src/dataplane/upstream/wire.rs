@@ -25,7 +25,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::StatusCode;
 use smallvec::SmallVec;
 use zonegate_net::http1::{
-    content_length, list_items, put_header, put_number, span, written, HeadLines, Span,
+    content_length, list_items, name_is, put_header, put_number, span, written, HeadLines, Span,
 };
 
 /// Headers in one response at most (hyper's client allows 100 too).
@@ -108,11 +108,11 @@ pub(super) fn parse_head(
         spans.clear();
         for h in resp.headers.iter() {
             let name = h.name.as_bytes();
-            if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            if name_is(name, b"transfer-encoding") {
                 // The final coding is the last token of the last header.
                 let last = h.value.rsplit(|b| *b == b',').next().unwrap_or(b"");
-                chunked = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-            } else if name.eq_ignore_ascii_case(b"content-length") {
+                chunked = Some(name_is(last.trim_ascii(), b"chunked"));
+            } else if name_is(name, b"content-length") {
                 for item in h.value.split(|b| *b == b',') {
                     let n = content_length(item).ok_or("an invalid Content-Length")?;
                     if length.is_some_and(|l| l != n) {
@@ -120,11 +120,11 @@ pub(super) fn parse_head(
                     }
                     length = Some(n);
                 }
-            } else if name.eq_ignore_ascii_case(b"connection") {
+            } else if name_is(name, b"connection") {
                 for token in list_items(h.value) {
-                    if token.eq_ignore_ascii_case(b"close") {
+                    if name_is(token, b"close") {
                         keep_alive = false;
-                    } else if token.eq_ignore_ascii_case(b"keep-alive") && !http11 {
+                    } else if name_is(token, b"keep-alive") && !http11 {
                         keep_alive = true;
                     }
                     listed.push(token);
@@ -137,14 +137,14 @@ pub(super) fn parse_head(
         let lines = written(|lines| {
             for (name, value) in spans.iter() {
                 let name = &buf[name.clone()];
-                let passed = !(NOT_PASSED.iter().any(|h| name.eq_ignore_ascii_case(h))
+                let passed = !(NOT_PASSED.iter().any(|h| name_is(name, h))
                     || listed.iter().any(|l| name.eq_ignore_ascii_case(l))
                     || is_zonegates(name));
                 if passed {
                     let value = &buf[value.clone()];
-                    dated |= name.eq_ignore_ascii_case(b"date");
+                    dated |= name_is(name, b"date");
                     // The first type the client gets is the one that counts.
-                    if sse.is_none() && name.eq_ignore_ascii_case(b"content-type") {
+                    if sse.is_none() && name_is(name, b"content-type") {
                         sse = Some(value.starts_with(b"text/event-stream"));
                     }
                     put_header(lines, name, value);
@@ -199,9 +199,7 @@ const NOT_PASSED: [&[u8]; 8] = [
 /// A header zonegate writes on every answer itself.
 fn is_zonegates(name: &[u8]) -> bool {
     const PREFIX: &[u8] = b"x-zonegate-";
-    name.get(..PREFIX.len())
-        .is_some_and(|p| p.eq_ignore_ascii_case(PREFIX))
-        || name.eq_ignore_ascii_case(b"x-request-id")
+    name.get(..PREFIX.len()).is_some_and(|p| name_is(p, PREFIX)) || name_is(name, b"x-request-id")
 }
 
 /// How much of a response body is still to come, and in what shape.
