@@ -71,8 +71,7 @@ pub fn list_items(value: &[u8]) -> impl Iterator<Item = &[u8]> {
 pub fn is_header_text(value: &[u8]) -> bool {
     let text = |b: &u8| *b == b'\t' || (b' '..=b'~').contains(b);
     let mut words = value.chunks_exact(8);
-    (&mut words).all(|w| all_visible(word(w)) || w.iter().all(text))
-        && words.remainder().iter().all(text)
+    words.all(|w| all_visible(word(w)) || w.iter().all(text)) && words.remainder().iter().all(text)
 }
 
 /// Whether `name` is `lower`, a name in lower-case ASCII, in any case:
@@ -414,7 +413,11 @@ mod tests {
         let mut rng = fastrand::Rng::with_seed(16);
         (1..=40)
             .flat_map(|len| std::iter::repeat_n(len, 4))
-            .map(|len| (0..len).map(|_| alphabet[rng.usize(..alphabet.len())]).collect())
+            .map(|len| {
+                (0..len)
+                    .map(|_| alphabet[rng.usize(..alphabet.len())])
+                    .collect()
+            })
             .collect()
     }
 
