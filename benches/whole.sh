@@ -11,6 +11,8 @@
 #   T=2 C=32 ROUNDS=5 benches/whole.sh
 #   BIN=/tmp/zonegate-old benches/whole.sh
 #   NODE='data_plane_threads = 1' benches/whole.sh   # extra [node] lines
+#   STREAM=1 PACE=2 benches/whole.sh      # streams of 16 events from the mock backend,
+#                                         # 2 ms apart ("request" = one whole stream)
 #
 # Per row: µs of CPU per request, kernel + user (perf samples of every
 # CPU, `perf record -a`, by thread; sampling costs a little of its own,
@@ -33,7 +35,12 @@ start_proxies
 # Thread ids of each process group (nginx workers are single-threaded).
 tids() { for p in "$@"; do ls "/proc/$p/task"; done | tr '\n' ' '; }
 PROXY_NGINX=$(tids $(pgrep -P "$(cat "$WORK/proxy.pid")"))
-BACKEND=$(tids $(pgrep -P "$(cat "$WORK/static.pid")"))
+# The static nginx's worker, or (STREAM=1) the mock backend's threads.
+if [ -f "$WORK/static.pid" ]; then
+  BACKEND=$(tids $(pgrep -P "$(cat "$WORK/static.pid")"))
+else
+  BACKEND=$(tids "$(cat "$WORK/mock.pid")")
+fi
 ZONEGATE=$(tids "$ZPID")
 
 echo "== wrk -t$T -c$C, $REC s recorded per run, $(nproc) CPUs, $ROUNDS round(s); µs of CPU per request, kernel + user"
