@@ -233,7 +233,7 @@ impl HeadFields {
         let at = |s: u32, e: u32| &self.head[s as usize..e as usize];
         self.fields
             .iter()
-            .find(|&&[ns, ne, ..]| (ne - ns) as usize == name.len() && name_is(at(ns, ne), name))
+            .find(|&&[ns, ne, ..]| name_is(at(ns, ne), name))
             .map(|&[.., vs, ve]| at(vs, ve))
     }
 
