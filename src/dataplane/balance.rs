@@ -352,6 +352,18 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn p2c_over_one_backend_picks_it_while_it_is_eligible() {
+        let mut rng = fastrand::Rng::with_seed(5);
+        let pool = Pool::uniform(1);
+        assert!((0..1_000).all(|_| p2c(&pool, &mut rng) == Some(0)));
+        let ejected = Pool {
+            weights: vec![0.0],
+            ..Pool::uniform(1)
+        };
+        assert_eq!(p2c(&ejected, &mut rng), None);
+    }
+
+    #[test]
     fn nothing_eligible_picks_nothing() {
         let pool = Pool {
             weights: vec![0.0; 5],
