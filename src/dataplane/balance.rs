@@ -81,11 +81,6 @@ const TIE_BAND: f64 = 0.25;
 /// least_conn and Envoy's least-request do).
 pub fn p2c<C: Candidates + ?Sized>(c: &C, rng: &mut fastrand::Rng) -> Option<usize> {
     let a = weighted_draw(c, rng)?;
-    if c.len() == 1 {
-        // No second candidate: its draw would spend every sampling round
-        // and a scan to find none (~80 instructions a request, callgrind).
-        return Some(a);
-    }
     let b = weighted_draw(
         &Excluding {
             inner: c,
@@ -116,8 +111,16 @@ impl<C: Candidates + ?Sized> Candidates for Excluding<'_, C> {
             self.inner.weight(i)
         }
     }
+    /// The pool's, an upper bound; none left when the excluded candidate
+    /// is the pool's only one, so a draw gives up at once (over a model's
+    /// one backend it spent every sampling round and a scan to find
+    /// none: ~80 instructions a request, callgrind).
     fn max_weight(&self) -> f64 {
-        self.inner.max_weight()
+        if self.inner.len() == 1 {
+            0.0
+        } else {
+            self.inner.max_weight()
+        }
     }
     fn cost(&self, i: usize) -> f64 {
         self.inner.cost(i)
@@ -356,6 +359,13 @@ pub(crate) mod tests {
         let mut rng = fastrand::Rng::with_seed(5);
         let pool = Pool::uniform(1);
         assert!((0..1_000).all(|_| p2c(&pool, &mut rng) == Some(0)));
+        // The second draw finds nothing left without sampling for it.
+        let rest = Excluding {
+            inner: &pool,
+            excluded: 0,
+        };
+        assert_eq!(rest.max_weight(), 0.0);
+        assert_eq!(weighted_draw(&rest, &mut rng), None);
         let ejected = Pool {
             weights: vec![0.0],
             ..Pool::uniform(1)
