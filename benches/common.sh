@@ -147,6 +147,24 @@ start_proxies() {
   ZPID=$z_PID
 }
 
+# nginx_workers NAME: the worker pids of the nginx started as NAME.
+nginx_workers() { pgrep -P "$(cat "$WORK/$1.pid")" | tr '\n' ' '; }
+
+# while_loaded PORT SECS CMD...: wrk (-t$T -c$C, the POST of post.lua)
+# against PORT for SECS + 3 s, and CMD once 2 s of it have passed (the
+# connections open and the load steady). wrk's report lands in
+# $WORK/wrk.txt; its pid is WRK_PID while CMD runs.
+while_loaded() {
+  local port=$1 secs=$2
+  shift 2
+  wrk --latency -t"$T" -c"$C" -d$((secs + 3))s -s "$WORK/post.lua" \
+    "http://127.0.0.1:$port/v1/chat/completions" >"$WORK/wrk.txt" &
+  WRK_PID=$!
+  sleep 2
+  "$@"
+  wait "$WRK_PID"
+}
+
 # post_lua STREAM: writes $WORK/post.lua, wrk's POST of a small chat body
 # to model `bench` with tenant `bench`'s key (STREAM: true or false).
 post_lua() {

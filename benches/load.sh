@@ -200,7 +200,7 @@ accepts() { curl -s "http://127.0.0.1:$STATIC_PORT/status" | awk 'NR==3{print $1
 # backend's (direct has none).
 cpu_pids() {
   case $1 in
-    nginx) pgrep -P "$(cat "$WORK/proxy.pid")" | tr '\n' ' ' ;;
+    nginx) nginx_workers proxy ;;
     zg-tls*) echo "${TLS_PID:-}" ;;
     zg-base) echo "${BASE_PID:-}" ;;
     floor) echo "${FLOOR_PID:-}" ;;

@@ -39,7 +39,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 needs nginx wrk perf
 release_binary
 start_proxies
-NPIDS=$(pgrep -P "$(cat "$WORK/proxy.pid")" | tr '\n' ' ')
+NPIDS=$(nginx_workers proxy)
 
 load() { wrk -t"$T" -c"$C" -d"$1" -s "$WORK/post.lua" "http://127.0.0.1:$2/v1/chat/completions"; }
 ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done; echo $t; }

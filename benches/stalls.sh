@@ -38,12 +38,7 @@ echo "== wrk -t$T -c$C, $REC s recorded per run, $(nproc) CPUs, $ROUNDS round(s)
 for round in $(seq "$ROUNDS"); do
   for t in direct:$SP nginx:$NP zonegate:$ZP; do
     name=${t%%:*}
-    wrk --latency -t"$T" -c"$C" -d$((REC + 3))s -s "$WORK/post.lua" \
-      "http://127.0.0.1:${t##*:}/v1/chat/completions" >"$WORK/wrk.txt" &
-    w=$!
-    sleep 2
-    perf sched record -o "$WORK/sched.data" -- sleep "$REC" >/dev/null 2>&1
-    wait "$w"
+    while_loaded "${t##*:}" "$REC" perf sched record -o "$WORK/sched.data" -- sleep "$REC" >/dev/null 2>&1
     # Columns: time, [cpu], task, wait, scheduling delay, run (ms).
     perf sched timehist -i "$WORK/sched.data" 2>/dev/null | awk -v secs="$REC" -v cpus="$(nproc)" \
       -v name="$name" -v round="$round" -v rps="$(awk '/Requests\/sec/ {print $2}' "$WORK/wrk.txt")" \

@@ -34,26 +34,26 @@ release_binary
 start_proxies
 # Thread ids of each process group (nginx workers are single-threaded).
 tids() { for p in "$@"; do ls "/proc/$p/task"; done | tr '\n' ' '; }
-PROXY_NGINX=$(tids $(pgrep -P "$(cat "$WORK/proxy.pid")"))
+PROXY_NGINX=$(tids $(nginx_workers proxy))
 # The static nginx's worker, or (STREAM=1) the mock backend's threads.
 if [ -f "$WORK/static.pid" ]; then
-  BACKEND=$(tids $(pgrep -P "$(cat "$WORK/static.pid")"))
+  BACKEND=$(tids $(nginx_workers static))
 else
   BACKEND=$(tids "$(cat "$WORK/mock.pid")")
 fi
 ZONEGATE=$(tids "$ZPID")
 
+# Inside a wrk run: its threads, then every CPU sampled for REC s.
+record() {
+  WRK=$(tids "$WRK_PID")
+  perf record -F "$HZ" -a -o "$WORK/all.data" -- sleep "$REC" >/dev/null 2>&1
+}
+
 echo "== wrk -t$T -c$C, $REC s recorded per run, $(nproc) CPUs, $ROUNDS round(s); µs of CPU per request, kernel + user"
 for round in $(seq "$ROUNDS"); do
   for t in nginx:$NP zonegate:$ZP; do
     name=${t%%:*}
-    wrk -t"$T" -c"$C" -d$((REC + 3))s -s "$WORK/post.lua" \
-      "http://127.0.0.1:${t##*:}/v1/chat/completions" >"$WORK/wrk.txt" &
-    w=$!
-    sleep 2
-    WRK=$(tids "$w")
-    perf record -F "$HZ" -a -o "$WORK/all.data" -- sleep "$REC" >/dev/null 2>&1
-    wait "$w"
+    while_loaded "${t##*:}" "$REC" record
     proxy=$PROXY_NGINX
     [ "$name" = zonegate ] && proxy=$ZONEGATE
     perf report -i "$WORK/all.data" --stdio --no-children --sort pid,dso -F sample,pid,dso 2>/dev/null |
