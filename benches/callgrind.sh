@@ -100,6 +100,6 @@ if len(names) > 1:
 PY
 if [ "${ATOMICS:-0}" = 1 ]; then
   LIBC=$(readlink -f "$(ldd "$BIN" | awk '/libc.so/ {print $3}')")
-  python3 "$(dirname "$0")/atomics.py" $WORK/cg.$N1 $WORK/cg.$N2 $((N2 - N1)) "$(readlink -f "$BIN")" "$LIBC"
+  python3 "$(dirname "$0")/atomics.py" $WORK/cg.$N1 $WORK/cg.$N2 $(((N2 - N1) * CONNS)) "$(readlink -f "$BIN")" "$LIBC"
 fi
 rm -rf $WORK
