@@ -1,8 +1,8 @@
 # Sourced by the loopback benchmarks (load.sh, split.sh, ab.sh, whole.sh,
-# stalls.sh): a work directory removed on exit with every process
+# stalls.sh, pool.sh): a work directory removed on exit with every process
 # started, free ports, the tools they need, nginx, the static backend they
-# measure against and a zonegate node in front of it. Not a benchmark by
-# itself.
+# measure against, a zonegate node in front of it, and the statistics of
+# paired rounds. Not a benchmark by itself.
 #
 # Every server a benchmark starts runs in a session of its own (`setsid`):
 # with the kernel's autogroup scheduling (/proc/sys/kernel/
@@ -209,4 +209,54 @@ zone = "az-a"
 url = "http://127.0.0.1:$3"
 models = ["bench"]
 CONF
+}
+
+# ROUND_STATS: awk functions for paired rounds (zonegate / nginx, one
+# ratio per round), used by load.sh and pool.sh.
+#   median(v, n): the median of v[1..n] (sorts v; the mean of the middle
+#     two for an even n).
+#   interval(v, n): after median(v, n) has sorted v, "LO HI PERCENT": the
+#     narrowest pair of order statistics v[k], v[n+1-k] that still holds
+#     the true median with at least 90% probability, whatever the
+#     distribution (each round falls below the median with probability
+#     1/2, so the pair misses it with probability 2 P(Binomial(n, 1/2) <
+#     k)); "" for fewer than five rounds, too few for 90%.
+#   said(v, n, name, more): "NAME r1 r2 ... (median M, P% in LO-HI:
+#     VERDICT)" (without the rounds when the awk variable QUIET is set),
+#     the verdict by whether the interval lies above 1, below it or holds
+#     it; sets SHORT to "M LO HI" ("M - -" without an interval).
+ROUND_STATS='
+  function median(v, n,   i, j, tmp) {
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] + 0 < v[i] + 0) { tmp = v[i]; v[i] = v[j]; v[j] = tmp }
+    return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+  }
+  function interval(v, n,   k, below, term, best) {
+    below = 0; term = 0.5 ^ n
+    for (k = 1; 2 * k <= n; k++) {
+      below += term
+      if (1 - 2 * below < 0.90) break
+      best = sprintf("%s %s %.0f", v[k], v[n + 1 - k], 100 * (1 - 2 * below))
+      term = term * (n - k + 1) / k
+    }
+    return best
+  }
+  function said(v, n, name, more,   out, i, m, ci, f) {
+    if (!QUIET) for (i = 1; i <= n; i++) out = out sprintf(" %.2f", v[i])
+    m = median(v, n); ci = interval(v, n); SHORT = sprintf("%.3f - -", m)
+    if (ci == "") return sprintf("%s%s (median %.2f)", name, out, m)
+    split(ci, f, " "); SHORT = sprintf("%.3f %.3f %.3f", m, f[1], f[2])
+    return sprintf("%s%s (median %.2f, %s%% in %.2f-%.2f: %s)", name, out, m, f[3], f[1], f[2],
+      f[1] > 1 ? "zonegate " more : f[2] < 1 ? "nginx " more : "no difference shown")
+  }'
+
+# target_verdict: issue 16's target read from each cell's "REQ LO HI P99
+# LO HI" line on stdin (the paired medians and their intervals, SHORT of
+# said for req/s and p99).
+target_verdict() {
+  awk '
+    { n++; if ($1 >= 1 && $4 <= 1) met++; if ($3 != "-" && ($3 < 1 || $5 > 1)) behind++
+      if ($2 != "-" && ($2 > 1 || $6 < 1)) ahead++ }
+    END { printf "target (>= 1.0x nginx req/s and p99 <= nginx, every cell), paired medians: %s (%d of %d cells)", met == n ? "met" : "not met", met, n
+          if ($2 != "-") printf "; 90%% intervals: nginx ahead in %d cell(s), zonegate ahead in %d", behind, ahead
+          printf "\n" }'
 }

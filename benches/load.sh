@@ -35,7 +35,8 @@
 #   ONLY=matrix|paced|streams|memory benches/load.sh
 #                                      # paced: the latency each proxy adds below saturation
 #                                      # (wrk -t1 -c32, each connection pausing 0-2 ms, then
-#                                      # 1-5 ms, between requests: a fixed offered load)
+#                                      # 1-5 ms, between requests: a fixed offered load; with
+#                                      # ROUNDS > 1 also zonegate / nginx paired by round)
 #   CLUSTER=1 benches/load.sh          # zonegate as a Raft member (control plane running)
 #   APPLY=1 benches/load.sh            # also zonegate (a Raft member) while a replicated
 #                                      # config is applied every 0.2 s (zg-applying)
@@ -258,30 +259,6 @@ url_of() {
   esac
 }
 
-# median(V, N): the median of V[1..N] (sorts V; the mean of the middle
-# two for an even N), for the awk programs below.
-MEDIAN='
-  function median(v, n,   i, j, tmp) {
-    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] + 0 < v[i] + 0) { tmp = v[i]; v[i] = v[j]; v[j] = tmp }
-    return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-  }
-  # interval(v, n): after median(v, n) has sorted V, "LO HI PERCENT": the
-  # narrowest pair of order statistics V[k], V[n+1-k] that still holds
-  # the true median with at least 90% probability, whatever the
-  # distribution (each round falls below the median with probability 1/2,
-  # so the pair misses it with probability 2 P(Binomial(n, 1/2) < k));
-  # "" for fewer than five rounds, too few for 90%.
-  function interval(v, n,   k, below, term, best) {
-    below = 0; term = 0.5 ^ n
-    for (k = 1; 2 * k <= n; k++) {
-      below += term
-      if (1 - 2 * below < 0.90) break
-      best = sprintf("%s %s %.0f", v[k], v[n + 1 - k], 100 * (1 - 2 * below))
-      term = term * (n - k + 1) / k
-    }
-    return best
-  }'
-
 # cell THREADS CONNECTIONS SCRIPT TARGET...: each target ROUNDS times, the
 # order rotated every round; prints a row per target (medians of the
 # rates and times, sums of the counts) and sets CELL to those rows and
@@ -301,7 +278,7 @@ cell() {
     done
   done
   for target in "${targets[@]}"; do
-    r=$(printf '%s' "$runs" | awk -v name="$target" "$MEDIAN"'
+    r=$(printf '%s' "$runs" | awk -v name="$target" "$ROUND_STATS"'
       function col(k,   i, v) { for (i = 1; i <= n; i++) v[i] = vals[i, k]; return median(v, n) }
       $2 == name { n++; for (k = 3; k <= 10; k++) vals[n, k] = $k; e += $6; q += $7; u += $8 }
       END { print name, col(3), col(4), col(5), e, q, u, col(9), col(10) }')
@@ -309,18 +286,7 @@ cell() {
     CELL+="$r"$'\n'
   done
   local paired
-  paired=$(printf '%s' "$runs" | awk "$MEDIAN"'
-    # said(v, n, name, more): "NAME r1 r2 ... (median M, P% in LO-HI: VERDICT)",
-    # the verdict by whether the interval lies above 1, below it or
-    # holds it; sets SHORT to "M LO HI" ("M - -" without an interval).
-    function said(v, n, name, more,   out, i, m, ci, f) {
-      for (i = 1; i <= n; i++) out = out sprintf(" %.2f", v[i])
-      m = median(v, n); ci = interval(v, n); SHORT = sprintf("%.3f - -", m)
-      if (ci == "") return sprintf("%s%s (median %.2f)", name, out, m)
-      split(ci, f, " "); SHORT = sprintf("%.3f %.3f %.3f", m, f[1], f[2])
-      return sprintf("%s%s (median %.2f, %s%% in %.2f-%.2f: %s)", name, out, m, f[3], f[1], f[2],
-        f[1] > 1 ? "zonegate " more : f[2] < 1 ? "nginx " more : "no difference shown")
-    }
+  paired=$(printf '%s' "$runs" | awk "$ROUND_STATS"'
     $2 == "nginx" { nr[$1] = $3; np[$1] = $5 } $2 == "zonegate" { zr[$1] = $3; zp[$1] = $5 }
     END { for (k = 0; k in nr; k++) if (nr[k] > 0 && np[k] > 0) { r[++n] = zr[k] / nr[k]; p[n] = zp[k] / np[k] }
           if (!n) exit
@@ -353,12 +319,7 @@ if [ "$ONLY" = all ] || [ "$ONLY" = matrix ]; then
   echo
   printf '%s' "$SUMMARY"
   # Issue 16's target, read from the paired rounds of all four cells.
-  [ "$ROUNDS" -gt 1 ] && printf '%s' "$TARGET" | awk '
-    { n++; if ($1 >= 1 && $4 <= 1) met++; if ($3 != "-" && ($3 < 1 || $5 > 1)) behind++
-      if ($2 != "-" && ($2 > 1 || $6 < 1)) ahead++ }
-    END { printf "target (>= 1.0x nginx req/s and p99 <= nginx, every cell), paired medians: %s (%d of %d cells)", met == n ? "met" : "not met", met, n
-          if ($2 != "-") printf "; 90%% intervals: nginx ahead in %d cell(s), zonegate ahead in %d", behind, ahead
-          printf "\n" }'
+  [ "$ROUNDS" -gt 1 ] && printf '%s' "$TARGET" | target_verdict
   echo "(upstream: backend connections the target opened during the cell; direct: the client's own)"
 fi
 
@@ -381,6 +342,7 @@ if [ "$ONLY" = all ] || [ "$ONLY" = paced ]; then
     PACED+=$(echo "$CELL" | awk -v pause="$pause" '
       $1=="direct"{d=$4} $1=="nginx"{n=$4; nr=$2} $1=="zonegate"{z=$4; zr=$2}
       END { sub(",", "-", pause); printf "pause %s ms (%.0f req/s)   added p99 over direct: zonegate %+.3f ms, nginx %+.3f ms\n", pause, zr, z - d, n - d }')$'\n'
+    [ "$ROUNDS" -gt 1 ] && PACED+="    zonegate/nginx by round: $RATIOS"$'\n'
   done
   echo
   printf '%s' "$PACED"
