@@ -3,7 +3,8 @@
 # (zonegate / nginx, req/s and p99) that `load.sh` printed with ROUNDS >= 2
 # (the matrix's cells, and the paced case's), pooled cell by cell from its
 # saved outputs, with each pooled median's 90% interval, the verdict, and
-# the matrix's target line as load.sh gives them for one run. Eleven
+# the matrix's target line as load.sh gives them for one run (from the
+# ratios as printed, to two decimals). Eleven
 # rounds resolve about ±5% on this machine, sixty about ±2%. Pooling runs
 # of different builds or hours asks for their mixture's median: say which
 # builds and hours.
