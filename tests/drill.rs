@@ -215,6 +215,42 @@ async fn zone_blackout_drill_fails_the_zone_over_and_short_requests_survive() {
     assert_eq!(check(&ran.report, "short_success")["pass"], true);
 }
 
+/// After az-a fails over and its clients move to az-b's node, a tenant
+/// under its quota is admitted there (az-b's allocation took az-a's), and
+/// a tenant over its quota stays at its global cap throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_quota_overflow_drill_stretches_the_receiving_zone_and_keeps_the_cap() {
+    let _one = SERIAL.lock().await;
+    let ran = run_drill(
+        &scenario("failover-quota-overflow"),
+        &["load.warmup=3s", "load.duration=16s", "steps.0.at=4s"],
+    )
+    .await;
+    eprintln!("failover-quota-overflow drill took {:?}", ran.took);
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.report["verdict"], "PASS");
+    let cap = check(&ran.report, "quota_cap_held");
+    assert_eq!(cap["pass"], true, "{cap}");
+    let measured = cap["measured"].as_str().unwrap();
+    assert!(
+        measured.contains("drill-1: ") && measured.contains("drill-2: "),
+        "{measured}"
+    );
+    let stretch = check(&ran.report, "quota_stretched_within");
+    assert_eq!(stretch["pass"], true, "{stretch}");
+    assert!(
+        stretch["measured"].as_str().unwrap().contains("(drill-1: "),
+        "{stretch}"
+    );
+    let moved = ran.report["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["action"] == "move_clients")
+        .unwrap();
+    assert_eq!(moved["ok"], true, "{moved}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_impossible_expectation_exits_1_and_is_marked_failed() {
     let _one = SERIAL.lock().await;

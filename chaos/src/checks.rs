@@ -7,7 +7,7 @@ use crate::history::{self, Ack, Held, Tick};
 use crate::load::{Class, Sample};
 use crate::observe::Seen;
 use crate::report::{quantile, Check, StepRecord};
-use crate::scenario::{fmt_dur, Expect};
+use crate::scenario::{fmt_dur, Expect, TenantQuota};
 
 /// What the checks read.
 pub struct Inputs<'a> {
@@ -23,6 +23,10 @@ pub struct Inputs<'a> {
     pub clock_start: Option<(i64, &'a str)>,
     /// When every fault had been restored.
     pub restored_ms: Option<i64>,
+    /// Drill tenant `i + 1`'s quota (`load.tenant_quotas`).
+    pub tenant_quotas: &'a [TenantQuota],
+    /// Requests per minute the load offered each tenant.
+    pub offered_rpm: f64,
     pub acks: &'a [Ack],
     pub finals: &'a BTreeMap<u64, Vec<Held>>,
     pub nodes: &'a [u64],
@@ -230,6 +234,12 @@ pub fn evaluate(i: &Inputs<'_>) -> Vec<Check> {
             pass,
         });
     }
+    if let Some(true) = e.quota_cap_held {
+        out.push(quota_cap_held(i));
+    }
+    if let Some(within) = e.quota_stretched_within {
+        out.push(quota_stretched_within(i, within));
+    }
     let failed: Vec<String> = i
         .steps
         .iter()
@@ -247,4 +257,274 @@ pub fn evaluate(i: &Inputs<'_>) -> Vec<Check> {
         pass: failed.is_empty(),
     });
     out
+}
+
+/// HTTP status of a quota refusal.
+const THROTTLED: u16 = 429;
+
+/// Drill tenants with an rpm quota: (index, rpm).
+fn rpm_tenants<'a>(i: &'a Inputs<'_>) -> impl Iterator<Item = (usize, u64)> + 'a {
+    i.tenant_quotas
+        .iter()
+        .enumerate()
+        .filter_map(|(t, q)| q.rpm.map(|rpm| (t, rpm)))
+}
+
+/// Every rpm quota held over the load: the requests a tenant had admitted
+/// (answered, and not with a 429) are at most its rate over the load's
+/// span plus the burst its buckets allow: one second of the rate, and one
+/// request per node (a bucket admits while at most a second ahead).
+fn quota_cap_held(i: &Inputs<'_>) -> Check {
+    let span_ms = i.load_end_ms.max(0) as u64;
+    let mut pass = true;
+    let mut parts = Vec::new();
+    for (t, rpm) in rpm_tenants(i) {
+        let (mut sent, mut admitted) = (0u64, 0u64);
+        for s in i
+            .samples
+            .iter()
+            .filter(|s| s.tenant as usize == t && s.t_ms >= 0 && s.t_ms < i.load_end_ms)
+        {
+            sent += 1;
+            admitted += u64::from(s.status != 0 && s.status != THROTTLED);
+        }
+        let allowed = (rpm * (span_ms + 1000)).div_ceil(60_000) + i.nodes.len() as u64;
+        pass &= admitted <= allowed;
+        parts.push(format!(
+            "drill-{}: {admitted} admitted of {sent} sent in {:.1}s (quota {rpm} rpm: at most {allowed} with the burst)",
+            t + 1,
+            span_ms as f64 / 1000.0
+        ));
+    }
+    Check {
+        name: "quota_cap_held".into(),
+        expected: "admitted <= rpm quota × (load + 1 s) + 1 per node".into(),
+        measured: parts.join("; "),
+        pass,
+    }
+}
+
+/// The receiving zone's quota stretched: a tenant offered less than its
+/// rpm quota is never throttled before the first failover is seen
+/// committed, and no more than `within` after it; the load must run at
+/// least `within` past the failover for that to be shown.
+fn quota_stretched_within(i: &Inputs<'_>, within: std::time::Duration) -> Check {
+    let name = "quota_stretched_within".to_owned();
+    let expected = format!("<= {} after the failover", fmt_dur(within));
+    let under: Vec<usize> = rpm_tenants(i)
+        .filter(|(_, rpm)| i.offered_rpm < *rpm as f64)
+        .map(|(t, _)| t)
+        .collect();
+    let commit = i
+        .decisions
+        .iter()
+        .filter(|d| d.kind == "failover")
+        .map(|d| d.first_seen_ms)
+        .min();
+    let (pass, measured) = match commit {
+        _ if under.is_empty() => (
+            false,
+            format!(
+                "no tenant is offered less than its rpm quota ({:.0} rpm each)",
+                i.offered_rpm
+            ),
+        ),
+        None => (false, "no failover was committed".to_owned()),
+        Some(c) => {
+            let within_ms = within.as_millis() as i64;
+            let mine: Vec<&Sample> = i
+                .samples
+                .iter()
+                .filter(|s| {
+                    under.contains(&(s.tenant as usize)) && s.t_ms >= 0 && s.t_ms < i.load_end_ms
+                })
+                .collect();
+            let before = mine
+                .iter()
+                .filter(|s| s.t_ms < c && s.status == THROTTLED)
+                .count();
+            let after: Vec<i64> = mine
+                .iter()
+                .filter(|s| s.t_ms >= c && s.status == THROTTLED)
+                .map(|s| s.t_ms)
+                .collect();
+            let sent_after = mine.iter().filter(|s| s.t_ms >= c).count();
+            let took = after.iter().max().map_or(0, |last| last - c);
+            let tenants: Vec<String> = under.iter().map(|t| format!("drill-{}", t + 1)).collect();
+            let observed = i.load_end_ms - c >= within_ms;
+            let pass = before == 0 && took <= within_ms && observed;
+            let mut m = format!(
+                "{:.2}s ({}: {} of {sent_after} throttled after the failover seen at {:.1}s, {before} before it)",
+                took as f64 / 1000.0,
+                tenants.join(", "),
+                after.len(),
+                c as f64 / 1000.0,
+            );
+            if !observed {
+                m.push_str(&format!(
+                    "; the load ended {:.1}s after the failover, too soon to show it",
+                    (i.load_end_ms - c) as f64 / 1000.0
+                ));
+            }
+            (pass, m)
+        }
+    };
+    Check {
+        name,
+        expected,
+        measured,
+        pass,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn sample(t_ms: i64, tenant: u32, status: u16) -> Sample {
+        Sample {
+            t_ms,
+            class: Class::Short,
+            entry: 1,
+            tenant,
+            ok: status == 200,
+            status,
+            latency_ms: 1.0,
+            zone: None,
+            version: None,
+        }
+    }
+
+    fn failover(first_seen_ms: i64) -> Seen {
+        Seen {
+            version: 1,
+            kind: "failover".into(),
+            decision: serde_json::Value::Null,
+            zones: vec!["az-a".into(), "az-b".into()],
+            origin: "manual".into(),
+            actor: "drill".into(),
+            reason: String::new(),
+            at_ms: 0,
+            first_seen_ms,
+            seen_on: 1,
+        }
+    }
+
+    /// The checks of `expect` over `samples` of a 30 s load, three nodes,
+    /// tenants `quotas`, each offered `offered_rpm`, a failover seen at
+    /// `failover_ms` (when given); only the quota checks, by name.
+    fn judge(
+        expect: &Expect,
+        samples: &[Sample],
+        quotas: &[TenantQuota],
+        offered_rpm: f64,
+        failover_ms: Option<i64>,
+    ) -> Vec<Check> {
+        let decisions: Vec<Seen> = failover_ms.into_iter().map(failover).collect();
+        let finals = BTreeMap::new();
+        evaluate(&Inputs {
+            expect,
+            samples,
+            load_end_ms: 30_000,
+            ticks: &[],
+            decisions: &decisions,
+            clock_start: None,
+            restored_ms: None,
+            tenant_quotas: quotas,
+            offered_rpm,
+            acks: &[],
+            finals: &finals,
+            nodes: &[1, 2, 3],
+            steps: &[],
+        })
+        .into_iter()
+        .filter(|c| c.name.starts_with("quota_"))
+        .collect()
+    }
+
+    fn rpm(rpm: u64) -> TenantQuota {
+        TenantQuota {
+            rpm: Some(rpm),
+            ..TenantQuota::default()
+        }
+    }
+
+    /// 600 rpm over 30 s is 300, plus one second (10) and one per node
+    /// (3): 313 admitted pass, 314 do not; refusals, unanswered requests
+    /// and other tenants do not count.
+    #[test]
+    fn the_cap_allows_the_rate_over_the_load_plus_the_burst() {
+        let expect = Expect {
+            quota_cap_held: Some(true),
+            ..Expect::default()
+        };
+        let quotas = [TenantQuota::default(), rpm(600)];
+        let mut samples: Vec<Sample> = (0..313).map(|k| sample(k * 90, 1, 200)).collect();
+        samples.extend((0..500).map(|k| sample(k * 50, 1, 429)));
+        samples.extend((0..50).map(|k| sample(k * 50, 1, 0)));
+        samples.extend((0..900).map(|k| sample(k * 30, 0, 200)));
+        // Warm-up and after the load: not judged.
+        samples.extend((0..100).map(|k| sample(-1 - k, 1, 200)));
+        samples.push(sample(30_000, 1, 200));
+        let c = judge(&expect, &samples, &quotas, 1800.0, None);
+        assert_eq!(c.len(), 1);
+        assert!(c[0].pass, "{}", c[0].measured);
+        assert!(
+            c[0].measured.contains("drill-2: 313 admitted of 863 sent"),
+            "{}",
+            c[0].measured
+        );
+        assert!(c[0].measured.contains("at most 313"), "{}", c[0].measured);
+        samples.push(sample(29_999, 1, 200));
+        let c = judge(&expect, &samples, &quotas, 1800.0, None);
+        assert!(!c[0].pass, "{}", c[0].measured);
+    }
+
+    /// Throttling of a tenant under its quota: after the failover for at
+    /// most the budget, never before it, and the load must outlast the
+    /// budget; a tenant over its quota is not judged.
+    #[test]
+    fn the_stretch_is_timed_from_the_failover_for_tenants_under_their_quota() {
+        let expect = Expect {
+            quota_stretched_within: Some(Duration::from_secs(5)),
+            ..Expect::default()
+        };
+        // drill-1 under its quota (1,800 of 3,000 rpm), drill-2 over (600).
+        let quotas = [rpm(3000), rpm(600)];
+        let mut samples: Vec<Sample> = (0..600).map(|k| sample(k * 50, 0, 200)).collect();
+        samples.extend((0..600).map(|k| sample(k * 50, 1, 429)));
+        let stretch = |samples: &[Sample], failover: Option<i64>| {
+            let c = judge(&expect, samples, &quotas, 1800.0, failover);
+            assert_eq!(c.len(), 1);
+            (c[0].pass, c[0].measured.clone())
+        };
+        let (pass, m) = stretch(&samples, Some(10_000));
+        assert!(
+            pass && m.starts_with("0.00s (drill-1: 0 of 400 throttled"),
+            "{m}"
+        );
+        // Throttled for 4.5 s after the failover: within 5 s.
+        samples.push(sample(14_500, 0, 429));
+        let (pass, m) = stretch(&samples, Some(10_000));
+        assert!(pass && m.starts_with("4.50s (drill-1: 1 of 401"), "{m}");
+        // ... but not 6 s.
+        samples.push(sample(16_000, 0, 429));
+        let (pass, m) = stretch(&samples, Some(10_000));
+        assert!(!pass && m.starts_with("6.00s"), "{m}");
+        samples.pop();
+        // Throttled before the failover: the quota did not hold at all.
+        samples.push(sample(9_000, 0, 429));
+        let (pass, m) = stretch(&samples, Some(10_000));
+        assert!(!pass && m.contains(", 1 before it"), "{m}");
+        samples.pop();
+        // No failover, or one too late to watch for 5 s.
+        let (pass, m) = stretch(&samples, None);
+        assert!(!pass && m == "no failover was committed", "{m}");
+        let (pass, m) = stretch(&samples, Some(26_000));
+        assert!(!pass && m.contains("too soon to show it"), "{m}");
+        // Every tenant over its quota: nothing to judge.
+        let c = judge(&expect, &samples, &[rpm(600)], 1800.0, Some(10_000));
+        assert!(!c[0].pass && c[0].measured.starts_with("no tenant is offered less"));
+    }
 }

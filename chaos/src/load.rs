@@ -31,6 +31,8 @@ pub struct Sample {
     pub class: Class,
     /// The node it entered (0: none was in rotation).
     pub entry: u64,
+    /// Which drill tenant sent it: the index of its API key.
+    pub tenant: u32,
     pub ok: bool,
     /// HTTP status; 0 when no answer came (connect error, timeout).
     pub status: u16,
@@ -52,6 +54,9 @@ pub struct Entry {
     /// balancer would notice within its health-check interval; the drill
     /// models an ideal one and says so in the report).
     pub in_rotation: bool,
+    /// This node's clients send to that node instead (`move_clients`),
+    /// while it is in rotation.
+    pub clients_to: Option<u64>,
 }
 
 /// What to send.
@@ -155,9 +160,14 @@ impl Load {
                                 None
                             } else {
                                 let e = live[(sent as usize) % live.len()];
+                                let moved = e
+                                    .clients_to
+                                    .and_then(|to| live.iter().copied().find(|t| t.node == to));
+                                let e = moved.unwrap_or(e);
                                 Some((e.node, e.url.clone()))
                             }
                         };
+                        let tenant = (sent as usize) % plan.api_keys.len();
                         let now = Instant::now();
                         let t_ms = signed_ms(now, t0);
                         let Some((node, url)) = entry else {
@@ -168,6 +178,7 @@ impl Load {
                                     t_ms,
                                     class,
                                     entry: 0,
+                                    tenant: tenant as u32,
                                     ok: false,
                                     status: 0,
                                     latency_ms: 0.0,
@@ -183,7 +194,7 @@ impl Load {
                         };
                         let mut req = client
                             .post(format!("{url}/v1/chat/completions"))
-                            .bearer_auth(&plan.api_keys[(sent as usize) % plan.api_keys.len()])
+                            .bearer_auth(&plan.api_keys[tenant])
                             .header("content-type", "application/json")
                             .body(bodies[idx].clone());
                         if plan.sessions > 0 {
@@ -195,7 +206,7 @@ impl Load {
                         let (samples, in_flight) = (samples.clone(), in_flight.clone());
                         in_flight.fetch_add(1, Ordering::Relaxed);
                         tokio::spawn(async move {
-                            let sample = send(req, class, node, t_ms, now).await;
+                            let sample = send(req, class, node, tenant as u32, t_ms, now).await;
                             in_flight.fetch_sub(1, Ordering::Relaxed);
                             samples
                                 .lock()
@@ -227,6 +238,38 @@ impl Load {
         for e in all.iter_mut().filter(|e| e.node == node) {
             e.in_rotation = in_rotation;
         }
+    }
+
+    /// Sends the clients of `from`'s nodes to `to`'s (first) node from now
+    /// on, or back to their own when `to == from`. Says what moved.
+    pub fn move_clients(&self, from: &str, to: &str) -> Result<String, String> {
+        let mut all = self.entries.write().unwrap_or_else(|e| e.into_inner());
+        let target = if from == to {
+            None
+        } else {
+            let t = all
+                .iter()
+                .find(|e| e.zone == to)
+                .ok_or_else(|| format!("no node of {to} takes clients (load.entry_zones)"))?;
+            Some(t.node)
+        };
+        let moved: Vec<String> = all
+            .iter_mut()
+            .filter(|e| e.zone == from)
+            .map(|e| {
+                e.clients_to = target;
+                format!("node {}", e.node)
+            })
+            .collect();
+        if moved.is_empty() {
+            return Err(format!(
+                "no node of {from} takes clients (load.entry_zones)"
+            ));
+        }
+        Ok(match target {
+            Some(t) => format!("the clients of {} now send to node {t}", moved.join(", ")),
+            None => format!("the clients of {} send to it again", moved.join(", ")),
+        })
     }
 
     /// A handle on the samples recorded so far.
@@ -284,6 +327,7 @@ async fn send(
     req: reqwest::RequestBuilder,
     class: Class,
     entry: u64,
+    tenant: u32,
     t_ms: i64,
     sent: Instant,
 ) -> Sample {
@@ -291,6 +335,7 @@ async fn send(
         t_ms,
         class,
         entry,
+        tenant,
         ok: false,
         status: 0,
         latency_ms: 0.0,

@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 use tokio::process::Command;
 
 use crate::relay::Relays;
+use crate::scenario::TenantQuota;
 
 /// The admin token the drill gives itself on local clusters.
 pub const DRILL_ADMIN_TOKEN: &str = "zonegate-drill-operator";
@@ -225,12 +226,13 @@ async fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
 impl LocalCluster {
     /// Starts the mocks, the relays and every member of `topology`, with
     /// `node_config` merged into each member's config and `tenants` API
-    /// keys of the drill's own.
+    /// keys of the drill's own, tenant `i` with `quotas[i]` when given.
     pub async fn start(
         exe: &Path,
         topology: &Topology,
         node_config: &toml::Table,
         tenants: u32,
+        quotas: &[TenantQuota],
     ) -> anyhow::Result<LocalCluster> {
         let dir = tempfile::Builder::new()
             .prefix("zonegate-drill-")
@@ -328,6 +330,9 @@ impl LocalCluster {
                     tenant.insert("name".into(), format!("drill-{}", i + 1).into());
                     tenant.insert("key_sha256".into(), sha256_hex(key).into());
                     tenant.insert("priority".into(), "P0".into());
+                    if let Some(q) = quotas.get(i) {
+                        tenant.insert("quota".into(), toml::Value::Table(q.to_table()));
+                    }
                     a.push(toml::Value::Table(tenant));
                 }
             }

@@ -692,6 +692,7 @@ mod tests {
             t_ms,
             class,
             entry: 1,
+            tenant: 0,
             ok,
             status: if ok { 200 } else { 503 },
             latency_ms: lat,

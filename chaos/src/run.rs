@@ -130,6 +130,16 @@ pub fn plan(s: &Scenario) -> String {
         l.tenants,
         l.concurrency
     ));
+    for (i, q) in l.tenant_quotas.iter().enumerate() {
+        out.push_str(&format!(
+            "  tenant drill-{}: quota {}\n",
+            i + 1,
+            toml::to_string(&q.to_table())
+                .unwrap_or_default()
+                .trim_end()
+                .replace('\n', ", ")
+        ));
+    }
     out.push_str("steps:\n");
     for (i, st) in s.steps.iter().enumerate() {
         out.push_str(&format!(
@@ -173,6 +183,12 @@ pub fn plan(s: &Scenario) -> String {
     }
     if let Some(v) = e.p99_added_ms {
         line(format!("p99_added_ms <= {v}"));
+    }
+    if let Some(v) = e.quota_cap_held {
+        line(format!("quota_cap_held = {v}"));
+    }
+    if let Some(v) = e.quota_stretched_within {
+        line(format!("quota_stretched_within {}", fmt_dur(v)));
     }
     if !any {
         out.push_str("  (none; only that every step runs)\n");
@@ -246,7 +262,14 @@ impl<'a> Drill<'a> {
                     topo.members.len(),
                     topo.backends.len()
                 );
-                let local = LocalCluster::start(exe, &topo, node_config, sc.load.tenants).await?;
+                let local = LocalCluster::start(
+                    exe,
+                    &topo,
+                    node_config,
+                    sc.load.tenants,
+                    &sc.load.tenant_quotas,
+                )
+                .await?;
                 let nodes = local
                     .nodes
                     .iter()
@@ -391,6 +414,7 @@ impl<'a> Drill<'a> {
                 zone: n.zone.clone(),
                 url: n.data.clone(),
                 in_rotation: true,
+                clients_to: None,
             })
             .collect();
         let load = Load::start(
@@ -568,6 +592,8 @@ impl<'a> Drill<'a> {
                     .map(|(t, _, _)| (*t, "ctl"))
             }),
             restored_ms: Some(restored_ms),
+            tenant_quotas: &sc.load.tenant_quotas,
+            offered_rpm: sc.load.rps * 60.0 / d.api_keys.len().max(1) as f64,
             acks: &acks,
             finals: &finals,
             nodes: &ids,
@@ -1509,6 +1535,7 @@ impl Running<'_, '_> {
                         .map_err(StepError::Aborted)?;
                 }
             }
+            Action::MoveClients { from, to } => Ok(self.load.move_clients(from, to)?),
         }
     }
 

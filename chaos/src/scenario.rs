@@ -93,6 +93,8 @@ struct RawLoad {
     entry_zones: Vec<String>,
     model: Option<String>,
     short_max_tokens: Option<u32>,
+    #[serde(default)]
+    tenant_quotas: Vec<toml::Table>,
 }
 
 #[derive(Deserialize)]
@@ -126,6 +128,7 @@ struct RawStep {
     kind: Option<String>,
     version: Option<u64>,
     timeout: Option<String>,
+    to: Option<String>,
     note: Option<String>,
 }
 
@@ -141,6 +144,8 @@ struct RawExpect {
     no_lost_decisions: Option<bool>,
     converged_within: Option<String>,
     p99_added_ms: Option<f64>,
+    quota_cap_held: Option<bool>,
+    quota_stretched_within: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -226,6 +231,34 @@ pub struct Load {
     /// Model to request; default: the first model of the topology.
     pub model: Option<String>,
     pub short_max_tokens: u32,
+    /// Drill tenant `i + 1`'s quota (local target): the node config's
+    /// `quota = { rpm, tpm, concurrency }`; tenants past the list have none.
+    pub tenant_quotas: Vec<TenantQuota>,
+}
+
+/// A drill tenant's quota, as the nodes' `[[tenants]] quota` table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TenantQuota {
+    pub rpm: Option<u64>,
+    pub tpm: Option<u64>,
+    pub concurrency: Option<u64>,
+}
+
+impl TenantQuota {
+    /// The `quota = { ... }` table of a node's `[[tenants]]` entry.
+    pub fn to_table(&self) -> toml::Table {
+        let mut t = toml::Table::new();
+        for (k, v) in [
+            ("rpm", self.rpm),
+            ("tpm", self.tpm),
+            ("concurrency", self.concurrency),
+        ] {
+            if let Some(v) = v {
+                t.insert(k.into(), toml::Value::Integer(v as i64));
+            }
+        }
+        t
+    }
 }
 
 /// Shares of short, long and streaming requests (normalized to sum 1).
@@ -364,6 +397,13 @@ pub enum Action {
         condition: Condition,
         timeout: Duration,
     },
+    /// The clients that send to `from`'s node send to `to`'s node from
+    /// now on (as a DNS or load-balancer change after a failover moves
+    /// them); `to == from` moves them back.
+    MoveClients {
+        from: String,
+        to: String,
+    },
 }
 
 impl Action {
@@ -379,6 +419,7 @@ impl Action {
             Action::Heal => "heal",
             Action::Ctl { .. } => "ctl",
             Action::WaitFor { .. } => "wait_for",
+            Action::MoveClients { .. } => "move_clients",
         }
     }
 
@@ -452,6 +493,12 @@ impl Action {
             Action::WaitFor { condition, timeout } => {
                 format!("wait_for {condition:?} (up to {})", fmt_dur(*timeout))
             }
+            Action::MoveClients { from, to } if from == to => {
+                format!("move_clients of {from} back to {from}")
+            }
+            Action::MoveClients { from, to } => {
+                format!("move_clients of {from} to {to}")
+            }
         }
     }
 }
@@ -468,6 +515,14 @@ pub struct Expect {
     pub no_lost_decisions: Option<bool>,
     pub converged_within: Option<Duration>,
     pub p99_added_ms: Option<f64>,
+    /// No drill tenant with an rpm quota was admitted more than its
+    /// quota's rate over the load, plus the one second of burst a bucket
+    /// allows.
+    pub quota_cap_held: Option<bool>,
+    /// Tenants offered less than their rpm quota are throttled (429) no
+    /// later than this after the first failover is seen committed, and
+    /// never before it: the receiving zone's quota stretched.
+    pub quota_stretched_within: Option<Duration>,
 }
 
 /// Guards for drills against real clusters.
@@ -723,7 +778,7 @@ fn validate(raw: RawScenario, path: &Path) -> Result<Scenario, Invalid> {
             }
         }
     };
-    let load = Load {
+    let mut load = Load {
         rps: l.rps,
         duration: duration("load.duration", &l.duration)?,
         warmup: match l.warmup {
@@ -752,7 +807,28 @@ fn validate(raw: RawScenario, path: &Path) -> Result<Scenario, Invalid> {
         entry_zones: l.entry_zones,
         model: l.model,
         short_max_tokens: l.short_max_tokens.unwrap_or(16),
+        tenant_quotas: Vec::new(),
     };
+    if !l.tenant_quotas.is_empty() && !local {
+        return bad(
+            "load.tenant_quotas",
+            "only for a local target (the drill makes its tenants)",
+        );
+    }
+    if l.tenant_quotas.len() > load.tenants as usize {
+        return bad(
+            "load.tenant_quotas",
+            format!(
+                "{} quotas for {} tenants (load.tenants)",
+                l.tenant_quotas.len(),
+                load.tenants
+            ),
+        );
+    }
+    for (i, t) in l.tenant_quotas.into_iter().enumerate() {
+        load.tenant_quotas
+            .push(tenant_quota(&format!("load.tenant_quotas[{i}]"), t)?);
+    }
     if load.duration.is_zero() {
         return bad("load.duration", "must be longer than 0");
     }
@@ -821,7 +897,42 @@ fn validate(raw: RawScenario, path: &Path) -> Result<Scenario, Invalid> {
             }
             v => v,
         },
+        quota_cap_held: e.quota_cap_held,
+        quota_stretched_within: e
+            .quota_stretched_within
+            .map(|s| duration("expect.quota_stretched_within", &s))
+            .transpose()?,
     };
+    let with_rpm = load.tenant_quotas.iter().any(|q| q.rpm.is_some());
+    for (key, set) in [
+        ("expect.quota_cap_held", expect.quota_cap_held == Some(true)),
+        (
+            "expect.quota_stretched_within",
+            expect.quota_stretched_within.is_some(),
+        ),
+    ] {
+        if set && !with_rpm {
+            return bad(key, "needs a tenant with an rpm quota (load.tenant_quotas)");
+        }
+    }
+    if expect.quota_stretched_within.is_some() && expect.no_failover == Some(true) {
+        return bad(
+            "expect.no_failover",
+            "contradicts expect.quota_stretched_within (measured from a failover)",
+        );
+    }
+    for (i, step) in steps.iter().enumerate() {
+        if let Action::MoveClients { from, to } = &step.action {
+            for (key, zone) in [("zone", from), ("to", to)] {
+                if !load.entry_zones.is_empty() && !load.entry_zones.contains(zone) {
+                    return bad(
+                        format!("steps[{i}].{key}"),
+                        format!("{zone} has no node in the clients' rotation (load.entry_zones)"),
+                    );
+                }
+            }
+        }
+    }
     if expect.failover_committed_within.is_some() && expect.no_failover == Some(true) {
         return bad(
             "expect.no_failover",
@@ -1022,16 +1133,25 @@ fn validate_step(i: usize, s: RawStep, local: bool) -> Result<Step, Invalid> {
                 Action::WaitFor { condition, timeout },
             )
         }
+        "move_clients" => {
+            let Some(from) = s.zone.clone() else {
+                return bad(k("zone"), "required: the zone whose clients move");
+            };
+            let Some(to) = s.to.clone() else {
+                return bad(k("to"), "required: the zone they move to");
+            };
+            (&["zone", "to"], Action::MoveClients { from, to })
+        }
         other => {
             return bad(
                 k("action"),
                 format!(
-                    "`{other}` is not an action (backend_fault, backend_restore, kill, pause, resume, restart, partition, heal, ctl, wait_for)"
+                    "`{other}` is not an action (backend_fault, backend_restore, kill, pause, resume, restart, partition, heal, ctl, wait_for, move_clients)"
                 ),
             )
         }
     };
-    let set: [(&str, bool); 14] = [
+    let set: [(&str, bool); 15] = [
         ("for", s.for_.is_some()),
         ("node", s.node.is_some()),
         ("zone", s.zone.is_some()),
@@ -1046,6 +1166,7 @@ fn validate_step(i: usize, s: RawStep, local: bool) -> Result<Step, Invalid> {
         ("kind", s.kind.is_some()),
         ("version", s.version.is_some()),
         ("timeout", s.timeout.is_some()),
+        ("to", s.to.is_some()),
     ];
     for (key, present) in set {
         if present && !uses.contains(&key) {
@@ -1076,6 +1197,38 @@ fn validate_step(i: usize, s: RawStep, local: bool) -> Result<Step, Invalid> {
         action,
         note: s.note,
     })
+}
+
+/// A `load.tenant_quotas` entry: the keys of a node's `quota` table, each
+/// a whole number of at least 1, at least one given.
+fn tenant_quota(key: &str, t: toml::Table) -> Result<TenantQuota, Invalid> {
+    if t.is_empty() {
+        return bad(key, "empty: give rpm, tpm or concurrency");
+    }
+    let mut q = TenantQuota::default();
+    for (k, v) in t {
+        let slot = match k.as_str() {
+            "rpm" => &mut q.rpm,
+            "tpm" => &mut q.tpm,
+            "concurrency" => &mut q.concurrency,
+            _ => {
+                return bad(
+                    format!("{key}.{k}"),
+                    "not a quota key (rpm, tpm, concurrency)",
+                )
+            }
+        };
+        match v.as_integer() {
+            Some(n) if n >= 1 => *slot = Some(n as u64),
+            _ => {
+                return bad(
+                    format!("{key}.{k}"),
+                    format!("{v} is not a whole number >= 1"),
+                )
+            }
+        }
+    }
+    Ok(q)
 }
 
 fn backend_sel(
@@ -1176,6 +1329,41 @@ duration = "10s"
                 "day",
             ),
             ("[target\nkind = 1", "(line 1)", ""),
+            (
+                &format!("{MINIMAL}tenant_quotas = [{{ rpm = 60, rps = 1 }}]"),
+                "load.tenant_quotas[0].rps",
+                "not a quota key",
+            ),
+            (
+                &format!("{MINIMAL}tenant_quotas = [{{ rpm = 0 }}]"),
+                "load.tenant_quotas[0].rpm",
+                "not a whole number >= 1",
+            ),
+            (
+                &format!("{MINIMAL}tenant_quotas = [{{ rpm = 60 }}, {{ tpm = 10 }}]"),
+                "load.tenant_quotas",
+                "2 quotas for 1 tenants",
+            ),
+            (
+                &format!("{MINIMAL}tenant_quotas = [{{ tpm = 600 }}]\n[expect]\nquota_cap_held = true"),
+                "expect.quota_cap_held",
+                "needs a tenant with an rpm quota",
+            ),
+            (
+                &format!("{MINIMAL}\n[[steps]]\naction = \"move_clients\"\nzone = \"az-a\""),
+                "steps[0].to",
+                "required",
+            ),
+            (
+                &format!("{MINIMAL}entry_zones = [\"az-a\"]\n[[steps]]\naction = \"move_clients\"\nzone = \"az-a\"\nto = \"az-b\""),
+                "steps[0].to",
+                "no node in the clients' rotation",
+            ),
+            (
+                &format!("{MINIMAL}\n[[steps]]\naction = \"kill\"\nnode = 1\nto = \"az-b\""),
+                "steps[0].to",
+                "not used by action `kill`",
+            ),
         ];
         for (text, key, reason) in cases {
             let e = parse(text).expect_err(text);

@@ -39,6 +39,7 @@ fn every_shipped_scenario_parses() {
     names.sort();
     for wanted in [
         "backend-flap",
+        "failover-quota-overflow",
         "leader-kill",
         "leader-pause",
         "manual-failover-drill",

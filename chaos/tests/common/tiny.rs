@@ -87,6 +87,7 @@ pub async fn measure(rps: f64, secs: u64) -> (f64, u64, u64) {
             zone: "az-a".into(),
             url,
             in_rotation: true,
+            clients_to: None,
         }],
         start,
         start,
