@@ -517,6 +517,33 @@ async fn failover_overflows_into_the_target_p0_keeps_its_rate_and_p2_is_shed_fir
     global_holds(&before);
     let a_before = own_rpm(&before, 1);
 
+    // The dry run names the overflow the failover would cause, for every
+    // tenant with a quota, as of the version it would apply as.
+    let dry: Value = client()
+        .post(format!("{}/admin/v1/failover", nodes[0].admin))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"from": "az-a", "to": "az-b", "reason": "quota test", "dry_run": true}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let version = dry["preview"]["version"].as_u64().unwrap();
+    let lines: Vec<&str> = dry["quota_overflow"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no quota_overflow in the dry run: {dry}"))
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    for (tenant, priority) in [("deptA", "P0"), ("bulk", "P2")] {
+        let want = format!(
+            "cross_zone overflow tenant={tenant} from=az-a to=az-b mode=soft_limit priority={priority} version={version}"
+        );
+        assert!(lines.contains(&want.as_str()), "{want} in {lines:?}");
+    }
+    assert_eq!(lines.len(), 2, "{lines:?}");
+
     phase.store(1, std::sync::atomic::Ordering::Relaxed);
     let resp = client()
         .post(format!("{}/admin/v1/failover", nodes[0].admin))

@@ -447,6 +447,26 @@ pub async fn write(
     }
 }
 
+/// The `cross_zone overflow` lines in force if `preview` applied: each
+/// tenant with a quota whose allocation in a failed-over zone its target
+/// would hold (the receiving zone's limits lifted, the global cap kept).
+/// From the tenants' quotas as this node (the leader, which answers dry
+/// runs) has them, and its view with the preview's zone changes.
+fn quota_overflow(gw: &Gateway, preview: &zonegate_cluster::Preview) -> Vec<String> {
+    let mut zones = gw.view.borrow().zones.clone();
+    for c in &preview.changes {
+        zones.insert(c.zone.clone(), c.after.clone());
+    }
+    let tenants: Vec<zonegate_cluster::TenantQuota> = gw
+        .quotas
+        .load()
+        .tenants
+        .iter()
+        .map(|t| t.quota.clone())
+        .collect();
+    zonegate_cluster::quota::overflow_lines(&tenants, &zones, preview.version)
+}
+
 /// What the leader answered a write or a dry run.
 enum Answer {
     Preview(zonegate_cluster::Preview),
@@ -481,10 +501,14 @@ pub(crate) async fn decide(
         node.propose(cmd).await.map(Answer::Applied)
     };
     match answer {
-        Ok(Answer::Preview(preview)) => Ok(Json(
-            json!({"dry_run": true, "would_apply": true, "preview": preview}),
-        )
-        .into_response()),
+        Ok(Answer::Preview(preview)) => {
+            let mut answer = json!({"dry_run": true, "would_apply": true});
+            if matches!(kind, "failover" | "failback") {
+                answer["quota_overflow"] = json!(quota_overflow(gw, &preview));
+            }
+            answer["preview"] = json!(preview);
+            Ok(Json(answer).into_response())
+        }
         Ok(Answer::Applied(applied)) => {
             gw.metrics
                 .decisions

@@ -284,6 +284,19 @@ pub fn dry_run(kind: &str, zones: &Value, v: &Value, chosen: Option<&str>, look:
         );
     }
     out.push_str(&preview(v));
+    // A leader before the quota lines sends none: say nothing then.
+    if let Some(lines) = v["quota_overflow"].as_array() {
+        if lines.is_empty() {
+            out.push_str(
+                "quota overflow: none (no tenant with a quota would draw on another zone)\n",
+            );
+        } else {
+            out.push_str("quota overflow (the target's limits take the failed zone's share; global caps kept):\n");
+            for l in lines {
+                let _ = writeln!(out, "  {}", s(l));
+            }
+        }
+    }
     let _ = writeln!(out, "rules checked: {} (all passed)", RULES.join(", "));
     let version = v["preview"]["version"].as_u64().unwrap_or(0);
     if let Some(undo) = undo(kind, zones, &v["preview"]["changes"], version) {
@@ -628,6 +641,37 @@ mod tests {
             out.contains("cross_zone overflow tenant=deptA from=az-a to=az-b"),
             "{out}"
         );
+    }
+
+    /// A failover's dry run names the tenants whose quota would overflow
+    /// into the target, says so when none would, and says nothing when
+    /// the leader sent no quota lines (an older version).
+    #[test]
+    fn a_dry_run_shows_the_quota_overflow_it_would_cause() {
+        let zones = json!({"from": "az-a", "to": "az-b"});
+        let line = "cross_zone overflow tenant=deptA from=az-a to=az-b mode=soft_limit priority=P0 version=8";
+        let v = |overflow: Option<Value>| {
+            let mut v = json!({"dry_run": true, "would_apply": true, "preview": {
+                "version": 8, "kind": "failover", "automation": "auto",
+                "changes": [{"zone": "az-a", "before": {"status": "active"},
+                             "after": {"status": "failed_over", "target": "az-b"}}]}});
+            if let Some(o) = overflow {
+                v["quota_overflow"] = o;
+            }
+            v
+        };
+        let look = Look::plain(0);
+        let out = dry_run("failover", &zones, &v(Some(json!([line]))), None, &look);
+        assert!(out.contains("quota overflow (the target's limits"), "{out}");
+        assert!(out.contains(&format!("  {line}\n")), "{out}");
+        assert!(
+            out.contains("undo: zonegate ctl failback --zone az-a --if-version 8"),
+            "{out}"
+        );
+        let out = dry_run("failover", &zones, &v(Some(json!([]))), None, &look);
+        assert!(out.contains("quota overflow: none"), "{out}");
+        let out = dry_run("failover", &zones, &v(None), None, &look);
+        assert!(!out.contains("quota overflow"), "{out}");
     }
 
     #[test]
