@@ -279,6 +279,71 @@ async fn an_impossible_expectation_exits_1_and_is_marked_failed() {
     assert_well_formed_html(&ran.html);
 }
 
+/// `safety.capacity_check`: with no capacity declared the drill cannot
+/// tell and stops before its first step (exit 2, nothing faulted); with
+/// capacity declared on every backend it says what is in flight and what
+/// the zones left serving hold, and runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_capacity_precheck_stops_a_drill_it_cannot_vouch_for() {
+    let _one = SERIAL.lock().await;
+    let short = [
+        "load.rps=20",
+        "load.warmup=2s",
+        "load.duration=8s",
+        "steps.0.at=1s",
+        "steps.2.at=4s",
+        "safety.capacity_check=true",
+    ];
+    let ran = run_drill(&scenario("manual-failover-drill"), &short).await;
+    assert_eq!(ran.code, 2, "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.report["verdict"], "ABORTED");
+    let reason = ran.report["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("capacity pre-check: az-b, az-c declare no capacity units"),
+        "{reason}"
+    );
+    assert_eq!(
+        ran.report["steps"].as_array().unwrap().len(),
+        0,
+        "no step ran"
+    );
+
+    // The same topology with 100 units per backend.
+    let dir = tempfile::tempdir().unwrap();
+    let topo = dir.path().join("topology");
+    std::fs::create_dir(&topo).unwrap();
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/local-3az");
+    for entry in std::fs::read_dir(&shipped).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap().replace(
+            "models = [\"qwen25-7b-instruct\"]",
+            "models = [\"qwen25-7b-instruct\"]\ncapacity = 100",
+        );
+        std::fs::write(topo.join(path.file_name().unwrap()), text).unwrap();
+    }
+    let file = dir.path().join("drill.toml");
+    let text = std::fs::read_to_string(scenario("manual-failover-drill"))
+        .unwrap()
+        .replace(
+            "\"../../config/local-3az\"",
+            &format!("{:?}", topo.display().to_string()),
+        );
+    std::fs::write(&file, text).unwrap();
+    let ran = run_drill(&file, &short).await;
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    let said = ran.report["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["text"].as_str())
+        .find(|t| t.starts_with("capacity pre-check: "))
+        .unwrap_or_else(|| panic!("no pre-check event: {}", ran.report["events"]));
+    assert!(
+        said.contains("units in flight fit in the 400 of az-b, az-c left serving"),
+        "{said}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_during_a_drill_restores_every_fault() {
     let _one = SERIAL.lock().await;

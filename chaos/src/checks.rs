@@ -1,7 +1,7 @@
 //! The expectations of a scenario, judged against what the drill
 //! recorded. Pure: everything comes in as values.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::history::{self, Ack, Held, Tick};
 use crate::load::{Class, Sample};
@@ -377,6 +377,62 @@ fn quota_stretched_within(i: &Inputs<'_>, within: std::time::Duration) -> Check 
     }
 }
 
+/// One zone's capacity units as the nodes report them (`/admin/v1/quotas`):
+/// the zone's declared total and the units in flight to it across every
+/// node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ZoneUnits {
+    pub total: u64,
+    pub used: u64,
+}
+
+/// The capacity pre-check (`safety.capacity_check`): everything in flight,
+/// in every zone, must fit in the capacity units of the zones the drill
+/// leaves serving once the zones in `out` are taken out. Says why not.
+pub fn capacity_precheck(
+    zones: &BTreeMap<String, ZoneUnits>,
+    out: &BTreeSet<String>,
+) -> Result<String, String> {
+    if out.is_empty() {
+        return Ok("the scenario takes no zone out of service: nothing to check".into());
+    }
+    if let Some(z) = out.iter().find(|z| !zones.contains_key(*z)) {
+        return Err(format!("{z} is not a zone the nodes report"));
+    }
+    let left: Vec<(&String, &ZoneUnits)> =
+        zones.iter().filter(|(z, _)| !out.contains(*z)).collect();
+    let names = |l: &[(&String, &ZoneUnits)]| {
+        l.iter()
+            .map(|(z, _)| z.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if left.is_empty() {
+        return Err("no zone would be left serving".into());
+    }
+    let undeclared: Vec<(&String, &ZoneUnits)> =
+        left.iter().copied().filter(|(_, u)| u.total == 0).collect();
+    if !undeclared.is_empty() {
+        return Err(format!(
+            "{} declare no capacity units ([[backends]] capacity): the check cannot tell",
+            names(&undeclared)
+        ));
+    }
+    let in_flight: u64 = zones.values().map(|u| u.used).sum();
+    let room: u64 = left.iter().map(|(_, u)| u.total).sum();
+    if in_flight > room {
+        Err(format!(
+            "{in_flight} units in flight, but {} left serving hold {room}",
+            names(&left)
+        ))
+    } else {
+        Ok(format!(
+            "{in_flight} units in flight fit in the {room} of {} left serving",
+            names(&left)
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -441,6 +497,53 @@ mod tests {
         .into_iter()
         .filter(|c| c.name.starts_with("quota_"))
         .collect()
+    }
+
+    /// Everything in flight must fit in the zones left serving; a zone
+    /// left serving without declared capacity cannot be judged.
+    #[test]
+    fn the_capacity_precheck_fits_what_is_in_flight_into_the_zones_left() {
+        let units = |list: &[(&str, u64, u64)]| -> BTreeMap<String, ZoneUnits> {
+            list.iter()
+                .map(|(z, total, used)| {
+                    (
+                        z.to_string(),
+                        ZoneUnits {
+                            total: *total,
+                            used: *used,
+                        },
+                    )
+                })
+                .collect()
+        };
+        let out =
+            |list: &[&str]| -> BTreeSet<String> { list.iter().map(|z| z.to_string()).collect() };
+        let zones = units(&[("az-a", 10, 6), ("az-b", 10, 4), ("az-c", 10, 5)]);
+        assert_eq!(
+            capacity_precheck(&zones, &out(&["az-a"])),
+            Ok("15 units in flight fit in the 20 of az-b, az-c left serving".into())
+        );
+        assert_eq!(
+            capacity_precheck(&zones, &out(&["az-a", "az-b"])),
+            Err("15 units in flight, but az-c left serving hold 10".into())
+        );
+        assert!(capacity_precheck(&zones, &out(&[]))
+            .unwrap()
+            .contains("nothing to check"));
+        assert_eq!(
+            capacity_precheck(&zones, &out(&["az-a", "az-b", "az-c"])),
+            Err("no zone would be left serving".into())
+        );
+        assert_eq!(
+            capacity_precheck(&zones, &out(&["az-x"])),
+            Err("az-x is not a zone the nodes report".into())
+        );
+        let undeclared = units(&[("az-a", 10, 1), ("az-b", 0, 0), ("az-c", 10, 0)]);
+        let e = capacity_precheck(&undeclared, &out(&["az-a"])).unwrap_err();
+        assert!(e.starts_with("az-b declare no capacity units"), "{e}");
+        // The failed zone's own capacity does not count, declared or not.
+        let failed_undeclared = units(&[("az-a", 0, 3), ("az-b", 5, 1)]);
+        assert!(capacity_precheck(&failed_undeclared, &out(&["az-a"])).is_ok());
     }
 
     fn rpm(rpm: u64) -> TenantQuota {

@@ -153,21 +153,24 @@ impl Load {
                         } else {
                             Class::Stream
                         };
-                        let entry = {
+                        let (entry, rotation) = {
                             let all = entries.read().unwrap_or_else(|e| e.into_inner());
                             let live: Vec<&Entry> = all.iter().filter(|e| e.in_rotation).collect();
                             if live.is_empty() {
-                                None
+                                (None, 1)
                             } else {
                                 let e = live[(sent as usize) % live.len()];
                                 let moved = e
                                     .clients_to
                                     .and_then(|to| live.iter().copied().find(|t| t.node == to));
                                 let e = moved.unwrap_or(e);
-                                Some((e.node, e.url.clone()))
+                                (Some((e.node, e.url.clone())), live.len())
                             }
                         };
-                        let tenant = (sent as usize) % plan.api_keys.len();
+                        // The tenant changes once per turn of the rotation, so
+                        // every node sees every tenant (with as many nodes as
+                        // tenants, `sent % tenants` would pin one to each).
+                        let tenant = (sent as usize / rotation) % plan.api_keys.len();
                         let now = Instant::now();
                         let t_ms = signed_ms(now, t0);
                         let Some((node, url)) = entry else {

@@ -210,6 +210,9 @@ pub fn plan(s: &Scenario) -> String {
             "abort when the alert query `{q}` at {u} returns a series\n"
         ));
     }
+    if sf.capacity_check {
+        out.push_str("capacity pre-check: in the warm-up's last second, everything in flight must fit in the capacity units of the zones the steps leave serving, else stop (exit 2)\n");
+    }
     out
 }
 
@@ -1085,7 +1088,16 @@ impl Running<'_, '_> {
     }
 
     async fn run_steps(&mut self) -> Result<(), Aborted> {
-        // Warm-up: the load runs, nothing is broken yet.
+        // Warm-up: the load runs, nothing is broken yet. The capacity
+        // pre-check samples its last second.
+        if self.d.sc.safety.capacity_check {
+            let from = self
+                .t0
+                .checked_sub(Duration::from_secs(1))
+                .unwrap_or(self.t0);
+            self.idle_until(from).await?;
+            self.capacity_precheck().await?;
+        }
         self.idle_until(self.t0).await?;
         let steps = self.d.sc.steps.clone();
         for (index, step) in steps.iter().enumerate() {
@@ -1165,6 +1177,75 @@ impl Running<'_, '_> {
         }
         let end = self.t0 + self.d.sc.load.duration;
         self.idle_until(end).await
+    }
+
+    /// `safety.capacity_check`: the zones the steps take out of service,
+    /// and every zone's capacity units from each node's
+    /// `/admin/v1/quotas`, five times 200 ms apart (per zone the most in
+    /// flight seen); refuses to go on (exit 2) when they do not fit.
+    async fn capacity_precheck(&mut self) -> Result<(), Aborted> {
+        let mut out = BTreeSet::new();
+        for step in &self.d.sc.steps {
+            if let Some(z) = step.action.zone_out() {
+                out.insert(z.to_owned());
+            }
+            if let Action::BackendFault {
+                target: BackendSel::Names(names),
+                ..
+            } = &step.action
+            {
+                out.extend(
+                    self.d
+                        .mocks
+                        .iter()
+                        .filter(|m| names.contains(&m.name))
+                        .map(|m| m.zone.clone()),
+                );
+            }
+        }
+        let mut zones: BTreeMap<String, checks::ZoneUnits> = BTreeMap::new();
+        for k in 0..5 {
+            if k > 0 {
+                self.idle_until(Instant::now() + Duration::from_millis(200))
+                    .await?;
+            }
+            let mut now: BTreeMap<String, checks::ZoneUnits> = BTreeMap::new();
+            for n in &self.d.nodes {
+                let Some(q) = self
+                    .d
+                    .admin
+                    .get(&format!("{}/admin/v1/quotas", n.admin))
+                    .await
+                else {
+                    return Err((
+                        format!(
+                            "capacity pre-check: node {}'s /admin/v1/quotas did not answer",
+                            n.id
+                        ),
+                        exit::NOT_RUN,
+                    ));
+                };
+                for c in q["capacity"].as_array().into_iter().flatten() {
+                    let zone = c["zone"].as_str().unwrap_or_default().to_owned();
+                    let u = now.entry(zone).or_default();
+                    u.total = u.total.max(c["total_units"].as_u64().unwrap_or(0));
+                    u.used += c["used_units"].as_u64().unwrap_or(0);
+                }
+            }
+            for (zone, u) in now {
+                let seen = zones.entry(zone).or_default();
+                seen.total = seen.total.max(u.total);
+                seen.used = seen.used.max(u.used);
+            }
+        }
+        match checks::capacity_precheck(&zones, &out) {
+            Ok(text) => {
+                println!("capacity pre-check: {text}");
+                self.event("safety", format!("capacity pre-check: {text}"));
+                Ok(())
+            }
+            Err(why) => Err((format!("capacity pre-check: {why}"), exit::NOT_RUN)),
+        }
     }
 
     fn running_ids(&self) -> Vec<u64> {

@@ -157,6 +157,7 @@ struct RawSafety {
     abort_after: Option<String>,
     alert_url: Option<String>,
     alert_query: Option<String>,
+    capacity_check: Option<bool>,
 }
 
 // ---------------------------------------------------------------------------
@@ -407,6 +408,36 @@ pub enum Action {
 }
 
 impl Action {
+    /// The zone this step takes out of service when it names one: a
+    /// fault on a zone's backends, `ctl failover --from ZONE`, or a kill
+    /// or pause of a zone's node. (Backends named one by one and nodes
+    /// named by id or role are resolved by the run.)
+    pub fn zone_out(&self) -> Option<&str> {
+        match self {
+            Action::BackendFault {
+                target: BackendSel::Zone(z),
+                ..
+            } => Some(z),
+            Action::Kill {
+                node: NodeSel::Zone(z),
+            }
+            | Action::Pause {
+                node: NodeSel::Zone(z),
+                ..
+            } => Some(z),
+            Action::Ctl { args, .. } if args.first().is_some_and(|a| a == "failover") => {
+                args.iter().enumerate().find_map(|(i, a)| {
+                    a.strip_prefix("--from=").or_else(|| {
+                        (a == "--from")
+                            .then(|| args.get(i + 1).map(String::as_str))
+                            .flatten()
+                    })
+                })
+            }
+            _ => None,
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Action::BackendFault { .. } => "backend_fault",
@@ -536,6 +567,10 @@ pub struct Safety {
     /// Prometheus base URL and an alert query: abort when it returns any
     /// series.
     pub alert: Option<(String, String)>,
+    /// Before the first step, with the warm-up's load running: refuse to
+    /// go on (exit 2) unless the zones the drill leaves serving have the
+    /// capacity units for everything in flight.
+    pub capacity_check: bool,
 }
 
 /// Formats a duration the way scenarios write them.
@@ -963,6 +998,7 @@ fn validate(raw: RawScenario, path: &Path) -> Result<Scenario, Invalid> {
             (Some(_), None) => return bad("safety.alert_query", "required with alert_url"),
             (None, Some(_)) => return bad("safety.alert_url", "required with alert_query"),
         },
+        capacity_check: s.capacity_check.unwrap_or(false),
     };
 
     let name = raw.name.unwrap_or_else(|| {
@@ -1371,6 +1407,41 @@ duration = "10s"
             assert_eq!(&e.key, key, "{e}");
             assert!(e.reason.contains(reason), "{e}");
         }
+    }
+
+    /// The zones a scenario's steps name as taken out of service, for the
+    /// capacity pre-check.
+    #[test]
+    fn steps_name_the_zones_they_take_out() {
+        let text = format!(
+            "{MINIMAL}[safety]\ncapacity_check = true\n{}",
+            [
+                "action = \"backend_fault\"\nzone = \"az-a\"\nfaults = { error_rate = 1.0 }",
+                "action = \"kill\"\nnode = \"az-b\"",
+                "action = \"pause\"\nnode = \"leader\"",
+                "action = \"ctl\"\nargs = [\"failover\", \"--to\", \"az-x\", \"--from\", \"az-c\"]",
+                "action = \"ctl\"\nargs = [\"failover\", \"--from=az-d\"]",
+                "action = \"ctl\"\nargs = [\"failback\", \"--zone\", \"az-e\"]",
+                "action = \"ctl\"\nargs = [\"failover\", \"--from\"]",
+            ]
+            .map(|s| format!("[[steps]]\n{s}\n"))
+            .concat()
+        );
+        let s = parse(&text).unwrap();
+        assert!(s.safety.capacity_check);
+        let out: Vec<Option<&str>> = s.steps.iter().map(|s| s.action.zone_out()).collect();
+        assert_eq!(
+            out,
+            [
+                Some("az-a"),
+                Some("az-b"),
+                None,
+                Some("az-c"),
+                Some("az-d"),
+                None,
+                None
+            ]
+        );
     }
 
     #[test]
