@@ -334,6 +334,33 @@ fn compose_runs_three_zones_with_prometheus_and_grafana() {
     assert!(dockerfile.contains("USER 65532"), "non-root");
     assert!(dockerfile.contains("HEALTHCHECK") && dockerfile.contains("/healthz"));
     assert!(dockerfile.contains("\"serve\", \"--config\", \"/etc/zonegate/zonegate.toml\""));
+    // The image ships the profile-guided build unless told otherwise; the
+    // script it runs exists and is executable; the laptop cluster builds
+    // the plain one.
+    assert!(dockerfile.starts_with("# syntax=docker/dockerfile:1\n"));
+    assert!(dockerfile.contains("ARG PGO=1") && dockerfile.contains("benches/pgo.sh"));
+    let pgo = root().join("benches/pgo.sh");
+    assert!(
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&pgo).unwrap().permissions())
+            & 0o111
+            != 0,
+        "benches/pgo.sh is executable"
+    );
+    for service in ["zonegate-1", "zonegate-2", "zonegate-3"] {
+        assert_eq!(
+            services[service]["build"]["args"]["PGO"].as_str(),
+            Some("0"),
+            "{service}"
+        );
+    }
+    // The build context leaves out build output and history.
+    let ignore = read(&root().join(".dockerignore"));
+    for entry in ["target/", ".git/"] {
+        assert!(
+            ignore.lines().any(|l| l == entry),
+            "{entry} in .dockerignore"
+        );
+    }
 }
 
 #[test]
