@@ -217,7 +217,12 @@ const SUMMARY: &str = r#"(() => {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_in_headless_chromium_shows_zones_leader_scores_and_fails_over_with_confirm() {
     let Some(binary) = chromium() else { return };
-    let cluster = TestCluster::start(1, "").await;
+    // A tenant with a quota, so the failover's dry run names its overflow.
+    let limited = format!(
+        "[[tenants]]\nname = \"limited\"\nkey_sha256 = \"{}\"\nquota = {{ rpm = 600 }}\n",
+        zonegate::config::sha256_hex("limited-key")
+    );
+    let cluster = TestCluster::start(1, &limited).await;
     let leader = cluster.leader().await;
     let admin = cluster.node(1).admin.clone();
 
@@ -231,7 +236,7 @@ async fn dashboard_in_headless_chromium_shows_zones_leader_scores_and_fails_over
 
     let mut browser = tokio::task::block_in_place(|| Browser::start(&binary));
     let page = format!("{admin}/dashboard");
-    tokio::task::block_in_place(|| {
+    let version = tokio::task::block_in_place(|| {
         browser.call("Page.enable", json!({}));
         browser.navigate(&page);
         browser.wait_for(
@@ -335,17 +340,35 @@ async fn dashboard_in_headless_chromium_shows_zones_leader_scores_and_fails_over
             confirm.as_str().unwrap().contains("az-a → az-b"),
             "{confirm}"
         );
-        assert_eq!(
-            browser.eval(SUMMARY)["version"],
-            "0",
-            "nothing decided before confirming"
+        assert!(
+            confirm
+                .as_str()
+                .unwrap()
+                .contains("Quota overflow: limited (P1) az-a → az-b."),
+            "{confirm}"
+        );
+        // Nothing decided before confirming (the leader's quota
+        // rebalances may move the version meanwhile; the zone stays).
+        let before = browser.eval(SUMMARY);
+        assert!(
+            !before["zones"][0]["status"]
+                .as_str()
+                .unwrap()
+                .contains("az-b"),
+            "nothing decided before confirming: {before}"
         );
         browser.eval("document.querySelector('#confirm-yes').click(); true");
-        browser.wait_for(
+        let committed = browser.wait_for(
             "the committed failover",
-            &format!("(() => {{ const s = {SUMMARY}; return document.querySelector('#action-result').textContent.includes('version 1') && s.version === '1' && s.zones[0].status.includes('az-b'); }})()"),
+            &format!("(() => {{ const s = {SUMMARY}; const r = document.querySelector('#action-result').textContent; return r.startsWith('Committed: decision version ') && s.zones[0].status.includes('az-b') && r; }})()"),
         );
+        committed
+            .as_str()
+            .unwrap()
+            .trim_start_matches("Committed: decision version ")
+            .parse::<u64>()
+            .unwrap()
     });
-    cluster.all_at(1).await;
+    cluster.all_at(version).await;
     drop(browser);
 }
