@@ -1,7 +1,8 @@
 //! Black-box tests of `zonegate drill`: shipped scenarios run end to end
 //! (shortened with `--set`) and pass; an impossible expectation exits 1
-//! and is marked failed in report.json; Ctrl-C restores every fault;
-//! report.html is well-formed HTML with an inline SVG.
+//! and is marked failed in report.json; Ctrl-C and both alarms restore
+//! every fault; the capacity pre-check stops a drill before its first
+//! step; report.html is well-formed HTML with an inline SVG.
 //!
 //! The drills start real 3-node clusters, so they run one at a time.
 
@@ -341,6 +342,131 @@ async fn the_capacity_precheck_stops_a_drill_it_cannot_vouch_for() {
     assert!(
         said.contains("units in flight fit in the 400 of az-b, az-c left serving"),
         "{said}"
+    );
+}
+
+/// A scenario on the shipped local topology: `body` holds its `[load]`,
+/// steps and `[safety]`.
+fn local_scenario(dir: &Path, body: &str) -> PathBuf {
+    let topology = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/local-3az");
+    let file = dir.join("drill.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[target]\nkind = \"local\"\ntopology = {:?}\n{body}",
+            topology.display().to_string()
+        ),
+    )
+    .unwrap();
+    file
+}
+
+/// Both alarms stop a drill early with exit 1 and every fault restored:
+/// short-request success below `abort_below` for `abort_after` (every
+/// backend failing), and an alert query that returns a series (a stand-in
+/// Prometheus on 127.0.0.1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alarms_abort_a_drill_and_restore_its_faults() {
+    let _one = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let every = "[\"qwen-a1\", \"qwen-a2\", \"qwen-b1\", \"qwen-b2\", \"qwen-c1\", \"qwen-c2\"]";
+    let file = local_scenario(
+        dir.path(),
+        &format!(
+            "[load]\nrps = 30\nduration = \"40s\"\nwarmup = \"2s\"\n\
+             [[steps]]\nat = \"1s\"\naction = \"backend_fault\"\nbackends = {every}\nfaults = {{ error_rate = 1.0 }}\n\
+             [safety]\nabort_below = 0.5\nabort_after = \"2s\"\n"
+        ),
+    );
+    let ran = run_drill(&file, &[]).await;
+    assert_eq!(ran.code, 1, "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.report["verdict"], "ABORTED");
+    let reason = ran.report["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("alarm: short-request success ") && reason.contains("for 2s"),
+        "{reason}"
+    );
+    // The fault ran before the alarm, and was restored.
+    assert_eq!(
+        ran.report["steps"][0]["ok"], true,
+        "{}",
+        ran.report["steps"]
+    );
+    assert_eq!(
+        ran.report["restore"]["verified"], true,
+        "{}",
+        ran.report["restore"]
+    );
+    assert!(
+        ran.report["restore"]["actions"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty()),
+        "{}",
+        ran.report["restore"]
+    );
+    assert!(
+        ran.took < Duration::from_secs(40),
+        "stopped early: {:?}",
+        ran.took
+    );
+
+    // The alert query: a Prometheus whose alert fires from its fifth
+    // query on (the alarm asks once a second, from the warm-up on; the
+    // fault is injected two seconds in).
+    let prometheus = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", prometheus.local_addr().unwrap());
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let app = axum::Router::new().route(
+        "/api/v1/query",
+        axum::routing::get(move || async move {
+            let n = asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let result = if n >= 4 {
+                serde_json::json!([{"metric": {"alertname": "ZonegateShortRequestsFailing"}, "value": [0, "1"]}])
+            } else {
+                serde_json::json!([])
+            };
+            axum::Json(serde_json::json!({"status": "success", "data": {"resultType": "vector", "result": result}}))
+        }),
+    );
+    let server = tokio::spawn(async move { axum::serve(prometheus, app).await });
+    let file = local_scenario(
+        dir.path(),
+        &format!(
+            "[load]\nrps = 20\nduration = \"40s\"\nwarmup = \"1s\"\n\
+             [[steps]]\nat = \"1s\"\naction = \"backend_fault\"\nzone = \"az-a\"\nfaults = {{ latency_ms = 50 }}\n\
+             [safety]\nalert_url = \"{url}\"\nalert_query = 'ALERTS{{alertstate=\"firing\"}}'\n"
+        ),
+    );
+    let ran = run_drill(&file, &[]).await;
+    server.abort();
+    assert_eq!(ran.code, 1, "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.report["verdict"], "ABORTED");
+    assert_eq!(
+        ran.report["reason"],
+        "alarm: the alert query `ALERTS{alertstate=\"firing\"}` fired"
+    );
+    // The fault ran before the alarm, and was restored.
+    assert_eq!(
+        ran.report["steps"][0]["ok"], true,
+        "{}",
+        ran.report["steps"]
+    );
+    assert_eq!(
+        ran.report["restore"]["verified"], true,
+        "{}",
+        ran.report["restore"]
+    );
+    assert!(
+        ran.report["restore"]["actions"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty()),
+        "{}",
+        ran.report["restore"]
+    );
+    assert!(
+        ran.took < Duration::from_secs(40),
+        "stopped early: {:?}",
+        ran.took
     );
 }
 
