@@ -2,12 +2,14 @@
 //! (shortened with `--set`) and pass; an impossible expectation exits 1
 //! and is marked failed in report.json; Ctrl-C and both alarms restore
 //! every fault; the capacity pre-check stops a drill before its first
-//! step; report.html is well-formed HTML with an inline SVG.
+//! step; the cluster target drills a running cluster; report.html is well-formed HTML with an inline SVG.
 //!
 //! The drills start real 3-node clusters, so they run one at a time.
 
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
+
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -57,9 +59,18 @@ struct Ran {
 }
 
 async fn run_drill(file: &Path, sets: &[&str]) -> Ran {
+    run_drill_env(file, sets, &[]).await
+}
+
+/// [`run_drill`] with environment variables (a cluster target's token
+/// and key).
+async fn run_drill_env(file: &Path, sets: &[&str], env: &[(&str, &str)]) -> Ran {
     let dir = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    let mut child = drill(file, dir.path(), sets).spawn().unwrap();
+    let mut child = drill(file, dir.path(), sets)
+        .envs(env.iter().copied())
+        .spawn()
+        .unwrap();
     // Kept open: the drill runs with --exit-with-parent.
     let stdin = child.stdin.take();
     let out = tokio::time::timeout(Duration::from_secs(170), child.wait_with_output())
@@ -468,6 +479,76 @@ async fn alarms_abort_a_drill_and_restore_its_faults() {
         "stopped early: {:?}",
         ran.took
     );
+}
+
+/// The cluster (staging) target: a drill against a running cluster it did
+/// not start, through its admin and data-plane URLs, with the token and
+/// key from the environment: it faults a mock backend by name, fails a
+/// zone over and back with `ctl`, judges the load, and puts the mock's
+/// faults back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drill_against_a_running_cluster_passes_and_restores_its_mock() {
+    let _one = SERIAL.lock().await;
+    let cluster = support::TestCluster::start(1, "[failover]\nperiod = \"1s\"\n").await;
+    cluster.leader().await;
+    let list = |urls: Vec<String>| {
+        urls.iter()
+            .map(|u| format!("{u:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let admin = list(cluster.running().map(|n| n.admin.clone()).collect());
+    let data = list(cluster.running().map(|n| n.data.clone()).collect());
+    let mut names: Vec<&String> = cluster.mocks.keys().collect();
+    names.sort();
+    let backends = names
+        .iter()
+        .map(|n| format!("{n:?} = {:?}", cluster.mocks[*n].url))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("staging.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[target]\nkind = \"cluster\"\nadmin = [{admin}]\ndata = [{data}]\nbackends = {{ {backends} }}\n\
+             [load]\nmodel = {:?}\nrps = 20\nduration = \"8s\"\nwarmup = \"1s\"\n\
+             [[steps]]\nat = \"1s\"\naction = \"backend_fault\"\nbackends = [\"az-a-1\"]\nfaults = {{ latency_ms = 20 }}\n\
+             [[steps]]\naction = \"ctl\"\nargs = [\"failover\", \"--from\", \"az-a\", \"--to\", \"az-b\", \"--reason\", \"staging drill\"]\n\
+             [[steps]]\naction = \"wait_for\"\ncondition = \"decision\"\nkind = \"failover\"\ntimeout = \"10s\"\n\
+             [[steps]]\nat = \"5s\"\naction = \"ctl\"\nargs = [\"failback\", \"--zone\", \"az-a\", \"--reason\", \"staging drill over\"]\n\
+             [expect]\nshort_success = 0.99\nfailover_committed_within = \"3s\"\nno_lost_decisions = true\n",
+            support::MODEL
+        ),
+    )
+    .unwrap();
+    let ran = run_drill_env(
+        &file,
+        &[],
+        &[
+            ("ZONEGATE_ADMIN_TOKEN", support::ADMIN_TOKEN),
+            ("ZONEGATE_API_KEY", support::API_KEY),
+        ],
+    )
+    .await;
+    assert_eq!(ran.code, 0, "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.report["verdict"], "PASS");
+    assert_eq!(ran.report["target"], "cluster");
+    assert_eq!(
+        ran.report["restore"]["verified"], true,
+        "{}",
+        ran.report["restore"]
+    );
+    // The mock answers without the drill's latency again.
+    let faults: Value = reqwest::get(format!("{}/mock/faults", cluster.mocks["az-a-1"].url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(faults["latency_ms"], 0, "{faults}");
+    // The zone is back: the drill's own failback.
+    cluster.all_at(2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
