@@ -661,6 +661,39 @@ fn zone_runs(
     (health, runs)
 }
 
+/// The failover target for `from`: the first eligible zone of its
+/// fallback order, else the healthiest eligible zone (ties to the first by
+/// name). Eligible: another zone, active in `zones` (a zone missing there
+/// never is), scoring at or above the cutoff. The detector's choice, and
+/// the one `/admin/v1/outlook` (and `ctl failover` without `--to`) shows.
+pub fn failover_target(
+    cfg: &FailoverConfig,
+    zones: &BTreeMap<ZoneId, ZoneStatus>,
+    health: &[ZoneHealth],
+    from: &ZoneId,
+) -> Option<ZoneId> {
+    let score = |z: &ZoneId| health.iter().find(|h| &h.zone == z).and_then(|h| h.score);
+    let eligible = |z: &ZoneId| {
+        z != from
+            && zones.get(z) == Some(&ZoneStatus::Active)
+            && score(z).is_some_and(|s| s >= cfg.cutoff)
+    };
+    let preferred = cfg
+        .fallback_order
+        .get(from)
+        .and_then(|order| order.iter().find(|z| eligible(z)).cloned());
+    preferred.or_else(|| {
+        zones
+            .keys()
+            .filter(|z| eligible(z))
+            .max_by(|a, b| {
+                let s = |z| score(z).unwrap_or(0.0);
+                s(a).total_cmp(&s(b)).then_with(|| b.cmp(a))
+            })
+            .cloned()
+    })
+}
+
 /// Picks the decision of one assessment from its zones' health.
 struct Judge<'a> {
     cfg: &'a FailoverConfig,
@@ -692,30 +725,8 @@ impl Judge<'_> {
             .unwrap_or(self.newest)
     }
 
-    /// The failover target for `from`: the first eligible zone of its
-    /// fallback order, else the healthiest eligible zone (ties to the
-    /// first by name).
     fn target(&self, from: &ZoneId) -> Option<ZoneId> {
-        let eligible = |z: &ZoneId| {
-            z != from
-                && self.status(z) == ZoneStatus::Active
-                && self.score_of(z).is_some_and(|s| s >= self.cfg.cutoff)
-        };
-        let preferred = self
-            .cfg
-            .fallback_order
-            .get(from)
-            .and_then(|order| order.iter().find(|z| eligible(z)).cloned());
-        preferred.or_else(|| {
-            self.zones
-                .keys()
-                .filter(|z| eligible(z))
-                .max_by(|a, b| {
-                    let score = |z| self.score_of(z).unwrap_or(0.0);
-                    score(a).total_cmp(&score(b)).then_with(|| b.cmp(a))
-                })
-                .cloned()
-        })
+        failover_target(self.cfg, self.zones, self.health, from)
     }
 
     /// The worst active zone with a long enough bad run, failed over to

@@ -32,8 +32,8 @@ pub use command::{
     AutoLimits, Command, Decision, Origin, Outcome, RejectRule, Rejection, Response,
 };
 pub use detect::{
-    Evidence, FailoverConfig, FailoverConfigError, PeriodScore, Report, ScoreWeights, TenantDemand,
-    ZoneHealth, ZoneObservation,
+    failover_target, Evidence, FailoverConfig, FailoverConfigError, PeriodScore, Report,
+    ScoreWeights, TenantDemand, ZoneHealth, ZoneObservation,
 };
 pub use failover::{DemandSource, FailoverStatus, ObservationSource, ReportAck};
 pub use handover::Handover;

@@ -5,11 +5,8 @@
 //!
 //! Read-only and derived from what the control plane already exposes: the
 //! failover config, the leader's latest assessment (`failover_status`) and
-//! the applied state's per-zone control facts. The target choice mirrors
-//! the detector's (`cluster/src/detect.rs`, `Assessment::target`): the
-//! first eligible zone of the zone's fallback order, else the healthiest
-//! eligible one, ties to the first by name; eligible means active and
-//! scoring at or above the cutoff.
+//! the applied state's per-zone control facts. The target is the
+//! detector's own choice (`zonegate_cluster::failover_target`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,7 +14,9 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::Json;
 use serde_json::{json, Value};
-use zonegate_cluster::{Automation, FailoverConfig, ZoneControl, ZoneHealth, ZoneId, ZoneStatus};
+use zonegate_cluster::{
+    failover_target, Automation, FailoverConfig, ZoneControl, ZoneHealth, ZoneId, ZoneStatus,
+};
 
 use crate::clock::unix_ms;
 use crate::node::gateway::Gateway;
@@ -68,28 +67,7 @@ pub fn assess(i: &Input<'_>) -> Value {
     let period_ms = millis(cfg.period);
     let dwell_ms = millis(cfg.dwell);
     let health = |z: &ZoneId| i.health.iter().find(|h| &h.zone == z);
-    let score = |z: &ZoneId| health(z).and_then(|h| h.score);
-    let eligible = |from: &ZoneId, z: &ZoneId| {
-        z != from
-            && i.zones.get(z) == Some(&ZoneStatus::Active)
-            && score(z).is_some_and(|s| s >= cfg.cutoff)
-    };
-    let target = |from: &ZoneId| -> Option<ZoneId> {
-        let preferred = cfg
-            .fallback_order
-            .get(from)
-            .and_then(|order| order.iter().find(|z| eligible(from, z)).cloned());
-        preferred.or_else(|| {
-            i.zones
-                .keys()
-                .filter(|z| eligible(from, z))
-                .max_by(|a, b| {
-                    let s = |z| score(z).unwrap_or(0.0);
-                    s(a).total_cmp(&s(b)).then_with(|| b.cmp(a))
-                })
-                .cloned()
-        })
-    };
+    let target = |from: &ZoneId| failover_target(cfg, i.zones, i.health, from);
     let frozen = i.automation == Automation::Frozen;
     let at_limit = i.auto_failed_over >= cfg.max_auto_failed_over as usize;
     let mut zones = serde_json::Map::new();
