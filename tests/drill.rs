@@ -372,6 +372,29 @@ fn local_scenario(dir: &Path, body: &str) -> PathBuf {
     file
 }
 
+/// An alarm stopped the drill (exit 1, ABORTED) well before its 40 s of
+/// load, after its first step's fault, which was restored and verified.
+fn assert_stopped_by_an_alarm_after_its_fault(ran: &Ran) {
+    assert_eq!(ran.code, 1, "{}\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.report["verdict"], "ABORTED");
+    assert_eq!(
+        ran.report["steps"][0]["ok"], true,
+        "{}",
+        ran.report["steps"]
+    );
+    let restore = &ran.report["restore"];
+    assert_eq!(restore["verified"], true, "{restore}");
+    assert!(
+        restore["actions"].as_array().is_some_and(|a| !a.is_empty()),
+        "{restore}"
+    );
+    assert!(
+        ran.took < Duration::from_secs(40),
+        "stopped early: {:?}",
+        ran.took
+    );
+}
+
 /// Both alarms stop a drill early with exit 1 and every fault restored:
 /// short-request success below `abort_below` for `abort_after` (every
 /// backend failing), and an alert query that returns a series (a stand-in
@@ -390,35 +413,11 @@ async fn alarms_abort_a_drill_and_restore_its_faults() {
         ),
     );
     let ran = run_drill(&file, &[]).await;
-    assert_eq!(ran.code, 1, "{}\n{}", ran.stdout, ran.stderr);
-    assert_eq!(ran.report["verdict"], "ABORTED");
+    assert_stopped_by_an_alarm_after_its_fault(&ran);
     let reason = ran.report["reason"].as_str().unwrap();
     assert!(
         reason.starts_with("alarm: short-request success ") && reason.contains("for 2s"),
         "{reason}"
-    );
-    // The fault ran before the alarm, and was restored.
-    assert_eq!(
-        ran.report["steps"][0]["ok"], true,
-        "{}",
-        ran.report["steps"]
-    );
-    assert_eq!(
-        ran.report["restore"]["verified"], true,
-        "{}",
-        ran.report["restore"]
-    );
-    assert!(
-        ran.report["restore"]["actions"]
-            .as_array()
-            .is_some_and(|a| !a.is_empty()),
-        "{}",
-        ran.report["restore"]
-    );
-    assert!(
-        ran.took < Duration::from_secs(40),
-        "stopped early: {:?}",
-        ran.took
     );
 
     // The alert query: a Prometheus whose alert fires from its fifth
@@ -450,34 +449,10 @@ async fn alarms_abort_a_drill_and_restore_its_faults() {
     );
     let ran = run_drill(&file, &[]).await;
     server.abort();
-    assert_eq!(ran.code, 1, "{}\n{}", ran.stdout, ran.stderr);
-    assert_eq!(ran.report["verdict"], "ABORTED");
+    assert_stopped_by_an_alarm_after_its_fault(&ran);
     assert_eq!(
         ran.report["reason"],
         "alarm: the alert query `ALERTS{alertstate=\"firing\"}` fired"
-    );
-    // The fault ran before the alarm, and was restored.
-    assert_eq!(
-        ran.report["steps"][0]["ok"], true,
-        "{}",
-        ran.report["steps"]
-    );
-    assert_eq!(
-        ran.report["restore"]["verified"], true,
-        "{}",
-        ran.report["restore"]
-    );
-    assert!(
-        ran.report["restore"]["actions"]
-            .as_array()
-            .is_some_and(|a| !a.is_empty()),
-        "{}",
-        ran.report["restore"]
-    );
-    assert!(
-        ran.took < Duration::from_secs(40),
-        "stopped early: {:?}",
-        ran.took
     );
 }
 
