@@ -49,12 +49,15 @@ RAW=$WORK/raw
 GEN=$PGO_DIR/generate/release/zonegate
 
 # Two mock backends (the node then scores and picks), profiles discarded.
+# Called in a command substitution (a subshell), so its pid goes to a
+# file common.sh's cleanup kills, not to PIDS (which would be the
+# subshell's: the mocks outlived the script that way).
 mock() {
   local port
   port=$(free_port)
   LLVM_PROFILE_FILE=/dev/null RUST_LOG=warn "$GEN" mock-backend --listen "127.0.0.1:$port" \
     --name "$1" --model bench >"$WORK/$1.log" 2>&1 &
-  PIDS+=($!)
+  echo $! >"$WORK/$1.pid"
   echo "$port"
 }
 M1=$(mock m1)
