@@ -530,19 +530,19 @@ async fn failover_overflows_into_the_target_p0_keeps_its_rate_and_p2_is_shed_fir
         .await
         .unwrap();
     let version = dry["preview"]["version"].as_u64().unwrap();
-    let lines: Vec<&str> = dry["quota_overflow"]
+    let overflows = dry["quota_overflow"]
         .as_array()
-        .unwrap_or_else(|| panic!("no quota_overflow in the dry run: {dry}"))
-        .iter()
-        .map(|l| l.as_str().unwrap())
-        .collect();
+        .unwrap_or_else(|| panic!("no quota_overflow in the dry run: {dry}"));
     for (tenant, priority) in [("deptA", "P0"), ("bulk", "P2")] {
-        let want = format!(
-            "cross_zone overflow tenant={tenant} from=az-a to=az-b mode=soft_limit priority={priority} version={version}"
-        );
-        assert!(lines.contains(&want.as_str()), "{want} in {lines:?}");
+        let want = json!({
+            "tenant": tenant, "from": "az-a", "to": "az-b", "priority": priority,
+            "line": format!(
+                "cross_zone overflow tenant={tenant} from=az-a to=az-b mode=soft_limit priority={priority} version={version}"
+            ),
+        });
+        assert!(overflows.contains(&want), "{want} in {overflows:?}");
     }
-    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(overflows.len(), 2, "{overflows:?}");
 
     phase.store(1, std::sync::atomic::Ordering::Relaxed);
     let resp = client()

@@ -428,6 +428,18 @@ pub fn plan_rebalance(
     changed.then_some(table)
 }
 
+/// Every limited tenant's overflows under `statuses`, in tenant order.
+pub fn overflows(
+    tenants: &[TenantQuota],
+    statuses: &BTreeMap<ZoneId, ZoneStatus>,
+) -> Vec<Overflow> {
+    tenants
+        .iter()
+        .filter(|q| !q.global.is_unlimited())
+        .flat_map(|q| zone_table(q, statuses).1)
+        .collect()
+}
+
 /// The overflow lines of every tenant under `statuses` (for the log and
 /// the decision history), stamped with `version`.
 pub fn overflow_lines(
@@ -435,10 +447,8 @@ pub fn overflow_lines(
     statuses: &BTreeMap<ZoneId, ZoneStatus>,
     version: u64,
 ) -> Vec<String> {
-    tenants
+    overflows(tenants, statuses)
         .iter()
-        .filter(|q| !q.global.is_unlimited())
-        .flat_map(|q| zone_table(q, statuses).1)
         .map(|o| o.line(version))
         .collect()
 }

@@ -447,12 +447,13 @@ pub async fn write(
     }
 }
 
-/// The `cross_zone overflow` lines in force if `preview` applied: each
-/// tenant with a quota whose allocation in a failed-over zone its target
-/// would hold (the receiving zone's limits lifted, the global cap kept).
-/// From the tenants' quotas as this node (the leader, which answers dry
-/// runs) has them, and its view with the preview's zone changes.
-fn quota_overflow(gw: &Gateway, preview: &zonegate_cluster::Preview) -> Vec<String> {
+/// The quota overflows in force if `preview` applied: each tenant with a
+/// quota whose allocation in a failed-over zone its target would hold
+/// (the receiving zone's limits lifted, the global cap kept), as fields
+/// and as its `cross_zone overflow` line. From the tenants' quotas as this
+/// node (the leader, which answers dry runs) has them, and its view with
+/// the preview's zone changes.
+fn quota_overflow(gw: &Gateway, preview: &zonegate_cluster::Preview) -> Vec<Value> {
     let mut zones = gw.view.borrow().zones.clone();
     for c in &preview.changes {
         zones.insert(c.zone.clone(), c.after.clone());
@@ -464,7 +465,18 @@ fn quota_overflow(gw: &Gateway, preview: &zonegate_cluster::Preview) -> Vec<Stri
         .iter()
         .map(|t| t.quota.clone())
         .collect();
-    zonegate_cluster::quota::overflow_lines(&tenants, &zones, preview.version)
+    zonegate_cluster::quota::overflows(&tenants, &zones)
+        .iter()
+        .map(|o| {
+            json!({
+                "tenant": o.tenant,
+                "from": o.from,
+                "to": o.to,
+                "priority": o.priority.to_string(),
+                "line": o.line(preview.version),
+            })
+        })
+        .collect()
 }
 
 /// What the leader answered a write or a dry run.

@@ -243,12 +243,9 @@ async function prepare(kind, body, describe) {
     });
     const changes = ((preview.preview && preview.preview.changes) || [])
       .map((c) => c.zone + ': ' + zoneStatus(c.before) + ' → ' + zoneStatus(c.after)).join('; ');
-    // Each tenant whose quota would draw on another zone, from the
-    // leader's `cross_zone overflow tenant=… from=… to=… priority=…` lines.
-    const overflow = (preview.quota_overflow || []).map((line) => {
-      const f = Object.fromEntries(line.split(' ').filter((w) => w.includes('=')).map((w) => w.split('=')));
-      return f.tenant + ' (' + f.priority + ') ' + f.from + ' → ' + f.to;
-    }).join('; ');
+    // Each tenant whose quota would draw on another zone.
+    const overflow = (preview.quota_overflow || [])
+      .map((o) => o.tenant + ' (' + o.priority + ') ' + o.from + ' → ' + o.to).join('; ');
     pending = { kind, body: Object.assign({ if_version: view.version }, body) };
     $('confirm-text').textContent = describe + '? It makes decision version ' +
       (preview.preview ? preview.preview.version : '?') + (changes ? ' (' + changes + ')' : '') + '.' +

@@ -293,7 +293,7 @@ pub fn dry_run(kind: &str, zones: &Value, v: &Value, chosen: Option<&str>, look:
         } else {
             out.push_str("quota overflow (the target's limits take the failed zone's share; global caps kept):\n");
             for l in lines {
-                let _ = writeln!(out, "  {}", s(l));
+                let _ = writeln!(out, "  {}", s(&l["line"]));
             }
         }
     }
@@ -661,7 +661,8 @@ mod tests {
             v
         };
         let look = Look::plain(0);
-        let out = dry_run("failover", &zones, &v(Some(json!([line]))), None, &look);
+        let entry = json!({"tenant": "deptA", "from": "az-a", "to": "az-b", "priority": "P0", "line": line});
+        let out = dry_run("failover", &zones, &v(Some(json!([entry]))), None, &look);
         assert!(out.contains("quota overflow (the target's limits"), "{out}");
         assert!(out.contains(&format!("  {line}\n")), "{out}");
         assert!(
