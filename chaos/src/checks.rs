@@ -288,7 +288,11 @@ fn quota_cap_held(i: &Inputs<'_>) -> Check {
             sent += 1;
             admitted += u64::from(s.status != 0 && s.status != THROTTLED);
         }
-        let allowed = (rpm * (span_ms + 1000)).div_ceil(60_000) + i.nodes.len() as u64;
+        // Saturating: a quota is the operator's number, however large.
+        let allowed = rpm
+            .saturating_mul(span_ms + 1000)
+            .div_ceil(60_000)
+            .saturating_add(i.nodes.len() as u64);
         pass &= admitted <= allowed;
         parts.push(format!(
             "drill-{}: {admitted} admitted of {sent} sent in {:.1}s (quota {rpm} rpm: at most {allowed} with the burst)",
@@ -582,6 +586,15 @@ mod tests {
         samples.push(sample(29_999, 1, 200));
         let c = judge(&expect, &samples, &quotas, 1800.0, None);
         assert!(!c[0].pass, "{}", c[0].measured);
+        // A quota too large to multiply out is not a panic: nothing is over it.
+        let c = judge(
+            &expect,
+            &samples,
+            &[TenantQuota::default(), rpm(u64::MAX / 2)],
+            1800.0,
+            None,
+        );
+        assert!(c[0].pass, "{}", c[0].measured);
     }
 
     /// Throttling of a tenant under its quota: after the failover for at
