@@ -410,8 +410,8 @@ pub enum Action {
 impl Action {
     /// The zone this step takes out of service when it names one: a
     /// fault on a zone's backends, `ctl failover --from ZONE`, or a kill
-    /// or pause of a zone's node. (Backends named one by one and nodes
-    /// named by id or role are resolved by the run.)
+    /// or pause of a zone's node. (Backends named one by one are mapped to
+    /// their zones by the run; nodes named by id or role are not counted.)
     pub fn zone_out(&self) -> Option<&str> {
         match self {
             Action::BackendFault {
