@@ -428,6 +428,9 @@ pub struct Config {
     /// unlimited in every unit when not set) and each serving zone's share
     /// (`zone_share`, summing to 1).
     pub tenant_quotas: Vec<TenantQuota>,
+    /// Per tenant, in the order of `tenants`: how much of a minute's
+    /// allocation its buckets admit at once (`quota.burst`).
+    pub tenant_bursts: Vec<Duration>,
 }
 
 /// `[cluster]`: Raft timing and readiness.
@@ -818,15 +821,18 @@ impl Validator<'_> {
         self.capacities(&backends)?;
         let serving: std::collections::BTreeSet<ZoneId> =
             backends.iter().map(|b| b.zone.clone()).collect();
+        let mut tenant_bursts = Vec::with_capacity(tenants.len());
         let tenant_quotas = tenants
             .iter()
             .zip(tenant_quotas)
             .enumerate()
             .map(|(i, (t, (limits, share)))| {
+                let (global, burst) = self.tenant_limits(&format!("tenants[{i}].quota"), limits)?;
+                tenant_bursts.push(burst);
                 Ok(TenantQuota {
                     tenant: t.name.to_string(),
                     priority: t.priority,
-                    global: self.tenant_limits(&format!("tenants[{i}].quota"), limits)?,
+                    global,
                     shares: self.zone_share(
                         &format!("tenants[{i}].zone_share"),
                         share,
@@ -902,6 +908,7 @@ impl Validator<'_> {
             replicated: "".into(),
             quotas,
             tenant_quotas,
+            tenant_bursts,
             prompt_tiers,
             failover,
             node,

@@ -10,16 +10,18 @@ use zonegate_cluster::{Limits, ZoneId};
 
 use super::{BackendConfig, ConfigError, Validator};
 
-/// `quota = { rpm, tpm, concurrency }` (tenants) or `limits = { rpm, tpm }`
-/// (models): any subset.
-#[derive(Deserialize, Clone, Copy)]
+/// A tenant's `quota = { rpm, tpm, concurrency, burst }`: any subset of
+/// the limits, and the burst its buckets allow (a duration).
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawLimits {
     rpm: Option<u64>,
     tpm: Option<u64>,
     concurrency: Option<u64>,
+    burst: Option<String>,
 }
 
+/// A model's `limits = { rpm, tpm }` per zone: any subset.
 #[derive(Deserialize, Clone, Copy)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawModelLimits {
@@ -53,6 +55,15 @@ pub struct QuotaConfig {
     /// The fraction of a zone's allocation shared equally among its nodes
     /// whatever their demand, so an idle node can still admit. In [0, 1].
     pub node_floor: f64,
+}
+
+impl QuotaConfig {
+    /// A tenant's `quota.burst` when it sets none: five seconds of its
+    /// allocation may be used at once (the demo's 200 rpm per node: 17
+    /// requests). Also the burst of a model's `limits`.
+    pub const DEFAULT_BURST: Duration = Duration::from_secs(5);
+    /// A burst is at most the minute the limits are counted over.
+    pub const MAX_BURST: Duration = Duration::from_secs(60);
 }
 
 impl Default for QuotaConfig {
@@ -111,15 +122,27 @@ impl Validator<'_> {
         })
     }
 
-    /// A tenant's `quota`: every given limit at least 1, at least one given.
+    /// A tenant's `quota`: every given limit at least 1, at least one
+    /// given; and its burst, above zero and at most a minute.
     pub(super) fn tenant_limits(
         &self,
         key: &str,
         raw: Option<RawLimits>,
-    ) -> Result<Limits, ConfigError> {
+    ) -> Result<(Limits, Duration), ConfigError> {
         let Some(raw) = raw else {
-            return Ok(Limits::default());
+            return Ok((Limits::default(), QuotaConfig::DEFAULT_BURST));
         };
+        let burst_key = format!("{key}.burst");
+        let burst = self.duration(&burst_key, raw.burst.as_deref(), QuotaConfig::DEFAULT_BURST)?;
+        if burst > QuotaConfig::MAX_BURST {
+            return Err(self.err(
+                &burst_key,
+                format!(
+                    "must be at most 60s (the limits are per minute), got {}",
+                    raw.burst.as_deref().unwrap_or_default()
+                ),
+            ));
+        }
         let limits = Limits {
             rpm: self.limit(&format!("{key}.rpm"), raw.rpm)?,
             tpm: self.limit(&format!("{key}.tpm"), raw.tpm)?,
@@ -128,7 +151,7 @@ impl Validator<'_> {
         if limits.is_unlimited() {
             return Err(self.err(key, "set at least one of rpm, tpm, concurrency"));
         }
-        Ok(limits)
+        Ok((limits, burst))
     }
 
     /// A model's `limits` per zone.
@@ -258,6 +281,13 @@ mod tests {
         assert_eq!(t.global.concurrency, Some(200));
         assert_eq!(t.shares.len(), 2);
         assert!((t.shares[&ZoneId::new("az-b")] - 0.5).abs() < 1e-12);
+        assert_eq!(c.tenant_bursts, [QuotaConfig::DEFAULT_BURST]);
+        let c = Config::parse(
+            "t.toml",
+            &with_tenant_line("quota = { rpm = 60, burst = \"2500ms\" }"),
+        )
+        .unwrap();
+        assert_eq!(c.tenant_bursts, [Duration::from_millis(2500)]);
         assert_eq!(c.quotas, QuotaConfig::default());
         assert!(c.models[0].limits.is_unlimited());
         let c = Config::parse(
@@ -298,6 +328,26 @@ mod tests {
                 with_tenant_line("quota = { rpm = -5 }"),
                 "tenants[0].quota.rpm",
                 "invalid value",
+            ),
+            (
+                with_tenant_line("quota = { rpm = 5, burst = \"0s\" }"),
+                "tenants[0].quota.burst",
+                "greater than zero",
+            ),
+            (
+                with_tenant_line("quota = { rpm = 5, burst = \"2m\" }"),
+                "tenants[0].quota.burst",
+                "at most 60s",
+            ),
+            (
+                with_tenant_line("quota = { rpm = 5, burst = 5 }"),
+                "tenants[0].quota.burst",
+                "invalid type",
+            ),
+            (
+                with_tenant_line("quota = { burst = \"5s\" }"),
+                "tenants[0].quota",
+                "at least one of",
             ),
             (
                 with_tenant_line("zone_share = { az-a = 0.5, az-b = 0.4 }"),

@@ -1,6 +1,6 @@
 //! The data plane's request path, stage by stage (`serve` is one line per
-//! stage): authenticate → read → resolve → pin → admit (quota) → plan →
-//! pick and forward
+//! stage): authenticate → count (the tenant's rpm) → read → resolve → pin
+//! → admit (quota) → plan → pick and forward
 //! (retry on another; `attempts`) → respond (`respond`). `chain` plans the
 //! models a request may be answered by; `continuation` resumes a stream
 //! that broke after bytes reached the client.
@@ -36,6 +36,7 @@ use crate::dataplane::forward;
 use crate::dataplane::quota::{self, Admission, Ask};
 use crate::dataplane::request::{classify, ClientHeaders, RequestClass, RequestMeta};
 use crate::node::gateway::Gateway;
+use crate::telemetry::metrics::{bounded_label, UNKNOWN_MODEL};
 
 /// The data-plane router: OpenAI endpoints, liveness and readiness; any
 /// other path is an OpenAI-shaped 404.
@@ -152,14 +153,17 @@ pub async fn infer(
                 (_, Some(t)) => gw.quotas.load().headers(t.index, crate::clock::now_ns()),
             };
             let tenant = tenant.map_or("-", |c| &*c.tenant.name);
+            // A resolved model's name (or the fixed one of an unknown
+            // model): bounded by config, and capped all the same.
+            let model = bounded_label(model.as_deref().unwrap_or("-"));
             gw.metrics
                 .requests
-                .with_label_values(&[tenant, model.as_deref().unwrap_or("-"), e.code()])
+                .with_label_values(&[tenant, model, e.code()])
                 .inc();
             tracing::info!(
                 target: "zonegate::access",
                 tenant,
-                model = model.as_deref().unwrap_or("-"),
+                model,
                 status = e.status().as_u16(),
                 outcome = e.code(),
                 ms = started.elapsed().as_millis() as u64,
@@ -177,6 +181,8 @@ pub async fn infer(
     }
 }
 
+/// A request that failed: the `model` label it is counted under (`None`
+/// before the body named a model) and why.
 type Failed = (Option<String>, ApiError);
 
 async fn serve(
@@ -188,6 +194,14 @@ async fn serve(
     body: Body,
     started: Instant,
 ) -> Result<Answer, Failed> {
+    // Every request counts against the tenant's rpm before anything is
+    // done for it: an unknown model or a bad body costs a request too.
+    let view = gw.view.borrow().clone();
+    let quotas = gw.quotas.load();
+    quotas.refresh(&view);
+    quotas
+        .count_request(caller.index, crate::clock::now_ns())
+        .map_err(|e| (None, e))?;
     let body = read_body(
         body,
         cfg.node.max_body_bytes,
@@ -196,14 +210,22 @@ async fn serve(
     .await
     .map_err(|e| (None, e))?;
     let meta = RequestMeta::parse(&body).map_err(|e| (None, e))?;
-    let failed = |e| (Some(meta.model.clone()), e);
     let routes = gw.routes.load();
-    let primary = routes
-        .model(&meta.model)
-        .ok_or_else(|| failed(ApiError::ModelNotFound(meta.model.clone())))?;
+    let primary = routes.model(&meta.model).ok_or_else(|| {
+        let asked = match bounded_label(&meta.model) {
+            all if all.len() == meta.model.len() => all.to_owned(),
+            cut => format!("{cut}…"),
+        };
+        (
+            Some(UNKNOWN_MODEL.to_owned()),
+            ApiError::ModelNotFound(asked),
+        )
+    })?;
+    // From here on the model is one the routes know.
+    let failed = |e| (Some(meta.model.clone()), e);
     let deadline = tokio::time::Instant::from_std(started + primary.cfg.timeouts.total);
     let client = (target.path(), headers);
-    let facts = RequestFacts::new(gw, cfg, caller, client, &meta, body.len(), deadline);
+    let facts = RequestFacts::new(gw, cfg, caller, view, client, &meta, body.len(), deadline);
     // Counted in the second it arrived: the budget's window is seconds.
     gw.with_budget(|b| b.record_request(crate::clock::ms_at(started) / 1000));
     // One reading for the quota stage and the first pick.
@@ -262,8 +284,8 @@ fn admit(
     body_len: usize,
     now_ns: u64,
 ) -> Result<Admission, ApiError> {
+    // Refreshed to `facts.view` by the count stage.
     let quotas = gw.quotas.load();
-    quotas.refresh(&facts.view);
     let ask = Ask {
         tenant_index: facts.tenant_index,
         model: &meta.model,
@@ -321,6 +343,7 @@ impl RequestFacts {
         gw: &Gateway,
         cfg: &Arc<Config>,
         caller: auth::Caller<'_>,
+        view: Arc<ClusterView>,
         (path, headers): (&str, &ClientHeaders),
         meta: &RequestMeta,
         body_len: usize,
@@ -333,7 +356,6 @@ impl RequestFacts {
         let session = session_key(headers, meta)
             .map(|s| hash_key(&[tenant.name.as_bytes(), &[0], s.as_bytes()].concat()));
         let pinned = session.and_then(|s| pinned_zone(gw, cfg, headers, &tenant.name, s));
-        let view = gw.view.borrow().clone();
         RequestFacts {
             cfg: Arc::clone(cfg),
             tenant: tenant.name.clone(),

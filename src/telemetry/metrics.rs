@@ -323,6 +323,29 @@ pub fn retain<T: MetricVecBuilder>(
     }
 }
 
+/// The longest label value a client can influence (a model name in a
+/// request, say): [`bounded_label`] cuts longer ones.
+pub const MAX_LABEL_BYTES: usize = 128;
+
+/// The `model` label of a request for a model no route knows: one series,
+/// whatever names clients send (a name per request would be a series per
+/// request, kept for the process's life).
+pub const UNKNOWN_MODEL: &str = "(unknown)";
+
+/// `value` cut to [`MAX_LABEL_BYTES`] at a character boundary: a label
+/// value that reached a metric from a request never weighs more, even
+/// when a check upstream that should have bounded it did not.
+pub fn bounded_label(value: &str) -> &str {
+    if value.len() <= MAX_LABEL_BYTES {
+        return value;
+    }
+    let mut end = MAX_LABEL_BYTES;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    &value[..end]
+}
+
 /// Labels that would make a series per request or per user: never used.
 const UNBOUNDED_LABELS: &[&str] = &[
     "request_id",
@@ -507,6 +530,20 @@ mod tests {
         let text = m.render();
         assert!(text.contains("backend=\"keep\""), "{text}");
         assert!(!text.contains("backend=\"gone\""), "{text}");
+    }
+
+    #[test]
+    fn label_values_a_client_can_influence_are_capped() {
+        assert_eq!(bounded_label("qwen25-7b-instruct"), "qwen25-7b-instruct");
+        let long = "m".repeat(2 << 20);
+        assert_eq!(bounded_label(&long).len(), MAX_LABEL_BYTES);
+        // Cut at a character boundary, never inside one.
+        let wide = "é".repeat(MAX_LABEL_BYTES);
+        let cut = bounded_label(&wide);
+        assert_eq!(cut.len(), MAX_LABEL_BYTES);
+        assert!(cut.chars().all(|c| c == 'é'));
+        let odd = format!("x{wide}");
+        assert_eq!(bounded_label(&odd).len(), MAX_LABEL_BYTES - 1);
     }
 
     #[test]
