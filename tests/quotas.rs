@@ -1,4 +1,5 @@
-//! Black-box tests of quotas: OpenAI's 429 and rate-limit headers, token
+//! Black-box tests of quotas: OpenAI's 429 and rate-limit headers, a
+//! tenant's burst, unknown models counted (one label, against rpm), token
 //! charges corrected by a stream's usage, three nodes sharing one tenant's
 //! limit by demand, and a failover with a P0 and a P2 tenant (overflow,
 //! shedding, failback).
@@ -248,6 +249,109 @@ async fn a_streamed_answers_usage_corrects_the_token_bucket() {
         64.0 + 8.0,
         "the stream's 64 and the next answer's 8"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_within_the_configured_burst_is_admitted_and_remaining_is_the_minutes() {
+    let mock = Mock::start("a1", "az-a", &[MODEL]).await;
+    // 6 requests a minute (one every 10 s) and 200,000 tokens; a burst of
+    // 30 s admits four requests at once (0, 10, 20, 30 s ahead), and the
+    // next one only after 10 s.
+    let node = start(
+        "az-a",
+        None,
+        "quota = { rpm = 6, tpm = 200000, burst = \"30s\" }",
+        &mock.backend_toml(&[MODEL]),
+    )
+    .await;
+    for i in 1..=4u64 {
+        let ok = node.chat().json(&chat_body(8, false)).send().await.unwrap();
+        assert_eq!(ok.status(), 200, "request {i} of the burst");
+        // What is left of the minute at this node's allocation, as
+        // OpenAI's clients read it, not what is left of the burst.
+        let left = 6 - i;
+        assert_eq!(
+            header(&ok, "x-ratelimit-remaining-requests"),
+            Some(left.to_string().as_str())
+        );
+        let tokens: u64 = header(&ok, "x-ratelimit-remaining-tokens")
+            .unwrap()
+            .parse()
+            .unwrap();
+        // Each request is charged ~40 tokens (prompt bytes / 4 + 8) and
+        // the answers' usage corrects it.
+        assert!(
+            (200_000 - 100 * i..200_000).contains(&tokens),
+            "remaining tokens {tokens} after {i} small requests"
+        );
+        let reset = header(&ok, "x-ratelimit-reset-requests").unwrap();
+        assert!(reset.ends_with('s'), "{reset}");
+    }
+    let limited = node.chat().json(&chat_body(8, false)).send().await.unwrap();
+    assert_eq!(limited.status(), 429, "past the burst");
+    assert_eq!(
+        header(&limited, "x-ratelimit-remaining-requests"),
+        Some("0")
+    );
+    let retry_after: u64 = header(&limited, "retry-after").unwrap().parse().unwrap();
+    assert!((1..=10).contains(&retry_after), "{retry_after}");
+    let q = node.admin_get("/admin/v1/quotas").await;
+    assert_eq!(q["tenants"][0]["burst_ms"], 30_000, "{q}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_model_gets_one_label_and_counts_against_rpm() {
+    let mock = Mock::start("a1", "az-a", &[MODEL]).await;
+    let rest = format!(
+        "{}{}",
+        mock.backend_toml(&[MODEL]),
+        tenant("bulk", BULK_KEY, "P2", "")
+    );
+    // One request a burst (6 a minute, 5 s of burst).
+    let node = start("az-a", None, "quota = { rpm = 6 }", &rest).await;
+    let unknown = |n: usize| {
+        let mut body = chat_body(8, false);
+        body["model"] = json!(format!("no-such-model-{n}-{}", "x".repeat(64 << 10)));
+        body
+    };
+    let resp = node.chat().json(&unknown(0)).send().await.unwrap();
+    assert_eq!(resp.status(), 404);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "model_not_found", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.len() < 1024,
+        "the name is cut: {} bytes",
+        message.len()
+    );
+    // The 404 took the tenant's one request: the next is refused.
+    let next = node.chat().json(&chat_body(8, false)).send().await.unwrap();
+    assert_eq!(next.status(), 429, "{:?}", next.text().await);
+    // A tenant without a quota: a name per request, one series.
+    for n in 1..=5 {
+        let resp = post(&node, BULK_KEY, &unknown(n)).send().await.unwrap();
+        assert_eq!(resp.status(), 404);
+    }
+    let m = node.metrics().await;
+    assert!(!m.contains("no-such-model"), "a client's name in /metrics");
+    assert!(m.len() < 1 << 20, "/metrics is {} bytes", m.len());
+    for (tenant, n) in [("deptA", 1.0), ("bulk", 5.0)] {
+        let labels = [
+            &format!("tenant=\"{tenant}\"") as &str,
+            "model=\"(unknown)\"",
+            "outcome=\"model_not_found\"",
+        ];
+        assert_eq!(
+            metric_sum(&m, "zonegate_requests_total", &labels),
+            n,
+            "{tenant}"
+        );
+    }
+    let series = m
+        .lines()
+        .filter(|l| l.starts_with("zonegate_requests_total{") && l.contains("model_not_found"))
+        .count();
+    assert_eq!(series, 2, "one series per tenant");
 }
 
 /// Three members, one zone: `(id, rate per second)` of load per node.

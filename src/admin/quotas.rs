@@ -1,8 +1,8 @@
 //! `GET /admin/v1/quotas`: per tenant and zone, the global limit, the zone
-//! share, the allocation per node (with overflow after a failover), this
-//! node's usage and remaining amounts, and the decision version the
-//! allocations were computed from; plus this node's share of each zone's
-//! capacity units.
+//! share, the burst, the allocation per node (with overflow after a
+//! failover), this node's usage and what is left of its minute, and the
+//! decision version the allocations were computed from; plus this node's
+//! share of each zone's capacity units.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -96,6 +96,8 @@ pub fn report(gw: &Gateway) -> Value {
                 "tenant": t.quota.tenant,
                 "priority": t.quota.priority.name(),
                 "limited": t.limited(),
+                // How much of a minute's allocation may go at once.
+                "burst_ms": t.rpm.tolerance() / 1_000_000,
                 "global": t.quota.global,
                 "zone_share": t.quota.shares,
                 "zones": zones,
