@@ -1,4 +1,5 @@
-//! Admission cost on the real quota stage: `Quotas::admit` for a tenant
+//! Admission cost on the real quota stages: `Quotas::count_request` and
+//! `Quotas::admit` for a tenant
 //! with rpm, tpm and concurrency limits, a model limit and zone capacity,
 //! its `x-ratelimit-*` headers written into a response map, then the
 //! admission's end (settle and release), as a request pays it.
@@ -67,7 +68,11 @@ fn admission(c: &mut Criterion) {
         group.bench_function(name, |b| {
             b.iter(|| {
                 quotas.refresh(&view);
-                let mut adm = match quotas.admit(black_box(&ask), now_ns()) {
+                let now = now_ns();
+                if let Err(e) = quotas.count_request(black_box(tenant), now) {
+                    panic!("{e}");
+                }
+                let mut adm = match quotas.admit(black_box(&ask), now) {
                     Ok(a) => a,
                     Err(e) => panic!("{e}"),
                 };

@@ -547,8 +547,8 @@ pub struct Expect {
     pub converged_within: Option<Duration>,
     pub p99_added_ms: Option<f64>,
     /// No drill tenant with an rpm quota was admitted more than its
-    /// quota's rate over the load, plus the one second of burst a bucket
-    /// allows.
+    /// quota's rate over the load, plus the burst a bucket allows (the
+    /// default `quota.burst`, 5 s).
     pub quota_cap_held: Option<bool>,
     /// Tenants offered less than their rpm quota are throttled (429) no
     /// later than this after the first failover is seen committed, and

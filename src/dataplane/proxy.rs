@@ -225,7 +225,7 @@ async fn serve(
     let failed = |e| (Some(meta.model.clone()), e);
     let deadline = tokio::time::Instant::from_std(started + primary.cfg.timeouts.total);
     let client = (target.path(), headers);
-    let facts = RequestFacts::new(gw, cfg, caller, view, client, &meta, body.len(), deadline);
+    let facts = RequestFacts::new(gw, cfg, (caller, view), client, &meta, body.len(), deadline);
     // Counted in the second it arrived: the budget's window is seconds.
     gw.with_budget(|b| b.record_request(crate::clock::ms_at(started) / 1000));
     // One reading for the quota stage and the first pick.
@@ -338,12 +338,12 @@ struct RequestFacts {
 
 impl RequestFacts {
     /// The pin stage: the session, its home zone and the request's class
-    /// (`path, headers`: the request's path and headers).
+    /// (`caller, view`: the tenant and the view the count stage read;
+    /// `path, headers`: the request's path and headers).
     fn new(
         gw: &Gateway,
         cfg: &Arc<Config>,
-        caller: auth::Caller<'_>,
-        view: Arc<ClusterView>,
+        (caller, view): (auth::Caller<'_>, Arc<ClusterView>),
         (path, headers): (&str, &ClientHeaders),
         meta: &RequestMeta,
         body_len: usize,
