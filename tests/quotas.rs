@@ -186,7 +186,7 @@ async fn a_streamed_answers_usage_corrects_the_token_bucket() {
         tenant("bulk", BULK_KEY, "P0", "quota = { tpm = 6000 }"),
         tenant("scored", SCORED_KEY, "P0", "quota = { tpm = 6000 }")
     );
-    // 6000 tokens a minute: 100 a second, one second of burst.
+    // 6000 tokens a minute: 100 a second, five seconds (500) of burst.
     let node = start("az-a", None, "quota = { tpm = 6000 }", &rest).await;
     // Asks for 4000 tokens (charged at admission: ~40 s of this node's
     // allocation); the mock answers 64, and says so in a last usage
