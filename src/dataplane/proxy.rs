@@ -284,8 +284,10 @@ fn admit(
     body_len: usize,
     now_ns: u64,
 ) -> Result<Admission, ApiError> {
-    // Refreshed to `facts.view` by the count stage.
+    // One atomic load when the count stage already refreshed it (a config
+    // applied in between swaps in quota state that has not been).
     let quotas = gw.quotas.load();
+    quotas.refresh(&facts.view);
     let ask = Ask {
         tenant_index: facts.tenant_index,
         model: &meta.model,
