@@ -382,7 +382,7 @@ impl Backend {
     /// A 429: busy, not broken. No health penalty; no new requests until
     /// the cooldown passes.
     pub fn cool_down(&self, now_ms: u64, wait: Duration) {
-        let until = now_ms + u64::try_from(wait.as_millis()).unwrap_or(u64::MAX / 2);
+        let until = now_ms.saturating_add(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
         self.hot
             .cooldown_until_ms
             .fetch_max(until, Ordering::Relaxed);

@@ -237,13 +237,25 @@ pub fn put_backend_headers(out: &mut Vec<u8>, client: &ClientHeaders) {
     });
 }
 
+/// The longest a backend's `Retry-After` cools it: a backend asking for
+/// more (`1e308`, a day) is taken at a minute's word, and probes and
+/// half-open trials judge it after that.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
 fn retry_after(lines: &HeadLines) -> Option<Duration> {
-    std::str::from_utf8(lines.get(b"retry-after")?)
-        .ok()?
-        .parse::<f64>()
-        .ok()
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(|s| Duration::from_secs_f64(s.min(3600.0)))
+    parse_retry_after(lines.get(b"retry-after")?)
+}
+
+/// A `Retry-After` in seconds (fractions accepted), at most
+/// [`MAX_RETRY_AFTER`]; `None` for anything else (a date, a negative
+/// number, NaN, infinity, text), which the caller treats as no hint.
+pub fn parse_retry_after(value: &[u8]) -> Option<Duration> {
+    let secs = std::str::from_utf8(value).ok()?.trim().parse::<f64>().ok()?;
+    if !(secs.is_finite() && secs >= 0.0) {
+        return None;
+    }
+    // Capped before the conversion, which panics on values past u64 seconds.
+    Some(Duration::from_secs_f64(secs.min(MAX_RETRY_AFTER.as_secs_f64())))
 }
 
 pub(crate) fn source_chain(e: &dyn std::error::Error) -> String {
@@ -476,6 +488,32 @@ mod tests {
         assert_eq!(retry_after(&lines("retry-after:  2 \r\n")), two);
         assert_eq!(retry_after(&lines("retry-after: soon\r\n")), None);
         assert_eq!(retry_after(&lines("retry-after: -1\r\n")), None);
+    }
+
+    #[test]
+    fn retry_after_is_capped_at_a_minute_and_never_panics() {
+        let cap = Some(MAX_RETRY_AFTER);
+        assert_eq!(MAX_RETRY_AFTER, Duration::from_secs(60));
+        for (value, want) in [
+            ("1e308", cap),
+            ("3600", cap),
+            ("60.5", cap),
+            ("18446744073709551616", cap),
+            ("1e400", None), // infinity
+            ("inf", None),
+            ("-inf", None),
+            ("NaN", None),
+            ("-5", None),
+            ("-0", Some(Duration::ZERO)),
+            ("0.25", Some(Duration::from_millis(250))),
+            ("59", Some(Duration::from_secs(59))),
+            (" 2 ", Some(Duration::from_secs(2))),
+            ("Wed, 21 Oct 2015 07:28:00 GMT", None),
+            ("", None),
+        ] {
+            assert_eq!(parse_retry_after(value.as_bytes()), want, "{value:?}");
+        }
+        assert_eq!(parse_retry_after(b"\xff\xfe"), None, "not UTF-8");
     }
 
     #[test]
