@@ -570,10 +570,9 @@ mod tests {
             .port();
         let mut dial = connector(Duration::from_secs(2), &BackendTls::default());
         let uri: http::Uri = format!("http://127.0.0.1:{port}/").parse().unwrap();
-        let e = tower::Service::call(&mut dial, uri)
-            .await
-            .err()
-            .expect("nothing listens");
+        let Err(e) = tower::Service::call(&mut dial, uri).await else {
+            panic!("a connection to a closed port");
+        };
         assert!(is_refused(&*e), "{}", source_chain(&*e));
         let other = std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timeout");
         assert!(!is_refused(&other));
