@@ -562,3 +562,88 @@ fn rewrite_model(body: &Bytes, requested: &str, backend: &Backend, logical: &str
         Err(_) => body.clone(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{BackendConfig, HealthConfig};
+    use http::StatusCode;
+
+    fn lone_backend() -> Arc<Backend> {
+        let cfg = BackendConfig {
+            name: "only".into(),
+            zone: ZoneId::new("az-a"),
+            scheme: http::uri::Scheme::HTTP,
+            authority: "127.0.0.1:1".parse().expect("authority"),
+            models: vec!["m".into()],
+            weight: 1,
+            health_path: "/health".into(),
+            metrics_path: None,
+            model_names: Default::default(),
+            tls: Default::default(),
+            capacity: None,
+        };
+        Arc::new(Backend::new(&cfg, &HealthConfig::default(), 0))
+    }
+
+    /// A model with one backend, as `forward_chain` makes it.
+    fn one_backend_model() -> ModelAttempts {
+        ModelAttempts {
+            max: 3,
+            made: 1,
+            balance: Balance::P2c,
+            session: None,
+            backends: 1,
+            rng: fastrand::Rng::with_seed(1),
+            same_again: None,
+            busy: None,
+            max_retry_after_wait: Duration::from_secs(3),
+        }
+    }
+
+    #[test]
+    fn a_lone_backend_is_tried_again_only_when_another_try_may_help() {
+        let second = Duration::from_secs(1);
+        // (what failed, in order; whether the backend gets its second try)
+        let cases: Vec<(Vec<AttemptError>, bool)> = vec![
+            (vec![AttemptError::Reset("reset".into())], true),
+            (vec![AttemptError::Status(StatusCode::BAD_GATEWAY)], true),
+            (vec![AttemptError::Connect("timed out".into())], true),
+            // A first token that never came: on to the next candidate.
+            (vec![AttemptError::TtftTimeout(second)], false),
+            (vec![AttemptError::GenerationTimeout(second)], false),
+            // The last failure decides.
+            (
+                vec![
+                    AttemptError::Reset("reset".into()),
+                    AttemptError::TtftTimeout(second),
+                ],
+                false,
+            ),
+            // A refused connect is certain: no second try after a backoff.
+            (vec![AttemptError::Refused("refused".into())], false),
+        ];
+        let deadline = Instant::now() + Duration::from_secs(600);
+        for (failures, again) in cases {
+            let backend = lone_backend();
+            let mut m = one_backend_model();
+            for e in &failures {
+                if matches!(e, AttemptError::Refused(_)) {
+                    backend.refused(0); // as `note_failure` marks it
+                }
+                m.failed(&backend, e);
+            }
+            assert_eq!(m.revisit(deadline).is_some(), again, "{failures:?}");
+        }
+    }
+
+    #[test]
+    fn a_retry_after_wait_never_overflows_the_clock() {
+        let backend = lone_backend();
+        let mut m = one_backend_model();
+        m.max_retry_after_wait = Duration::MAX;
+        m.failed(&backend, &AttemptError::Busy(Some(Duration::MAX)));
+        let deadline = Instant::now() + Duration::from_secs(600);
+        assert!(m.revisit(deadline).is_none(), "past any deadline");
+    }
+}
