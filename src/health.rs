@@ -519,6 +519,50 @@ mod tests {
         gap >= base * 0.9 - 0.01 && gap <= base * 1.1 + 0.01
     }
 
+    fn backend_at(port: u16) -> Backend {
+        let cfg = crate::config::BackendConfig {
+            name: "p".into(),
+            zone: zonegate_cluster::ZoneId::new("az-a"),
+            scheme: http::uri::Scheme::HTTP,
+            authority: format!("127.0.0.1:{port}").parse().unwrap(),
+            models: vec!["m".into()],
+            weight: 1,
+            health_path: "/health".into(),
+            metrics_path: None,
+            model_names: Default::default(),
+            tls: BackendTls::default(),
+            capacity: None,
+        };
+        Backend::new(&cfg, &crate::config::HealthConfig::default(), 0)
+    }
+
+    #[tokio::test]
+    async fn a_probe_tells_a_refused_connect_from_an_answer() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let prober = HttpProber::new(Duration::from_secs(5));
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let s = prober.probe(&backend_at(closed)).await;
+        assert_eq!((s.ok, s.reach), (false, Reach::Refused));
+
+        // Up but unhealthy: it answered, so it is reachable.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = conn.read(&mut buf).await;
+            let _ = conn
+                .write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n")
+                .await;
+        });
+        let s = prober.probe(&backend_at(port)).await;
+        assert_eq!((s.ok, s.reach), (false, Reach::Answered));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn probe_interval_adapts_and_backs_off_on_the_watch_list() {
         let gw = gateway();

@@ -6,11 +6,12 @@
 //! Every backend of a model comes before the next model. A model whose
 //! only backend failed with a 5xx, reset or connect timeout gets it once
 //! more after a short jittered backoff (a refused connect or a first token
-//! that never came sends the request on to the next candidate at once); a 429 with a short `Retry-After`
-//! is waited out when no other backend of the model is free. An ejected
-//! backend of a model that has nothing better gets one half-open trial at a
-//! time. A `context_length_exceeded` answer moves the request to the
-//! model's `context_fallback` models, never back to the same model.
+//! that never came sends the request on to the next candidate at once); a
+//! 429 with a short `Retry-After` is waited out when no other backend of
+//! the model is free. An ejected or unreachable (connect refused) backend
+//! of a model that has nothing better gets one half-open trial at a time.
+//! A `context_length_exceeded` answer moves the request to the model's
+//! `context_fallback` models, never back to the same model.
 
 use std::sync::Arc;
 use std::time::Duration;
