@@ -263,8 +263,7 @@ struct RawModel {
 struct RawRetry {
     max_attempts: Option<u32>,
     budget_ratio: Option<f64>,
-    budget_window: Option<String>,
-    min_retries_per_window: Option<u32>,
+    min_concurrent_retries: Option<u32>,
     default_cooldown: Option<String>,
     connect_timeout: Option<String>,
     max_retry_after_wait: Option<String>,
@@ -543,11 +542,10 @@ pub struct ModelConfig {
 pub struct RetryConfig {
     /// Attempts per model, the first included.
     pub max_attempts: u32,
-    /// Retries allowed as a share of requests over `budget_window`.
+    /// Retries running at once, as a share of the requests in flight.
     pub budget_ratio: f64,
-    pub budget_window: Duration,
-    /// Retries always allowed per window, so a quiet node can still retry.
-    pub min_retries_per_window: u32,
+    /// Retries always allowed to run at once, so a quiet node can retry.
+    pub min_concurrent_retries: u32,
     /// Cooldown after a 429 without `Retry-After`.
     pub default_cooldown: Duration,
     pub connect_timeout: Duration,
@@ -1372,12 +1370,7 @@ impl Validator<'_> {
         Ok(RetryConfig {
             max_attempts: self.positive("retry.max_attempts", raw.max_attempts, 3)?,
             budget_ratio,
-            budget_window: self.duration(
-                "retry.budget_window",
-                raw.budget_window.as_deref(),
-                Duration::from_secs(10),
-            )?,
-            min_retries_per_window: raw.min_retries_per_window.unwrap_or(20),
+            min_concurrent_retries: raw.min_concurrent_retries.unwrap_or(10),
             default_cooldown: self.duration(
                 "retry.default_cooldown",
                 raw.default_cooldown.as_deref(),

@@ -49,6 +49,20 @@ pub struct ProbeSample {
     pub ok: bool,
     pub latency_ms: f64,
     pub scraped: Option<Scraped>,
+    /// Whether the probe got through to the backend at all.
+    pub reach: Reach,
+}
+
+/// Whether a probe got through to its backend.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Reach {
+    /// A response head came back, whatever its status.
+    Answered,
+    /// The connect was refused: nothing listens there.
+    Refused,
+    /// Neither for certain (a timeout, a connection that broke).
+    #[default]
+    Unknown,
 }
 
 /// Something that can probe a backend: HTTP in production, a script in
@@ -89,41 +103,50 @@ impl HttpProber {
         client
     }
 
-    async fn get(&self, backend: &Backend, path: &str) -> Option<(bool, Bytes)> {
-        let uri = Uri::builder()
+    /// GETs `path`: whether it answered 2xx and its body (`None` without
+    /// a whole answer), and how far the probe got.
+    async fn get(&self, backend: &Backend, path: &str) -> (Option<(bool, Bytes)>, Reach) {
+        let Some(req) = Uri::builder()
             .scheme(backend.scheme.clone())
             .authority(backend.authority.clone())
             .path_and_query(path)
             .build()
-            .ok()?;
-        let req = Request::get(uri).body(Empty::new()).ok()?;
+            .ok()
+            .and_then(|uri| Request::get(uri).body(Empty::new()).ok())
+        else {
+            return (None, Reach::Unknown);
+        };
         let exchange = async {
-            let resp = self.client(&backend.tls).request(req).await.ok()?;
+            let resp = match self.client(&backend.tls).request(req).await {
+                Ok(resp) => resp,
+                Err(e) if forward::is_refused(&e) => return (None, Reach::Refused),
+                Err(_) => return (None, Reach::Unknown),
+            };
             let ok = resp.status().is_success();
             let body = Limited::new(resp.into_body(), MAX_SCRAPE_BYTES)
                 .collect()
                 .await
-                .ok()?
-                .to_bytes();
-            Some((ok, body))
+                .ok()
+                .map(|b| (ok, b.to_bytes()));
+            (body, Reach::Answered)
         };
-        tokio::time::timeout(self.timeout, exchange).await.ok()?
+        tokio::time::timeout(self.timeout, exchange)
+            .await
+            .unwrap_or((None, Reach::Unknown))
     }
 }
 
 impl Prober for HttpProber {
     async fn probe<'a>(&'a self, backend: &'a Backend) -> ProbeSample {
         let started = Instant::now();
-        let ok = matches!(
-            self.get(backend, &backend.health_path).await,
-            Some((true, _))
-        );
+        let (answer, reach) = self.get(backend, &backend.health_path).await;
+        let ok = matches!(answer, Some((true, _)));
         let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
         // A failed health probe scores 0 whatever the metrics say, so the
         // scrape is skipped then.
         let scraped = match (&backend.metrics_path, ok) {
             (Some(path), true) => match self.get(backend, path).await {
-                Some((true, body)) => Some(scrape::parse(&String::from_utf8_lossy(&body))),
+                (Some((true, body)), _) => Some(scrape::parse(&String::from_utf8_lossy(&body))),
                 _ => None,
             },
             _ => None,
@@ -132,6 +155,7 @@ impl Prober for HttpProber {
             ok,
             latency_ms,
             scraped,
+            reach,
         }
     }
 }
@@ -252,6 +276,11 @@ pub fn evaluate(
     now_ms: u64,
 ) -> (Duration, bool) {
     let cfg = &gw.cfg().health;
+    match sample.reach {
+        Reach::Answered => reached(backend),
+        Reach::Refused => refused(backend, now_ms),
+        Reach::Unknown => {}
+    }
     let scraped = sample.scraped.unwrap_or_default();
     let signals = Signals {
         probe_ok: sample.ok,
@@ -366,6 +395,31 @@ pub fn passive_failure(gw: &Gateway, backend: &Backend, error: &str, now_ms: u64
     sweep(gw, &routes, now_ms);
 }
 
+/// A connect to `backend` was refused (a request's or a probe's): it leaves
+/// every pick until something reaches it again. Logged once per spell.
+pub fn refused(backend: &Backend, now_ms: u64) {
+    if backend.refused(now_ms) {
+        tracing::warn!(
+            backend = %backend.name,
+            zone = %backend.zone,
+            "connection refused: out of every pick (panic mode included) until a probe or a \
+             half-open trial reaches it"
+        );
+    }
+}
+
+/// A response head came from `backend`: reachable. Logged when that ends a
+/// spell of refused connects.
+pub fn reached(backend: &Backend) {
+    if backend.reached() {
+        tracing::info!(
+            backend = %backend.name,
+            zone = %backend.zone,
+            "answered again after refused connects: back in the picks"
+        );
+    }
+}
+
 /// A half-open trial on an ejected backend ended. A success brings it back
 /// early, as a canary; a failure doubles the wait for the next trial.
 pub fn trial_ended(gw: &Gateway, backend: &Backend, ok: bool, now_ms: u64) {
@@ -410,10 +464,12 @@ mod tests {
         async fn probe<'a>(&'a self, backend: &'a Backend) -> ProbeSample {
             let t = self.start.elapsed();
             self.calls.lock().push((backend.name.clone(), t));
+            let ok = (self.healthy)(&backend.name, t);
             ProbeSample {
-                ok: (self.healthy)(&backend.name, t),
+                ok,
                 latency_ms: 5.0,
                 scraped: None,
+                reach: if ok { Reach::Answered } else { Reach::Unknown },
             }
         }
     }
@@ -461,6 +517,50 @@ mod tests {
 
     fn within_jitter(gap: f64, base: f64) -> bool {
         gap >= base * 0.9 - 0.01 && gap <= base * 1.1 + 0.01
+    }
+
+    fn backend_at(port: u16) -> Backend {
+        let cfg = crate::config::BackendConfig {
+            name: "p".into(),
+            zone: zonegate_cluster::ZoneId::new("az-a"),
+            scheme: http::uri::Scheme::HTTP,
+            authority: format!("127.0.0.1:{port}").parse().unwrap(),
+            models: vec!["m".into()],
+            weight: 1,
+            health_path: "/health".into(),
+            metrics_path: None,
+            model_names: Default::default(),
+            tls: BackendTls::default(),
+            capacity: None,
+        };
+        Backend::new(&cfg, &crate::config::HealthConfig::default(), 0)
+    }
+
+    #[tokio::test]
+    async fn a_probe_tells_a_refused_connect_from_an_answer() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let prober = HttpProber::new(Duration::from_secs(5));
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let s = prober.probe(&backend_at(closed)).await;
+        assert_eq!((s.ok, s.reach), (false, Reach::Refused));
+
+        // Up but unhealthy: it answered, so it is reachable.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = conn.read(&mut buf).await;
+            let _ = conn
+                .write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n")
+                .await;
+        });
+        let s = prober.probe(&backend_at(port)).await;
+        assert_eq!((s.ok, s.reach), (false, Reach::Answered));
     }
 
     #[tokio::test(start_paused = true)]

@@ -23,6 +23,13 @@ use crate::health::state::{Cause, Change, Machine, State};
 
 /// Smoothing of the latency EWMA: each sample moves it by this share.
 const LATENCY_ALPHA: f64 = 0.2;
+/// Smoothing of the recent success share: each request's outcome moves it
+/// by this share, so it follows the last five or so.
+const SUCCESS_ALPHA: f64 = 0.2;
+/// The least share of its panic weight a backend keeps however it fails:
+/// still sampled now and then, so a recovery is noticed, but retries are
+/// not spent on it.
+const FAILING_SHARE: f64 = 0.01;
 /// What a backend without samples is assumed to take, so new backends are
 /// neither starved nor flooded by p2c.
 const INITIAL_LATENCY_MS: f64 = 50.0;
@@ -95,8 +102,14 @@ struct Hot {
     panic_weight: AtomicU64,
     latency_ewma_ms: AtomicU64,
     latency_sampled_at_ms: AtomicU64,
+    /// Share of recent requests that succeeded, 0–1 (f64 bits): what
+    /// panic mode weighs a backend by, besides its score and load.
+    recent_success: AtomicU64,
     /// Mirrors `health.machine.state == Down` for lock-free readers.
     down: AtomicBool,
+    /// A connect to it was refused: out of every pick, panic mode
+    /// included, until a probe or a half-open trial gets an answer.
+    unreachable: AtomicBool,
 }
 
 /// The health model's view of one backend, behind a lock that only the
@@ -140,8 +153,10 @@ impl Backend {
                 in_flight: AtomicU64::new(0),
                 latency_ewma_ms: AtomicU64::new(INITIAL_LATENCY_MS.to_bits()),
                 latency_sampled_at_ms: AtomicU64::new(0),
+                recent_success: AtomicU64::new(1.0f64.to_bits()),
                 cooldown_until_ms: AtomicU64::new(0),
                 down: AtomicBool::new(false),
+                unreachable: AtomicBool::new(false),
                 effective_weight: AtomicU64::new(
                     (weight * machine.factor(now_ms, health)).to_bits(),
                 ),
@@ -174,7 +189,89 @@ impl Backend {
 
     /// Whether a new request may go here at `now_ms` outside panic mode.
     pub fn is_usable(&self, now_ms: u64) -> bool {
-        self.is_up() && self.hot.cooldown_until_ms.load(Ordering::Relaxed) <= now_ms
+        self.is_up() && !self.is_unreachable() && !self.is_cooling(now_ms)
+    }
+
+    /// A connect to it was refused, and nothing has reached it since.
+    pub fn is_unreachable(&self) -> bool {
+        self.hot.unreachable.load(Ordering::Relaxed)
+    }
+
+    /// A connect was refused at `now_ms`: nothing listens there, which is
+    /// certain (a timeout is not), so it leaves every pick until a probe or
+    /// a half-open trial gets an answer from it. Returns whether this is
+    /// news (it was reachable until now).
+    pub fn refused(&self, now_ms: u64) -> bool {
+        let news = !self.hot.unreachable.swap(true, Ordering::Relaxed);
+        // An ejected backend has its trials scheduled already.
+        if news && self.is_up() {
+            self.arm_trials(now_ms);
+        }
+        news
+    }
+
+    /// A response head came from it (a probe's or a request's): it is
+    /// reachable. Returns whether it was marked unreachable until now.
+    /// Writes only on a change: this runs on every answer.
+    pub fn reached(&self) -> bool {
+        self.is_unreachable() && self.hot.unreachable.swap(false, Ordering::Relaxed)
+    }
+
+    /// Share of its recent requests that succeeded, in
+    /// [`FAILING_SHARE`, 1]; at the floor while its last `passive_failures`
+    /// requests all failed.
+    pub fn recent_success(&self) -> f64 {
+        if self.failing_now() {
+            return FAILING_SHARE;
+        }
+        f64::from_bits(self.hot.recent_success.load(Ordering::Relaxed)).clamp(FAILING_SHARE, 1.0)
+    }
+
+    fn note_outcome(&self, ok: bool) {
+        let old = f64::from_bits(self.hot.recent_success.load(Ordering::Relaxed));
+        if ok && old >= 1.0 {
+            return; // the usual case: no write on the request path
+        }
+        let target = if ok { 1.0 } else { 0.0 };
+        let mut new = old + SUCCESS_ALPHA * (target - old);
+        if new > 0.999 {
+            new = 1.0;
+        }
+        // A lost update between two racing requests only drops one sample.
+        self.hot
+            .recent_success
+            .store(new.to_bits(), Ordering::Relaxed);
+    }
+
+    /// The weight a picker gives this backend at `now_ms`: none while it
+    /// is unreachable or cooling down after a 429; in panic mode its
+    /// score-based weight times its recent success; else its effective
+    /// weight.
+    pub fn pick_weight(&self, panic: bool, now_ms: u64) -> f64 {
+        if self.is_unreachable() || self.is_cooling(now_ms) {
+            return 0.0;
+        }
+        if panic {
+            self.panic_weight() * self.recent_success()
+        } else {
+            self.effective_weight()
+        }
+    }
+
+    /// The cost p2c compares at `now_ms`: requests in flight (this one
+    /// included) × latency, where a backend without recent latency samples
+    /// is taken to be as fast as its pool typically is (`typical_ms`). In
+    /// panic mode the cost is divided by its recent success: a backend
+    /// that fails fast looks idle and quick by load alone, and must not
+    /// win every comparison for that.
+    pub fn pick_cost(&self, panic: bool, now_ms: u64, typical_ms: f64) -> f64 {
+        let latency = self.fresh_latency_ms(now_ms).unwrap_or(typical_ms);
+        let cost = (self.in_flight() + 1) as f64 * latency;
+        if panic {
+            cost / self.recent_success()
+        } else {
+            cost
+        }
     }
 
     pub fn is_cooling(&self, now_ms: u64) -> bool {
@@ -294,6 +391,7 @@ impl Backend {
     /// A request got its first byte after `latency`, at `now_ms`.
     pub fn record_success(&self, latency: Duration, now_ms: u64) {
         self.passive_streak.store(0, Ordering::Relaxed);
+        self.note_outcome(true);
         self.window_requests.fetch_add(1, Ordering::Relaxed);
         let sample = latency.as_secs_f64() * 1000.0;
         // A lost update between two racing requests only drops one sample.
@@ -324,6 +422,7 @@ impl Backend {
     ) -> Option<Change> {
         self.window_requests.fetch_add(1, Ordering::Relaxed);
         self.window_failures.fetch_add(1, Ordering::Relaxed);
+        self.note_outcome(false);
         let streak = self.passive_streak.fetch_add(1, Ordering::Relaxed) + 1;
         if streak < cfg.passive_failures || !self.is_up() {
             return None;
@@ -342,14 +441,14 @@ impl Backend {
         self.trial_interval_ms
             .store(TRIAL_FIRST_MS, Ordering::Relaxed);
         self.trial_at_ms
-            .store(now_ms + TRIAL_FIRST_MS, Ordering::Relaxed);
+            .store(now_ms.saturating_add(TRIAL_FIRST_MS), Ordering::Relaxed);
     }
 
-    /// Claims the one trial request an ejected backend may take now (its
-    /// model has nothing better than a fallback); `false` when it is not
-    /// out, not due, or a trial is already running.
+    /// Claims the one trial request an ejected or unreachable backend may
+    /// take now (its model has nothing better than a fallback); `false`
+    /// when it is not out, not due, or a trial is already running.
     pub fn claim_trial(&self, now_ms: u64) -> bool {
-        !self.is_up()
+        (!self.is_up() || self.is_unreachable())
             && self.trial_at_ms.load(Ordering::Relaxed) <= now_ms
             && !self.trial_running.swap(true, Ordering::AcqRel)
     }
@@ -357,9 +456,14 @@ impl Backend {
     /// Ends a claimed trial. A failed one doubles the wait for the next.
     pub fn end_trial(&self, ok: bool, now_ms: u64) {
         if !ok {
-            let next = (self.trial_interval_ms.load(Ordering::Relaxed) * 2).min(TRIAL_MAX_MS);
+            let next = self
+                .trial_interval_ms
+                .load(Ordering::Relaxed)
+                .saturating_mul(2)
+                .min(TRIAL_MAX_MS);
             self.trial_interval_ms.store(next, Ordering::Relaxed);
-            self.trial_at_ms.store(now_ms + next, Ordering::Relaxed);
+            self.trial_at_ms
+                .store(now_ms.saturating_add(next), Ordering::Relaxed);
         }
         self.trial_running.store(false, Ordering::Release);
     }
@@ -368,6 +472,9 @@ impl Backend {
     /// ejection (on rejoin: a canary is judged on what it does now).
     pub fn forget_past(&self) {
         self.passive_streak.store(0, Ordering::Relaxed);
+        self.hot
+            .recent_success
+            .store(1.0f64.to_bits(), Ordering::Relaxed);
         self.hot.latency_sampled_at_ms.store(0, Ordering::Relaxed);
     }
 
@@ -382,7 +489,7 @@ impl Backend {
     /// A 429: busy, not broken. No health penalty; no new requests until
     /// the cooldown passes.
     pub fn cool_down(&self, now_ms: u64, wait: Duration) {
-        let until = now_ms + u64::try_from(wait.as_millis()).unwrap_or(u64::MAX / 2);
+        let until = now_ms.saturating_add(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
         self.hot
             .cooldown_until_ms
             .fetch_max(until, Ordering::Relaxed);
@@ -490,6 +597,109 @@ mod tests {
         assert!(b.is_up(), "a 429 is not a health failure");
         assert!(!b.is_usable(2_999));
         assert!(b.is_usable(3_000));
+    }
+
+    #[test]
+    fn a_refused_backend_weighs_nothing_in_any_mode_until_it_is_reached() {
+        let b = backend();
+        let now = 1_000;
+        assert!(b.pick_weight(false, now) > 0.0 && b.pick_weight(true, now) > 0.0);
+        assert!(!b.claim_trial(now), "up and reachable: no trials");
+        assert!(b.refused(now), "news the first time");
+        assert!(!b.refused(now), "not the second");
+        assert_eq!(b.pick_weight(false, now), 0.0);
+        assert_eq!(b.pick_weight(true, now), 0.0, "panic mode too");
+        assert!(!b.is_usable(now) && b.is_up(), "out of picks, not ejected");
+        // Half-open trials, one at a time, the first after a second.
+        assert!(!b.claim_trial(now));
+        let due = now + TRIAL_FIRST_MS;
+        assert!(b.claim_trial(due));
+        assert!(!b.claim_trial(due), "one at a time");
+        b.end_trial(false, due);
+        assert!(
+            !b.claim_trial(due + TRIAL_FIRST_MS),
+            "a failed trial doubles the wait"
+        );
+        assert!(b.reached(), "an answer ends the spell");
+        assert!(!b.reached(), "once");
+        assert!(b.pick_weight(false, now) > 0.0 && b.pick_weight(true, now) > 0.0);
+        assert!(b.is_usable(now));
+    }
+
+    #[test]
+    fn in_panic_a_backend_that_fails_fast_does_not_look_cheap() {
+        let b = backend();
+        let h = HealthConfig::default();
+        let now = 1_000;
+        b.record_success(Duration::from_millis(1), now);
+        assert_eq!(b.pick_cost(true, now, 5.0), 1.0);
+        b.record_failure(now, &h, || false);
+        let after_one = b.pick_cost(true, now, 5.0);
+        assert!((after_one - 1.25).abs() < 1e-9, "{after_one}");
+        for _ in 0..4 {
+            b.record_failure(now, &h, || false);
+        }
+        // Its last five failed: the floor share, a hundredfold cost.
+        assert!((b.pick_cost(true, now, 5.0) - 100.0).abs() < 1e-9);
+        assert!((b.pick_weight(true, now) - b.panic_weight() * FAILING_SHARE).abs() < 1e-12);
+        assert_eq!(
+            b.pick_cost(false, now, 5.0),
+            1.0,
+            "outside panic: load and latency alone"
+        );
+        // Successes win it back, a step at a time.
+        b.record_success(Duration::from_millis(1), now);
+        let share = b.recent_success();
+        assert!(share > FAILING_SHARE && share < 0.5, "{share}");
+        b.forget_past();
+        assert_eq!(b.recent_success(), 1.0);
+    }
+
+    /// The issue's pool: `a` ejected for failing requests, `b` killed (its
+    /// connects refused) yet the cheapest by its last latency, `c` healthy
+    /// and slower. More bad than the cap lets go: panic mode.
+    #[test]
+    fn a_panicking_pool_never_picks_a_refused_backend_however_cheap_it_looked() {
+        use crate::config::{Balance, Config};
+        use crate::dataplane::routing::Routes;
+        let text = "[node]\nid = 1\nzone = \"az-a\"\nlisten = \"127.0.0.1:0\"\n\
+                    admin_listen = \"127.0.0.1:0\"\ndata_dir = \"d\"\n\
+                    [[backends]]\nname = \"a\"\nzone = \"az-a\"\nurl = \"http://127.0.0.1:9\"\nmodels = [\"m\"]\n\
+                    [[backends]]\nname = \"b\"\nzone = \"az-a\"\nurl = \"http://127.0.0.1:10\"\nmodels = [\"m\"]\n\
+                    [[backends]]\nname = \"c\"\nzone = \"az-a\"\nurl = \"http://127.0.0.1:11\"\nmodels = [\"m\"]\n";
+        let cfg = Config::parse("t.toml", text).unwrap();
+        let routes = Routes::build(&cfg, None);
+        let h = &cfg.health;
+        let now = crate::clock::now_ms();
+        let by_name = |n: &str| routes.backends.iter().find(|b| b.name == n).unwrap();
+        let (a, b, c) = (by_name("a"), by_name("b"), by_name("c"));
+        for _ in 0..h.passive_failures {
+            a.record_failure(now, h, || true);
+        }
+        assert!(!a.is_up());
+        b.record_success(Duration::from_millis(1), now);
+        c.record_success(Duration::from_millis(6), now);
+        for _ in 0..h.passive_failures {
+            b.record_failure(now, h, || false);
+        }
+        routes.sweep(now, h);
+        let pool = &routes.model("m").unwrap().pools[0];
+        assert!(pool.in_panic());
+        let mut rng = fastrand::Rng::with_seed(41);
+        let pick = |rng: &mut fastrand::Rng| {
+            pool.pick(Balance::P2c, None, now, &[], rng)
+                .map(|(i, _)| pool.backends[i].name.as_str())
+        };
+        // Failing, not yet refused: weighed by its recent success, `b`
+        // loses every comparison with `c`.
+        assert!((0..10_000).all(|_| pick(&mut rng) == Some("c")));
+        // Refused: out of every pick.
+        b.refused(now);
+        assert!((0..10_000).all(|_| pick(&mut rng) == Some("c")));
+        // With `c` tried already, nothing is left to pick (a trial or the
+        // next candidate must answer).
+        let tried = [Arc::as_ptr(c) as usize];
+        assert_eq!(pool.pick(Balance::P2c, None, now, &tried, &mut rng), None);
     }
 
     #[test]

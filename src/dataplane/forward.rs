@@ -74,6 +74,11 @@ fn no_roots() -> rustls::ClientConfig {
 pub enum AttemptError {
     #[error("connect failed: {0}")]
     Connect(String),
+    /// The connect was refused: nothing listens at the address. Unlike a
+    /// connect timeout this is certain, so the backend leaves every pick
+    /// until a probe or a half-open trial reaches it again.
+    #[error("connect refused: {0}")]
+    Refused(String),
     #[error("connection failed before the first byte: {0}")]
     Reset(String),
     #[error("backend answered {0}")]
@@ -106,6 +111,7 @@ impl AttemptError {
         matches!(
             self,
             AttemptError::Connect(_)
+                | AttemptError::Refused(_)
                 | AttemptError::Reset(_)
                 | AttemptError::Status(_)
                 | AttemptError::TtftTimeout(_)
@@ -113,18 +119,32 @@ impl AttemptError {
     }
 
     /// Whether retrying the same backend after a short backoff may help
-    /// (never for timeouts: the time is better spent elsewhere).
+    /// (never for timeouts: a backend that let the first token's time run
+    /// out gets no second wait; the time is better spent on the next
+    /// candidate).
     pub fn worth_same_backend_retry(&self) -> bool {
         matches!(
             self,
-            AttemptError::Connect(_) | AttemptError::Reset(_) | AttemptError::Status(_)
+            AttemptError::Connect(_)
+                | AttemptError::Refused(_)
+                | AttemptError::Reset(_)
+                | AttemptError::Status(_)
+        )
+    }
+
+    /// Whether the backend's response head arrived: it is reachable,
+    /// whatever it answered.
+    pub fn backend_answered(&self) -> bool {
+        matches!(
+            self,
+            AttemptError::Status(_) | AttemptError::Busy(_) | AttemptError::ContextLength(_)
         )
     }
 
     /// The `outcome` label of attempt metrics.
     pub fn outcome(&self) -> &'static str {
         match self {
-            AttemptError::Connect(_) => "connect_error",
+            AttemptError::Connect(_) | AttemptError::Refused(_) => "connect_error",
             AttemptError::Reset(_) => "reset",
             AttemptError::Status(_) => "status_5xx",
             AttemptError::TtftTimeout(_) => "ttft_timeout",
@@ -237,13 +257,48 @@ pub fn put_backend_headers(out: &mut Vec<u8>, client: &ClientHeaders) {
     });
 }
 
+/// The longest a backend's `Retry-After` cools it: a backend asking for
+/// more (`1e308`, a day) is taken at a minute's word, and probes and
+/// half-open trials judge it after that.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
 fn retry_after(lines: &HeadLines) -> Option<Duration> {
-    std::str::from_utf8(lines.get(b"retry-after")?)
+    parse_retry_after(lines.get(b"retry-after")?)
+}
+
+/// A `Retry-After` in seconds (fractions accepted), at most
+/// [`MAX_RETRY_AFTER`]; `None` for anything else (a date, a negative
+/// number, NaN, infinity, text), which the caller treats as no hint.
+pub fn parse_retry_after(value: &[u8]) -> Option<Duration> {
+    let secs = std::str::from_utf8(value)
         .ok()?
+        .trim()
         .parse::<f64>()
-        .ok()
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(|s| Duration::from_secs_f64(s.min(3600.0)))
+        .ok()?;
+    if !(secs.is_finite() && secs >= 0.0) {
+        return None;
+    }
+    // Capped before the conversion, which panics on values past u64 seconds.
+    Some(Duration::from_secs_f64(
+        secs.min(MAX_RETRY_AFTER.as_secs_f64()),
+    ))
+}
+
+/// Whether `e`, or an error it wraps, is a refused TCP connect (nothing
+/// listens at the address), as opposed to a timeout or a name that did not
+/// resolve.
+pub(crate) fn is_refused(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if err
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
 }
 
 pub(crate) fn source_chain(e: &dyn std::error::Error) -> String {
@@ -287,6 +342,7 @@ pub async fn attempt(
             .await
             .map_err(|e| match e {
                 SendError::Connect(e) => AttemptError::Connect(e),
+                SendError::Refused(e) => AttemptError::Refused(e),
                 SendError::Reset(e) => AttemptError::Reset(e),
             })?;
         let upstream::Answer {
@@ -476,6 +532,50 @@ mod tests {
         assert_eq!(retry_after(&lines("retry-after:  2 \r\n")), two);
         assert_eq!(retry_after(&lines("retry-after: soon\r\n")), None);
         assert_eq!(retry_after(&lines("retry-after: -1\r\n")), None);
+    }
+
+    #[test]
+    fn retry_after_is_capped_at_a_minute_and_never_panics() {
+        let cap = Some(MAX_RETRY_AFTER);
+        assert_eq!(MAX_RETRY_AFTER, Duration::from_secs(60));
+        for (value, want) in [
+            ("1e308", cap),
+            ("3600", cap),
+            ("60.5", cap),
+            ("18446744073709551616", cap),
+            ("1e400", None), // infinity
+            ("inf", None),
+            ("-inf", None),
+            ("NaN", None),
+            ("-5", None),
+            ("-0", Some(Duration::ZERO)),
+            ("0.25", Some(Duration::from_millis(250))),
+            ("59", Some(Duration::from_secs(59))),
+            (" 2 ", Some(Duration::from_secs(2))),
+            ("Wed, 21 Oct 2015 07:28:00 GMT", None),
+            ("", None),
+        ] {
+            assert_eq!(parse_retry_after(value.as_bytes()), want, "{value:?}");
+        }
+        assert_eq!(parse_retry_after(b"\xff\xfe"), None, "not UTF-8");
+    }
+
+    #[tokio::test]
+    async fn a_refused_connect_is_told_apart_from_other_connect_failures() {
+        // A port nothing listens on: bind one, note it, close it.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut dial = connector(Duration::from_secs(2), &BackendTls::default());
+        let uri: http::Uri = format!("http://127.0.0.1:{port}/").parse().unwrap();
+        let Err(e) = tower::Service::call(&mut dial, uri).await else {
+            panic!("a connection to a closed port");
+        };
+        assert!(is_refused(&*e), "{}", source_chain(&*e));
+        let other = std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timeout");
+        assert!(!is_refused(&other));
     }
 
     #[test]

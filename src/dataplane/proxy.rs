@@ -226,8 +226,6 @@ async fn serve(
     let deadline = tokio::time::Instant::from_std(started + primary.cfg.timeouts.total);
     let client = (target.path(), headers);
     let facts = RequestFacts::new(gw, cfg, (caller, view), client, &meta, body.len(), deadline);
-    // Counted in the second it arrived: the budget's window is seconds.
-    gw.with_budget(|b| b.record_request(crate::clock::ms_at(started) / 1000));
     // One reading for the quota stage and the first pick.
     let admitted_at = Instant::now();
     let now_ns = crate::clock::ns_at(admitted_at);

@@ -1,66 +1,65 @@
-//! The retry budget: retries may add at most `ratio` of the requests seen in
-//! a sliding window (plus a small floor), so a failing fleet is not buried
-//! under its own retries. Pure: callers pass the time in.
+//! The retry budget, in Envoy's shape: the retries running at once may be
+//! at most `ratio` of the requests in flight, but never fewer than
+//! `min_concurrent` of them, so a failing fleet is not buried under its own
+//! retries and a quiet client always gets its retry. Counts are live, not
+//! a window: a burst of failures spends nothing that a later request
+//! misses.
 
-use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
-/// Sliding-window counts of requests and retries in one-second buckets.
-#[derive(Debug)]
+/// How many retries may run at once while `active` requests are in flight.
+/// Pure; `ratio` is a validated share in [0, 1] (anything else counts as 0).
+pub fn allowed(active: u64, ratio: f64, min_concurrent: u32) -> u64 {
+    let ratio = if ratio.is_finite() {
+        ratio.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    // f64 → u64 saturates; a share of a u64 fits.
+    let by_ratio = (active as f64 * ratio).floor() as u64;
+    by_ratio.max(u64::from(min_concurrent))
+}
+
+/// The node's retries in flight. Shared by every data-plane thread: it is
+/// touched only when a retry starts or ends, never by a request that needs
+/// none.
+#[derive(Debug, Default)]
 pub struct RetryBudget {
-    ratio: f64,
-    window_s: u64,
-    min_retries: u64,
-    /// (second, requests, retries), oldest first.
-    buckets: VecDeque<(u64, u64, u64)>,
+    running: Arc<AtomicU64>,
 }
 
 impl RetryBudget {
-    pub fn new(ratio: f64, window_s: u64, min_retries: u64) -> Self {
-        Self {
-            ratio,
-            window_s: window_s.max(1),
-            min_retries,
-            buckets: VecDeque::new(),
-        }
+    pub fn new() -> Self {
+        Self::default()
     }
 
-    /// Drops buckets that left the window and opens the one for `now_s`.
-    fn advance(&mut self, now_s: u64) {
-        while self
-            .buckets
-            .front()
-            .is_some_and(|b| b.0 + self.window_s <= now_s)
-        {
-            self.buckets.pop_front();
-        }
-        if self.buckets.back().is_none_or(|b| b.0 != now_s) {
-            self.buckets.push_back((now_s, 0, 0));
-        }
+    /// Starts a retry if fewer than [`allowed`] run now; the retry counts
+    /// until the returned guard drops. `active`: the requests in flight,
+    /// the one asking included.
+    pub fn try_retry(&self, active: u64, ratio: f64, min_concurrent: u32) -> Option<Retrying> {
+        let cap = allowed(active, ratio, min_concurrent);
+        self.running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < cap).then_some(n + 1)
+            })
+            .ok()?;
+        Some(Retrying(Arc::clone(&self.running)))
     }
 
-    /// Counts one client request.
-    pub fn record_request(&mut self, now_s: u64) {
-        self.advance(now_s);
-        if let Some(b) = self.buckets.back_mut() {
-            b.1 += 1;
-        }
+    /// Retries running now.
+    pub fn running(&self) -> u64 {
+        self.running.load(Ordering::Acquire)
     }
+}
 
-    /// Takes one retry from the budget if there is room, and counts it.
-    pub fn try_retry(&mut self, now_s: u64) -> bool {
-        self.advance(now_s);
-        let (requests, retries) = self
-            .buckets
-            .iter()
-            .fold((0, 0), |(q, r), b| (q + b.1, r + b.2));
-        let allowed = ((requests as f64 * self.ratio) as u64).max(self.min_retries);
-        if retries >= allowed {
-            return false;
-        }
-        if let Some(b) = self.buckets.back_mut() {
-            b.2 += 1;
-        }
-        true
+/// One retry's place in the budget, given back on drop.
+#[derive(Debug)]
+pub struct Retrying(Arc<AtomicU64>);
+
+impl Drop for Retrying {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -69,36 +68,63 @@ mod tests {
     use super::*;
 
     #[test]
-    fn retries_are_capped_at_the_ratio_of_requests() {
-        let mut b = RetryBudget::new(0.2, 10, 0);
-        for _ in 0..100 {
-            b.record_request(5);
+    fn allowed_is_a_share_of_active_requests_with_a_floor() {
+        // (active, ratio, floor, allowed)
+        for (active, ratio, floor, want) in [
+            (0, 0.2, 3, 3),
+            (1, 0.2, 3, 3),
+            (10, 0.2, 3, 3),
+            (100, 0.2, 3, 20),
+            (1_000, 0.2, 10, 200),
+            (99, 0.2, 0, 19),
+            (100, 0.0, 0, 0),
+            (100, 1.0, 0, 100),
+            (u64::MAX, 1.0, 0, u64::MAX),
+            (u64::MAX, 0.5, 0, u64::MAX / 2 + 1),
+            (100, f64::NAN, 2, 2),
+            (100, 7.0, 0, 100),
+        ] {
+            assert_eq!(
+                allowed(active, ratio, floor),
+                want,
+                "{active} active at {ratio} with floor {floor}"
+            );
         }
-        let granted = (0..100).filter(|_| b.try_retry(5)).count();
-        assert_eq!(granted, 20);
     }
 
     #[test]
-    fn the_floor_allows_retries_on_a_quiet_node() {
-        let mut b = RetryBudget::new(0.2, 10, 3);
-        b.record_request(0);
-        let granted = (0..10).filter(|_| b.try_retry(0)).count();
-        assert_eq!(granted, 3);
+    fn retries_running_at_once_are_capped_and_given_back() {
+        let b = RetryBudget::new();
+        // 100 requests in flight at 20%: 20 retries at once, not 21.
+        let held: Vec<Retrying> = (0..25).filter_map(|_| b.try_retry(100, 0.2, 3)).collect();
+        assert_eq!(held.len(), 20);
+        assert_eq!(b.running(), 20);
+        assert!(b.try_retry(100, 0.2, 3).is_none());
+        drop(held);
+        assert_eq!(b.running(), 0);
+        assert!(b.try_retry(100, 0.2, 3).is_some(), "given back on drop");
     }
 
     #[test]
-    fn old_buckets_leave_the_window() {
-        let mut b = RetryBudget::new(0.5, 10, 0);
-        for _ in 0..10 {
-            b.record_request(0);
+    fn a_quiet_client_always_gets_its_retry() {
+        // One request at a time, each retried: the old per-window floor ran
+        // out after 20 retries in 10 s; a floor of concurrent retries never
+        // does.
+        let b = RetryBudget::new();
+        for i in 0..10_000 {
+            let retry = b.try_retry(1, 0.2, 3);
+            assert!(retry.is_some(), "retry {i} refused");
         }
-        assert_eq!((0..10).filter(|_| b.try_retry(0)).count(), 5);
-        assert!(!b.try_retry(9), "still inside the window");
-        // At t=10 the second-0 bucket (requests and retries) has expired.
-        assert!(!b.try_retry(10), "no requests left in the window");
-        for _ in 0..4 {
-            b.record_request(10);
-        }
-        assert_eq!((0..10).filter(|_| b.try_retry(10)).count(), 2);
+        assert_eq!(b.running(), 0);
+    }
+
+    #[test]
+    fn the_floor_holds_while_the_share_is_smaller() {
+        let b = RetryBudget::new();
+        let held: Vec<Retrying> = (0..10).filter_map(|_| b.try_retry(2, 0.2, 3)).collect();
+        assert_eq!(held.len(), 3);
+        // More requests in flight raise the cap for the next retry.
+        assert!(b.try_retry(2, 0.2, 3).is_none());
+        assert!(b.try_retry(40, 0.2, 3).is_some());
     }
 }

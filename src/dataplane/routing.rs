@@ -114,15 +114,12 @@ impl PickReason {
     }
 }
 
-/// The share of its panic weight a backend that is failing every real
-/// request keeps.
-const FAILING_SHARE: f64 = 0.01;
-
 /// The pickers' view of a pool for one request. A backend weighs its
 /// effective weight (config × state × ramp, 0 while ejected), or in panic
-/// mode its score-based weight; cooling down after a 429 or already tried
-/// for this request, zero. Every read is an atomic load: no lock, no
-/// allocation.
+/// mode its score-based weight times its recent success; unreachable (a
+/// refused connect), cooling down after a 429 or already tried for this
+/// request, zero ([`Backend::pick_weight`]). Every read is an atomic load:
+/// no lock, no allocation.
 struct PickView<'a> {
     pool: &'a ZonePool,
     now_ms: u64,
@@ -139,18 +136,10 @@ impl Candidates for PickView<'_> {
 
     fn weight(&self, i: usize) -> f64 {
         let b = &self.pool.backends[i];
-        if b.is_cooling(self.now_ms) || self.tried.contains(&(Arc::as_ptr(b) as usize)) {
+        if self.tried.contains(&(Arc::as_ptr(b) as usize)) {
             return 0.0;
         }
-        if self.panic {
-            // Panic mode spreads load over every backend by score; one that
-            // is failing real requests right now (its last
-            // `passive_failures` all failed) keeps a sliver of its share, so
-            // it is still sampled but retries are not spent on it.
-            b.panic_weight() * if b.failing_now() { FAILING_SHARE } else { 1.0 }
-        } else {
-            b.effective_weight()
-        }
+        b.pick_weight(self.panic, self.now_ms)
     }
 
     fn max_weight(&self) -> f64 {
@@ -162,14 +151,10 @@ impl Candidates for PickView<'_> {
     /// is, so its weight alone decides how often it is tried; before the
     /// pool has a typical latency, an untried backend is worth a trial
     /// (like Peak-EWMA's decay toward zero), so p2c learns its latency
-    /// instead of judging it by a prior.
+    /// instead of judging it by a prior. In panic mode, divided by recent
+    /// success ([`Backend::pick_cost`]).
     fn cost(&self, i: usize) -> f64 {
-        let b = &self.pool.backends[i];
-        let latency = match b.fresh_latency_ms(self.now_ms) {
-            Some(l) => l,
-            None => self.typical_latency_ms,
-        };
-        (b.in_flight() + 1) as f64 * latency
+        self.pool.backends[i].pick_cost(self.panic, self.now_ms, self.typical_latency_ms)
     }
 
     fn in_flight(&self, i: usize) -> u64 {
@@ -300,6 +285,11 @@ impl ZonePool {
         Some((i, reason))
     }
 
+    /// Requests in flight through this pool.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
     pub fn enter(&self) -> PoolGuard {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         PoolGuard(Arc::clone(&self.in_flight))
@@ -367,6 +357,17 @@ impl Routes {
             breaker_open: AtomicBool::new(false),
             eject_lock: Mutex::new(()),
         }
+    }
+
+    /// Requests in flight to backends through any pool (each attempt is in
+    /// one pool), for the retry budget. O(pools): read per retry, never per
+    /// request.
+    pub fn requests_in_flight(&self) -> u64 {
+        self.models
+            .values()
+            .flat_map(|m| &m.pools)
+            .map(ZonePool::in_flight)
+            .fold(0, u64::saturating_add)
     }
 
     /// Whether the global breaker is open.

@@ -49,7 +49,7 @@ use tower::{Service, ServiceExt};
 use zonegate_net::http1::HeadLines;
 use zonegate_net::tls::BackendTls;
 
-use crate::dataplane::forward::{connector, source_chain, Connector};
+use crate::dataplane::forward::{connector, is_refused, source_chain, Connector};
 
 /// An idle connection is closed by the sweep that makes it this many
 /// sweeps old, and not taken once it is: after 60 to 90 s of idleness.
@@ -281,6 +281,9 @@ pub enum SendError {
     /// No connection could be made.
     #[error("{0}")]
     Connect(String),
+    /// The connect was refused: nothing listens at the address.
+    #[error("{0}")]
+    Refused(String),
     /// The connection failed before a response head arrived.
     #[error("{0}")]
     Reset(String),
@@ -381,10 +384,10 @@ async fn connect(target: Target<'_>) -> Result<Box<Conn>, SendError> {
     let io = dial
         .ready()
         .await
-        .map_err(|e| SendError::Connect(source_chain(&*e)))?
+        .map_err(|e| connect_error(&*e))?
         .call(uri)
         .await
-        .map_err(|e| SendError::Connect(source_chain(&*e)))?;
+        .map_err(|e| connect_error(&*e))?;
     Ok(Box::new(Conn {
         io: TokioIo::new(io),
         buf: BytesMut::new(),
@@ -392,6 +395,14 @@ async fn connect(target: Target<'_>) -> Result<Box<Conn>, SendError> {
         authority: target.authority.clone(),
         setting: Setting::of(target),
     }))
+}
+
+fn connect_error(e: &(dyn std::error::Error + Send + Sync + 'static)) -> SendError {
+    if is_refused(e) {
+        SendError::Refused(source_chain(e))
+    } else {
+        SendError::Connect(source_chain(e))
+    }
 }
 
 /// A backend's response body with the connection it arrives on: read to

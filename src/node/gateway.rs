@@ -11,7 +11,7 @@ use zonegate_cluster::{ClusterNode, ClusterView, ZoneObservation};
 use crate::config::Config;
 use crate::dataplane::affinity::{PinSigner, PinTable};
 use crate::dataplane::observe::ZoneStats;
-use crate::dataplane::retry::RetryBudget;
+use crate::dataplane::retry::{RetryBudget, Retrying};
 use crate::dataplane::routing::Routes;
 use crate::telemetry::events::EventLog;
 use crate::telemetry::Metrics;
@@ -38,6 +38,8 @@ pub struct Gateway {
     pub pins: PinTable,
     /// This period's per-zone request results, reported to the leader.
     pub zone_stats: ZoneStats,
+    /// Retries running on this node, for the `[retry]` budget.
+    pub retry_budget: RetryBudget,
     /// Tenants' allocations on this node, models' limits, zone capacity.
     /// The quota stage's state, rebuilt with the config.
     pub quotas: ArcSwap<crate::dataplane::quota::Quotas>,
@@ -53,59 +55,16 @@ pub struct Gateway {
     pub data_spread: std::sync::OnceLock<Arc<Spread<Handed>>>,
 }
 
-/// How each thread's retry budget is made: the ratio, window and floor of
-/// `[retry]`. The ratio holds for the node as a whole; the floor holds per
-/// thread (a node with n data-plane threads may retry up to n × the floor
-/// when quiet), so a thread that happens to carry a failing burst alone is
-/// not starved by the split.
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct BudgetSettings {
-    ratio: f64,
-    window_s: u64,
-    floor_per_thread: u64,
-}
-
-impl BudgetSettings {
-    fn of(cfg: &Config) -> Self {
-        Self {
-            ratio: cfg.retry.budget_ratio,
-            window_s: cfg.retry.budget_window.as_secs().max(1),
-            floor_per_thread: u64::from(cfg.retry.min_retries_per_window),
-        }
-    }
-}
-
-thread_local! {
-    /// This thread's retry budget, and the gateway it belongs to. A
-    /// request, its retries and its continuations run on one data-plane
-    /// thread, so a budget per thread needs no lock on the request path
-    /// (the nginx worker model again).
-    static BUDGET: std::cell::RefCell<Option<(usize, BudgetSettings, RetryBudget)>> = const { std::cell::RefCell::new(None) };
-
-}
-
 impl Gateway {
-    /// Runs `f` on the calling thread's retry budget. A config applied
-    /// with other `[retry]` budget settings starts a new budget on each
-    /// thread at its next retry decision. The budget follows the config in
-    /// effect, not the one a request started with: requests of two versions
-    /// in flight at once would otherwise restart it back and forth, each
-    /// restart a fresh floor of retries.
-    pub fn with_budget<R>(&self, f: impl FnOnce(&mut RetryBudget) -> R) -> R {
-        let me = self as *const Gateway as usize;
-        let wanted = BudgetSettings::of(&self.cfg());
-        BUDGET.with(|cell| {
-            let mut cell = cell.borrow_mut();
-            let budget = match &mut *cell {
-                Some((owner, settings, budget)) if *owner == me && *settings == wanted => budget,
-                slot => {
-                    let w = wanted;
-                    let budget = RetryBudget::new(w.ratio, w.window_s, w.floor_per_thread);
-                    &mut slot.insert((me, w, budget)).2
-                }
-            };
-            f(budget)
-        })
+    /// Starts a retry if the budget has room with `active` requests in
+    /// flight (the asking one included), under the `[retry]` budget in
+    /// effect: a config applied meanwhile changes the cap at once, and the
+    /// retries running keep their places.
+    pub fn try_retry(&self, active: u64) -> Option<Retrying> {
+        let cfg = self.cfg();
+        let r = &cfg.retry;
+        self.retry_budget
+            .try_retry(active, r.budget_ratio, r.min_concurrent_retries)
     }
 
     /// This period's observations of every zone, for the leader's detector:
@@ -186,6 +145,7 @@ impl Gateway {
                     .chain([&cfg.node.zone]),
             ),
             drain: crate::node::drain::Drain::default(),
+            retry_budget: RetryBudget::new(),
             config: ArcSwap::new(cfg),
         }
     }
@@ -246,8 +206,8 @@ mod tests {
     }
 
     #[test]
-    fn the_retry_budget_restarts_only_when_an_applied_config_changes_it() {
-        let retry = "[retry]\nbudget_ratio = 0.0\nmin_retries_per_window = 1\n";
+    fn the_retry_budget_follows_the_applied_config_and_keeps_running_retries() {
+        let retry = "[retry]\nbudget_ratio = 0.0\nmin_concurrent_retries = 1\n";
         let cfg = Arc::new(config(retry));
         let (_tx, rx) = watch::channel(Arc::new(ClusterView::initial([&cfg.node.zone])));
         let gw = Gateway::new(
@@ -257,21 +217,21 @@ mod tests {
             KeyRing::random(zonegate_net::sign::Purpose::Pin),
             Metrics::new(),
         );
-        let now = crate::clock::now_ms() / 1000;
-        assert!(gw.with_budget(|b| b.try_retry(now)), "the floor allows one");
-        assert!(!gw.with_budget(|b| b.try_retry(now)), "then it is spent");
+        let first = gw.try_retry(1);
+        assert!(first.is_some(), "the floor allows one");
+        assert!(gw.try_retry(1).is_none(), "while it runs, no second");
 
-        // Another backend, the same budget: still spent.
+        // A config with a higher floor: one more at once, the first still
+        // counted.
         let more = "[[backends]]\nname = \"b\"\nzone = \"az-a\"\nurl = \"http://127.0.0.1:10\"\nmodels = [\"m\"]\n";
-        gw.reconfigure(config(&format!("{more}{retry}")));
-        assert!(!gw.with_budget(|b| b.try_retry(now)));
-
-        // A new floor: a new budget.
         gw.reconfigure(config(&format!(
-            "{more}[retry]\nbudget_ratio = 0.0\nmin_retries_per_window = 2\n"
+            "{more}[retry]\nbudget_ratio = 0.0\nmin_concurrent_retries = 2\n"
         )));
-        assert!(gw.with_budget(|b| b.try_retry(now)));
-        assert!(gw.with_budget(|b| b.try_retry(now)));
-        assert!(!gw.with_budget(|b| b.try_retry(now)));
+        let second = gw.try_retry(1);
+        assert!(second.is_some());
+        assert!(gw.try_retry(1).is_none());
+        drop((first, second));
+        assert_eq!(gw.retry_budget.running(), 0);
+        assert!(gw.try_retry(1).is_some(), "places are given back");
     }
 }

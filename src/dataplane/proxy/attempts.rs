@@ -4,12 +4,14 @@
 //! the retry budget, the deadline or the candidates run out.
 //!
 //! Every backend of a model comes before the next model. A model whose
-//! only backend failed with a 5xx, reset or connect error gets it once
-//! more after a short jittered backoff; a 429 with a short `Retry-After`
-//! is waited out when no other backend of the model is free. An ejected
-//! backend of a model that has nothing better gets one half-open trial at a
-//! time. A `context_length_exceeded` answer moves the request to the
-//! model's `context_fallback` models, never back to the same model.
+//! only backend failed with a 5xx, reset or connect timeout gets it once
+//! more after a short jittered backoff (a refused connect or a first token
+//! that never came sends the request on to the next candidate at once); a
+//! 429 with a short `Retry-After` is waited out when no other backend of
+//! the model is free. An ejected or unreachable (connect refused) backend
+//! of a model that has nothing better gets one half-open trial at a time.
+//! A `context_length_exceeded` answer moves the request to the model's
+//! `context_fallback` models, never back to the same model.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +31,7 @@ use crate::dataplane::error::ApiError;
 use crate::dataplane::forward::{self, AttemptError, AttemptLimits, Committed};
 use crate::dataplane::observe::ZoneResult;
 use crate::dataplane::request::ClientHeaders;
+use crate::dataplane::retry::Retrying;
 use crate::dataplane::routing::{plan_zones, ModelRoute, PickReason, PoolGuard, Routes, ZonePool};
 use crate::dataplane::upstream::Target;
 use crate::node::gateway::Gateway;
@@ -139,19 +142,33 @@ pub(super) async fn forward_chain<'a>(
                     attempts,
                     first_pick_at.take().unwrap_or_else(std::time::Instant::now),
                 ) {
-                    if attempts.count > 0 && !take_retry(gw, model, ms_at(at)) {
-                        attempts.budget_exhausted = true;
-                        zone_watch.finish(gw, None, attempts);
-                        return Err(GaveUp {
-                            withheld_zones: false,
-                        });
-                    }
+                    // A retry holds its place in the budget while it runs.
+                    let _retrying = if attempts.count > 0 {
+                        match take_retry(gw, routes, model) {
+                            Some(r) => Some(r),
+                            None => {
+                                attempts.budget_exhausted = true;
+                                zone_watch.finish(gw, None, attempts);
+                                return Err(GaveUp {
+                                    withheld_zones: false,
+                                });
+                            }
+                        }
+                    } else {
+                        None
+                    };
                     attempts.tried.push(Arc::as_ptr(&backend) as usize);
                     attempts.count += 1;
                     let guards = (backend.start_request(), pool.enter());
                     let result = attempt(req, out, model, &backend, at).await;
                     if trial {
                         crate::health::trial_ended(gw, &backend, result.is_ok(), now_ms());
+                    }
+                    if result
+                        .as_ref()
+                        .map_or_else(AttemptError::backend_answered, |_| true)
+                    {
+                        crate::health::reached(&backend);
                     }
                     match result {
                         Ok(committed) => {
@@ -304,23 +321,28 @@ impl ModelAttempts {
     }
 
     /// After every candidate failed: the model's only backend once more
-    /// after a short jittered backoff (5xx, reset, connect error), or a
-    /// busy backend once its short `Retry-After` has passed; either only
-    /// if it fits the deadline.
+    /// after a short jittered backoff (5xx, reset, a connect that timed
+    /// out; not one that was refused, which is certain), or a busy backend
+    /// once its short `Retry-After` has passed; either only if it fits the
+    /// deadline. Never a backend whose first token did not come in time:
+    /// the request goes on to the next candidate instead.
     fn revisit(&mut self, deadline: Instant) -> Option<Revisit> {
         let candidate = match (self.busy.take(), self.same_again.take()) {
             (Some((backend, wait)), _) => Revisit {
                 backend,
                 // A little past the cooldown, so the pick sees it free.
-                wait: wait + Duration::from_millis(20),
+                wait: wait.saturating_add(Duration::from_millis(20)),
             },
-            (None, Some(backend)) if self.backends == 1 => Revisit {
+            (None, Some(backend)) if self.backends == 1 && !backend.is_unreachable() => Revisit {
                 backend,
                 wait: Duration::from_millis(fastrand::u64(100..=500)),
             },
             _ => return None,
         };
-        (Instant::now() + candidate.wait < deadline).then_some(candidate)
+        Instant::now()
+            .checked_add(candidate.wait)
+            .is_some_and(|at| at < deadline)
+            .then_some(candidate)
     }
 
     fn allow_one_more(&mut self) {
@@ -328,18 +350,21 @@ impl ModelAttempts {
     }
 }
 
-/// A retry takes from the retry budget; false when it is spent.
-fn take_retry(gw: &Gateway, model: &ModelRoute, now: u64) -> bool {
+/// A retry takes a place in the retry budget for as long as it runs;
+/// `None` when the retries running already fill it. The requests in flight
+/// it is a share of: those at backends now, and the asking one.
+fn take_retry(gw: &Gateway, routes: &Routes, model: &ModelRoute) -> Option<Retrying> {
     let name = [model.cfg.name.as_str()];
-    if !gw.with_budget(|b| b.try_retry(now / 1000)) {
+    let active = routes.requests_in_flight().saturating_add(1);
+    let Some(retrying) = gw.try_retry(active) else {
         gw.metrics
             .retry_budget_exhausted
             .with_label_values(&name)
             .inc();
-        return false;
-    }
+        return None;
+    };
     gw.metrics.retries.with_label_values(&name).inc();
-    true
+    Some(retrying)
 }
 
 /// One attempt on `backend`, with the body and limits it must see.
@@ -444,6 +469,10 @@ fn note_failure(gw: &Gateway, model: &ModelRoute, backend: &Backend, e: &Attempt
         AttemptError::Busy(wait) => {
             backend.cool_down(now, wait.unwrap_or(gw.cfg().retry.default_cooldown))
         }
+        AttemptError::Refused(_) => {
+            crate::health::refused(backend, now);
+            crate::health::passive_failure(gw, backend, &e.to_string(), now);
+        }
         e if e.counts_against_health() => {
             crate::health::passive_failure(gw, backend, &e.to_string(), now);
         }
@@ -532,5 +561,90 @@ fn rewrite_model(body: &Bytes, requested: &str, backend: &Backend, logical: &str
                 .unwrap_or_else(|_| body.clone())
         }
         Err(_) => body.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{BackendConfig, HealthConfig};
+    use http::StatusCode;
+
+    fn lone_backend() -> Arc<Backend> {
+        let cfg = BackendConfig {
+            name: "only".into(),
+            zone: ZoneId::new("az-a"),
+            scheme: http::uri::Scheme::HTTP,
+            authority: "127.0.0.1:1".parse().expect("authority"),
+            models: vec!["m".into()],
+            weight: 1,
+            health_path: "/health".into(),
+            metrics_path: None,
+            model_names: Default::default(),
+            tls: Default::default(),
+            capacity: None,
+        };
+        Arc::new(Backend::new(&cfg, &HealthConfig::default(), 0))
+    }
+
+    /// A model with one backend, as `forward_chain` makes it.
+    fn one_backend_model() -> ModelAttempts {
+        ModelAttempts {
+            max: 3,
+            made: 1,
+            balance: Balance::P2c,
+            session: None,
+            backends: 1,
+            rng: fastrand::Rng::with_seed(1),
+            same_again: None,
+            busy: None,
+            max_retry_after_wait: Duration::from_secs(3),
+        }
+    }
+
+    #[test]
+    fn a_lone_backend_is_tried_again_only_when_another_try_may_help() {
+        let second = Duration::from_secs(1);
+        // (what failed, in order; whether the backend gets its second try)
+        let cases: Vec<(Vec<AttemptError>, bool)> = vec![
+            (vec![AttemptError::Reset("reset".into())], true),
+            (vec![AttemptError::Status(StatusCode::BAD_GATEWAY)], true),
+            (vec![AttemptError::Connect("timed out".into())], true),
+            // A first token that never came: on to the next candidate.
+            (vec![AttemptError::TtftTimeout(second)], false),
+            (vec![AttemptError::GenerationTimeout(second)], false),
+            // The last failure decides.
+            (
+                vec![
+                    AttemptError::Reset("reset".into()),
+                    AttemptError::TtftTimeout(second),
+                ],
+                false,
+            ),
+            // A refused connect is certain: no second try after a backoff.
+            (vec![AttemptError::Refused("refused".into())], false),
+        ];
+        let deadline = Instant::now() + Duration::from_secs(600);
+        for (failures, again) in cases {
+            let backend = lone_backend();
+            let mut m = one_backend_model();
+            for e in &failures {
+                if matches!(e, AttemptError::Refused(_)) {
+                    backend.refused(0); // as `note_failure` marks it
+                }
+                m.failed(&backend, e);
+            }
+            assert_eq!(m.revisit(deadline).is_some(), again, "{failures:?}");
+        }
+    }
+
+    #[test]
+    fn a_retry_after_wait_never_overflows_the_clock() {
+        let backend = lone_backend();
+        let mut m = one_backend_model();
+        m.max_retry_after_wait = Duration::MAX;
+        m.failed(&backend, &AttemptError::Busy(Some(Duration::MAX)));
+        let deadline = Instant::now() + Duration::from_secs(600);
+        assert!(m.revisit(deadline).is_none(), "past any deadline");
     }
 }
