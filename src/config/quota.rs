@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use zonegate_cluster::{Limits, ZoneId};
 
+use super::bounds::{self, Bound};
 use super::{BackendConfig, ConfigError, Validator};
 
 /// `quota = { rpm, tpm, concurrency }` (tenants) or `limits = { rpm, tpm }`
@@ -99,12 +100,14 @@ impl Validator<'_> {
                 "quotas.long_request_units",
                 raw.long_request_units,
                 d.long_request_units,
+                bounds::LONG_UNITS,
             )?,
             p0_reserve,
             rebalance_interval: self.duration(
                 "quotas.rebalance_interval",
                 raw.rebalance_interval.as_deref(),
                 d.rebalance_interval,
+                bounds::REBALANCE_INTERVAL,
             )?,
             drift_threshold,
             node_floor,
@@ -121,9 +124,13 @@ impl Validator<'_> {
             return Ok(Limits::default());
         };
         let limits = Limits {
-            rpm: self.limit(&format!("{key}.rpm"), raw.rpm)?,
-            tpm: self.limit(&format!("{key}.tpm"), raw.tpm)?,
-            concurrency: self.limit(&format!("{key}.concurrency"), raw.concurrency)?,
+            rpm: self.limit(&format!("{key}.rpm"), raw.rpm, bounds::PER_MINUTE)?,
+            tpm: self.limit(&format!("{key}.tpm"), raw.tpm, bounds::PER_MINUTE)?,
+            concurrency: self.limit(
+                &format!("{key}.concurrency"),
+                raw.concurrency,
+                bounds::CONCURRENCY,
+            )?,
         };
         if limits.is_unlimited() {
             return Err(self.err(key, "set at least one of rpm, tpm, concurrency"));
@@ -141,8 +148,8 @@ impl Validator<'_> {
             return Ok(Limits::default());
         };
         let limits = Limits {
-            rpm: self.limit(&format!("{key}.rpm"), raw.rpm)?,
-            tpm: self.limit(&format!("{key}.tpm"), raw.tpm)?,
+            rpm: self.limit(&format!("{key}.rpm"), raw.rpm, bounds::PER_MINUTE)?,
+            tpm: self.limit(&format!("{key}.tpm"), raw.tpm, bounds::PER_MINUTE)?,
             concurrency: None,
         };
         if limits.is_unlimited() {
@@ -151,10 +158,11 @@ impl Validator<'_> {
         Ok(limits)
     }
 
-    fn limit(&self, key: &str, v: Option<u64>) -> Result<Option<u64>, ConfigError> {
+    fn limit(&self, key: &str, v: Option<u64>, b: Bound<u64>) -> Result<Option<u64>, ConfigError> {
         match v {
             Some(0) => Err(self.err(key, "must be at least 1 (leave it out for no limit)")),
-            v => Ok(v),
+            Some(n) => self.int(key, Some(n), n, b).map(Some),
+            None => Ok(None),
         }
     }
 

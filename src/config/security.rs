@@ -12,7 +12,7 @@ use serde::Deserialize;
 use zonegate_net::listen::Limits;
 use zonegate_net::tls::{BackendTls, ServerTls, TlsFiles};
 
-use super::{ConfigError, Validator};
+use super::{bounds, ConfigError, Validator};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -168,30 +168,35 @@ impl Validator<'_> {
         let raw = raw.unwrap_or_default();
         let d = LimitSettings::default();
         let key = |k: &str| format!("{section}.limits.{k}");
-        if raw.max_connections == Some(0) {
-            return Err(self.err(key("max_connections"), "must be at least 1"));
-        }
+        let max_connections = match raw.max_connections {
+            Some(n) => Some(self.int(&key("max_connections"), Some(n), n, bounds::CONNECTIONS)?),
+            None => None,
+        };
         Ok(LimitSettings {
-            max_connections: raw.max_connections,
+            max_connections,
             header_read_timeout: self.duration(
                 &key("header_read_timeout"),
                 raw.header_read_timeout.as_deref(),
                 d.header_read_timeout,
+                bounds::LISTENER_TIMEOUT,
             )?,
             idle_timeout: self.duration(
                 &key("idle_timeout"),
                 raw.idle_timeout.as_deref(),
                 d.idle_timeout,
+                bounds::LISTENER_TIMEOUT,
             )?,
             body_read_timeout: self.duration(
                 &key("body_read_timeout"),
                 raw.body_read_timeout.as_deref(),
                 d.body_read_timeout,
+                bounds::LISTENER_TIMEOUT,
             )?,
             send_timeout: self.duration(
                 &key("send_timeout"),
                 raw.send_timeout.as_deref(),
                 d.send_timeout,
+                bounds::LISTENER_TIMEOUT,
             )?,
         })
     }
