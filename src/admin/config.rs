@@ -3,7 +3,10 @@
 //! the validation of a start (file, key and reason), checked against the
 //! config safety rules, and committed as the next config version; a
 //! follower forwards it first, so the leader's validation is the one that
-//! counts.
+//! counts. Before any rule is checked the leader builds what every node
+//! will build from it (route tables, rings, quota stage) within the cost
+//! cap, off the runtime: a config no node could carry is refused (rule
+//! `too_costly`, or `build_failed`), dry run or not, `--force` or not.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -20,7 +23,9 @@ use zonegate_cluster::{config_digest, ClusterView, Decision, ZoneId};
 
 use super::cluster::{decide, forward_write, AdminError, Identity, Write, FORWARDED};
 use crate::config::{replicated, Config};
+use crate::dataplane::routing::Routes;
 use crate::node::gateway::Gateway;
+use crate::telemetry::Metrics;
 
 #[derive(Deserialize, Default)]
 pub struct ConfigQuery {
@@ -247,13 +252,7 @@ async fn apply_inner(
     }
     let next = current + 1;
     let base = gw.cfg_arc();
-    let new = base
-        .with_replicated(&toml, next, "submitted config")
-        .map_err(|e| AdminError::InvalidConfig {
-            file: e.file,
-            key: e.key,
-            reason: e.reason,
-        })?;
+    let new = build(gw, Arc::clone(&base), toml.clone(), next).await?;
     let recent: BTreeSet<String> = node
         .tenants_seen_since(crate::clock::unix_ms().saturating_sub(3_600_000))
         .into_iter()
@@ -297,6 +296,46 @@ async fn apply_inner(
         dry_run: false,
     };
     decide(gw, who, headers, uri, body, write).await
+}
+
+/// One dry build at a time: each may hold a full route table.
+static BUILDS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
+/// Validates `toml` as config version `next` and builds what every node
+/// will build from it, on a blocking thread (validation reads CA files; a
+/// build may take a while), within the cost cap. A panic while doing so is
+/// caught and refuses the config.
+async fn build(gw: &Gateway, base: Arc<Config>, toml: String, next: u64) -> Result<Config, AdminError> {
+    let _one = BUILDS
+        .acquire()
+        .await
+        .map_err(|_| AdminError::Fatal("the config build queue is closed".into()))?;
+    let previous = gw.routes.load_full();
+    let view = gw.view.borrow().clone();
+    let built = tokio::task::spawn_blocking(move || -> Result<Config, AdminError> {
+        let new = base
+            .with_replicated(&toml, next, "submitted config")
+            .map_err(|e| AdminError::InvalidConfig {
+                file: e.file,
+                key: e.key,
+                reason: e.reason,
+            })?;
+        Routes::try_build(&new, Some(&previous)).map_err(|e| AdminError::Rejected {
+            rule: "too_costly",
+            message: format!(
+                "no node could carry this config: {e} (--force does not override this rule)"
+            ),
+        })?;
+        crate::dataplane::quota::Quotas::new(&new, &view, &Metrics::new());
+        Ok(new)
+    })
+    .await;
+    built.unwrap_or_else(|e| {
+        Err(AdminError::Rejected {
+            rule: "build_failed",
+            message: format!("building this config failed on the leader: {e}"),
+        })
+    })
 }
 
 fn parse(headers: &HeaderMap, body: &Bytes) -> Result<ApplyBody, AdminError> {
