@@ -32,9 +32,49 @@ pub struct ConfigQuery {
     version: Option<u64>,
 }
 
+/// What a viewer sees in place of a tenant's API-key digest.
+pub const REDACTED: &str = "(redacted: operators only)";
+
+/// `toml` with every tenant's `key_sha256` digests replaced by
+/// [`REDACTED`]. The digests are unsalted SHA-256: whoever reads one can
+/// test guesses of a weak key offline, so only operators see them.
+pub fn redact_digests(toml: &str) -> String {
+    let Ok(mut t) = toml.parse::<toml::Table>() else {
+        return format!("# {REDACTED}: the config is not readable as TOML\n");
+    };
+    let redacted = || toml::Value::String(REDACTED.into());
+    if let Some(toml::Value::Array(tenants)) = t.get_mut("tenants") {
+        for tenant in tenants.iter_mut().filter_map(toml::Value::as_table_mut) {
+            if let Some(keys) = tenant.get_mut("key_sha256") {
+                *keys = match keys {
+                    toml::Value::Array(list) => {
+                        toml::Value::Array(list.iter().map(|_| redacted()).collect())
+                    }
+                    _ => redacted(),
+                };
+            }
+        }
+    }
+    toml::to_string(&t).unwrap_or_else(|_| format!("# {REDACTED}\n"))
+}
+
 /// `GET /admin/v1/config[?version=V]`: the replicated sections in effect
-/// (or of a kept version), and the kept versions.
-pub async fn show(State(gw): State<Arc<Gateway>>, Query(q): Query<ConfigQuery>) -> Response {
+/// (or of a kept version), and the kept versions. Viewers get the tenants'
+/// key digests redacted, and each version's digest taken over the redacted
+/// text (the digest of the full text would let them test key guesses too).
+pub async fn show(
+    State(gw): State<Arc<Gateway>>,
+    Extension(who): Extension<Identity>,
+    Query(q): Query<ConfigQuery>,
+) -> Response {
+    let operator = who.role == crate::config::Role::Operator;
+    let shown = |toml: &str| {
+        if operator {
+            toml.to_owned()
+        } else {
+            redact_digests(toml)
+        }
+    };
     let cfg = gw.cfg_arc();
     let history: Vec<_> = gw
         .cluster
@@ -42,9 +82,9 @@ pub async fn show(State(gw): State<Arc<Gateway>>, Query(q): Query<ConfigQuery>) 
         .map(|n| n.state_snapshot().configs())
         .unwrap_or_default();
     let toml = match q.version {
-        None => cfg.replicated_toml().to_owned(),
+        None => shown(cfg.replicated_toml()),
         Some(v) => match history.iter().find(|c| c.version == v) {
-            Some(c) => c.toml.to_string(),
+            Some(c) => shown(&c.toml),
             None => {
                 return AdminError::BadRequest(format!(
                     "config version {v} is not kept (the last {} are)",
@@ -64,7 +104,7 @@ pub async fn show(State(gw): State<Arc<Gateway>>, Query(q): Query<ConfigQuery>) 
             "actor": c.actor,
             "reason": c.reason,
             "at_ms": c.at_ms,
-            "digest": config_digest(&c.toml),
+            "digest": config_digest(&shown(&c.toml)),
             "bytes": c.toml.len(),
         })).collect::<Vec<_>>(),
     }))
@@ -396,6 +436,27 @@ data_dir = "data"
             );
         }
         v
+    }
+
+    #[test]
+    fn viewers_get_every_key_digest_redacted() {
+        let text = format!(
+            "{}\n[[tenants]]\nname = \"two\"\nkey_sha256 = [\"{}\", \"{}\"]\n{}",
+            tenant("k1"),
+            crate::config::sha256_hex("k2"),
+            crate::config::sha256_hex("k3"),
+            backend("a1", "az-a", "m")
+        );
+        let redacted = redact_digests(&text);
+        for k in ["k1", "k2", "k3"] {
+            assert!(!redacted.contains(&crate::config::sha256_hex(k)), "{redacted}");
+        }
+        let t: toml::Table = redacted.parse().unwrap();
+        let tenants = t["tenants"].as_array().unwrap();
+        assert_eq!(tenants[0]["key_sha256"].as_str(), Some(REDACTED));
+        assert_eq!(tenants[1]["key_sha256"].as_array().unwrap().len(), 2);
+        assert_eq!(tenants[1]["name"].as_str(), Some("two"));
+        assert_eq!(t["backends"].as_array().unwrap().len(), 1);
     }
 
     #[test]
