@@ -455,7 +455,10 @@ async fn a_config_one_node_cannot_build_leaves_it_on_its_last_config() {
     let v2 = dir.path().join("v2.toml");
     std::fs::write(
         &v2,
-        format!("{current}\n# {MARKER}\n[balance]\nvnodes = 150\n"),
+        format!(
+            "{current}\n[[tenants]]\nname = \"{MARKER}\"\nkey_sha256 = \"{}\"\n",
+            zonegate::config::sha256_hex("another-key")
+        ),
     )
     .unwrap();
     let (code, out, err) = ctl(&entry, &["config", "apply", v2.to_str().unwrap()]).await;

@@ -318,6 +318,7 @@ pub async fn cluster(
         "bootstrap_differs": status.bootstrap_differs,
         "decision_version": view.decision_version,
         "config_version": gw.cfg().config_version,
+        "config_failure": gw.config_failure(),
         "automation": view.automation,
         "zones": zones,
         "fail_static": failover.fail_static,
