@@ -20,8 +20,8 @@ mod quota;
 pub mod replicated;
 mod security;
 
-pub use bounds::{MAX_RING_POINTS, MAX_RING_POINTS_PER_POOL};
 use bounds::Bound;
+pub use bounds::{MAX_RING_POINTS, MAX_RING_POINTS_PER_POOL};
 pub use quota::QuotaConfig;
 pub use security::{LimitSettings, Network};
 use security::{RawBackendTls, RawLimits, RawTls};
@@ -946,13 +946,12 @@ impl Validator<'_> {
     /// max (openraft draws its timeout between them).
     fn cluster(&self, raw: &mut RawCluster) -> Result<ClusterSettings, ConfigError> {
         let d = zonegate_cluster::Timing::default();
-        let heartbeat =
-            self.duration(
-                "cluster.heartbeat",
-                raw.heartbeat.as_deref(),
-                d.heartbeat,
-                bounds::HEARTBEAT,
-            )?;
+        let heartbeat = self.duration(
+            "cluster.heartbeat",
+            raw.heartbeat.as_deref(),
+            d.heartbeat,
+            bounds::HEARTBEAT,
+        )?;
         let min = self.duration(
             "cluster.election_timeout_min",
             raw.election_timeout_min.as_deref(),
@@ -1228,7 +1227,8 @@ impl Validator<'_> {
                 if b.models.is_empty() {
                     return Err(self.err(format!("{key}.models"), "must list at least one model"));
                 }
-                let weight = self.int(&format!("{key}.weight"), Some(b.weight), 1, bounds::WEIGHT)?;
+                let weight =
+                    self.int(&format!("{key}.weight"), Some(b.weight), 1, bounds::WEIGHT)?;
                 if let Some(c) = b.capacity {
                     self.int(&format!("{key}.capacity"), Some(c), c, bounds::CAPACITY)?;
                 }
@@ -1504,7 +1504,10 @@ impl Validator<'_> {
         if bad > b.max {
             return Err(self.err(
                 key,
-                format!("{bad} is out of range: must be at most {} ({})", b.max, b.why),
+                format!(
+                    "{bad} is out of range: must be at most {} ({})",
+                    b.max, b.why
+                ),
             ));
         }
         Ok((good, bad))
@@ -1512,8 +1515,9 @@ impl Validator<'_> {
 
     /// `[health]`'s score weights and bounds (see `health::score`).
     fn health_score(&self, raw: &RawHealth) -> Result<ScoreConfig, ConfigError> {
-        let weight =
-            |key: &str, v: Option<f64>, default: f64| self.real(key, v, default, bounds::REL_WEIGHT);
+        let weight = |key: &str, v: Option<f64>, default: f64| {
+            self.real(key, v, default, bounds::REL_WEIGHT)
+        };
         let score = ScoreConfig {
             weight_latency: weight("health.weight_latency", raw.weight_latency, 0.3)?,
             weight_errors: weight("health.weight_errors", raw.weight_errors, 0.3)?,
@@ -1816,7 +1820,9 @@ fn fallback_cycle(
             }
             let target = targets[*next].as_str();
             *next += 1;
-            let Some(&t) = index.get(target) else { continue };
+            let Some(&t) = index.get(target) else {
+                continue;
+            };
             match marks[t] {
                 Mark::Done => {}
                 Mark::New => {
@@ -2064,11 +2070,31 @@ pub(crate) mod tests {
     fn degenerate_values_are_refused_with_file_key_and_reason() {
         let with = |section: &str| format!("{MINIMAL}\n{section}\n");
         let cases = [
-            ("[health]\ninterval = \"1ns\"", "health.interval", "between 100ms and 1h"),
-            ("[failover]\ndwell = \"500000000years\"", "failover.dwell", "between"),
-            ("[retry]\nmax_attempts = 4294967295", "retry.max_attempts", "between 1 and 10"),
-            ("[balance]\nvnodes = 100000000", "balance.vnodes", "between 1 and 10000"),
-            ("[affinity]\npin_capacity = 9223372036854775807", "affinity.pin_capacity", "in memory"),
+            (
+                "[health]\ninterval = \"1ns\"",
+                "health.interval",
+                "between 100ms and 1h",
+            ),
+            (
+                "[failover]\ndwell = \"500000000years\"",
+                "failover.dwell",
+                "between",
+            ),
+            (
+                "[retry]\nmax_attempts = 4294967295",
+                "retry.max_attempts",
+                "between 1 and 10",
+            ),
+            (
+                "[balance]\nvnodes = 100000000",
+                "balance.vnodes",
+                "between 1 and 10000",
+            ),
+            (
+                "[affinity]\npin_capacity = 9223372036854775807",
+                "affinity.pin_capacity",
+                "in memory",
+            ),
         ];
         for (section, key, reason) in cases {
             let e = error_of(&with(section));

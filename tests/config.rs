@@ -425,7 +425,17 @@ async fn a_config_no_node_could_build_is_refused_by_the_dry_run_and_the_apply() 
             );
         }
     }
-    let (code, out, err) = ctl(&entry, &["--json", "config", "apply", "--dry-run", costly_file.to_str().unwrap()]).await;
+    let (code, out, err) = ctl(
+        &entry,
+        &[
+            "--json",
+            "config",
+            "apply",
+            "--dry-run",
+            costly_file.to_str().unwrap(),
+        ],
+    )
+    .await;
     assert_eq!(code, 1, "refused by a rule: {out}{err}");
     // Nothing committed; every node still serves, at version 1.
     assert_eq!(config_of(cluster.node(leader)).await["config_version"], 1);
@@ -475,9 +485,11 @@ async fn a_config_one_node_cannot_build_leaves_it_on_its_last_config() {
     .await;
     for n in [1, 3] {
         let node = cluster.node(n);
-        eventually(Duration::from_secs(20), "the others apply version 2", || async {
-            served_version(node).await.as_deref() == Some("2")
-        })
+        eventually(
+            Duration::from_secs(20),
+            "the others apply version 2",
+            || async { served_version(node).await.as_deref() == Some("2") },
+        )
         .await;
     }
     // Node 2: still up, ready, serving with version 1, and saying why.
@@ -498,7 +510,11 @@ async fn a_config_one_node_cannot_build_leaves_it_on_its_last_config() {
         "{local}"
     );
     assert_eq!(
-        metric_sum(&node2.metrics().await, "zonegate_config_apply_failed_total", &[]),
+        metric_sum(
+            &node2.metrics().await,
+            "zonegate_config_apply_failed_total",
+            &[]
+        ),
         1.0
     );
     let (code, out, err) = ctl(&entry, &["status"]).await;
@@ -528,7 +544,10 @@ async fn viewers_read_the_config_without_api_key_digests() {
     let digest = zonegate::config::sha256_hex(API_KEY);
     let url = format!("{}/admin/v1/config", node.admin);
     let operator = get_json(&url, Some(ADMIN_TOKEN)).await;
-    assert!(operator["toml"].as_str().unwrap().contains(&digest), "{operator}");
+    assert!(
+        operator["toml"].as_str().unwrap().contains(&digest),
+        "{operator}"
+    );
     let viewer = get_json(&url, Some(VIEWER_TOKEN)).await;
     let toml = viewer["toml"].as_str().unwrap();
     assert!(!viewer.to_string().contains(&digest), "{viewer}");

@@ -62,10 +62,7 @@ pub fn read_pem(path: &Path) -> Result<Vec<u8>, TlsError> {
         .read_to_end(&mut bytes)
         .map_err(|e| file_err(path, e))?;
     if bytes.len() as u64 > MAX_PEM_BYTES {
-        return Err(file_err(
-            path,
-            format!("larger than {MAX_PEM_BYTES} bytes"),
-        ));
+        return Err(file_err(path, format!("larger than {MAX_PEM_BYTES} bytes")));
     }
     Ok(bytes)
 }

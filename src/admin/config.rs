@@ -345,7 +345,12 @@ static BUILDS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
 /// will build from it, on a blocking thread (validation reads CA files; a
 /// build may take a while), within the cost cap. A panic while doing so is
 /// caught and refuses the config.
-async fn build(gw: &Gateway, base: Arc<Config>, toml: String, next: u64) -> Result<Config, AdminError> {
+async fn build(
+    gw: &Gateway,
+    base: Arc<Config>,
+    toml: String,
+    next: u64,
+) -> Result<Config, AdminError> {
     let _one = BUILDS
         .acquire()
         .await
@@ -449,7 +454,10 @@ data_dir = "data"
         );
         let redacted = redact_digests(&text);
         for k in ["k1", "k2", "k3"] {
-            assert!(!redacted.contains(&crate::config::sha256_hex(k)), "{redacted}");
+            assert!(
+                !redacted.contains(&crate::config::sha256_hex(k)),
+                "{redacted}"
+            );
         }
         let t: toml::Table = redacted.parse().unwrap();
         let tenants = t["tenants"].as_array().unwrap();

@@ -578,8 +578,9 @@ admin = "127.0.0.1:9001"
             };
             let r = e.reason.as_str();
             if e.key != key {
-                self.failures
-                    .push(format!("{key} = i64::MAX is refused under another key: {e}"));
+                self.failures.push(format!(
+                    "{key} = i64::MAX is refused under another key: {e}"
+                ));
                 return;
             }
             let width = [
@@ -621,7 +622,8 @@ admin = "127.0.0.1:9001"
                 path,
                 Value::String("not-a-duration".into()),
             ));
-            let is_duration = matches!(&not, Err(e) if e.key == key && e.reason.contains("not a duration"));
+            let is_duration =
+                matches!(&not, Err(e) if e.key == key && e.reason.contains("not a duration"));
             if !is_duration {
                 return;
             }
@@ -649,9 +651,9 @@ admin = "127.0.0.1:9001"
                     "{key} is an array of tables the walk's base lacks: add one"
                 )),
                 Err(e) if e.key.starts_with(&key) => self.checked.push(key),
-                Err(e) => self
-                    .failures
-                    .push(format!("{key} = [0, i64::MAX] is refused under another key: {e}")),
+                Err(e) => self.failures.push(format!(
+                    "{key} = [0, i64::MAX] is refused under another key: {e}"
+                )),
                 Ok(()) => self
                     .failures
                     .push(format!("{key} = [0, i64::MAX] is accepted: bound it")),

@@ -307,7 +307,11 @@ mod tests {
             reasons.iter().all(|r| *r == reasons[0]),
             "one message for every failure: {reasons:#?}"
         );
-        assert!(reasons[0].contains("regular file of at most 1024 KiB"), "{}", reasons[0]);
+        assert!(
+            reasons[0].contains("regular file of at most 1024 KiB"),
+            "{}",
+            reasons[0]
+        );
     }
 
     #[test]

@@ -14,7 +14,8 @@ use zonegate_cluster::{ClusterView, ZoneId};
 
 use crate::clock::now_ms;
 use crate::config::{
-    Balance, Config, CrossZone, HealthConfig, ModelConfig, MAX_RING_POINTS, MAX_RING_POINTS_PER_POOL,
+    Balance, Config, CrossZone, HealthConfig, ModelConfig, MAX_RING_POINTS,
+    MAX_RING_POINTS_PER_POOL,
 };
 use crate::dataplane::backend::Backend;
 use crate::dataplane::balance::{self, Candidates, Ring, SmoothWrr};

@@ -154,7 +154,7 @@ fn status(v: &Value, look: &Look) -> String {
             s(&n["zone"]),
             s(&n["role"]),
             s(&n["decision_version"]),
-            config_cell(n, &look),
+            config_cell(n, look),
             s(&n["reachable"]),
             view,
             leader.into(),
