@@ -804,6 +804,16 @@ impl Validator<'_> {
             .iter_mut()
             .map(|t| (t.quota.take(), t.zone_share.take()))
             .collect();
+        for (key, n, b) in [
+            ("tenants", raw_tenants.len(), bounds::TENANTS),
+            ("backends", raw.backends.len(), bounds::BACKENDS),
+            ("models", raw.models.len(), bounds::MODELS),
+            ("prompt_tiers", raw.prompt_tiers.len(), bounds::PROMPT_TIERS),
+        ] {
+            if n as u64 > b.max {
+                return Err(self.err(key, format!("{n} entries, at most {} ({})", b.max, b.why)));
+            }
+        }
         let tenants = self.tenants(raw_tenants)?;
         let backends = self.backends(raw.backends, witness)?;
         self.capacities(&backends)?;
@@ -2107,6 +2117,12 @@ pub(crate) mod tests {
             "models = [\"qwen25-7b-instruct\"]\nweight = 4000000",
         ));
         assert_eq!(e.key, "backends[0].weight", "{e}");
+        let many: String = (0..10_001)
+            .map(|i| format!("[[backends]]\nname = \"b{i}\"\nzone = \"az-a\"\nurl = \"http://127.0.0.1:1\"\nmodels = [\"m\"]\n"))
+            .collect();
+        let e = error_of(&format!("{MINIMAL}\n{many}"));
+        assert_eq!(e.key, "backends", "{e}");
+        assert!(e.reason.contains("at most 10000"), "{e}");
     }
 
     #[test]

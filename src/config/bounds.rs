@@ -238,6 +238,29 @@ pub(super) const LONG_UNITS: Bound<u64> = Bound {
     why: "a long request costs this many short ones",
 };
 
+/// Entries of the replicated lists. Each node keeps every tenant's keys in
+/// memory and builds a pool per model and zone from the backends.
+pub(super) const TENANTS: Bound<u64> = Bound {
+    min: 0,
+    max: 100_000,
+    why: "every node indexes every tenant's keys",
+};
+pub(super) const BACKENDS: Bound<u64> = Bound {
+    min: 0,
+    max: 10_000,
+    why: "every node probes every backend",
+};
+pub(super) const MODELS: Bound<u64> = Bound {
+    min: 0,
+    max: 10_000,
+    why: "every node builds a pool per model and zone",
+};
+pub(super) const PROMPT_TIERS: Bound<u64> = Bound {
+    min: 0,
+    max: 1_000,
+    why: "every request is compared with them",
+};
+
 // Real numbers.
 
 /// A relative weight (score dimensions, zone score weights).

@@ -318,6 +318,9 @@ pub struct TooCostly {
     pub reason: String,
 }
 
+/// Models × backends a route table may be built from.
+pub const MAX_MODEL_BACKEND_PAIRS: u64 = 10_000_000;
+
 /// Ring points the route table of `cfg` holds, counted before anything is
 /// built: per pool (one model in one zone) vnodes × the sum of its
 /// backends' weights, where the pool has a ring (the model balances by
@@ -325,6 +328,18 @@ pub struct TooCostly {
 /// one pool or [`MAX_RING_POINTS`] in all is refused: every node builds
 /// every ring at every config change.
 pub fn ring_points(cfg: &Config) -> Result<u64, TooCostly> {
+    // Building looks at every backend for every model.
+    let pairs = (cfg.models.len() as u64).saturating_mul(cfg.backends.len() as u64);
+    if pairs > MAX_MODEL_BACKEND_PAIRS {
+        return Err(TooCostly {
+            key: "models".into(),
+            reason: format!(
+                "{} models × {} backends = {pairs} pairs to route, more than the {MAX_MODEL_BACKEND_PAIRS} a node builds at a config change",
+                cfg.models.len(),
+                cfg.backends.len()
+            ),
+        });
+    }
     let vnodes = u64::from(cfg.balance.vnodes);
     let mut total = 0u64;
     for m in &cfg.models {
