@@ -865,7 +865,7 @@ impl Validator<'_> {
                 "affinity.short_max_prompt_bytes",
                 raw.affinity.short_max_prompt_bytes,
                 16 * 1024,
-                bounds::BODY_BYTES,
+                bounds::PROMPT_BYTES,
             )?,
         };
         let balance = BalanceConfig {
