@@ -129,7 +129,7 @@ async fn require_token(State(gw): State<Arc<Gateway>>, mut req: Request, next: N
         .headers()
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
-        .map_or_else(|| format!("{:016x}", fastrand::u64(..)), str::to_owned);
+        .map_or_else(|| zonegate_net::random::hex(8), str::to_owned);
     let (source, path) = (source(&req), req.uri().path().to_owned());
     let answer = next.run(req).await;
     tracing::info!(

@@ -9,10 +9,14 @@ use std::path::Path;
 
 use crate::config::Config;
 
-/// `zonegate check-config FILE`: validates the file and says what it holds,
-/// or fails with the file, key and reason.
+/// `zonegate check-config FILE`: validates the file (every key within its
+/// bound, the route table within the cost cap) and says what it holds, or
+/// fails with the file, key and reason.
 pub fn check_config(file: &Path) -> anyhow::Result<()> {
     let cfg = Config::load(file)?;
+    // What the node would build from it, within the same cost cap.
+    crate::dataplane::routing::Routes::try_build(&cfg, None)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
     println!(
         "{}: ok ({} backends, {} models, {} tenants)",
         file.display(),

@@ -15,10 +15,13 @@ use zonegate_cluster::{
 };
 use zonegate_net::tls::{BackendTls, TlsFiles};
 
+mod bounds;
 mod quota;
 pub mod replicated;
 mod security;
 
+use bounds::Bound;
+pub use bounds::{MAX_RING_POINTS, MAX_RING_POINTS_PER_POOL};
 pub use quota::QuotaConfig;
 pub use security::{LimitSettings, Network};
 use security::{RawBackendTls, RawLimits, RawTls};
@@ -764,21 +767,6 @@ impl Validator<'_> {
             .map_err(|_| self.err(key, format!("`{s}` is not an IP:port address")))
     }
 
-    fn duration(
-        &self,
-        key: &str,
-        s: Option<&str>,
-        default: Duration,
-    ) -> Result<Duration, ConfigError> {
-        let Some(s) = s else { return Ok(default) };
-        let d = humantime::parse_duration(s)
-            .map_err(|e| self.err(key, format!("`{s}` is not a duration like \"30s\": {e}")))?;
-        if d.is_zero() {
-            return Err(self.err(key, "must be greater than zero"));
-        }
-        Ok(d)
-    }
-
     fn sha256(&self, key: &str, s: &str) -> Result<[u8; 32], ConfigError> {
         let mut out = [0u8; 32];
         hex::decode_to_slice(s.trim(), &mut out)
@@ -786,12 +774,15 @@ impl Validator<'_> {
         Ok(out)
     }
 
-    fn positive(&self, key: &str, v: Option<u32>, default: u32) -> Result<u32, ConfigError> {
-        match v {
-            Some(0) => Err(self.err(key, "must be at least 1")),
-            Some(v) => Ok(v),
-            None => Ok(default),
-        }
+    /// A count of at least 1, within `b`.
+    fn positive(
+        &self,
+        key: &str,
+        v: Option<u32>,
+        default: u32,
+        b: Bound<u64>,
+    ) -> Result<u32, ConfigError> {
+        self.int(key, v, default, b)
     }
 
     fn validate(&self, raw: RawConfig) -> Result<Config, ConfigError> {
@@ -814,6 +805,16 @@ impl Validator<'_> {
             .iter_mut()
             .map(|t| (t.quota.take(), t.zone_share.take()))
             .collect();
+        for (key, n, b) in [
+            ("tenants", raw_tenants.len(), bounds::TENANTS),
+            ("backends", raw.backends.len(), bounds::BACKENDS),
+            ("models", raw.models.len(), bounds::MODELS),
+            ("prompt_tiers", raw.prompt_tiers.len(), bounds::PROMPT_TIERS),
+        ] {
+            if n as u64 > b.max {
+                return Err(self.err(key, format!("{n} entries, at most {} ({})", b.max, b.why)));
+            }
+        }
         let tenants = self.tenants(raw_tenants)?;
         let backends = self.backends(raw.backends, witness)?;
         self.capacities(&backends)?;
@@ -849,23 +850,36 @@ impl Validator<'_> {
                 "affinity.pin_ttl",
                 raw.affinity.pin_ttl.as_deref(),
                 Duration::from_secs(3600),
+                bounds::PIN_TTL,
             )?,
-            pin_capacity: match raw.affinity.pin_capacity {
-                Some(0) => return Err(self.err("affinity.pin_capacity", "must be at least 1")),
-                Some(n) => n,
-                None => 1_000_000,
-            },
+            pin_capacity: self.int(
+                "affinity.pin_capacity",
+                raw.affinity.pin_capacity,
+                1_000_000,
+                bounds::PIN_CAPACITY,
+            )?,
             cross_zone_fallback: raw.affinity.cross_zone_fallback.unwrap_or_default(),
-            short_max_tokens: raw.affinity.short_max_tokens.unwrap_or(512),
-            short_max_prompt_bytes: raw.affinity.short_max_prompt_bytes.unwrap_or(16 * 1024),
+            short_max_tokens: self.int(
+                "affinity.short_max_tokens",
+                raw.affinity.short_max_tokens,
+                512,
+                bounds::SHORT_TOKENS,
+            )?,
+            short_max_prompt_bytes: self.int(
+                "affinity.short_max_prompt_bytes",
+                raw.affinity.short_max_prompt_bytes,
+                16 * 1024,
+                bounds::PROMPT_BYTES,
+            )?,
         };
-        let load_factor = raw.balance.load_factor.unwrap_or(1.25);
-        if !(load_factor >= 1.0 && load_factor.is_finite()) {
-            return Err(self.err("balance.load_factor", "must be a number ≥ 1.0"));
-        }
         let balance = BalanceConfig {
-            vnodes: self.positive("balance.vnodes", raw.balance.vnodes, 160)?,
-            load_factor,
+            vnodes: self.positive("balance.vnodes", raw.balance.vnodes, 160, bounds::VNODES)?,
+            load_factor: self.real(
+                "balance.load_factor",
+                raw.balance.load_factor,
+                1.25,
+                bounds::LOAD_FACTOR,
+            )?,
         };
         let admin = self.admin(raw.admin)?;
         let known: HashSet<&ZoneId> = backends
@@ -891,8 +905,25 @@ impl Validator<'_> {
         let mut prompt_tiers: Vec<(u64, u32)> = raw
             .prompt_tiers
             .iter()
-            .map(|t| (t.min_bytes, t.min_tier))
-            .collect();
+            .enumerate()
+            .map(|(i, t)| {
+                let key = format!("prompt_tiers[{i}]");
+                Ok((
+                    self.int(
+                        &format!("{key}.min_bytes"),
+                        Some(t.min_bytes),
+                        0,
+                        bounds::PROMPT_BYTES,
+                    )?,
+                    self.int(
+                        &format!("{key}.min_tier"),
+                        Some(t.min_tier),
+                        0,
+                        bounds::TIER,
+                    )?,
+                ))
+            })
+            .collect::<Result<_, ConfigError>>()?;
         prompt_tiers.sort_unstable();
         let tenant_keys = tenants
             .iter()
@@ -930,17 +961,23 @@ impl Validator<'_> {
     /// max (openraft draws its timeout between them).
     fn cluster(&self, raw: &mut RawCluster) -> Result<ClusterSettings, ConfigError> {
         let d = zonegate_cluster::Timing::default();
-        let heartbeat =
-            self.duration("cluster.heartbeat", raw.heartbeat.as_deref(), d.heartbeat)?;
+        let heartbeat = self.duration(
+            "cluster.heartbeat",
+            raw.heartbeat.as_deref(),
+            d.heartbeat,
+            bounds::HEARTBEAT,
+        )?;
         let min = self.duration(
             "cluster.election_timeout_min",
             raw.election_timeout_min.as_deref(),
             d.election_timeout_min,
+            bounds::ELECTION_TIMEOUT,
         )?;
         let max = self.duration(
             "cluster.election_timeout_max",
             raw.election_timeout_max.as_deref(),
             d.election_timeout_max,
+            bounds::ELECTION_TIMEOUT,
         )?;
         if min < heartbeat * 3 {
             return Err(self.err(
@@ -1043,9 +1080,12 @@ impl Validator<'_> {
         if raw.zone.trim().is_empty() {
             return Err(self.err("node.zone", "must not be empty"));
         }
-        if raw.max_body_bytes == 0 {
-            return Err(self.err("node.max_body_bytes", "must be at least 1"));
-        }
+        let max_body_bytes = self.int(
+            "node.max_body_bytes",
+            Some(raw.max_body_bytes),
+            0,
+            bounds::BODY_BYTES,
+        )?;
         let raft_listen = match raw.raft_listen.as_deref() {
             Some(s) => Some(self.addr("node.raft_listen", s)?),
             None => None,
@@ -1079,7 +1119,7 @@ impl Validator<'_> {
             admin_listen: self.addr("node.admin_listen", &raw.admin_listen)?,
             data_dir: raw.data_dir,
             raft_listen,
-            max_body_bytes: usize::try_from(raw.max_body_bytes)
+            max_body_bytes: usize::try_from(max_body_bytes)
                 .map_err(|_| self.err("node.max_body_bytes", "too large for this machine"))?,
             data_plane_threads,
             data_plane_scheduling,
@@ -1087,11 +1127,13 @@ impl Validator<'_> {
                 "node.drain_grace",
                 raw.drain_grace.as_deref(),
                 Duration::from_secs(5),
+                bounds::DRAIN_TIME,
             )?,
             drain_timeout: self.duration(
                 "node.drain_timeout",
                 raw.drain_timeout.as_deref(),
                 Duration::from_secs(30),
+                bounds::DRAIN_TIME,
             )?,
             tls: self.tls("node", raw.tls, false)?,
             limits: self.limits("node", raw.limits)?,
@@ -1200,8 +1242,10 @@ impl Validator<'_> {
                 if b.models.is_empty() {
                     return Err(self.err(format!("{key}.models"), "must list at least one model"));
                 }
-                if b.weight == 0 {
-                    return Err(self.err(format!("{key}.weight"), "must be at least 1"));
+                let weight =
+                    self.int(&format!("{key}.weight"), Some(b.weight), 1, bounds::WEIGHT)?;
+                if let Some(c) = b.capacity {
+                    self.int(&format!("{key}.capacity"), Some(c), c, bounds::CAPACITY)?;
                 }
                 for (path_key, path) in [
                     ("health_path", Some(&b.health_path)),
@@ -1230,7 +1274,7 @@ impl Validator<'_> {
                     tls,
                     authority,
                     models: b.models,
-                    weight: b.weight,
+                    weight,
                     health_path: b.health_path,
                     metrics_path: b.metrics_path,
                     model_names: b.model_names.into_iter().collect(),
@@ -1261,15 +1305,35 @@ impl Validator<'_> {
                     file = %self.file,
                     "{key}.first_byte_timeout is deprecated: it is now ttft_timeout, and applies to streams only"
                 );
-                self.duration(&format!("{key}.first_byte_timeout"), Some(old), d.ttft)?
+                self.duration(
+                    &format!("{key}.first_byte_timeout"),
+                    Some(old),
+                    d.ttft,
+                    bounds::REQUEST_TIMEOUT,
+                )?
             }
-            (new, None) => self.duration(&format!("{key}.ttft_timeout"), new.as_deref(), d.ttft)?,
+            (new, None) => self.duration(
+                &format!("{key}.ttft_timeout"),
+                new.as_deref(),
+                d.ttft,
+                bounds::REQUEST_TIMEOUT,
+            )?,
         };
         let field = |name: &str, v: &Option<String>, default| {
-            self.duration(&format!("{key}.{name}"), v.as_deref(), default)
+            self.duration(
+                &format!("{key}.{name}"),
+                v.as_deref(),
+                default,
+                bounds::REQUEST_TIMEOUT,
+            )
         };
         let t = Timeouts {
-            connect: field("connect_timeout", &m.connect_timeout, default_connect)?,
+            connect: self.duration(
+                &format!("{key}.connect_timeout"),
+                m.connect_timeout.as_deref(),
+                default_connect,
+                bounds::CONNECT_TIMEOUT,
+            )?,
             ttft,
             generation: field("generation_timeout", &m.generation_timeout, d.generation)?,
             idle: field("idle_timeout", &m.idle_timeout, d.idle)?,
@@ -1330,6 +1394,9 @@ impl Validator<'_> {
                 }
             }
             let timeouts = self.timeouts(&key, &m, default_connect)?;
+            if let Some(t) = m.tier {
+                self.int(&format!("{key}.tier"), Some(t), t, bounds::TIER)?;
+            }
             let limits = self.model_limits(&format!("{key}.limits"), m.limits)?;
             out.push(ModelConfig {
                 limits,
@@ -1341,6 +1408,20 @@ impl Validator<'_> {
                 continuation: m.continuation,
                 tier: m.tier,
             });
+        }
+        for (list, edges) in [
+            (
+                "fallback",
+                (|m: &ModelConfig| &m.fallback) as fn(&ModelConfig) -> &Vec<String>,
+            ),
+            ("context_fallback", |m: &ModelConfig| &m.context_fallback),
+        ] {
+            if let Some((i, cycle)) = fallback_cycle(&out, edges) {
+                return Err(self.err(
+                    format!("models[{i}].{list}"),
+                    format!("{list} cycle: {}", cycle.join(" → ")),
+                ));
+            }
         }
         for name in served {
             if !out.iter().any(|m| m.name == name) {
@@ -1368,23 +1449,36 @@ impl Validator<'_> {
             return Err(self.err("retry.budget_ratio", "must be between 0.0 and 1.0"));
         }
         Ok(RetryConfig {
-            max_attempts: self.positive("retry.max_attempts", raw.max_attempts, 3)?,
+            max_attempts: self.positive(
+                "retry.max_attempts",
+                raw.max_attempts,
+                3,
+                bounds::MAX_ATTEMPTS,
+            )?,
             budget_ratio,
-            min_concurrent_retries: raw.min_concurrent_retries.unwrap_or(10),
+            min_concurrent_retries: self.int(
+                "retry.min_concurrent_retries",
+                raw.min_concurrent_retries,
+                10,
+                bounds::MIN_CONCURRENT_RETRIES,
+            )?,
             default_cooldown: self.duration(
                 "retry.default_cooldown",
                 raw.default_cooldown.as_deref(),
                 Duration::from_secs(1),
+                bounds::RETRY_WAIT,
             )?,
             connect_timeout: self.duration(
                 "retry.connect_timeout",
                 raw.connect_timeout.as_deref(),
                 Duration::from_secs(2),
+                bounds::CONNECT_TIMEOUT,
             )?,
             max_retry_after_wait: self.duration(
                 "retry.max_retry_after_wait",
                 raw.max_retry_after_wait.as_deref(),
                 Duration::from_secs(3),
+                bounds::RETRY_WAIT,
             )?,
         })
     }
@@ -1410,10 +1504,20 @@ impl Validator<'_> {
         key: &str,
         v: Option<[f64; 2]>,
         default: (f64, f64),
+        b: Bound<f64>,
     ) -> Result<(f64, f64), ConfigError> {
         let (good, bad) = v.map_or(default, |[g, b]| (g, b));
         if !(good.is_finite() && bad.is_finite() && good >= 0.0 && bad > good) {
             return Err(self.err(key, "must be [good, bad] with 0 ≤ good < bad"));
+        }
+        if bad > b.max {
+            return Err(self.err(
+                key,
+                format!(
+                    "{bad} is out of range: must be at most {} ({})",
+                    b.max, b.why
+                ),
+            ));
         }
         Ok((good, bad))
     }
@@ -1421,11 +1525,7 @@ impl Validator<'_> {
     /// `[health]`'s score weights and bounds (see `health::score`).
     fn health_score(&self, raw: &RawHealth) -> Result<ScoreConfig, ConfigError> {
         let weight = |key: &str, v: Option<f64>, default: f64| {
-            let v = v.unwrap_or(default);
-            if !(v.is_finite() && v >= 0.0) {
-                return Err(self.err(key, "must be a number ≥ 0"));
-            }
-            Ok(v)
+            self.real(key, v, default, bounds::REL_WEIGHT)
         };
         let score = ScoreConfig {
             weight_latency: weight("health.weight_latency", raw.weight_latency, 0.3)?,
@@ -1436,18 +1536,26 @@ impl Validator<'_> {
                 "health.latency_ms_bounds",
                 raw.latency_ms_bounds,
                 (100.0, 1000.0),
+                bounds::LATENCY_MS,
             )?,
             error_rate: self.bounds(
                 "health.error_rate_bounds",
                 raw.error_rate_bounds,
                 (0.01, 0.25),
+                bounds::RATIO,
             )?,
             queue_depth: self.bounds(
                 "health.queue_depth_bounds",
                 raw.queue_depth_bounds,
                 (0.0, 16.0),
+                bounds::QUEUE_DEPTH,
             )?,
-            kv_usage: self.bounds("health.kv_usage_bounds", raw.kv_usage_bounds, (0.7, 0.98))?,
+            kv_usage: self.bounds(
+                "health.kv_usage_bounds",
+                raw.kv_usage_bounds,
+                (0.7, 0.98),
+                bounds::RATIO,
+            )?,
         };
         if score.weight_latency + score.weight_errors + score.weight_queue + score.weight_kv <= 0.0
         {
@@ -1461,7 +1569,15 @@ impl Validator<'_> {
 
     fn health(&self, raw: RawHealth, models: &[ModelConfig]) -> Result<HealthConfig, ConfigError> {
         let d = |key: &str, v: &Option<String>, secs: u64| {
-            self.duration(key, v.as_deref(), Duration::from_secs(secs))
+            self.duration(
+                key,
+                v.as_deref(),
+                Duration::from_secs(secs),
+                bounds::HEALTH_TIME,
+            )
+        };
+        let probe = |key: &str, v: &Option<String>, secs: u64, b| {
+            self.duration(key, v.as_deref(), Duration::from_secs(secs), b)
         };
         let score = self.health_score(&raw)?;
         let eject_below = self.score_value("health.eject_below", raw.eject_below, 30.0)?;
@@ -1491,21 +1607,33 @@ impl Validator<'_> {
             f => f,
         };
         Ok(HealthConfig {
-            interval: d("health.interval", &raw.interval, 2)?,
-            stable_interval: d("health.stable_interval", &raw.stable_interval, 10)?,
+            interval: probe("health.interval", &raw.interval, 2, bounds::PROBE_INTERVAL)?,
+            stable_interval: probe(
+                "health.stable_interval",
+                &raw.stable_interval,
+                10,
+                bounds::PROBE_INTERVAL,
+            )?,
             jitter: self.fraction("health.jitter", raw.jitter, 0.1)?,
-            timeout: d("health.timeout", &raw.timeout, 1)?,
+            timeout: probe("health.timeout", &raw.timeout, 1, bounds::PROBE_TIMEOUT)?,
             unhealthy_threshold: self.positive(
                 "health.unhealthy_threshold",
                 raw.unhealthy_threshold,
                 3,
+                bounds::STREAK,
             )?,
             healthy_threshold: self.positive(
                 "health.healthy_threshold",
                 raw.healthy_threshold,
                 5,
+                bounds::STREAK,
             )?,
-            passive_failures: self.positive("health.passive_failures", raw.passive_failures, 5)?,
+            passive_failures: self.positive(
+                "health.passive_failures",
+                raw.passive_failures,
+                5,
+                bounds::STREAK,
+            )?,
             smoothing,
             moving_delta: self.score_value("health.moving_delta", raw.moving_delta, 5.0)?,
             score,
@@ -1535,8 +1663,18 @@ impl Validator<'_> {
             rejoin_ramp: d("health.rejoin_ramp", &raw.rejoin_ramp, 120)?,
             ejection_time: d("health.ejection_time", &raw.ejection_time, 30)?,
             max_ejection_time: d("health.max_ejection_time", &raw.max_ejection_time, 300)?,
-            watch_interval: d("health.watch_interval", &raw.watch_interval, 30)?,
-            max_watch_interval: d("health.max_watch_interval", &raw.max_watch_interval, 300)?,
+            watch_interval: probe(
+                "health.watch_interval",
+                &raw.watch_interval,
+                30,
+                bounds::WATCH_INTERVAL,
+            )?,
+            max_watch_interval: probe(
+                "health.max_watch_interval",
+                &raw.max_watch_interval,
+                300,
+                bounds::WATCH_INTERVAL,
+            )?,
             max_ejected_percent: self.score_value(
                 "health.max_ejected_percent",
                 raw.max_ejected_percent,
@@ -1559,28 +1697,68 @@ impl Validator<'_> {
         let d = FailoverConfig::default();
         let cfg = FailoverConfig {
             enabled: raw.enabled.unwrap_or(d.enabled),
-            period: self.duration("failover.period", raw.period.as_deref(), d.period)?,
-            weights: raw.weights.map_or(d.weights, |w| ScoreWeights {
-                gw_error: w.gw_error,
-                timeout: w.timeout,
-                gpu: w.gpu,
-            }),
-            cutoff: raw.cutoff.unwrap_or(d.cutoff),
-            min_periods: self.positive("failover.min_periods", raw.min_periods, d.min_periods)?,
+            period: self.duration(
+                "failover.period",
+                raw.period.as_deref(),
+                d.period,
+                bounds::FAILOVER_PERIOD,
+            )?,
+            weights: match raw.weights {
+                None => d.weights,
+                Some(w) => {
+                    let weight = |k: &str, v: f64| {
+                        self.real(
+                            &format!("failover.weights.{k}"),
+                            Some(v),
+                            v,
+                            bounds::REL_WEIGHT,
+                        )
+                    };
+                    ScoreWeights {
+                        gw_error: weight("gw_error", w.gw_error)?,
+                        timeout: weight("timeout", w.timeout)?,
+                        gpu: weight("gpu", w.gpu)?,
+                    }
+                }
+            },
+            cutoff: self.real("failover.cutoff", raw.cutoff, d.cutoff, bounds::RATIO)?,
+            min_periods: self.positive(
+                "failover.min_periods",
+                raw.min_periods,
+                d.min_periods,
+                bounds::STREAK,
+            )?,
             auto_failback: raw.auto_failback.unwrap_or(d.auto_failback),
-            failback_threshold: raw.failback_threshold.unwrap_or(d.failback_threshold),
+            failback_threshold: self.real(
+                "failover.failback_threshold",
+                raw.failback_threshold,
+                d.failback_threshold,
+                bounds::RATIO,
+            )?,
             failback_periods: self.positive(
                 "failover.failback_periods",
                 raw.failback_periods,
                 d.failback_periods,
+                bounds::STREAK,
             )?,
             history_periods: self.positive(
                 "failover.history_periods",
                 raw.history_periods,
                 d.history_periods,
+                bounds::HISTORY_PERIODS,
             )?,
-            max_auto_failed_over: raw.max_auto_failed_over.unwrap_or(d.max_auto_failed_over),
-            dwell: self.duration("failover.dwell", raw.dwell.as_deref(), d.dwell)?,
+            max_auto_failed_over: self.int(
+                "failover.max_auto_failed_over",
+                raw.max_auto_failed_over,
+                d.max_auto_failed_over,
+                bounds::FAILED_OVER_ZONES,
+            )?,
+            dwell: self.duration(
+                "failover.dwell",
+                raw.dwell.as_deref(),
+                d.dwell,
+                bounds::FAILOVER_DWELL,
+            )?,
             fallback_order: fallback_order
                 .iter()
                 .map(|(z, o)| (z.clone(), o.clone()))
@@ -1613,6 +1791,66 @@ impl Validator<'_> {
             metrics_auth: raw.metrics_auth,
         })
     }
+}
+
+/// The first cycle of the graph `edges` draws over `models` (a model's
+/// list of other models): the index of the model it starts from, and the
+/// names along it, back to the first. Models only listed (not configured)
+/// have no list, so they end every path.
+fn fallback_cycle(
+    models: &[ModelConfig],
+    edges: fn(&ModelConfig) -> &Vec<String>,
+) -> Option<(usize, Vec<String>)> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        OnPath,
+        Done,
+    }
+    let index: HashMap<&str, usize> = models
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (m.name.as_str(), i))
+        .collect();
+    let mut marks = vec![Mark::New; models.len()];
+    for start in 0..models.len() {
+        if marks[start] != Mark::New {
+            continue;
+        }
+        // Iterative depth-first search: (model, next edge to follow).
+        let mut path: Vec<(usize, usize)> = vec![(start, 0)];
+        marks[start] = Mark::OnPath;
+        while let Some(&mut (m, ref mut next)) = path.last_mut() {
+            let targets = edges(&models[m]);
+            if *next == targets.len() {
+                marks[m] = Mark::Done;
+                path.pop();
+                continue;
+            }
+            let target = targets[*next].as_str();
+            *next += 1;
+            let Some(&t) = index.get(target) else {
+                continue;
+            };
+            match marks[t] {
+                Mark::Done => {}
+                Mark::New => {
+                    marks[t] = Mark::OnPath;
+                    path.push((t, 0));
+                }
+                Mark::OnPath => {
+                    let from = path.iter().position(|(p, _)| *p == t).unwrap_or(0);
+                    let mut names: Vec<String> = path[from..]
+                        .iter()
+                        .map(|(p, _)| models[*p].name.clone())
+                        .collect();
+                    names.push(models[t].name.clone());
+                    return Some((t, names));
+                }
+            }
+        }
+    }
+    None
 }
 
 /// Hex SHA-256 of a secret, as written in `key_sha256` and `sha256`.
@@ -1835,6 +2073,82 @@ pub(crate) mod tests {
                 e.reason
             );
         }
+    }
+
+    #[test]
+    fn degenerate_values_are_refused_with_file_key_and_reason() {
+        let with = |section: &str| format!("{MINIMAL}\n{section}\n");
+        let cases = [
+            (
+                "[health]\ninterval = \"1ns\"",
+                "health.interval",
+                "between 100ms and 1h",
+            ),
+            (
+                "[failover]\ndwell = \"500000000years\"",
+                "failover.dwell",
+                "between",
+            ),
+            (
+                "[retry]\nmax_attempts = 4294967295",
+                "retry.max_attempts",
+                "between 1 and 10",
+            ),
+            (
+                "[balance]\nvnodes = 100000000",
+                "balance.vnodes",
+                "between 1 and 10000",
+            ),
+            (
+                "[affinity]\npin_capacity = 9223372036854775807",
+                "affinity.pin_capacity",
+                "in memory",
+            ),
+        ];
+        for (section, key, reason) in cases {
+            let e = error_of(&with(section));
+            assert_eq!(e.file, "test.toml");
+            assert_eq!(e.key, key, "{e}");
+            assert!(e.reason.contains(reason), "{e}");
+        }
+        let e = error_of(&MINIMAL.replace(
+            "models = [\"qwen25-7b-instruct\"]",
+            "models = [\"qwen25-7b-instruct\"]\nweight = 4000000",
+        ));
+        assert_eq!(e.key, "backends[0].weight", "{e}");
+        let many: String = (0..10_001)
+            .map(|i| format!("[[backends]]\nname = \"b{i}\"\nzone = \"az-a\"\nurl = \"http://127.0.0.1:1\"\nmodels = [\"m\"]\n"))
+            .collect();
+        let e = error_of(&format!("{MINIMAL}\n{many}"));
+        assert_eq!(e.key, "backends", "{e}");
+        assert!(e.reason.contains("at most 10000"), "{e}");
+    }
+
+    #[test]
+    fn fallback_cycles_are_refused_naming_the_cycle() {
+        let models = |a: &str, b: &str, c: &str| {
+            format!(
+                "{}\n[[models]]\nname = \"a\"\n{a}\n[[models]]\nname = \"b\"\n{b}\n[[models]]\nname = \"c\"\n{c}\n",
+                MINIMAL.replace("models = [\"qwen25-7b-instruct\"]", "models = [\"a\", \"b\", \"c\"]")
+            )
+        };
+        // A chain is fine; so is two models falling back to one.
+        Config::parse("t", &models("fallback = [\"b\"]", "fallback = [\"c\"]", "")).unwrap();
+        Config::parse("t", &models("fallback = [\"c\"]", "fallback = [\"c\"]", "")).unwrap();
+        let e = error_of(&models(
+            "fallback = [\"b\"]",
+            "fallback = [\"c\"]",
+            "fallback = [\"a\"]",
+        ));
+        assert_eq!(e.key, "models[0].fallback", "{e}");
+        assert!(e.reason.contains("fallback cycle: a → b → c → a"), "{e}");
+        let e = error_of(&models(
+            "",
+            "context_fallback = [\"c\"]",
+            "context_fallback = [\"b\"]",
+        ));
+        assert_eq!(e.key, "models[1].context_fallback", "{e}");
+        assert!(e.reason.contains("b → c → b"), "{e}");
     }
 
     #[test]

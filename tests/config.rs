@@ -380,3 +380,177 @@ async fn a_standalone_node_reloads_its_file_on_sighup_and_keeps_it_when_invalid(
     let resp = node.chat().json(&chat_body(8, false)).send().await.unwrap();
     assert_eq!(resp.status(), 200);
 }
+
+/// `[balance] vnodes = 100000000` passed the dry run, committed, and every
+/// node died building its rings (and again at every restart). Now the dry
+/// run and the apply refuse it naming the key, and a config whose keys are
+/// each within bounds but whose rings are too costly is refused by rule
+/// `too_costly`, `--force` or not. Nothing is committed either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_no_node_could_build_is_refused_by_the_dry_run_and_the_apply() {
+    let cluster = TestCluster::start(1, "").await;
+    let leader = cluster.leader().await;
+    all_serve(&cluster, "1").await;
+    let entry = cluster.node(leader).admin.clone();
+    let current = config_of(cluster.node(leader)).await["toml"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let huge = dir.path().join("huge.toml");
+    std::fs::write(&huge, format!("{current}\n[balance]\nvnodes = 100000000\n")).unwrap();
+    let mut costly: toml::Table = current.parse().unwrap();
+    for b in costly["backends"].as_array_mut().unwrap() {
+        b.as_table_mut()
+            .unwrap()
+            .insert("weight".into(), toml::Value::Integer(10_000));
+    }
+    let mut balance = toml::Table::new();
+    balance.insert("vnodes".into(), toml::Value::Integer(10_000));
+    costly.insert("balance".into(), toml::Value::Table(balance));
+    let costly_file = dir.path().join("costly.toml");
+    std::fs::write(&costly_file, toml::to_string(&costly).unwrap()).unwrap();
+    for (file, want) in [(&huge, "balance.vnodes"), (&costly_file, "too_costly")] {
+        let f = file.to_str().unwrap();
+        for args in [
+            vec!["config", "apply", "--dry-run", f],
+            vec!["config", "apply", f],
+            vec!["config", "apply", "--force", f],
+        ] {
+            let (code, out, err) = ctl(&entry, &args).await;
+            assert_ne!(code, 0, "{args:?}: {out}{err}");
+            assert!(
+                format!("{out}{err}").contains(want),
+                "{args:?} should name {want}: {out}{err}"
+            );
+        }
+    }
+    let (code, out, err) = ctl(
+        &entry,
+        &[
+            "--json",
+            "config",
+            "apply",
+            "--dry-run",
+            costly_file.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert_eq!(code, 1, "refused by a rule: {out}{err}");
+    // Nothing committed; every node still serves, at version 1.
+    assert_eq!(config_of(cluster.node(leader)).await["config_version"], 1);
+    all_serve(&cluster, "1").await;
+}
+
+/// A committed config that one node cannot build (a panic injected in its
+/// build by the debug-only `ZONEGATE_DEBUG_FAIL_CONFIG_APPLY`) leaves that
+/// node on its last good config, ready and serving, visible in `ctl
+/// status` and its metrics; the rest of the cluster applies it, and the
+/// next version reaches the node again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_one_node_cannot_build_leaves_it_on_its_last_config() {
+    const MARKER: &str = "fails-on-node-2";
+    // Read by debug builds only; the marker keeps other tests' nodes
+    // (started from this process) unaffected.
+    std::env::set_var("ZONEGATE_DEBUG_FAIL_CONFIG_APPLY", format!("2:{MARKER}"));
+    let cluster = TestCluster::start(1, "").await;
+    let leader = cluster.leader().await;
+    all_serve(&cluster, "1").await;
+    let entry = cluster.node(leader).admin.clone();
+    let current = config_of(cluster.node(leader)).await["toml"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let v2 = dir.path().join("v2.toml");
+    std::fs::write(
+        &v2,
+        format!(
+            "{current}\n[[tenants]]\nname = \"{MARKER}\"\nkey_sha256 = \"{}\"\n",
+            zonegate::config::sha256_hex("another-key")
+        ),
+    )
+    .unwrap();
+    let (code, out, err) = ctl(&entry, &["config", "apply", v2.to_str().unwrap()]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let node2 = cluster.node(2);
+    eventually(
+        Duration::from_secs(30),
+        "node 2 reports it could not apply version 2",
+        || async {
+            let v = node2.admin_get("/admin/v1/cluster?scope=local").await;
+            v["config_failure"]["version"] == 2 && v["config_failure"]["kept"] == 1
+        },
+    )
+    .await;
+    for n in [1, 3] {
+        let node = cluster.node(n);
+        eventually(
+            Duration::from_secs(20),
+            "the others apply version 2",
+            || async { served_version(node).await.as_deref() == Some("2") },
+        )
+        .await;
+    }
+    // Node 2: still up, ready, serving with version 1, and saying why.
+    assert_eq!(served_version(node2).await.as_deref(), Some("1"));
+    let ready = client()
+        .get(format!("{}/readyz", node2.data))
+        .send()
+        .await
+        .unwrap();
+    assert!(ready.status().is_success(), "{}", ready.status());
+    let local = node2.admin_get("/admin/v1/cluster?scope=local").await;
+    assert_eq!(local["config_version"], 1, "{local}");
+    assert!(
+        local["config_failure"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("injected failure"),
+        "{local}"
+    );
+    assert_eq!(
+        metric_sum(
+            &node2.metrics().await,
+            "zonegate_config_apply_failed_total",
+            &[]
+        ),
+        1.0
+    );
+    let (code, out, err) = ctl(&entry, &["status"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("2 "))
+        .unwrap_or_else(|| panic!("no row for node 2:\n{out}"));
+    assert!(row.contains("v2 FAILED (kept v1)"), "{out}");
+    // The cluster still decides: the next version commits and reaches
+    // every node, node 2 included.
+    let v3 = dir.path().join("v3.toml");
+    std::fs::write(&v3, format!("{current}\n[balance]\nvnodes = 170\n")).unwrap();
+    let (code, out, err) = ctl(&entry, &["config", "apply", v3.to_str().unwrap()]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    all_serve(&cluster, "3").await;
+    let local = node2.admin_get("/admin/v1/cluster?scope=local").await;
+    assert!(local["config_failure"].is_null(), "{local}");
+}
+
+/// Viewers read every tenant's API-key digest (unsalted SHA-256, so weak
+/// keys can be guessed offline) in `/admin/v1/config`; only operators may.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn viewers_read_the_config_without_api_key_digests() {
+    let mock = Mock::start("az-a-1", "az-a", &[MODEL]).await;
+    let node = NodeProcess::start("az-a", &mock.backend_toml(&[MODEL])).await;
+    let digest = zonegate::config::sha256_hex(API_KEY);
+    let url = format!("{}/admin/v1/config", node.admin);
+    let operator = get_json(&url, Some(ADMIN_TOKEN)).await;
+    assert!(
+        operator["toml"].as_str().unwrap().contains(&digest),
+        "{operator}"
+    );
+    let viewer = get_json(&url, Some(VIEWER_TOKEN)).await;
+    let toml = viewer["toml"].as_str().unwrap();
+    assert!(!viewer.to_string().contains(&digest), "{viewer}");
+    assert!(toml.contains("redacted"), "{toml}");
+    assert!(toml.contains("deptA"), "the rest is shown: {toml}");
+}

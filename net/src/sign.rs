@@ -134,7 +134,9 @@ impl KeyRing {
 
     /// A ring of one random key (a standalone node's pins).
     pub fn random(purpose: Purpose) -> Self {
-        let secret = format!("{:032x}{:032x}", fastrand::u128(..), fastrand::u128(..));
+        // From the OS CSPRNG: a clock-seeded generator's key could be
+        // recomputed by whoever guesses the start time.
+        let secret = crate::random::hex(32);
         Self {
             keys: vec![Key::derive(&secret, purpose)],
         }
@@ -291,7 +293,7 @@ fn answer_mac(
 /// Signs a call with the ring's first key and a fresh nonce.
 pub fn sign_call(ring: &KeyRing, call: Call<'_>, body: &[u8], now_ms: u64) -> Signature {
     let key = ring.signer();
-    let nonce = format!("{:032x}", fastrand::u128(..));
+    let nonce = crate::random::hex(16);
     let body = body_digest(body);
     let sig = hex::encode(request_mac(key, call, now_ms, &nonce, &body));
     Signature {

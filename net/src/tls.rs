@@ -42,10 +42,35 @@ fn file_err(path: &Path, reason: impl ToString) -> TlsError {
     }
 }
 
+/// The most a PEM file (a certificate chain, a key, a CA bundle) may hold.
+pub const MAX_PEM_BYTES: u64 = 1024 * 1024;
+
+/// A PEM file's bytes: only a regular file (not a device such as
+/// `/dev/zero`, a FIFO or a directory), of at most [`MAX_PEM_BYTES`], read
+/// with a bounded read. Paths can come from replicated config, so a path
+/// must never make a node read without end.
+pub fn read_pem(path: &Path) -> Result<Vec<u8>, TlsError> {
+    use std::io::Read as _;
+    // Checked before opening: opening a FIFO for reading blocks.
+    let meta = std::fs::metadata(path).map_err(|e| file_err(path, e))?;
+    if !meta.is_file() {
+        return Err(file_err(path, "not a regular file"));
+    }
+    let file = std::fs::File::open(path).map_err(|e| file_err(path, e))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_PEM_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| file_err(path, e))?;
+    if bytes.len() as u64 > MAX_PEM_BYTES {
+        return Err(file_err(path, format!("larger than {MAX_PEM_BYTES} bytes")));
+    }
+    Ok(bytes)
+}
+
 /// Reads every certificate of a PEM file (at least one).
 pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| file_err(path, e))?
+    let pem = read_pem(path)?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| file_err(path, e))?;
     if certs.is_empty() {
@@ -56,7 +81,7 @@ pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError>
 
 /// Reads the private key of a PEM file (PKCS#8, PKCS#1 or SEC1).
 pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| file_err(path, e))
+    PrivateKeyDer::from_pem_slice(&read_pem(path)?).map_err(|e| file_err(path, e))
 }
 
 /// A root store from a PEM file of CA certificates.

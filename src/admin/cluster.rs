@@ -248,6 +248,9 @@ pub async fn cluster(
         "role": status.role,
         "decision_version": view.decision_version,
         "config_version": gw.cfg().config_version,
+        // A committed config this node could not apply (it routes with
+        // `kept`); `null` when none.
+        "config_failure": gw.config_failure(),
         "reachable": true,
         "leader": status.is_leader,
         "view_age_ms": view_age_ms,
@@ -284,6 +287,7 @@ pub async fn cluster(
                     "role": member.role,
                     "decision_version": answer.as_ref().map(|a| a["decision_version"].clone()),
                     "config_version": answer.as_ref().map(|a| a["config_version"].clone()),
+                    "config_failure": answer.as_ref().map(|a| a["config_failure"].clone()),
                     "reachable": answer.is_some(),
                     "leader": leader,
                     "view_age_ms": answer.as_ref().map(|a| a["view_age_ms"].clone()),
@@ -314,6 +318,7 @@ pub async fn cluster(
         "bootstrap_differs": status.bootstrap_differs,
         "decision_version": view.decision_version,
         "config_version": gw.cfg().config_version,
+        "config_failure": gw.config_failure(),
         "automation": view.automation,
         "zones": zones,
         "fail_static": failover.fail_static,

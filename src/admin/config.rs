@@ -3,7 +3,10 @@
 //! the validation of a start (file, key and reason), checked against the
 //! config safety rules, and committed as the next config version; a
 //! follower forwards it first, so the leader's validation is the one that
-//! counts.
+//! counts. Before any rule is checked the leader builds what every node
+//! will build from it (route tables, rings, quota stage) within the cost
+//! cap, off the runtime: a config no node could carry is refused (rule
+//! `too_costly`, or `build_failed`), dry run or not, `--force` or not.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -20,16 +23,58 @@ use zonegate_cluster::{config_digest, ClusterView, Decision, ZoneId};
 
 use super::cluster::{decide, forward_write, AdminError, Identity, Write, FORWARDED};
 use crate::config::{replicated, Config};
+use crate::dataplane::routing::Routes;
 use crate::node::gateway::Gateway;
+use crate::telemetry::Metrics;
 
 #[derive(Deserialize, Default)]
 pub struct ConfigQuery {
     version: Option<u64>,
 }
 
+/// What a viewer sees in place of a tenant's API-key digest.
+pub const REDACTED: &str = "(redacted: operators only)";
+
+/// `toml` with every tenant's `key_sha256` digests replaced by
+/// [`REDACTED`]. The digests are unsalted SHA-256: whoever reads one can
+/// test guesses of a weak key offline, so only operators see them.
+pub fn redact_digests(toml: &str) -> String {
+    let Ok(mut t) = toml.parse::<toml::Table>() else {
+        return format!("# {REDACTED}: the config is not readable as TOML\n");
+    };
+    let redacted = || toml::Value::String(REDACTED.into());
+    if let Some(toml::Value::Array(tenants)) = t.get_mut("tenants") {
+        for tenant in tenants.iter_mut().filter_map(toml::Value::as_table_mut) {
+            if let Some(keys) = tenant.get_mut("key_sha256") {
+                *keys = match keys {
+                    toml::Value::Array(list) => {
+                        toml::Value::Array(list.iter().map(|_| redacted()).collect())
+                    }
+                    _ => redacted(),
+                };
+            }
+        }
+    }
+    toml::to_string(&t).unwrap_or_else(|_| format!("# {REDACTED}\n"))
+}
+
 /// `GET /admin/v1/config[?version=V]`: the replicated sections in effect
-/// (or of a kept version), and the kept versions.
-pub async fn show(State(gw): State<Arc<Gateway>>, Query(q): Query<ConfigQuery>) -> Response {
+/// (or of a kept version), and the kept versions. Viewers get the tenants'
+/// key digests redacted, and each version's digest taken over the redacted
+/// text (the digest of the full text would let them test key guesses too).
+pub async fn show(
+    State(gw): State<Arc<Gateway>>,
+    Extension(who): Extension<Identity>,
+    Query(q): Query<ConfigQuery>,
+) -> Response {
+    let operator = who.role == crate::config::Role::Operator;
+    let shown = |toml: &str| {
+        if operator {
+            toml.to_owned()
+        } else {
+            redact_digests(toml)
+        }
+    };
     let cfg = gw.cfg_arc();
     let history: Vec<_> = gw
         .cluster
@@ -37,9 +82,9 @@ pub async fn show(State(gw): State<Arc<Gateway>>, Query(q): Query<ConfigQuery>) 
         .map(|n| n.state_snapshot().configs())
         .unwrap_or_default();
     let toml = match q.version {
-        None => cfg.replicated_toml().to_owned(),
+        None => shown(cfg.replicated_toml()),
         Some(v) => match history.iter().find(|c| c.version == v) {
-            Some(c) => c.toml.to_string(),
+            Some(c) => shown(&c.toml),
             None => {
                 return AdminError::BadRequest(format!(
                     "config version {v} is not kept (the last {} are)",
@@ -59,7 +104,7 @@ pub async fn show(State(gw): State<Arc<Gateway>>, Query(q): Query<ConfigQuery>) 
             "actor": c.actor,
             "reason": c.reason,
             "at_ms": c.at_ms,
-            "digest": config_digest(&c.toml),
+            "digest": config_digest(&shown(&c.toml)),
             "bytes": c.toml.len(),
         })).collect::<Vec<_>>(),
     }))
@@ -247,13 +292,7 @@ async fn apply_inner(
     }
     let next = current + 1;
     let base = gw.cfg_arc();
-    let new = base
-        .with_replicated(&toml, next, "submitted config")
-        .map_err(|e| AdminError::InvalidConfig {
-            file: e.file,
-            key: e.key,
-            reason: e.reason,
-        })?;
+    let new = build(gw, Arc::clone(&base), toml.clone(), next).await?;
     let recent: BTreeSet<String> = node
         .tenants_seen_since(crate::clock::unix_ms().saturating_sub(3_600_000))
         .into_iter()
@@ -297,6 +336,51 @@ async fn apply_inner(
         dry_run: false,
     };
     decide(gw, who, headers, uri, body, write).await
+}
+
+/// One dry build at a time: each may hold a full route table.
+static BUILDS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
+/// Validates `toml` as config version `next` and builds what every node
+/// will build from it, on a blocking thread (validation reads CA files; a
+/// build may take a while), within the cost cap. A panic while doing so is
+/// caught and refuses the config.
+async fn build(
+    gw: &Gateway,
+    base: Arc<Config>,
+    toml: String,
+    next: u64,
+) -> Result<Config, AdminError> {
+    let _one = BUILDS
+        .acquire()
+        .await
+        .map_err(|_| AdminError::Fatal("the config build queue is closed".into()))?;
+    let previous = gw.routes.load_full();
+    let view = gw.view.borrow().clone();
+    let built = tokio::task::spawn_blocking(move || -> Result<Config, AdminError> {
+        let new = base
+            .with_replicated(&toml, next, "submitted config")
+            .map_err(|e| AdminError::InvalidConfig {
+                file: e.file,
+                key: e.key,
+                reason: e.reason,
+            })?;
+        Routes::try_build(&new, Some(&previous)).map_err(|e| AdminError::Rejected {
+            rule: "too_costly",
+            message: format!(
+                "no node could carry this config: {e} (--force does not override this rule)"
+            ),
+        })?;
+        crate::dataplane::quota::Quotas::new(&new, &view, &Metrics::new());
+        Ok(new)
+    })
+    .await;
+    built.unwrap_or_else(|e| {
+        Err(AdminError::Rejected {
+            rule: "build_failed",
+            message: format!("building this config failed on the leader: {e}"),
+        })
+    })
 }
 
 fn parse(headers: &HeaderMap, body: &Bytes) -> Result<ApplyBody, AdminError> {
@@ -357,6 +441,30 @@ data_dir = "data"
             );
         }
         v
+    }
+
+    #[test]
+    fn viewers_get_every_key_digest_redacted() {
+        let text = format!(
+            "{}\n[[tenants]]\nname = \"two\"\nkey_sha256 = [\"{}\", \"{}\"]\n{}",
+            tenant("k1"),
+            crate::config::sha256_hex("k2"),
+            crate::config::sha256_hex("k3"),
+            backend("a1", "az-a", "m")
+        );
+        let redacted = redact_digests(&text);
+        for k in ["k1", "k2", "k3"] {
+            assert!(
+                !redacted.contains(&crate::config::sha256_hex(k)),
+                "{redacted}"
+            );
+        }
+        let t: toml::Table = redacted.parse().unwrap();
+        let tenants = t["tenants"].as_array().unwrap();
+        assert_eq!(tenants[0]["key_sha256"].as_str(), Some(REDACTED));
+        assert_eq!(tenants[1]["key_sha256"].as_array().unwrap().len(), 2);
+        assert_eq!(tenants[1]["name"].as_str(), Some("two"));
+        assert_eq!(t["backends"].as_array().unwrap().len(), 1);
     }
 
     #[test]

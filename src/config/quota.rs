@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use zonegate_cluster::{Limits, ZoneId};
 
+use super::bounds::{self, Bound};
 use super::{BackendConfig, ConfigError, Validator};
 
 /// A tenant's `quota = { rpm, tpm, concurrency, burst }`: any subset of
@@ -62,8 +63,6 @@ impl QuotaConfig {
     /// allocation may be used at once (the demo's 200 rpm per node: 17
     /// requests). Also the burst of a model's `limits`.
     pub const DEFAULT_BURST: Duration = Duration::from_secs(5);
-    /// A burst is at most the minute the limits are counted over.
-    pub const MAX_BURST: Duration = Duration::from_secs(60);
 }
 
 impl Default for QuotaConfig {
@@ -110,12 +109,14 @@ impl Validator<'_> {
                 "quotas.long_request_units",
                 raw.long_request_units,
                 d.long_request_units,
+                bounds::LONG_UNITS,
             )?,
             p0_reserve,
             rebalance_interval: self.duration(
                 "quotas.rebalance_interval",
                 raw.rebalance_interval.as_deref(),
                 d.rebalance_interval,
+                bounds::REBALANCE_INTERVAL,
             )?,
             drift_threshold,
             node_floor,
@@ -133,20 +134,20 @@ impl Validator<'_> {
             return Ok((Limits::default(), QuotaConfig::DEFAULT_BURST));
         };
         let burst_key = format!("{key}.burst");
-        let burst = self.duration(&burst_key, raw.burst.as_deref(), QuotaConfig::DEFAULT_BURST)?;
-        if burst > QuotaConfig::MAX_BURST {
-            return Err(self.err(
-                &burst_key,
-                format!(
-                    "must be at most 60s (the limits are per minute), got {}",
-                    raw.burst.as_deref().unwrap_or_default()
-                ),
-            ));
-        }
+        let burst = self.duration(
+            &burst_key,
+            raw.burst.as_deref(),
+            QuotaConfig::DEFAULT_BURST,
+            bounds::BURST,
+        )?;
         let limits = Limits {
-            rpm: self.limit(&format!("{key}.rpm"), raw.rpm)?,
-            tpm: self.limit(&format!("{key}.tpm"), raw.tpm)?,
-            concurrency: self.limit(&format!("{key}.concurrency"), raw.concurrency)?,
+            rpm: self.limit(&format!("{key}.rpm"), raw.rpm, bounds::PER_MINUTE)?,
+            tpm: self.limit(&format!("{key}.tpm"), raw.tpm, bounds::PER_MINUTE)?,
+            concurrency: self.limit(
+                &format!("{key}.concurrency"),
+                raw.concurrency,
+                bounds::CONCURRENCY,
+            )?,
         };
         if limits.is_unlimited() {
             return Err(self.err(key, "set at least one of rpm, tpm, concurrency"));
@@ -164,8 +165,8 @@ impl Validator<'_> {
             return Ok(Limits::default());
         };
         let limits = Limits {
-            rpm: self.limit(&format!("{key}.rpm"), raw.rpm)?,
-            tpm: self.limit(&format!("{key}.tpm"), raw.tpm)?,
+            rpm: self.limit(&format!("{key}.rpm"), raw.rpm, bounds::PER_MINUTE)?,
+            tpm: self.limit(&format!("{key}.tpm"), raw.tpm, bounds::PER_MINUTE)?,
             concurrency: None,
         };
         if limits.is_unlimited() {
@@ -174,10 +175,11 @@ impl Validator<'_> {
         Ok(limits)
     }
 
-    fn limit(&self, key: &str, v: Option<u64>) -> Result<Option<u64>, ConfigError> {
+    fn limit(&self, key: &str, v: Option<u64>, b: Bound<u64>) -> Result<Option<u64>, ConfigError> {
         match v {
             Some(0) => Err(self.err(key, "must be at least 1 (leave it out for no limit)")),
-            v => Ok(v),
+            Some(n) => self.int(key, Some(n), n, b).map(Some),
+            None => Ok(None),
         }
     }
 
@@ -337,7 +339,7 @@ mod tests {
             (
                 with_tenant_line("quota = { rpm = 5, burst = \"2m\" }"),
                 "tenants[0].quota.burst",
-                "at most 60s",
+                "between 1ms and 1m (the limits are per minute)",
             ),
             (
                 with_tenant_line("quota = { rpm = 5, burst = 5 }"),

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use zonegate_net::listen::Limits;
 use zonegate_net::tls::{BackendTls, ServerTls, TlsFiles};
 
-use super::{ConfigError, Validator};
+use super::{bounds, ConfigError, Validator};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -168,30 +168,35 @@ impl Validator<'_> {
         let raw = raw.unwrap_or_default();
         let d = LimitSettings::default();
         let key = |k: &str| format!("{section}.limits.{k}");
-        if raw.max_connections == Some(0) {
-            return Err(self.err(key("max_connections"), "must be at least 1"));
-        }
+        let max_connections = match raw.max_connections {
+            Some(n) => Some(self.int(&key("max_connections"), Some(n), n, bounds::CONNECTIONS)?),
+            None => None,
+        };
         Ok(LimitSettings {
-            max_connections: raw.max_connections,
+            max_connections,
             header_read_timeout: self.duration(
                 &key("header_read_timeout"),
                 raw.header_read_timeout.as_deref(),
                 d.header_read_timeout,
+                bounds::LISTENER_TIMEOUT,
             )?,
             idle_timeout: self.duration(
                 &key("idle_timeout"),
                 raw.idle_timeout.as_deref(),
                 d.idle_timeout,
+                bounds::LISTENER_TIMEOUT,
             )?,
             body_read_timeout: self.duration(
                 &key("body_read_timeout"),
                 raw.body_read_timeout.as_deref(),
                 d.body_read_timeout,
+                bounds::LISTENER_TIMEOUT,
             )?,
             send_timeout: self.duration(
                 &key("send_timeout"),
                 raw.send_timeout.as_deref(),
                 d.send_timeout,
+                bounds::LISTENER_TIMEOUT,
             )?,
         })
     }
@@ -223,9 +228,21 @@ impl Validator<'_> {
                 )
             })?;
         }
-        if tls.ca.is_some() {
-            tls.client_config()
-                .map_err(|e| self.err(format!("{key}.tls.ca"), e.to_string()))?;
+        if let Some(ca) = &tls.ca {
+            // One message whatever went wrong (missing, unreadable, not a
+            // regular file, too large, not PEM): the path comes from
+            // replicated config, and the leader's answer must not tell
+            // which files exist on it.
+            tls.client_config().map_err(|_| {
+                self.err(
+                    format!("{key}.tls.ca"),
+                    format!(
+                        "cannot load a CA bundle from `{}`: it must be a readable regular file of at most {} KiB holding PEM certificates",
+                        ca.display(),
+                        zonegate_net::tls::MAX_PEM_BYTES / 1024
+                    ),
+                )
+            })?;
         }
         Ok(tls)
     }
@@ -247,6 +264,55 @@ impl Validator<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::tests::{error_of, MINIMAL};
+
+    fn with_ca(path: &str) -> String {
+        MINIMAL.replace("http://127", "https://127").replace(
+            "models = [\"qwen25-7b-instruct\"]",
+            &format!("models = [\"qwen25-7b-instruct\"]\ntls = {{ ca = \"{path}\" }}"),
+        )
+    }
+
+    /// `/dev/zero` made the leader allocate until it aborted, `/dev/urandom`
+    /// spin; and the answer told a missing file from an unreadable one.
+    #[test]
+    fn a_backend_ca_path_reads_only_a_bounded_regular_file_and_says_one_thing() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.pem");
+        std::fs::write(&big, vec![b'a'; 2 * 1024 * 1024]).unwrap();
+        let garbage = dir.path().join("garbage.pem");
+        std::fs::write(&garbage, "not a certificate").unwrap();
+        let missing = dir.path().join("missing.pem");
+        let paths = [
+            "/dev/zero".to_owned(),
+            "/dev/urandom".to_owned(),
+            dir.path().display().to_string(),
+            big.display().to_string(),
+            garbage.display().to_string(),
+            missing.display().to_string(),
+        ];
+        let mut reasons = Vec::new();
+        for p in &paths {
+            let started = std::time::Instant::now();
+            let e = error_of(&with_ca(p));
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(5),
+                "{p} took {:?}",
+                started.elapsed()
+            );
+            assert_eq!(e.key, "backends[0].tls.ca", "{e}");
+            reasons.push(e.reason.replace(p.as_str(), "PATH"));
+        }
+        assert!(
+            reasons.iter().all(|r| *r == reasons[0]),
+            "one message for every failure: {reasons:#?}"
+        );
+        assert!(
+            reasons[0].contains("regular file of at most 1024 KiB"),
+            "{}",
+            reasons[0]
+        );
+    }
 
     #[test]
     fn networks_contain_what_they_should() {

@@ -390,7 +390,8 @@ impl RequestId {
         {
             return Self::Client(v);
         }
-        let n = fastrand::u128(..);
+        // Unguessable: seeded from the OS CSPRNG, no system call per id.
+        let n = zonegate_net::random::id128();
         let mut hex = [0u8; 32];
         for (i, digit) in hex.iter_mut().enumerate() {
             *digit = b"0123456789abcdef"[((n >> (124 - 4 * i)) & 0xf) as usize];

@@ -13,7 +13,10 @@ use prometheus::{Histogram, IntCounter};
 use zonegate_cluster::{ClusterView, ZoneId};
 
 use crate::clock::now_ms;
-use crate::config::{Balance, Config, CrossZone, HealthConfig, ModelConfig};
+use crate::config::{
+    Balance, Config, CrossZone, HealthConfig, ModelConfig, MAX_RING_POINTS,
+    MAX_RING_POINTS_PER_POOL,
+};
 use crate::dataplane::backend::Backend;
 use crate::dataplane::balance::{self, Candidates, Ring, SmoothWrr};
 use crate::dataplane::request::RequestClass;
@@ -296,9 +299,86 @@ impl ZonePool {
     }
 }
 
+/// A route table too costly for a node to build: which key drives the
+/// cost, and by how much it is over.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {reason}")]
+pub struct TooCostly {
+    pub key: String,
+    pub reason: String,
+}
+
+/// Models × backends a route table may be built from.
+pub const MAX_MODEL_BACKEND_PAIRS: u64 = 10_000_000;
+
+/// Ring points the route table of `cfg` holds, counted before anything is
+/// built: per pool (one model in one zone) vnodes × the sum of its
+/// backends' weights, where the pool has a ring (the model balances by
+/// ring, or zone pins are on). More than [`MAX_RING_POINTS_PER_POOL`] in
+/// one pool or [`MAX_RING_POINTS`] in all is refused: every node builds
+/// every ring at every config change.
+pub fn ring_points(cfg: &Config) -> Result<u64, TooCostly> {
+    // Building looks at every backend for every model.
+    let pairs = (cfg.models.len() as u64).saturating_mul(cfg.backends.len() as u64);
+    if pairs > MAX_MODEL_BACKEND_PAIRS {
+        return Err(TooCostly {
+            key: "models".into(),
+            reason: format!(
+                "{} models × {} backends = {pairs} pairs to route, more than the {MAX_MODEL_BACKEND_PAIRS} a node builds at a config change",
+                cfg.models.len(),
+                cfg.backends.len()
+            ),
+        });
+    }
+    let vnodes = u64::from(cfg.balance.vnodes);
+    let mut total = 0u64;
+    for m in &cfg.models {
+        if !(m.balance == Balance::Ring || cfg.affinity.zone_pin) {
+            continue;
+        }
+        let mut by_zone: HashMap<&ZoneId, u64> = HashMap::new();
+        for b in cfg.backends.iter().filter(|b| b.models.contains(&m.name)) {
+            let w = by_zone.entry(&b.zone).or_default();
+            *w = w.saturating_add(u64::from(b.weight.max(1)));
+        }
+        for (zone, weight) in by_zone {
+            let points = vnodes.saturating_mul(weight);
+            if points > MAX_RING_POINTS_PER_POOL {
+                return Err(TooCostly {
+                    key: "balance.vnodes".into(),
+                    reason: format!(
+                        "model {} in zone {zone}: vnodes ({vnodes}) × its backends' weights ({weight}) = {points} ring points, more than the {MAX_RING_POINTS_PER_POOL} one pool may hold; lower balance.vnodes or the weights",
+                        m.name
+                    ),
+                });
+            }
+            total = total.saturating_add(points);
+        }
+    }
+    if total > MAX_RING_POINTS {
+        return Err(TooCostly {
+            key: "balance.vnodes".into(),
+            reason: format!(
+                "the route table would hold {total} ring points over all models and zones, more than the {MAX_RING_POINTS} a node builds at a config change; lower balance.vnodes or the weights"
+            ),
+        });
+    }
+    Ok(total)
+}
+
 impl Routes {
+    /// [`Routes::build`] within the cost cap ([`ring_points`]): what a node
+    /// builds from a config it did not write (the cluster's), and what the
+    /// leader's dry run builds before committing one.
+    pub fn try_build(cfg: &Config, previous: Option<&Routes>) -> Result<Routes, TooCostly> {
+        ring_points(cfg)?;
+        Ok(Self::build(cfg, previous))
+    }
+
     /// Builds the table from config, reusing the live [`Backend`]s of
-    /// `previous` by name so their signals survive a rebuild.
+    /// `previous` by name so their signals survive a rebuild. Builds
+    /// whatever it is given: a config from outside goes through
+    /// [`Routes::try_build`].
     pub fn build(cfg: &Config, previous: Option<&Routes>) -> Routes {
         let backends: Vec<Arc<Backend>> = cfg
             .backends
@@ -680,6 +760,46 @@ mod tests {
                 r.as_str()
             );
         }
+    }
+
+    fn config(balance: &str, backends: &[(&str, u32)]) -> Config {
+        let mut text = format!(
+            "[node]\nid = 1\nzone = \"az-a\"\nlisten = \"127.0.0.1:0\"\n\
+             admin_listen = \"127.0.0.1:0\"\ndata_dir = \"d\"\n{balance}\n"
+        );
+        for (i, (zone, weight)) in backends.iter().enumerate() {
+            text.push_str(&format!(
+                "[[backends]]\nname = \"b{i}\"\nzone = \"{zone}\"\nurl = \"http://127.0.0.1:{}\"\nmodels = [\"m\"]\nweight = {weight}\n",
+                9000 + i
+            ));
+        }
+        Config::parse("t.toml", &text).unwrap()
+    }
+
+    #[test]
+    fn a_route_table_past_the_ring_cap_is_refused_before_it_is_built() {
+        // Each key within its own bound, the product past one pool's cap:
+        // 10 000 vnodes × 2 × 10 000 weight = 2 × 10⁸ points (3 GiB).
+        let costly = config(
+            "[balance]\nvnodes = 10000",
+            &[("az-a", 10_000), ("az-a", 10_000)],
+        );
+        let e = Routes::try_build(&costly, None).unwrap_err();
+        assert_eq!(e.key, "balance.vnodes");
+        assert!(e.reason.contains("model m in zone az-a"), "{e}");
+        assert!(e.reason.contains("200000000 ring points"), "{e}");
+        // Without rings (no pins, no ring balance) weights cost nothing.
+        let no_rings = config(
+            "[balance]\nvnodes = 10000\n[affinity]\nzone_pin = false",
+            &[("az-a", 10_000), ("az-a", 10_000)],
+        );
+        assert_eq!(ring_points(&no_rings), Ok(0));
+        assert!(Routes::try_build(&no_rings, None).is_ok());
+        // The defaults: 160 points per unit of weight, one ring per pool.
+        let fine = config("", &[("az-a", 3), ("az-b", 1)]);
+        assert_eq!(ring_points(&fine), Ok(160 * 4));
+        let routes = Routes::try_build(&fine, None).unwrap();
+        assert_eq!(routes.model("m").unwrap().pools.len(), 2);
     }
 
     fn zones() -> Vec<ZoneId> {

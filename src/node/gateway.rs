@@ -12,7 +12,7 @@ use crate::config::Config;
 use crate::dataplane::affinity::{PinSigner, PinTable};
 use crate::dataplane::observe::ZoneStats;
 use crate::dataplane::retry::{RetryBudget, Retrying};
-use crate::dataplane::routing::Routes;
+use crate::dataplane::routing::{Routes, TooCostly};
 use crate::telemetry::events::EventLog;
 use crate::telemetry::Metrics;
 use zonegate_net::listen::{Handed, Stats};
@@ -53,6 +53,30 @@ pub struct Gateway {
     /// The data-plane threads' connections (`zonegate_net::spread`), for
     /// metrics; set by `node::start`.
     pub data_spread: std::sync::OnceLock<Arc<Spread<Handed>>>,
+    /// The last committed config version this node could not apply, while
+    /// it routes with an older one (cleared when a later one applies).
+    config_failure: parking_lot::Mutex<Option<ApplyFailure>>,
+}
+
+/// A committed config version a node could not apply: it keeps routing
+/// with the one it had (`kept`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ApplyFailure {
+    /// The version that failed.
+    pub version: u64,
+    /// The version this node still routes with.
+    pub kept: u64,
+    pub reason: String,
+}
+
+/// Why a config could not be swapped in.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("too costly to build: {0}")]
+    TooCostly(#[from] TooCostly),
+    /// A bug, caught at the boundary: the node keeps its config and runs on.
+    #[error("building it panicked: {0}")]
+    Panicked(String),
 }
 
 impl Gateway {
@@ -100,6 +124,10 @@ impl Gateway {
         self.witness
     }
 
+    /// [`Gateway::try_new`] for configs known to fit (tests, tools).
+    ///
+    /// # Panics
+    /// When the config's route table is over the cost cap.
     pub fn new(
         cfg: Arc<Config>,
         view: watch::Receiver<Arc<ClusterView>>,
@@ -107,7 +135,21 @@ impl Gateway {
         pin_keys: KeyRing,
         metrics: Metrics,
     ) -> Self {
-        let routes = Routes::build(&cfg, None);
+        Self::try_new(cfg, view, cluster, pin_keys, metrics)
+            .unwrap_or_else(|e| panic!("the route table is too costly: {e}"))
+    }
+
+    /// A node's shared state from its config; a route table over the cost
+    /// cap ([`crate::dataplane::routing::ring_points`]) is refused, naming
+    /// the key.
+    pub fn try_new(
+        cfg: Arc<Config>,
+        view: watch::Receiver<Arc<ClusterView>>,
+        cluster: Option<Arc<ClusterNode>>,
+        pin_keys: KeyRing,
+        metrics: Metrics,
+    ) -> Result<Self, TooCostly> {
+        let routes = Routes::try_build(&cfg, None)?;
         for b in &routes.backends {
             metrics
                 .backend_up
@@ -122,7 +164,8 @@ impl Gateway {
         if let Some(node) = &cluster {
             feed_rebalance(node, &quotas, &cfg);
         }
-        Self {
+        Ok(Self {
+            config_failure: parking_lot::Mutex::new(None),
             quotas: ArcSwap::from_pointee(quotas),
             routes: ArcSwap::from_pointee(routes),
             view,
@@ -147,7 +190,7 @@ impl Gateway {
             drain: crate::node::drain::Drain::default(),
             retry_budget: RetryBudget::new(),
             config: ArcSwap::new(cfg),
-        }
+        })
     }
 
     /// Routes with `cfg` from now on: the route table rebuilt (backends
@@ -155,10 +198,31 @@ impl Gateway {
     /// new ones start in slow start; removed ones finish what they carry
     /// and their probes stop) and the quota stage rebuilt, each swapped
     /// whole. Requests in flight keep the versions they started with.
-    pub fn reconfigure(&self, cfg: Config) {
+    ///
+    /// Nothing is swapped when the build fails: over the cost cap, or a
+    /// panic, caught here so that a config one node cannot build leaves it
+    /// on its last good one instead of taking it down (and down again at
+    /// every restart, since it re-applies the committed config).
+    pub fn reconfigure(&self, cfg: Config) -> Result<(), ApplyError> {
         let cfg = Arc::new(cfg);
-        let routes = Routes::build(&cfg, Some(&self.routes.load()));
-        let quotas = crate::dataplane::quota::Quotas::new(&cfg, &self.view.borrow(), &self.metrics);
+        let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            debug_fail_point(&cfg);
+            let routes = Routes::try_build(&cfg, Some(&self.routes.load()))?;
+            let quotas =
+                crate::dataplane::quota::Quotas::new(&cfg, &self.view.borrow(), &self.metrics);
+            Ok::<_, TooCostly>((routes, quotas))
+        }));
+        let (routes, quotas) = match built {
+            Ok(built) => built?,
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    .unwrap_or_else(|| "a panic without a message".into());
+                return Err(ApplyError::Panicked(message));
+            }
+        };
         if let Some(node) = &self.cluster {
             feed_rebalance(node, &quotas, &cfg);
         }
@@ -167,6 +231,37 @@ impl Gateway {
         self.config.store(Arc::clone(&cfg));
         self.routes.store(Arc::new(routes));
         self.quotas.store(Arc::new(quotas));
+        Ok(())
+    }
+
+    /// The committed config this node could not apply, if it routes with
+    /// an older one because of it.
+    pub fn config_failure(&self) -> Option<ApplyFailure> {
+        self.config_failure.lock().clone()
+    }
+
+    /// Records the outcome of applying a committed config version: a
+    /// failure is logged, counted (`zonegate_config_apply_failed_total`)
+    /// and shown in `ctl status` until a later version applies.
+    pub fn record_config_apply(&self, version: u64, outcome: Result<(), String>) {
+        let mut failure = self.config_failure.lock();
+        match outcome {
+            Ok(()) => *failure = None,
+            Err(reason) => {
+                let kept = self.cfg().config_version;
+                tracing::error!(
+                    config_version = version,
+                    routing_with = kept,
+                    "the cluster's config version {version} cannot be applied on this node; it keeps routing with version {kept}: {reason}"
+                );
+                self.metrics.config_apply_failed.inc();
+                *failure = Some(ApplyFailure {
+                    version,
+                    kept,
+                    reason,
+                });
+            }
+        }
     }
 
     /// The config in effect (cheap; hold it briefly, or take
@@ -180,6 +275,29 @@ impl Gateway {
         self.config.load_full()
     }
 }
+
+/// Debug builds only (tests): `ZONEGATE_DEBUG_FAIL_CONFIG_APPLY=<node
+/// id>:<text>` makes node `<id>` panic while building any config whose
+/// replicated sections contain `<text>`, so a test can make one node's
+/// build fail. Release builds never read it.
+#[cfg(debug_assertions)]
+fn debug_fail_point(cfg: &Config) {
+    let Ok(v) = std::env::var("ZONEGATE_DEBUG_FAIL_CONFIG_APPLY") else {
+        return;
+    };
+    if let Some((id, text)) = v.split_once(':') {
+        if id.trim().parse() == Ok(cfg.node.id) && !text.is_empty() && cfg.replicated.contains(text)
+        {
+            panic!(
+                "ZONEGATE_DEBUG_FAIL_CONFIG_APPLY: injected failure building config version {}",
+                cfg.config_version
+            );
+        }
+    }
+}
+
+#[cfg(not(debug_assertions))]
+fn debug_fail_point(_: &Config) {}
 
 /// The quota stage's demand goes into this node's zone reports and its
 /// tenants' quotas into the leader's rebalance.
@@ -226,7 +344,8 @@ mod tests {
         let more = "[[backends]]\nname = \"b\"\nzone = \"az-a\"\nurl = \"http://127.0.0.1:10\"\nmodels = [\"m\"]\n";
         gw.reconfigure(config(&format!(
             "{more}[retry]\nbudget_ratio = 0.0\nmin_concurrent_retries = 2\n"
-        )));
+        )))
+        .unwrap();
         let second = gw.try_retry(1);
         assert!(second.is_some());
         assert!(gw.try_retry(1).is_none());

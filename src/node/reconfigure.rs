@@ -3,6 +3,14 @@
 //! swaps the result in (`Gateway::reconfigure`); the leader seeds config
 //! version 1 from its file when the cluster has none. A standalone node
 //! reloads its file on SIGHUP.
+//!
+//! A committed version this node cannot apply (it does not validate here,
+//! its build is over the cost cap, or building it panicked) leaves the node
+//! routing with its last good config, ready, and reporting the failure
+//! (`Gateway::record_config_apply`); it is not retried until a later
+//! version is committed. Validation and the build run on a blocking
+//! thread: they read files (CA bundles) and may take a while, and the
+//! control plane's runtime must keep answering.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,8 +31,20 @@ pub async fn follow(gw: Arc<Gateway>, mut stop: watch::Receiver<bool>) {
     loop {
         let current = view.borrow_and_update().config.clone();
         match current {
-            Some((version, toml)) if version != gw.cfg().config_version => {
-                apply(&gw, version, &toml, &mut warned);
+            Some((version, toml))
+                if version != gw.cfg().config_version
+                    && gw.config_failure().map(|f| f.version) != Some(version) =>
+            {
+                let on = Arc::clone(&gw);
+                let applied =
+                    tokio::task::spawn_blocking(move || apply(&on, version, &toml, warned)).await;
+                match applied {
+                    Ok(w) => warned = w,
+                    Err(e) => gw.record_config_apply(
+                        version,
+                        Err(format!("validating it failed unexpectedly: {e}")),
+                    ),
+                }
             }
             Some(_) => {}
             None => seed(&gw).await,
@@ -38,13 +58,15 @@ pub async fn follow(gw: Arc<Gateway>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-fn apply(gw: &Gateway, version: u64, toml: &str, warned: &mut bool) {
+/// Validates and swaps in config `version`; returns whether the warning
+/// about this node's file differing has been given.
+fn apply(gw: &Gateway, version: u64, toml: &str, mut warned: bool) -> bool {
     let base = gw.cfg_arc();
     let source = format!("cluster config v{version}");
     match base.with_replicated(toml, version, &source) {
         Ok(cfg) => {
-            if !*warned {
-                *warned = true;
+            if !warned {
+                warned = true;
                 let own = replicated::cut(&base.file, &base.text).unwrap_or_default();
                 let differs = replicated::differing(&own, toml);
                 if !differs.is_empty() {
@@ -57,19 +79,21 @@ fn apply(gw: &Gateway, version: u64, toml: &str, warned: &mut bool) {
                 }
             }
             let backends = cfg.backends.len();
-            gw.reconfigure(cfg);
-            tracing::info!(
-                config_version = version,
-                backends,
-                "applied the cluster's routing config"
-            );
+            match gw.reconfigure(cfg) {
+                Ok(()) => {
+                    gw.record_config_apply(version, Ok(()));
+                    tracing::info!(
+                        config_version = version,
+                        backends,
+                        "applied the cluster's routing config"
+                    );
+                }
+                Err(e) => gw.record_config_apply(version, Err(e.to_string())),
+            }
         }
-        Err(e) => tracing::error!(
-            config_version = version,
-            routing_with = base.config_version,
-            "the cluster's config does not validate on this node, keeping the one in use: {e}"
-        ),
+        Err(e) => gw.record_config_apply(version, Err(format!("it does not validate: {e}"))),
     }
+    warned
 }
 
 /// On the leader of a cluster without a config: propose this node's
@@ -121,8 +145,12 @@ pub async fn reload_on_hangup(
         match Config::load(std::path::Path::new(&file)) {
             Ok(cfg) => {
                 let backends = cfg.backends.len();
-                gw.reconfigure(cfg);
-                tracing::info!(file = %file, backends, "SIGHUP: config reloaded");
+                match gw.reconfigure(cfg) {
+                    Ok(()) => tracing::info!(file = %file, backends, "SIGHUP: config reloaded"),
+                    Err(e) => tracing::error!(
+                        "SIGHUP: the config was not reloaded, keeping the one in use: {e}"
+                    ),
+                }
             }
             Err(e) => {
                 tracing::error!("SIGHUP: the config was not reloaded, keeping the one in use: {e}")

@@ -192,13 +192,16 @@ pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<Runni
             .map_err(|e| anyhow::anyhow!("{SECRET_ENV}: {e}"))?,
         None => KeyRing::random(Purpose::Pin),
     };
-    let gateway = Arc::new(Gateway::new(
-        Arc::clone(&cfg),
-        view_rx,
-        cluster.clone(),
-        pin_keys,
-        Metrics::new(),
-    ));
+    let gateway = Arc::new(
+        Gateway::try_new(
+            Arc::clone(&cfg),
+            view_rx,
+            cluster.clone(),
+            pin_keys,
+            Metrics::new(),
+        )
+        .map_err(|e| anyhow::anyhow!("{}: {e}", cfg.file))?,
+    );
     let server_tls = |files: &Option<TlsFiles>, what: &str| {
         files
             .clone()

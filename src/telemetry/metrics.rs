@@ -222,6 +222,8 @@ metrics! {
     pool_backends_up: IntGaugeVec = "zonegate_pool_backends_up", "Backends of a model's pool in a zone that take traffic (not ejected)", ["model", "zone"];
     /// 1 while the global breaker sends unhealthy models to the floor model.
     breaker_open: IntGauge = "zonegate_health_breaker_open", "1 while requests for models without a healthy backend go to the floor model", [];
+    /// Committed config versions this node could not apply.
+    config_apply_failed: IntCounter = "zonegate_config_apply_failed_total", "Committed config versions this node could not apply (it kept routing with its last good config)", [];
     decision_version: IntGauge = "zonegate_decision_version", "Version of the last control-plane decision this node routes with", [];
     /// 1 for each zone's current status in this node's view.
     zone_status: IntGaugeVec = "zonegate_zone_status", "Zone status in this node's view: 1 for the current status (active, failed_over, draining), 0 for the others", ["zone", "status"];

@@ -168,7 +168,7 @@ async fn run_in(exe: &Path, dir: &Path, opts: &DemoOptions) -> anyhow::Result<()
             raft: concrete_addr("127.0.0.1:0")?,
         });
     }
-    let secret = format!("{:032x}", fastrand::u128(..));
+    let secret = zonegate_net::random::hex(16);
     let mut urls = Vec::new();
     for node in &nodes {
         let path = dir.join(format!("node-{}.toml", node.id));

@@ -154,7 +154,7 @@ fn status(v: &Value, look: &Look) -> String {
             s(&n["zone"]),
             s(&n["role"]),
             s(&n["decision_version"]),
-            s(&n["config_version"]),
+            config_cell(n, look),
             s(&n["reachable"]),
             view,
             leader.into(),
@@ -193,6 +193,16 @@ fn status(v: &Value, look: &Look) -> String {
         );
     }
     out
+}
+
+/// A node's CONFIG cell: the version it routes with, or, when it could
+/// not apply a committed one, `v8 FAILED (kept v7)`.
+fn config_cell(n: &Value, look: &Look) -> String {
+    let f = &n["config_failure"];
+    match (f["version"].as_u64(), f["kept"].as_u64()) {
+        (Some(v), Some(kept)) => look.bad(&format!("v{v} FAILED (kept v{kept})")),
+        _ => s(&n["config_version"]),
+    }
 }
 
 fn explain(v: &Value) -> String {
@@ -614,6 +624,30 @@ mod tests {
         let v2 = json!({"zones": {"az-a": {"status": "active", "score": 0.31, "bad_periods": 2}}});
         let out = render(&Verb::Status, &v2);
         assert!(out.contains("0.31") && out.contains("2 bad"), "{out}");
+    }
+
+    #[test]
+    fn status_shows_a_node_that_could_not_apply_the_committed_config() {
+        let v = json!({
+            "zones": {},
+            "nodes": [
+                {"id": 1, "zone": "az-a", "role": "voter", "decision_version": 9, "config_version": 8,
+                 "config_failure": null, "reachable": true, "leader": true},
+                {"id": 2, "zone": "az-b", "role": "voter", "decision_version": 9, "config_version": 7,
+                 "config_failure": {"version": 8, "kept": 7, "reason": "too costly"},
+                 "reachable": true, "leader": false}
+            ]
+        });
+        let out = render(&Verb::Status, &v);
+        let row = |id: &str| {
+            out.lines()
+                .find(|l| l.starts_with(id))
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert!(row("2 ").contains("v8 FAILED (kept v7)"), "{out}");
+        assert!(!row("1 ").contains("FAILED"), "{out}");
+        assert!(row("1 ").contains(" 8 "), "{out}");
     }
 
     #[test]
