@@ -265,10 +265,7 @@ fn parse(buf: &[u8], spans: &mut Vec<Span>) -> Parse {
 /// may begin) hold an empty line, the end of a head; or the buffer is at
 /// the size past which the head is hyper's.
 fn may_end_head(buf: &[u8], from: usize) -> bool {
-    let tail = &buf[from.saturating_sub(3)..];
-    buf.len() >= MAX_HEAD
-        || tail.windows(2).any(|w| w == b"\n\n")
-        || tail.windows(3).any(|w| w == b"\n\r\n")
+    buf.len() >= MAX_HEAD || crate::http1::may_end_head(buf, from)
 }
 
 /// Who answers a request, and what they are handed.

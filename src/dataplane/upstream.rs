@@ -334,8 +334,9 @@ pub async fn send(
     if let Err(e) = written {
         return Err(SendError::Reset(format!("writing the request: {e}")));
     }
+    let mut scan = wire::HeadScan::default();
     let head = loop {
-        match wire::parse_head(&mut conn.buf, &mut conn.spans) {
+        match wire::parse_head(&mut conn.buf, &mut conn.spans, &mut scan) {
             Ok(Some(head)) => break head,
             Ok(None) => {}
             Err(e) => return Err(SendError::Reset(format!("the backend's answer: {e}"))),

@@ -25,7 +25,8 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::StatusCode;
 use smallvec::SmallVec;
 use zonegate_net::http1::{
-    content_length, list_items, name_is, put_header, put_number, span, written, HeadLines, Span,
+    content_length, list_items, may_end_head, name_is, put_header, put_number, span, written,
+    HeadLines, Span,
 };
 
 /// Headers in one response at most (hyper's client allows 100 too).
@@ -66,17 +67,47 @@ pub(super) struct Head {
     pub keep_alive: bool,
 }
 
+/// How far an incomplete response head has been looked at: kept across
+/// the reads of one answer's head, so a head sent a byte at a time costs
+/// linear work, not quadratic (as `zonegate_net::h1` does for requests).
+#[derive(Debug, Default)]
+pub(super) struct HeadScan {
+    /// Bytes at the front of the buffer already parsed as incomplete.
+    checked: usize,
+    /// Bytes looked at so far (tests assert it stays linear).
+    #[cfg(test)]
+    examined: usize,
+}
+
 /// Parses the response head at the front of `buf`, skipping 1xx answers;
 /// `Ok(None)` while it is incomplete. The head's bytes are taken from
 /// `buf`; what follows (the body's start) stays.
-/// `spans` is scratch space, kept by the connection across answers.
+/// `spans` is scratch space, kept by the connection across answers;
+/// `scan` is this answer's (a fresh one for each).
 pub(super) fn parse_head(
     buf: &mut BytesMut,
     spans: &mut Vec<Span>,
+    scan: &mut HeadScan,
 ) -> Result<Option<Head>, String> {
     loop {
         if buf.is_empty() {
             return Ok(None);
+        }
+        // Parsed again only once the bytes read since may end the head.
+        if scan.checked > 0 && buf.len() < MAX_HEAD {
+            #[cfg(test)]
+            {
+                scan.examined += buf.len() - scan.checked.saturating_sub(3);
+            }
+            let ends = may_end_head(buf, scan.checked);
+            scan.checked = buf.len();
+            if !ends {
+                return Ok(None);
+            }
+        }
+        #[cfg(test)]
+        {
+            scan.examined += buf.len();
         }
         // Left uninitialised: httparse writes each header it finds.
         let mut raw = [const { MaybeUninit::uninit() }; MAX_HEADERS];
@@ -85,13 +116,17 @@ pub(super) fn parse_head(
             .parse_response_with_uninit_headers(&mut resp, buf, &mut raw);
         let len = match parsed {
             Ok(httparse::Status::Complete(n)) => n,
-            Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => return Ok(None),
+            Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => {
+                scan.checked = buf.len();
+                return Ok(None);
+            }
             Ok(httparse::Status::Partial) => return Err("a response head over 64 KiB".into()),
             Err(e) => return Err(format!("an invalid response head: {e}")),
         };
         let code = resp.code.unwrap_or(0);
         if (100..200).contains(&code) && code != 101 {
             buf.advance(len);
+            scan.checked = 0;
             continue;
         }
         if code == 101 {
@@ -338,8 +373,9 @@ mod tests {
         let mut buf = BytesMut::new();
         let mut pieces = wire.chunks(piece);
         let mut head = None;
+        let mut scan = HeadScan::default();
         while head.is_none() {
-            match parse_head(&mut buf, &mut Vec::new())? {
+            match parse_head(&mut buf, &mut Vec::new(), &mut scan)? {
                 Some(h) => head = Some(h),
                 None => buf.extend_from_slice(pieces.next().ok_or("head cut")?),
             }
@@ -391,10 +427,39 @@ mod tests {
     }
 
     #[test]
+    fn a_head_trickled_a_byte_at_a_time_is_parsed_in_linear_work() {
+        // A backend that sends its head a byte per read: each byte must not
+        // make the reader parse everything held again.
+        let mut wire = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n".to_vec();
+        for i in 0..90 {
+            wire.extend_from_slice(format!("x-filler-{i}: {}\r\n", "v".repeat(80)).as_bytes());
+        }
+        wire.extend_from_slice(b"content-length: 2\r\n\r\nok");
+        let mut buf = BytesMut::new();
+        let mut scan = HeadScan::default();
+        let mut spans = Vec::new();
+        let mut bytes = wire.iter();
+        let head = loop {
+            if let Some(head) = parse_head(&mut buf, &mut spans, &mut scan).expect("valid") {
+                break head;
+            }
+            buf.extend_from_slice(&[*bytes.next().expect("the head ends")]);
+        };
+        assert_eq!(head.status, StatusCode::OK);
+        assert_eq!(head.lines.iter().count(), 90);
+        assert!(
+            scan.examined <= 8 * wire.len(),
+            "{} bytes looked at for a head of {}",
+            scan.examined,
+            wire.len()
+        );
+    }
+
+    #[test]
     fn a_response_is_reused_only_when_its_end_is_known_and_nobody_said_close() {
         let keep = |wire: &[u8]| {
             let mut buf = BytesMut::from(wire);
-            parse_head(&mut buf, &mut Vec::new())
+            parse_head(&mut buf, &mut Vec::new(), &mut HeadScan::default())
                 .expect("valid")
                 .expect("complete")
                 .keep_alive
@@ -426,7 +491,7 @@ mod tests {
                Content-Type: text/event-stream\r\nx-request-id: r1\r\nx-zonegatex: 3\r\n\r\n\
                5\r\nhello\r\n"[..],
         );
-        let head = parse_head(&mut buf, &mut Vec::new())
+        let head = parse_head(&mut buf, &mut Vec::new(), &mut HeadScan::default())
             .expect("valid")
             .expect("complete");
         assert_eq!(
@@ -449,7 +514,7 @@ mod tests {
             let mut buf = BytesMut::from(
                 format!("HTTP/1.1 200 OK\r\n{head}content-length: 0\r\n\r\n").as_str(),
             );
-            let head = parse_head(&mut buf, &mut Vec::new())
+            let head = parse_head(&mut buf, &mut Vec::new(), &mut HeadScan::default())
                 .expect("valid")
                 .expect("complete");
             head.lines.event_stream
@@ -470,7 +535,7 @@ mod tests {
         let mut buf = BytesMut::from(
             &b"HTTP/1.1 200 OK\r\nServer: vllm\r\ncontent-length: 2\r\ndate: x\r\n\r\nok"[..],
         );
-        let head = parse_head(&mut buf, &mut Vec::new())
+        let head = parse_head(&mut buf, &mut Vec::new(), &mut HeadScan::default())
             .expect("valid")
             .expect("complete");
         assert_eq!(head.lines.lines, &b"Server: vllm\r\ndate: x\r\n"[..]);
@@ -586,7 +651,7 @@ mod tests {
             }
             wire.extend_from_slice(b"\r\n");
             let mut buf = BytesMut::from(&wire[..]);
-            let Ok(Some(head)) = parse_head(&mut buf, &mut Vec::new()) else {
+            let Ok(Some(head)) = parse_head(&mut buf, &mut Vec::new(), &mut HeadScan::default()) else {
                 // Refused (a length httparse or the framing rules reject):
                 // nothing is passed on then.
                 return Ok(());
