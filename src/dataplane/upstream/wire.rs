@@ -7,7 +7,14 @@
 //! beside it is ignored and the connection not reused); any other
 //! `Transfer-Encoding`, or no length at all, reads to the close; one
 //! `Content-Length` value (repeats must agree) is the length. 1xx answers
-//! are skipped. Anything else is an error, and the connection is closed.
+//! are skipped. A status outside 100–599 (RFC 9110 §15: three digits, the
+//! first 1–5) is not an answer. Anything else is an error, and the
+//! connection is closed.
+//!
+//! A content-coded answer (a `Content-Encoding` other than `identity`,
+//! which zonegate never asks for: see [`encode_request`]) is not read as
+//! an event stream whatever its type: its bytes are passed on untouched,
+//! never framed into events, parsed or spliced.
 //!
 //! The head's hop-by-hop headers (RFC 9110 §7.6.1: `Connection`, the
 //! headers it names, `Keep-Alive`, `Transfer-Encoding`, `Trailer`,
@@ -40,8 +47,14 @@ const MAX_TRAILERS: usize = 16 * 1024;
 
 /// Writes the head of a POST of `body_len` bytes to `path`: the header
 /// lines `headers` writes (whole `name: value\r\n` lines, the caller's
-/// choice: no framing or hop-by-hop header among them), then the body's
-/// length.
+/// choice: no framing, hop-by-hop or `Accept-Encoding` header among
+/// them), then `accept-encoding: identity` and the body's length.
+///
+/// zonegate reads what backends answer (event streams framed and spliced,
+/// `usage` read for the token charge), so it asks for answers without a
+/// content coding, whatever the client accepts (RFC 9110 §12.5.3). A
+/// backend that codes its answer anyway has it passed on untouched
+/// ([`parse_head`]).
 pub(super) fn encode_request(
     out: &mut Vec<u8>,
     path: &str,
@@ -52,7 +65,7 @@ pub(super) fn encode_request(
     out.extend_from_slice(path.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
     headers(out);
-    out.extend_from_slice(b"content-length: ");
+    out.extend_from_slice(b"accept-encoding: identity\r\ncontent-length: ");
     put_number(out, body_len as u64, 10);
     out.extend_from_slice(b"\r\n\r\n");
 }
@@ -132,7 +145,11 @@ pub(super) fn parse_head(
         if code == 101 {
             return Err("a protocol switch (101) nobody asked for".into());
         }
-        let status = StatusCode::from_u16(code).map_err(|_| format!("status {code}"))?;
+        // `StatusCode` takes up to 999; a client's parser may not.
+        let status = StatusCode::from_u16(code)
+            .ok()
+            .filter(|_| code <= 599)
+            .ok_or_else(|| format!("status {code}, outside 100–599"))?;
         let http11 = resp.version == Some(1);
         let mut keep_alive = http11;
         let mut chunked = None;
@@ -169,6 +186,7 @@ pub(super) fn parse_head(
         }
         // Linear in the names a hostile backend lists, times the headers.
         let mut dated = false;
+        let mut coded = false;
         let lines = written(|lines| {
             for (name, value) in spans.iter() {
                 let name = &buf[name.clone()];
@@ -182,6 +200,8 @@ pub(super) fn parse_head(
                     if sse.is_none() && name_is(name, b"content-type") {
                         sse = Some(value.starts_with(b"text/event-stream"));
                     }
+                    coded |= name_is(name, b"content-encoding")
+                        && list_items(value).any(|c| !name_is(c, b"identity"));
                     put_header(lines, name, value);
                 }
             }
@@ -209,7 +229,8 @@ pub(super) fn parse_head(
             lines: HeadLines {
                 lines,
                 dated,
-                event_stream: sse.unwrap_or(false),
+                // A coded stream's bytes are not events zonegate can read.
+                event_stream: sse.unwrap_or(false) && !coded,
             },
             decoder,
             keep_alive,
@@ -531,6 +552,35 @@ mod tests {
     }
 
     #[test]
+    fn a_content_coded_stream_is_passed_on_unread_not_as_events() {
+        let head = |lines: &str| {
+            let mut buf = BytesMut::from(
+                format!("HTTP/1.1 200 OK\r\n{lines}transfer-encoding: chunked\r\n\r\n").as_str(),
+            );
+            parse_head(&mut buf, &mut Vec::new(), &mut HeadScan::default())
+                .expect("valid")
+                .expect("complete")
+        };
+        let gzip = head("content-type: text/event-stream\r\nContent-Encoding: gzip\r\n");
+        assert!(!gzip.lines.event_stream, "never framed, parsed or spliced");
+        assert_eq!(
+            gzip.lines.get(b"content-encoding"),
+            Some(&b"gzip"[..]),
+            "and its coding reaches the client with it"
+        );
+        assert!(
+            !head("content-encoding: identity, br\r\ncontent-type: text/event-stream\r\n")
+                .lines
+                .event_stream
+        );
+        assert!(
+            head("content-encoding: identity\r\ncontent-type: text/event-stream\r\n")
+                .lines
+                .event_stream
+        );
+    }
+
+    #[test]
     fn the_length_is_the_servers_to_write_and_the_date_is_passed_on() {
         let mut buf = BytesMut::from(
             &b"HTTP/1.1 200 OK\r\nServer: vllm\r\ncontent-length: 2\r\ndate: x\r\n\r\nok"[..],
@@ -546,7 +596,10 @@ mod tests {
 
     #[test]
     fn broken_framing_is_an_error_never_a_short_success() {
-        let cases: [&[u8]; 9] = [
+        let cases: [&[u8]; 12] = [
+            b"HTTP/1.1 999 Odd\r\ncontent-length: 0\r\n\r\n",
+            b"HTTP/1.1 600 Odd\r\ncontent-length: 0\r\n\r\n",
+            b"HTTP/1.1 099 Odd\r\ncontent-length: 0\r\n\r\n",
             b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhel",
             b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nabc",
             b"HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n",
@@ -701,7 +754,7 @@ mod tests {
         assert_eq!(
             String::from_utf8_lossy(&out),
             "POST /v1/chat/completions?x=1 HTTP/1.1\r\nContent-Type: application/json\r\n\
-             host: b:8000\r\ncontent-length: 42\r\n\r\n"
+             host: b:8000\r\naccept-encoding: identity\r\ncontent-length: 42\r\n\r\n"
         );
     }
 }
