@@ -26,6 +26,7 @@ pub(super) struct RawTls {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawLimits {
     max_connections: Option<usize>,
+    max_connections_per_ip: Option<usize>,
     header_read_timeout: Option<String>,
     idle_timeout: Option<String>,
     body_read_timeout: Option<String>,
@@ -41,11 +42,16 @@ pub(super) struct RawBackendTls {
     insecure_skip_verify: bool,
 }
 
+/// The largest `max_connections_per_ip` when no `max_connections` is set.
+const MAX_CONNECTIONS_PER_IP: usize = 1 << 20;
+
 /// A listener's limits as configured; the connection budget's default
 /// depends on the open-files limit, known only at start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LimitSettings {
     pub max_connections: Option<usize>,
+    /// `None`: no cap per source address.
+    pub max_connections_per_ip: Option<usize>,
     pub header_read_timeout: Duration,
     pub idle_timeout: Duration,
     pub body_read_timeout: Duration,
@@ -57,6 +63,7 @@ impl Default for LimitSettings {
         let d = Limits::with_max(0);
         Self {
             max_connections: None,
+            max_connections_per_ip: d.max_connections_per_ip,
             header_read_timeout: d.header_read_timeout,
             idle_timeout: d.idle_timeout,
             body_read_timeout: d.body_read_timeout,
@@ -70,6 +77,7 @@ impl LimitSettings {
     pub fn resolve(&self, default_max: usize) -> Limits {
         Limits {
             max_connections: self.max_connections.unwrap_or(default_max),
+            max_connections_per_ip: self.max_connections_per_ip,
             header_read_timeout: self.header_read_timeout,
             idle_timeout: self.idle_timeout,
             body_read_timeout: self.body_read_timeout,
@@ -171,8 +179,18 @@ impl Validator<'_> {
         if raw.max_connections == Some(0) {
             return Err(self.err(key("max_connections"), "must be at least 1"));
         }
+        if let Some(per_ip) = raw.max_connections_per_ip {
+            let most = raw.max_connections.unwrap_or(MAX_CONNECTIONS_PER_IP);
+            if per_ip == 0 || per_ip > most {
+                return Err(self.err(
+                    key("max_connections_per_ip"),
+                    format!("must be between 1 and {most} (max_connections, else {MAX_CONNECTIONS_PER_IP})"),
+                ));
+            }
+        }
         Ok(LimitSettings {
             max_connections: raw.max_connections,
+            max_connections_per_ip: raw.max_connections_per_ip,
             header_read_timeout: self.duration(
                 &key("header_read_timeout"),
                 raw.header_read_timeout.as_deref(),
