@@ -255,14 +255,26 @@ async fn a_gzip_capable_backend_streams_plain_events_to_a_client_that_asked_for_
         events().concat(),
         "every event, whole, in order"
     );
+    answered_ok(&gw, 1).await;
+}
+
+/// Waits until `n` requests ended `ok` (counted when their stream ended),
+/// and checks that no stream was counted as broken.
+async fn answered_ok(gw: &NodeProcess, n: u64) {
+    eventually(
+        Duration::from_secs(30),
+        "the requests counted ok",
+        || async {
+            let metrics = gw.metrics().await;
+            metric_sum(&metrics, "zonegate_requests_total", &["outcome=\"ok\""]) == n as f64
+        },
+    )
+    .await;
     let metrics = gw.metrics().await;
     assert_eq!(
         metric_sum(&metrics, "zonegate_stream_aborts_total", &[]),
-        0.0
-    );
-    assert_eq!(
-        metric_sum(&metrics, "zonegate_requests_total", &["outcome=\"ok\""]),
-        1.0
+        0.0,
+        "no malformed_chunk counted against a healthy backend"
     );
 }
 
@@ -282,14 +294,187 @@ async fn a_stream_gzipped_unasked_is_passed_on_untouched_and_never_counted_as_br
         assert_eq!(text, events().concat());
         heads.recv().await.unwrap();
     }
+    answered_ok(&gw, 2).await;
+}
+
+/// A backend that answers every request with `answer` (raw bytes) and
+/// closes.
+async fn raw_backend(answer: &'static [u8]) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if read_request(&mut conn).await.is_some() {
+                    let _ = conn.write_all(answer).await;
+                }
+            });
+        }
+    });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_status_outside_100_to_599_is_a_502() {
+    let url =
+        raw_backend(b"HTTP/1.1 999 Odd\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok").await;
+    let gw = node_with_backend(&url, "").await;
+    let resp = gw.chat().json(&chat_body(4, false)).send().await.unwrap();
+    assert_eq!(resp.status(), 502);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert!(body["error"]["message"].is_string(), "{body}");
+}
+
+/// The `[node.limits]` table, for `NodeProcess::start_with`.
+fn node_limits(keys: &str) -> String {
+    format!("\n[node.limits]\n{keys}\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_connection_is_closed_by_the_header_read_timeout_from_accept() {
+    let url = raw_backend(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}").await;
+    let gw = node_with_backend(
+        &url,
+        &node_limits("header_read_timeout = \"500ms\"\nidle_timeout = \"120s\""),
+    )
+    .await;
+    let mut silent = TcpStream::connect(gw.data.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(30), silent.read(&mut buf))
+        .await
+        .expect("closed long before the idle timeout");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    eventually(Duration::from_secs(30), "the close counted", || async {
+        metric_sum(
+            &gw.metrics().await,
+            "zonegate_listener_closed_total",
+            &["listener=\"data\"", "reason=\"header_timeout\""],
+        ) == 1.0
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_address_over_max_connections_per_ip_is_refused_at_accept() {
+    let url = raw_backend(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}").await;
+    let gw = node_with_backend(&url, &node_limits("max_connections_per_ip = 3")).await;
+    let addr = gw.data.trim_start_matches("http://").to_owned();
+    // Three held open, each with a request answered (so each is counted
+    // before the next connects, whichever thread took it).
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut conn = TcpStream::connect(&addr).await.unwrap();
+        conn.write_all(b"GET /healthz HTTP/1.1\r\nhost: gw\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let n = conn.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{:?}", &buf[..n]);
+        held.push(conn);
+    }
+    let mut fourth = TcpStream::connect(&addr).await.unwrap();
+    let _ = fourth
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: gw\r\n\r\n")
+        .await;
+    let mut buf = [0u8; 512];
+    let read = tokio::time::timeout(Duration::from_secs(30), fourth.read(&mut buf))
+        .await
+        .expect("closed at accept");
+    assert!(matches!(read, Ok(0) | Err(_)), "served: {read:?}");
     let metrics = gw.metrics().await;
     assert_eq!(
-        metric_sum(&metrics, "zonegate_stream_aborts_total", &[]),
-        0.0,
-        "no malformed_chunk counted against a healthy backend"
+        metric_sum(
+            &metrics,
+            "zonegate_listener_closed_total",
+            &["listener=\"data\"", "reason=\"per_ip_limit\""],
+        ),
+        1.0
     );
-    assert_eq!(
-        metric_sum(&metrics, "zonegate_requests_total", &["outcome=\"ok\""]),
-        2.0
+    // One closed: its place is free again.
+    drop(held.pop());
+    eventually(Duration::from_secs(30), "a place freed", || {
+        let addr = addr.clone();
+        async move {
+            let mut conn = TcpStream::connect(&addr).await.unwrap();
+            let _ = conn
+                .write_all(b"GET /healthz HTTP/1.1\r\nhost: gw\r\nconnection: close\r\n\r\n")
+                .await;
+            let mut answer = Vec::new();
+            let _ = conn.read_to_end(&mut answer).await;
+            answer.starts_with(b"HTTP/1.1 200")
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_without_host_is_a_400_and_http10_without_one_is_served() {
+    let url = raw_backend(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}").await;
+    let gw = node_with_backend(&url, "").await;
+    let body = chat_body(4, false).to_string();
+    let post = |version: &str, framing: String, host: &str| {
+        format!(
+            "POST /v1/chat/completions {version}\r\n{host}authorization: Bearer {API_KEY}\r\n\
+             content-type: application/json\r\n{framing}connection: close\r\n\r\n"
+        )
+    };
+    let length = format!("content-length: {}\r\n", body.len());
+    let chunked = "transfer-encoding: chunked\r\n".to_string();
+    let chunked_body = format!("{:x}\r\n{body}\r\n0\r\n\r\n", body.len());
+    let refused = [
+        format!("{}{body}", post("HTTP/1.1", length.clone(), "")),
+        format!("{}{chunked_body}", post("HTTP/1.1", chunked.clone(), "")),
+        format!(
+            "{}{body}",
+            post("HTTP/1.1", length.clone(), "host: a\r\nhost: b\r\n")
+        ),
+    ];
+    for request in refused {
+        let raw = send_raw(&gw.data, request.as_bytes()).await;
+        let answer = String::from_utf8_lossy(&raw);
+        assert!(answer.starts_with("HTTP/1.1 400 "), "{request}\n{answer}");
+    }
+    let raw = send_raw(
+        &gw.data,
+        format!("{}{body}", post("HTTP/1.0", length, "")).as_bytes(),
+    )
+    .await;
+    let answer = String::from_utf8_lossy(&raw);
+    assert!(answer.contains(" 200 "), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_401_reaches_a_client_still_uploading_a_large_body() {
+    let url = raw_backend(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}").await;
+    let gw = node_with_backend(&url, "").await;
+    // More than loopback's socket buffers hold on both sides together.
+    const BODY: usize = 32 * 1024 * 1024;
+    let mut conn = TcpStream::connect(gw.data.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer wrong\r\n\
+         content-type: application/json\r\ncontent-length: {BODY}\r\n\r\n"
     );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let chunk = vec![b' '; 64 * 1024];
+    let mut sent = 0;
+    while sent < BODY {
+        conn.write_all(&chunk)
+            .await
+            .unwrap_or_else(|e| panic!("reset after {sent} bytes of the body: {e}"));
+        sent += chunk.len();
+    }
+    conn.shutdown().await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), conn.read_to_end(&mut raw))
+        .await
+        .expect("closed")
+        .expect("the answer, not a reset");
+    let (head, body) = split_answer(&raw);
+    assert!(head.starts_with("HTTP/1.1 401 "), "{head}");
+    let error: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert!(error["error"]["message"].is_string(), "{error}");
 }
