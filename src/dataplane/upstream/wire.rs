@@ -214,7 +214,7 @@ pub(super) fn parse_head(
                 (Some(true), l) => {
                     // Both framings given: read it chunked, never reuse it.
                     keep_alive &= l.is_none();
-                    Decoder::Chunked(Chunk::Size)
+                    Decoder::Chunked(Chunk::Size(0))
                 }
                 (Some(false), _) | (None, None) => {
                     keep_alive = false;
@@ -269,16 +269,34 @@ pub(super) enum Decoder {
     Done,
 }
 
+/// Where a chunked body's reading stands. A size line or a trailer line
+/// not yet whole keeps how much of it was looked at, so one trickled a
+/// byte at a time is searched once, not again at every byte.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Chunk {
-    /// A chunk-size line is next.
-    Size,
+    /// A chunk-size line is next; this many bytes of it were looked at
+    /// (no line feed among them).
+    Size(usize),
     /// This many bytes of the current chunk.
     Data(u64),
     /// The CRLF after a chunk's data.
     DataEnd,
-    /// Trailer lines after the last chunk; this many bytes seen.
-    Trailers(usize),
+    /// Trailer lines after the last chunk: bytes taken so far, and bytes
+    /// of the current line looked at (no CRLF ends among them).
+    Trailers { seen: usize, checked: usize },
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Bytes a decoder looked at for line ends (tests assert it stays
+    /// linear in the body's bytes).
+    static EXAMINED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts bytes looked at (tests only).
+fn examined(_n: usize) {
+    #[cfg(test)]
+    EXAMINED.with(|e| e.set(e.get() + _n));
 }
 
 /// What one [`Decoder::step`] found.
@@ -305,20 +323,34 @@ impl Decoder {
                 Decoder::Chunked(chunk) => chunk,
             };
             match chunk {
-                Chunk::Size => match httparse::parse_chunk_size(buf) {
-                    Ok(httparse::Status::Complete((used, size))) => {
-                        buf.advance(used);
-                        *chunk = if size == 0 {
-                            Chunk::Trailers(0)
-                        } else {
-                            Chunk::Data(size)
-                        };
+                Chunk::Size(checked) => {
+                    // Parsed once its line feed is in.
+                    let from = (*checked).min(buf.len());
+                    examined(buf.len() - from);
+                    let parsed = match memchr::memchr(b'\n', &buf[from..]) {
+                        None => Ok(httparse::Status::Partial),
+                        Some(_) => httparse::parse_chunk_size(buf),
+                    };
+                    match parsed {
+                        Ok(httparse::Status::Complete((used, size))) => {
+                            examined(used);
+                            buf.advance(used);
+                            *chunk = if size == 0 {
+                                Chunk::Trailers {
+                                    seen: 0,
+                                    checked: 0,
+                                }
+                            } else {
+                                Chunk::Data(size)
+                            };
+                        }
+                        Ok(httparse::Status::Partial) if buf.len() <= MAX_CHUNK_LINE => {
+                            *checked = buf.len();
+                            return Ok(Step::NeedMore);
+                        }
+                        _ => return Err("an invalid chunk-size line"),
                     }
-                    Ok(httparse::Status::Partial) if buf.len() <= MAX_CHUNK_LINE => {
-                        return Ok(Step::NeedMore)
-                    }
-                    _ => return Err("an invalid chunk-size line"),
-                },
+                }
                 Chunk::Data(left) => {
                     let step = take(buf, left);
                     if *left == 0 {
@@ -334,17 +366,27 @@ impl Decoder {
                         return Err("a chunk's data not followed by CRLF");
                     }
                     buf.advance(2);
-                    *chunk = Chunk::Size;
+                    *chunk = Chunk::Size(0);
                 }
-                Chunk::Trailers(seen) => {
-                    let Some(end) = buf.windows(2).position(|w| w == b"\r\n") else {
+                Chunk::Trailers { seen, checked } => {
+                    // The first CRLF, looked for from where the last look
+                    // ended (a CR just before it pairs with a line feed
+                    // just after).
+                    let from = (*checked).min(buf.len());
+                    examined(buf.len() - from);
+                    let crlf = memchr::memchr_iter(b'\n', &buf[from..])
+                        .map(|at| from + at)
+                        .find(|&at| at > 0 && buf[at - 1] == b'\r');
+                    let Some(end) = crlf.map(|at| at - 1) else {
                         if *seen + buf.len() > MAX_TRAILERS {
                             return Err("trailers over 16 KiB");
                         }
+                        *checked = buf.len();
                         return Ok(Step::NeedMore);
                     };
                     buf.advance(end + 2);
                     *seen += end + 2;
+                    *checked = 0;
                     if end == 0 {
                         *self = Decoder::Done;
                         return Ok(Step::Done);
@@ -472,6 +514,31 @@ mod tests {
             scan.examined <= 8 * wire.len(),
             "{} bytes looked at for a head of {}",
             scan.examined,
+            wire.len()
+        );
+    }
+
+    #[test]
+    fn a_chunked_body_trickled_a_byte_at_a_time_is_decoded_in_linear_work() {
+        // Long chunk extensions and trailers, a byte per read: each byte
+        // must not make the decoder search its line again.
+        let mut wire = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5;".to_vec();
+        wire.extend(std::iter::repeat_n(b'x', 3000));
+        wire.extend_from_slice(b"\r\nhello\r\n0\r\n");
+        for i in 0..10 {
+            wire.extend_from_slice(format!("x-t{i}: {}\r\n", "v\r".repeat(500)).as_bytes());
+        }
+        wire.extend_from_slice(b"\r\n");
+        EXAMINED.with(|e| e.set(0));
+        let (body, decoder, left) = decode(&wire, 1).expect("decoded");
+        assert_eq!(
+            (&body[..], decoder, left),
+            (&b"hello"[..], Decoder::Done, 0)
+        );
+        let looked = EXAMINED.with(std::cell::Cell::get);
+        assert!(
+            looked <= 4 * wire.len(),
+            "{looked} bytes looked at for a body of {}",
             wire.len()
         );
     }
