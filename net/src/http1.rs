@@ -274,7 +274,9 @@ pub struct HeadLines {
     pub lines: Bytes,
     /// The lines hold a `date`.
     pub dated: bool,
-    /// Their first `Content-Type` is `text/event-stream`.
+    /// Their first `Content-Type` is `text/event-stream` (and, for a
+    /// proxied answer, no content coding hides its events: a coded one is
+    /// passed on as bytes, and a drain ends it without an error event).
     pub event_stream: bool,
 }
 
