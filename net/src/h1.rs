@@ -195,9 +195,9 @@ where
 /// still writing its body would get the reset instead of the answer.
 /// Bounded by bytes and time, so a client cannot keep the connection
 /// through it.
-const LINGER_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const LINGER_BYTES: usize = 64 * 1024 * 1024;
 /// See [`LINGER_BYTES`]: at most this long (nginx's `lingering_timeout`).
-const LINGER_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+pub(crate) const LINGER_TIME: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Reads and drops what the client still sends (its write side closed
 /// already: it has the answer and the end), until it closes its own side

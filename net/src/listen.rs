@@ -682,9 +682,15 @@ async fn serve_connection<I, A: App, P: Plain>(
         }
         let guard = InFlight::begin(Arc::clone(&svc_state));
         let app = app.clone();
+        let state = Arc::clone(&svc_state);
         async move {
             let mut resp = match host_refusal(&req) {
                 Some(refusal) => refusal,
+                None if req.version() < http::Version::HTTP_2 => {
+                    state.body_unread.store(false, Ordering::Relaxed);
+                    let req = req.map(|inner| Body::new(UnreadMark { inner, state }));
+                    app.oneshot(req).await?
+                }
                 None => app.oneshot(req.map(Body::new)).await?,
             };
             // hyper writes the map only.
@@ -806,6 +812,9 @@ pub(crate) struct ConnState {
     /// No byte has been read yet: the pending first head is not begun (a
     /// stopping listener closes such a connection at once).
     silent: AtomicBool,
+    /// hyper's HTTP/1 path: the last request's body was dropped before its
+    /// end (answered unread): the connection's close lingers (`Watched`).
+    body_unread: AtomicBool,
     /// Milliseconds since `epoch` (+1) of the first write that found the
     /// socket full, with no write progress since; 0 when writes flow.
     blocked_since_ms: AtomicU64,
@@ -833,6 +842,7 @@ impl ConnState {
             last_activity_ms: AtomicU64::new(0),
             head_since_ms: AtomicU64::new(1),
             silent: AtomicBool::new(true),
+            body_unread: AtomicBool::new(false),
             blocked_since_ms: AtomicU64::new(0),
             handed: crate::slots::Slots::default(),
         }
@@ -1040,6 +1050,43 @@ impl http_body::Body for Tracked {
     }
 }
 
+/// A request body on hyper's HTTP/1 path: dropped before its end (its
+/// answer given without reading it all), it marks its connection so that
+/// the close after the answer lingers (`Watched::poll_shutdown`).
+struct UnreadMark {
+    inner: Incoming,
+    state: Arc<ConnState>,
+}
+
+impl http_body::Body for UnreadMark {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for UnreadMark {
+    fn drop(&mut self) {
+        use http_body::Body as _;
+        if !self.inner.is_end_stream() {
+            self.state.body_unread.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
 /// An I/O stream that tells its [`ConnState`] when bytes come in, and
 /// when writes block or flow again.
 struct Watched<I> {
@@ -1048,6 +1095,14 @@ struct Watched<I> {
     /// Bytes already read, to be read again first: what the lean HTTP/1
     /// server read before handing the connection to hyper.
     rewound: Bytes,
+    /// A close that lingers (see [`UnreadMark`]): shut for writing, the
+    /// rest of the request is read and dropped until this time.
+    lingering: Option<Lingering>,
+}
+
+struct Lingering {
+    until: Pin<Box<tokio::time::Sleep>>,
+    read: usize,
 }
 
 impl<I> Watched<I> {
@@ -1055,6 +1110,7 @@ impl<I> Watched<I> {
         Self {
             inner,
             state,
+            lingering: None,
             rewound: Bytes::new(),
         }
     }
@@ -1085,7 +1141,7 @@ impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
     }
 }
 
-impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
+impl<I: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Watched<I> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -1104,8 +1160,38 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
         polled
     }
 
+    /// hyper shuts a connection down after its last answer; when that
+    /// answer came before its request's body was read, the close lingers
+    /// as the lean server's does (`h1::linger`): the client still sending
+    /// its body gets the answer rather than a reset.
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        let this = &mut *self;
+        if this.lingering.is_none() {
+            std::task::ready!(Pin::new(&mut this.inner).poll_shutdown(cx))?;
+            if !this.state.body_unread.swap(false, Ordering::Relaxed) {
+                return Poll::Ready(Ok(()));
+            }
+            this.lingering = Some(Lingering {
+                until: Box::pin(tokio::time::sleep(h1::LINGER_TIME)),
+                read: 0,
+            });
+        }
+        let Some(linger) = this.lingering.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        let mut scratch = [0u8; 4096];
+        while linger.read < h1::LINGER_BYTES && linger.until.as_mut().poll(cx).is_pending() {
+            let mut buf = ReadBuf::new(&mut scratch);
+            match Pin::new(&mut this.inner).poll_read(cx, &mut buf) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(())) if !buf.filled().is_empty() => {
+                    linger.read += buf.filled().len();
+                }
+                Poll::Ready(_) => break,
+            }
+        }
+        this.lingering = None;
+        Poll::Ready(Ok(()))
     }
 
     fn poll_write_vectored(
@@ -1458,29 +1544,54 @@ pub(crate) mod tests {
             "/",
             axum::routing::post(|| async { (http::StatusCode::UNAUTHORIZED, "no key") }),
         );
-        let (addr, _stats, _stop) = serve_app(app, Limits::with_max(4)).await;
+        let (addr, stats, _stop) = serve_app(app, Limits::with_max(4)).await;
         // More than loopback's socket buffers hold on both sides together.
         const BODY: usize = 32 * 1024 * 1024;
-        let mut s = TcpStream::connect(addr).await.expect("connect");
-        let head = format!("POST / HTTP/1.1\r\nhost: x\r\ncontent-length: {BODY}\r\n\r\n");
-        s.write_all(head.as_bytes()).await.expect("head");
-        let chunk = vec![b'x'; 64 * 1024];
-        let mut sent = 0;
-        while sent < BODY {
-            s.write_all(&chunk)
+        const PIECE: usize = 0xfff8;
+        // By length, the lean server's; chunked, hyper's.
+        let framings = [
+            ("content-length: 33554432", false),
+            ("transfer-encoding: chunked", true),
+        ];
+        for (framing, chunked) in framings {
+            let mut s = TcpStream::connect(addr).await.expect("connect");
+            let head = format!("POST / HTTP/1.1\r\nhost: x\r\n{framing}\r\n\r\n");
+            s.write_all(head.as_bytes()).await.expect("head");
+            let mut piece = Vec::new();
+            if chunked {
+                piece.extend_from_slice(format!("{PIECE:x}\r\n").as_bytes());
+            }
+            piece.extend(std::iter::repeat_n(b'x', PIECE));
+            if chunked {
+                piece.extend_from_slice(b"\r\n");
+            }
+            let mut sent = 0;
+            while sent < BODY {
+                let n = PIECE.min(BODY - sent);
+                let bytes = if chunked || n == PIECE {
+                    &piece[..]
+                } else {
+                    &piece[..n]
+                };
+                s.write_all(bytes)
+                    .await
+                    .unwrap_or_else(|e| panic!("{framing}: reset after {sent} bytes: {e}"));
+                sent += n;
+            }
+            if chunked {
+                s.write_all(b"0\r\n\r\n").await.expect("last chunk");
+            }
+            s.shutdown().await.expect("shutdown");
+            let mut answer = Vec::new();
+            tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut answer))
                 .await
-                .unwrap_or_else(|e| panic!("reset after {sent} bytes of the body: {e}"));
-            sent += chunk.len();
+                .expect("closed")
+                .unwrap_or_else(|e| panic!("{framing}: the answer, not a reset: {e}"));
+            let answer = String::from_utf8_lossy(&answer);
+            assert!(answer.starts_with("HTTP/1.1 401 "), "{framing}: {answer}");
+            assert!(answer.contains("no key"), "{framing}: {answer}");
         }
-        s.shutdown().await.expect("shutdown");
-        let mut answer = Vec::new();
-        tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut answer))
-            .await
-            .expect("closed")
-            .expect("the answer, not a reset");
-        let answer = String::from_utf8_lossy(&answer);
-        assert!(answer.starts_with("HTTP/1.1 401 "), "{answer}");
-        assert!(answer.ends_with("no key"), "{answer}");
+        assert_eq!(stats.handed_to_hyper.load(Ordering::Relaxed), 1);
     }
 
     #[tokio::test]
