@@ -188,6 +188,7 @@ fn refresh_metrics(gw: &Gateway) {
             ("header_timeout", &stats.closed_header_timeout),
             ("send_timeout", &stats.closed_send_timeout),
             ("tls_failed", &stats.tls_failed),
+            ("per_ip_limit", &stats.refused_per_ip),
         ] {
             mirror(
                 &m.listener_closed.with_label_values(&[name, reason]),

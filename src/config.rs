@@ -1975,14 +1975,19 @@ pub(crate) mod tests {
     #[test]
     fn listener_limits_are_read_per_listener() {
         let text = format!(
-            "{MINIMAL}\n[node.limits]\nsend_timeout = \"5s\"\nidle_timeout = \"2m\"\n[admin.limits]\nmax_connections = 7"
+            "{MINIMAL}\n[node.limits]\nsend_timeout = \"5s\"\nidle_timeout = \"2m\"\nmax_connections_per_ip = 64\n[admin.limits]\nmax_connections = 7"
         );
         let c = Config::parse("test.toml", &text).unwrap();
         let data = c.node.limits.resolve(100);
         assert_eq!(data.send_timeout, Duration::from_secs(5));
         assert_eq!(data.idle_timeout, Duration::from_secs(120));
         assert_eq!(data.max_connections, 100);
+        assert_eq!(data.max_connections_per_ip, Some(64));
         assert_eq!(c.admin.limits.resolve(100).max_connections, 7);
+        assert_eq!(
+            c.admin.limits.max_connections_per_ip, None,
+            "no cap unless set"
+        );
         assert_eq!(c.admin.limits.send_timeout, Duration::from_secs(60));
     }
 
@@ -2021,6 +2026,16 @@ pub(crate) mod tests {
                 &format!("{MINIMAL}\n[node.limits]\nmax_connections = 0"),
                 "node.limits.max_connections",
                 "at least 1",
+            ),
+            (
+                &format!("{MINIMAL}\n[node.limits]\nmax_connections_per_ip = 0"),
+                "node.limits.max_connections_per_ip",
+                "at least 1",
+            ),
+            (
+                &format!("{MINIMAL}\n[node.limits]\nmax_connections = 10\nmax_connections_per_ip = 11"),
+                "node.limits.max_connections_per_ip",
+                "at most max_connections (10)",
             ),
             (
                 &format!("{MINIMAL}\n[admin.limits]\nidle_timeout = \"forever\""),

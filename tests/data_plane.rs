@@ -242,7 +242,7 @@ async fn recording_backend() -> (String, tokio::sync::mpsc::UnboundedReceiver<St
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_backend_gets_the_clients_headers_less_hop_by_hop_credentials_and_framing() {
+async fn the_backend_gets_the_clients_headers_less_hop_by_hop_credentials_framing_and_zonegates() {
     let (url, mut heads) = recording_backend().await;
     let backends = format!(
         "[[backends]]\nname = \"rec\"\nzone = \"az-a\"\nurl = \"{url}\"\nmodels = [\"{MODEL}\"]\n"
@@ -265,7 +265,8 @@ async fn the_backend_gets_the_clients_headers_less_hop_by_hop_credentials_and_fr
             "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {API_KEY}\r\n\
              Content-Type: application/json\r\nX-Request-Id: req-42\r\nConnection: close, X-Hop\r\n\
              X-Hop: 1\r\nX-Custom:  kept \r\nKeep-Alive: timeout=5\r\nTE: trailers\r\n\
-             {framing}\r\n\r\n{sent}"
+             Accept-Encoding: gzip, deflate\r\nX-Zonegate-Backend: forged\r\n\
+             x-zonegate-min-tier: 1\r\n{framing}\r\n\r\n{sent}"
         );
         let raw = send_raw(&gw.data, &request).await;
         let answer = String::from_utf8_lossy(&raw);
@@ -288,6 +289,8 @@ async fn the_backend_gets_the_clients_headers_less_hop_by_hop_credentials_and_fr
         assert_eq!(
             lines,
             [
+                // zonegate's own: it reads what the backend answers.
+                "accept-encoding: identity".to_string(),
                 format!("content-length: {}", body.len()),
                 "content-type: application/json".to_string(),
                 format!("host: {host}"),

@@ -540,10 +540,10 @@ async fn idle_slow_and_excess_connections_are_shed_while_admin_and_raft_answer()
     let node = NodeProcess::start_member(&m, std::slice::from_ref(&m), &rest).await;
     let addr = node.data.trim_start_matches("http://").to_owned();
 
-    // 2,000 idle connections and 200 that trickle a request head.
-    let mut idle = Vec::new();
+    // 2,000 silent connections and 200 that trickle a request head.
+    let mut silent = Vec::new();
     for _ in 0..2_000 {
-        idle.push(TcpStream::connect(&addr).await.unwrap());
+        silent.push(TcpStream::connect(&addr).await.unwrap());
     }
     let mut slow = Vec::new();
     for _ in 0..200 {
@@ -572,7 +572,7 @@ async fn idle_slow_and_excess_connections_are_shed_while_admin_and_raft_answer()
     assert_eq!(resp.status(), 200);
     let slow = trickle.await.unwrap();
     // Every one of them is closed by its timeout: reads see the end.
-    for (kind, mut conns) in [("idle", idle), ("slowloris", slow)] {
+    for (kind, mut conns) in [("silent", silent), ("slowloris", slow)] {
         for s in &mut conns {
             let mut buf = [0u8; 256];
             let closed = tokio::time::timeout(Duration::from_secs(30), async {
@@ -595,9 +595,10 @@ async fn idle_slow_and_excess_connections_are_shed_while_admin_and_raft_answer()
             &["listener=\"data\"", &format!("reason=\"{reason}\"")],
         )
     };
-    assert!(closed("idle") >= 2_000.0, "{}", closed("idle"));
+    // A connection's first head is due from accept: the silent ones are
+    // closed by the header-read timeout too, not held for the idle one.
     assert!(
-        closed("header_timeout") >= 200.0,
+        closed("header_timeout") >= 2_200.0,
         "{}",
         closed("header_timeout")
     );

@@ -180,9 +180,41 @@ where
         }
         if close {
             let _ = io.shutdown().await;
+            if unread {
+                linger(&mut io).await;
+            }
             return Ended::Closed;
         }
     }
+}
+
+/// After an answer given before its request's body was read (a 401 or a
+/// 413 to a large upload), the rest of the body is read and dropped for a
+/// while before the connection closes, as nginx's `lingering_close` does:
+/// closed with unread bytes, the socket would send a reset, and a client
+/// still writing its body would get the reset instead of the answer.
+/// Bounded by bytes and time, so a client cannot keep the connection
+/// through it.
+pub(crate) const LINGER_BYTES: usize = 64 * 1024 * 1024;
+/// See [`LINGER_BYTES`]: at most this long (nginx's `lingering_timeout`).
+pub(crate) const LINGER_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads and drops what the client still sends (its write side closed
+/// already: it has the answer and the end), until it closes its own side
+/// or a bound of [`LINGER_BYTES`], [`LINGER_TIME`] is reached.
+async fn linger<I: AsyncRead + Unpin>(io: &mut I) {
+    use tokio::io::AsyncReadExt;
+    let drain = async {
+        let mut scratch = vec![0u8; READ_SPACE];
+        let mut read = 0;
+        while read < LINGER_BYTES {
+            match io.read(&mut scratch).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => read += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER_TIME, drain).await;
 }
 
 /// What [`parse`] found at the front of the buffer.
@@ -229,9 +261,12 @@ fn parse(buf: &[u8], spans: &mut Vec<Span>) -> Parse {
     spans.clear();
     let mut body_len = None;
     let mut close = false;
+    let mut hosts = 0;
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
-        if name_is(name, b"content-length") {
+        if name_is(name, b"host") {
+            hosts += 1;
+        } else if name_is(name, b"content-length") {
             match (body_len, content_length(h.value).map(usize::try_from)) {
                 (None, Some(Ok(n))) => body_len = Some(n),
                 _ => return Parse::NotOurs,
@@ -252,6 +287,10 @@ fn parse(buf: &[u8], spans: &mut Vec<Span>) -> Parse {
         }
         spans.push((span(buf, name), span(buf, h.value)));
     }
+    if hosts != 1 {
+        // Refused with a 400 on hyper's path (`listen::host_refusal`).
+        return Parse::NotOurs;
+    }
     Parse::Complete(Parsed {
         method,
         path,
@@ -265,10 +304,7 @@ fn parse(buf: &[u8], spans: &mut Vec<Span>) -> Parse {
 /// may begin) hold an empty line, the end of a head; or the buffer is at
 /// the size past which the head is hyper's.
 fn may_end_head(buf: &[u8], from: usize) -> bool {
-    let tail = &buf[from.saturating_sub(3)..];
-    buf.len() >= MAX_HEAD
-        || tail.windows(2).any(|w| w == b"\n\n")
-        || tail.windows(3).any(|w| w == b"\n\r\n")
+    buf.len() >= MAX_HEAD || crate::http1::may_end_head(buf, from)
 }
 
 /// Who answers a request, and what they are handed.
@@ -853,7 +889,17 @@ mod tests {
         let (_, target, fields) = plain(read(b"POST /v1/x HTTP/1.1\nHost: a\nX: 1\n\n"));
         assert_eq!(target, "/v1/x");
         assert_eq!(fields, ["Host=a", "X=1"], "bare line feeds");
-        assert!(plain(read(b"POST /v1/x HTTP/1.1\r\n\r\n")).2.is_empty());
+        assert_eq!(
+            plain(read(b"POST /v1/x HTTP/1.1\r\nhost: x\r\n\r\n")).2,
+            ["host=x"]
+        );
+        // Without exactly one `Host`: hyper's, which refuses it.
+        for wire in [
+            &b"POST /v1/x HTTP/1.1\r\n\r\n"[..],
+            b"POST /v1/x HTTP/1.1\r\nhost: a\r\nHost: a\r\n\r\n",
+        ] {
+            assert!(matches!(parse(wire, &mut Vec::new()), Parse::NotOurs));
+        }
 
         // Another path (a prefix, a longer one), or another method: the
         // app's, with the map.
@@ -1022,7 +1068,11 @@ mod tests {
             }),
         );
         let s = server(app).await;
-        let got = exchange(s.addr, b"GET / HTTP/1.1\r\nconnection: close\r\n\r\n").await;
+        let got = exchange(
+            s.addr,
+            b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+        )
+        .await;
         assert!(got.contains("transfer-encoding: chunked\r\n"), "{got}");
         assert!(
             got.ends_with("\r\n\r\n9\r\ndata: a\n\n\r\na\r\ndata: bb\n\n\r\n0\r\n\r\n"),
@@ -1047,7 +1097,7 @@ mod tests {
         let s = server(app).await;
         let got = exchange(
             s.addr,
-            b"GET /stream HTTP/1.1\r\n\r\nGET /whole HTTP/1.1\r\nconnection: close\r\n\r\n",
+            b"GET /stream HTTP/1.1\r\nhost: x\r\n\r\nGET /whole HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
         )
         .await;
         let (first, second) = got
@@ -1081,9 +1131,9 @@ mod tests {
             );
         let s = server(app).await;
         // Keep-alive asked for: the close is the failure's.
-        let got = exchange(s.addr, b"GET / HTTP/1.1\r\n\r\n").await;
+        let got = exchange(s.addr, b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").await;
         assert!(got.ends_with("\r\n\r\n9\r\ndata: a\n\n\r\n"), "{got:?}");
-        let got = exchange(s.addr, b"GET /short HTTP/1.1\r\n\r\n").await;
+        let got = exchange(s.addr, b"GET /short HTTP/1.1\r\nhost: x\r\n\r\n").await;
         assert!(got.contains("content-length: 10\r\n"), "{got}");
         assert!(got.ends_with("\r\n\r\nabc"), "{got:?}");
     }
@@ -1093,26 +1143,26 @@ mod tests {
         let s = server(echo()).await;
         let cases: [(&[u8], &str); 7] = [
             (
-                b"POST /echo HTTP/1.1\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+                b"POST /echo HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
                 "abc",
             ),
             (
-                b"POST /echo HTTP/1.1\r\nexpect: 100-continue\r\ncontent-length: 2\r\nconnection: close\r\n\r\nhi",
+                b"POST /echo HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: 2\r\nconnection: close\r\n\r\nhi",
                 "hi",
             ),
             (b"POST /echo HTTP/1.0\r\ncontent-length: 3\r\n\r\nold", "old"),
-            (b"HEAD / HTTP/1.1\r\nconnection: close\r\n\r\n", "HTTP/1.1 200 OK"),
+            (b"HEAD / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n", "HTTP/1.1 200 OK"),
             // Smuggling shapes: hyper refuses two lengths, and reads a
             // chunked body that also has a length as chunked, then closes.
             (
-                b"POST /echo HTTP/1.1\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nabc",
+                b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nabc",
                 "HTTP/1.1 400",
             ),
             (
-                b"POST /echo HTTP/1.1\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n",
+                b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n",
                 "connection: close",
             ),
-            (b"GET / HTTP/1.1\r\nbad header\r\n\r\n", "HTTP/1.1 400"),
+            (b"GET / HTTP/1.1\r\nhost: x\r\nbad header\r\n\r\n", "HTTP/1.1 400"),
         ];
         for (i, (wire, expect)) in cases.iter().enumerate() {
             let got = exchange(s.addr, wire).await;
@@ -1126,14 +1176,14 @@ mod tests {
         let s = server(echo()).await;
         // A little, a pause, the rest; and a large one in many reads.
         let mut c = TcpStream::connect(s.addr).await.expect("connect");
-        c.write_all(b"POST /echo HTTP/1.1\r\ncontent-length: 4\r\n\r\nha")
+        c.write_all(b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 4\r\n\r\nha")
             .await
             .expect("write");
         tokio::time::sleep(Duration::from_millis(200)).await;
         c.write_all(b"lf").await.expect("write");
         let large = "x".repeat(300_000);
         let head = format!(
-            "POST /echo HTTP/1.1\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            "POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
             large.len()
         );
         let (mut rd, mut wr) = c.into_split();
@@ -1159,7 +1209,7 @@ mod tests {
         let app = Router::new().route("/", post(|| async { (StatusCode::UNAUTHORIZED, "no key") }));
         let s = server(app).await;
         let mut c = TcpStream::connect(s.addr).await.expect("connect");
-        c.write_all(b"POST / HTTP/1.1\r\ncontent-length: 100\r\n\r\nsome")
+        c.write_all(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\nsome")
             .await
             .expect("write");
         let got = read_to_close(&mut c).await;
@@ -1191,14 +1241,16 @@ mod tests {
         );
         let s = server(app).await;
         let mut c = TcpStream::connect(s.addr).await.expect("connect");
-        c.write_all(b"GET / HTTP/1.1\r\n\r\n").await.expect("write");
+        c.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .expect("write");
         tokio::time::sleep(Duration::from_millis(100)).await;
         drop(c);
         wait_for(&dropped).await;
         // And one that hangs up before its body ended.
         dropped.store(false, Ordering::SeqCst);
         let mut c = TcpStream::connect(s.addr).await.expect("connect");
-        c.write_all(b"GET / HTTP/1.1\r\ncontent-length: 10\r\n\r\nabc")
+        c.write_all(b"GET / HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\nabc")
             .await
             .expect("write");
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -1227,7 +1279,7 @@ mod tests {
         let s = server(app).await;
         let mut idle = TcpStream::connect(s.addr).await.expect("connect");
         let mut busy = TcpStream::connect(s.addr).await.expect("connect");
-        busy.write_all(b"GET / HTTP/1.1\r\n\r\n")
+        busy.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
             .await
             .expect("write");
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -41,6 +41,17 @@ pub fn poll_read<I: AsyncRead + Unpin>(
     tokio_util::io::poll_read_buf(Pin::new(io), cx, buf)
 }
 
+/// Whether the bytes of `buf` from `from` on (with the three before,
+/// where an end may begin) hold an empty line: the end of a head (CRLF or
+/// bare LF lines, as httparse takes them). A reader that parsed the first
+/// `from` bytes of a head as incomplete parses again only when this says
+/// the new bytes may end it: a head trickled a byte at a time then costs
+/// linear work, not a parse of everything held per byte.
+pub fn may_end_head(buf: &[u8], from: usize) -> bool {
+    let tail = buf.get(from.saturating_sub(3)..).unwrap_or_default();
+    tail.windows(2).any(|w| w == b"\n\n") || tail.windows(3).any(|w| w == b"\n\r\n")
+}
+
 /// Byte ranges of one header's name and value within a head.
 pub type Span = (Range<usize>, Range<usize>);
 
@@ -263,7 +274,9 @@ pub struct HeadLines {
     pub lines: Bytes,
     /// The lines hold a `date`.
     pub dated: bool,
-    /// Their first `Content-Type` is `text/event-stream`.
+    /// Their first `Content-Type` is `text/event-stream` (and, for a
+    /// proxied answer, no content coding hides its events: a coded one is
+    /// passed on as bytes, and a drain ends it without an error event).
     pub event_stream: bool,
 }
 

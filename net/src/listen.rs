@@ -10,7 +10,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -64,8 +64,10 @@ impl<S> App for S where
 pub struct Limits {
     /// Open connections at most; more are closed at accept.
     pub max_connections: usize,
-    /// From a connection's first byte of a request head (or of the TLS
-    /// handshake) to the complete head.
+    /// From a connection's accept (its TLS handshake included) to its
+    /// first complete request head, and from the first byte of each later
+    /// head to its end: a connection that never sends a byte is closed
+    /// after this, not after the idle timeout.
     pub header_read_timeout: Duration,
     /// A connection with no request in flight and no bytes read for this
     /// long is closed (within a quarter of itself after it: the
@@ -81,6 +83,11 @@ pub struct Limits {
     /// request and the backend's connection forever. A slow reader that
     /// takes bytes now and then is not cut, nor is a slow answer.
     pub send_timeout: Duration,
+    /// Open connections from one source address at most (nginx's
+    /// `limit_conn` keyed by address); more are closed at accept. `None`:
+    /// no cap (the default: clients behind one NAT or load balancer share
+    /// an address).
+    pub max_connections_per_ip: Option<usize>,
 }
 
 impl Limits {
@@ -92,6 +99,7 @@ impl Limits {
             idle_timeout: Duration::from_secs(60),
             body_read_timeout: Duration::from_secs(30),
             send_timeout: Duration::from_secs(60),
+            max_connections_per_ip: None,
         }
     }
 }
@@ -103,6 +111,11 @@ pub struct Stats {
     pub accepted: AtomicU64,
     /// Closed at accept: over the budget.
     pub refused: AtomicU64,
+    /// Closed at accept: their source address had
+    /// [`Limits::max_connections_per_ip`] open already.
+    pub refused_per_ip: AtomicU64,
+    /// Open connections per source address, while a cap is set.
+    per_ip: PerIp,
     /// Closed for silence with no request in flight.
     pub closed_idle: AtomicU64,
     /// Closed because a request head (or the TLS handshake) was not
@@ -301,9 +314,21 @@ pub async fn serve_plain<P: Plain>(
             drop(stream);
             continue;
         }
+        let ip = match config.limits.max_connections_per_ip {
+            None => None,
+            Some(cap) => match stats.per_ip.enter(addr.ip(), cap) {
+                Some(ip) => Some(ip),
+                None => {
+                    stats.open.fetch_sub(1, Ordering::AcqRel);
+                    stats.refused_per_ip.fetch_add(1, Ordering::Relaxed);
+                    drop(stream);
+                    continue;
+                }
+            },
+        };
         stats.accepted.fetch_add(1, Ordering::Relaxed);
         let _ = stream.set_nodelay(true);
-        let open = Open(Arc::clone(&config.stats));
+        let open = Open(Arc::clone(&config.stats), ip);
         let (stream, open, seat) = match &member {
             None => (stream, open, None),
             Some(m) => match m.keep() {
@@ -498,13 +523,53 @@ impl Future for Look {
     }
 }
 
-/// Decrements the open count when a connection ends, however it ends.
+/// Decrements the open count (and its source address's, when counted)
+/// when a connection ends, however it ends.
 #[derive(Debug)]
-struct Open(Arc<Stats>);
+struct Open(Arc<Stats>, Option<IpAddr>);
 
 impl Drop for Open {
     fn drop(&mut self) {
+        if let Some(ip) = self.1 {
+            self.0.per_ip.leave(ip);
+        }
         self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Open connections per source address, shared by a listener's accept
+/// loops (one per data-plane thread). Taken at accept and close only,
+/// never per request; an address leaves the map with its last connection,
+/// so it holds at most the listener's budget of entries.
+#[derive(Debug, Default)]
+struct PerIp(parking_lot::Mutex<std::collections::HashMap<IpAddr, usize>>);
+
+impl PerIp {
+    /// Counts a connection from `ip` (an IPv4-mapped IPv6 address as its
+    /// IPv4 one) if fewer than `cap` are open; the address it was counted
+    /// under, or `None` when refused.
+    fn enter(&self, ip: IpAddr, cap: usize) -> Option<IpAddr> {
+        let ip = ip.to_canonical();
+        let mut open = self.0.lock();
+        let n = open.entry(ip).or_insert(0);
+        if *n >= cap {
+            if *n == 0 {
+                open.remove(&ip);
+            }
+            return None;
+        }
+        *n += 1;
+        Some(ip)
+    }
+
+    fn leave(&self, ip: IpAddr) {
+        let mut open = self.0.lock();
+        if let Some(n) = open.get_mut(&ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&ip);
+            }
+        }
     }
 }
 
@@ -617,8 +682,17 @@ async fn serve_connection<I, A: App, P: Plain>(
         }
         let guard = InFlight::begin(Arc::clone(&svc_state));
         let app = app.clone();
+        let state = Arc::clone(&svc_state);
         async move {
-            let mut resp = app.oneshot(req.map(Body::new)).await?;
+            let mut resp = match host_refusal(&req) {
+                Some(refusal) => refusal,
+                None if req.version() < http::Version::HTTP_2 => {
+                    state.body_unread.store(false, Ordering::Relaxed);
+                    let req = req.map(|inner| Body::new(UnreadMark { inner, state }));
+                    app.oneshot(req).await?
+                }
+                None => app.oneshot(req.map(Body::new)).await?,
+            };
             // hyper writes the map only.
             if let Some(lines) = resp.extensions_mut().remove::<HeadLines>() {
                 lines.fold_into(resp.headers_mut());
@@ -656,6 +730,38 @@ async fn serve_connection<I, A: App, P: Plain>(
             }
         }
     }
+}
+
+/// A 400 for an HTTP/1 request without exactly the one `Host` RFC 9112
+/// §3.2 asks for: none in HTTP/1.1, or more than one in any version.
+/// HTTP/1.0 without `Host` is served, as nginx serves it (the version
+/// predates the header). HTTP/2 names its authority in `:authority`.
+/// The connection closes after it. The lean server hands such requests
+/// here (`h1`), so one place answers them.
+fn host_refusal<B>(req: &Request<B>) -> Option<Response> {
+    let hosts = req.headers().get_all(http::header::HOST).iter().count();
+    let refused = match req.version() {
+        http::Version::HTTP_11 => hosts != 1,
+        http::Version::HTTP_10 | http::Version::HTTP_09 => hosts > 1,
+        _ => false,
+    };
+    if !refused {
+        return None;
+    }
+    let mut resp = Response::new(Body::from(
+        "400 Bad Request: an HTTP/1.1 request needs exactly one Host header (RFC 9112 section 3.2)\n",
+    ));
+    *resp.status_mut() = http::StatusCode::BAD_REQUEST;
+    let headers = resp.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
+    );
+    Some(resp)
 }
 
 /// The watchdog's look: true when the connection must close (counted);
@@ -698,8 +804,17 @@ pub(crate) struct ConnState {
     last_activity_ms: AtomicU64,
     /// Milliseconds since `epoch` (+1) of the first byte read while no
     /// request was in flight ([`UNSTAMPED`] until the watchdog's next
-    /// look); 0 when no head is pending.
+    /// look); 0 when no head is pending. The connection's first head is
+    /// pending from accept (1: `epoch` is the accept's time), so a
+    /// connection that never sends a byte is closed by the header-read
+    /// timeout, not held for the idle one.
     head_since_ms: AtomicU64,
+    /// No byte has been read yet: the pending first head is not begun (a
+    /// stopping listener closes such a connection at once).
+    silent: AtomicBool,
+    /// hyper's HTTP/1 path: the last request's body was dropped before its
+    /// end (answered unread): the connection's close lingers (`Watched`).
+    body_unread: AtomicBool,
     /// Milliseconds since `epoch` (+1) of the first write that found the
     /// socket full, with no write progress since; 0 when writes flow.
     blocked_since_ms: AtomicU64,
@@ -725,7 +840,9 @@ impl ConnState {
             epoch: Instant::now(),
             in_flight: AtomicUsize::new(0),
             last_activity_ms: AtomicU64::new(0),
-            head_since_ms: AtomicU64::new(0),
+            head_since_ms: AtomicU64::new(1),
+            silent: AtomicBool::new(true),
+            body_unread: AtomicBool::new(false),
             blocked_since_ms: AtomicU64::new(0),
             handed: crate::slots::Slots::default(),
         }
@@ -744,6 +861,7 @@ impl ConnState {
     /// watchdog to stamp.
     fn on_read(&self) {
         if self.in_flight.load(Ordering::Relaxed) == 0 {
+            self.silent.store(false, Ordering::Relaxed);
             self.last_activity_ms.store(UNSTAMPED, Ordering::Relaxed);
             let _ = self.head_since_ms.compare_exchange(
                 0,
@@ -813,7 +931,8 @@ impl ConnState {
     /// No request in flight and no head begun.
     fn is_idle(&self) -> bool {
         self.in_flight.load(Ordering::Relaxed) == 0
-            && self.head_since_ms.load(Ordering::Relaxed) == 0
+            && (self.head_since_ms.load(Ordering::Relaxed) == 0
+                || self.silent.load(Ordering::Relaxed))
     }
 
     fn at(&self, ms: u64) -> Instant {
@@ -931,6 +1050,43 @@ impl http_body::Body for Tracked {
     }
 }
 
+/// A request body on hyper's HTTP/1 path: dropped before its end (its
+/// answer given without reading it all), it marks its connection so that
+/// the close after the answer lingers (`Watched::poll_shutdown`).
+struct UnreadMark {
+    inner: Incoming,
+    state: Arc<ConnState>,
+}
+
+impl http_body::Body for UnreadMark {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for UnreadMark {
+    fn drop(&mut self) {
+        use http_body::Body as _;
+        if !self.inner.is_end_stream() {
+            self.state.body_unread.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
 /// An I/O stream that tells its [`ConnState`] when bytes come in, and
 /// when writes block or flow again.
 struct Watched<I> {
@@ -939,6 +1095,14 @@ struct Watched<I> {
     /// Bytes already read, to be read again first: what the lean HTTP/1
     /// server read before handing the connection to hyper.
     rewound: Bytes,
+    /// A close that lingers (see [`UnreadMark`]): shut for writing, the
+    /// rest of the request is read and dropped until this time.
+    lingering: Option<Lingering>,
+}
+
+struct Lingering {
+    until: Pin<Box<tokio::time::Sleep>>,
+    read: usize,
 }
 
 impl<I> Watched<I> {
@@ -946,6 +1110,7 @@ impl<I> Watched<I> {
         Self {
             inner,
             state,
+            lingering: None,
             rewound: Bytes::new(),
         }
     }
@@ -976,7 +1141,7 @@ impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
     }
 }
 
-impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
+impl<I: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Watched<I> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -995,8 +1160,38 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
         polled
     }
 
+    /// hyper shuts a connection down after its last answer; when that
+    /// answer came before its request's body was read, the close lingers
+    /// as the lean server's does (`h1::linger`): the client still sending
+    /// its body gets the answer rather than a reset.
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        let this = &mut *self;
+        if this.lingering.is_none() {
+            std::task::ready!(Pin::new(&mut this.inner).poll_shutdown(cx))?;
+            if !this.state.body_unread.swap(false, Ordering::Relaxed) {
+                return Poll::Ready(Ok(()));
+            }
+            this.lingering = Some(Lingering {
+                until: Box::pin(tokio::time::sleep(h1::LINGER_TIME)),
+                read: 0,
+            });
+        }
+        let Some(linger) = this.lingering.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        let mut scratch = [0u8; 4096];
+        while linger.read < h1::LINGER_BYTES && linger.until.as_mut().poll(cx).is_pending() {
+            let mut buf = ReadBuf::new(&mut scratch);
+            match Pin::new(&mut this.inner).poll_read(cx, &mut buf) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(())) if !buf.filled().is_empty() => {
+                    linger.read += buf.filled().len();
+                }
+                Poll::Ready(_) => break,
+            }
+        }
+        this.lingering = None;
+        Poll::Ready(Ok(()))
     }
 
     fn poll_write_vectored(
@@ -1167,7 +1362,7 @@ pub(crate) mod tests {
         let mut plain = TcpStream::connect(addr).await.expect("connect");
         // Served once: its task waits for a next head.
         plain
-            .write_all(b"GET / HTTP/1.1\r\n\r\n")
+            .write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
             .await
             .expect("write");
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -1214,6 +1409,189 @@ pub(crate) mod tests {
         assert!(closed_after(&mut s).await < Duration::from_secs(10));
         assert_eq!(stats.closed_header_timeout.load(Ordering::Relaxed), 2);
         assert_eq!(stats.closed_idle.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_never_sends_a_byte_is_closed_by_the_header_read_timeout() {
+        // 11,000 silent connections once held a data port's whole budget
+        // for the idle timeout each.
+        let limits = Limits {
+            header_read_timeout: Duration::from_millis(300),
+            idle_timeout: Duration::from_secs(120),
+            ..Limits::with_max(16)
+        };
+        let (addr, stats, _stop) = server(limits).await;
+        let mut silent = TcpStream::connect(addr).await.expect("connect");
+        let took = tokio::time::timeout(Duration::from_secs(20), closed_after(&mut silent))
+            .await
+            .expect("closed by the header-read timeout, not the idle one");
+        assert!(
+            took >= Duration::from_millis(250),
+            "not before it: {took:?}"
+        );
+        assert_eq!(stats.closed_header_timeout.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.closed_idle.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn a_connection_over_its_addresss_cap_is_closed_at_accept() {
+        let limits = Limits {
+            max_connections_per_ip: Some(2),
+            ..Limits::with_max(16)
+        };
+        let (addr, stats, _stop) = server(limits).await;
+        let accepted = |n: u64| {
+            let stats = Arc::clone(&stats);
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while stats.accepted.load(Ordering::Relaxed) < n {
+                    assert!(Instant::now() < deadline, "never accepted");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        };
+        let first = TcpStream::connect(addr).await.expect("connect");
+        let _second = TcpStream::connect(addr).await.expect("connect");
+        accepted(2).await;
+        let mut third = TcpStream::connect(addr).await.expect("connect");
+        assert!(closed_after(&mut third).await < Duration::from_secs(10));
+        assert_eq!(stats.refused_per_ip.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.refused.load(Ordering::Relaxed), 0, "not the budget");
+        // A connection that closes gives its place back.
+        drop(first);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while stats.open.load(Ordering::Relaxed) > 1 {
+            assert!(Instant::now() < deadline, "the closed one still counted");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let _fourth = TcpStream::connect(addr).await.expect("connect");
+        accepted(3).await;
+        assert_eq!(stats.refused_per_ip.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn an_addresss_count_leaves_with_its_last_connection() {
+        let per_ip = PerIp::default();
+        let v4: IpAddr = "10.0.0.1".parse().expect("ip");
+        let mapped: IpAddr = "::ffff:10.0.0.1".parse().expect("ip");
+        assert_eq!(per_ip.enter(v4, 2), Some(v4));
+        assert_eq!(
+            per_ip.enter(mapped, 2),
+            Some(v4),
+            "one address, however written"
+        );
+        assert_eq!(per_ip.enter(v4, 2), None);
+        per_ip.leave(v4);
+        per_ip.leave(v4);
+        assert!(per_ip.0.lock().is_empty());
+        assert_eq!(per_ip.enter(v4, 1), Some(v4));
+    }
+
+    /// Every byte the server at `addr` answers `request` with, until it
+    /// closes.
+    async fn exchange(addr: SocketAddr, request: &[u8]) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        s.write_all(request).await.expect("write");
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut answer))
+            .await
+            .expect("the answer ends")
+            .expect("read");
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
+    #[tokio::test]
+    async fn an_http11_request_without_exactly_one_host_is_a_400() {
+        let (addr, _stats, _stop) = server(Limits::with_max(16)).await;
+        let refused: [&[u8]; 4] = [
+            b"GET / HTTP/1.1\r\nconnection: close\r\n\r\n",
+            b"GET / HTTP/1.1\r\nhost: a\r\nHost: b\r\nconnection: close\r\n\r\n",
+            // Chunked: hyper's path.
+            b"POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n0\r\n\r\n",
+            b"GET / HTTP/1.0\r\nhost: a\r\nhost: b\r\n\r\n",
+        ];
+        for request in refused {
+            let answer = exchange(addr, request).await;
+            assert!(
+                answer.starts_with("HTTP/1.1 400 ") || answer.starts_with("HTTP/1.0 400 "),
+                "{:?}: {answer}",
+                String::from_utf8_lossy(request)
+            );
+            assert!(answer.contains("Host"), "says why: {answer}");
+        }
+        // HTTP/1.0 predates `Host`: served without it, as nginx does.
+        let answer = exchange(addr, b"GET / HTTP/1.0\r\n\r\n").await;
+        assert!(
+            answer.contains(" 200 ") && answer.ends_with("ok"),
+            "{answer}"
+        );
+        let answer = exchange(
+            addr,
+            b"GET / HTTP/1.1\r\nHOST: a\r\nconnection: close\r\n\r\n",
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn an_early_answer_reaches_a_client_still_sending_a_large_body() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // Answers at once, reading none of the body (a 401 before the
+        // upload is read). Closed with the body unread, the socket would
+        // reset the client's writes and the answer with them.
+        let app = Router::new().route(
+            "/",
+            axum::routing::post(|| async { (http::StatusCode::UNAUTHORIZED, "no key") }),
+        );
+        let (addr, stats, _stop) = serve_app(app, Limits::with_max(4)).await;
+        // More than loopback's socket buffers hold on both sides together.
+        const BODY: usize = 32 * 1024 * 1024;
+        const PIECE: usize = 0xfff8;
+        // By length, the lean server's; chunked, hyper's.
+        let framings = [
+            ("content-length: 33554432", false),
+            ("transfer-encoding: chunked", true),
+        ];
+        for (framing, chunked) in framings {
+            let mut s = TcpStream::connect(addr).await.expect("connect");
+            let head = format!("POST / HTTP/1.1\r\nhost: x\r\n{framing}\r\n\r\n");
+            s.write_all(head.as_bytes()).await.expect("head");
+            let mut piece = Vec::new();
+            if chunked {
+                piece.extend_from_slice(format!("{PIECE:x}\r\n").as_bytes());
+            }
+            piece.extend(std::iter::repeat_n(b'x', PIECE));
+            if chunked {
+                piece.extend_from_slice(b"\r\n");
+            }
+            let mut sent = 0;
+            while sent < BODY {
+                let n = PIECE.min(BODY - sent);
+                let bytes = if chunked || n == PIECE {
+                    &piece[..]
+                } else {
+                    &piece[..n]
+                };
+                s.write_all(bytes)
+                    .await
+                    .unwrap_or_else(|e| panic!("{framing}: reset after {sent} bytes: {e}"));
+                sent += n;
+            }
+            if chunked {
+                s.write_all(b"0\r\n\r\n").await.expect("last chunk");
+            }
+            s.shutdown().await.expect("shutdown");
+            let mut answer = Vec::new();
+            tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut answer))
+                .await
+                .expect("closed")
+                .unwrap_or_else(|e| panic!("{framing}: the answer, not a reset: {e}"));
+            let answer = String::from_utf8_lossy(&answer);
+            assert!(answer.starts_with("HTTP/1.1 401 "), "{framing}: {answer}");
+            assert!(answer.contains("no key"), "{framing}: {answer}");
+        }
+        assert_eq!(stats.handed_to_hyper.load(Ordering::Relaxed), 1);
     }
 
     #[tokio::test]
@@ -1635,6 +2013,17 @@ pub(crate) mod tests {
         let state = Arc::new(ConnState::new());
         let t0 = state.epoch;
         let ms = Duration::from_millis(1);
+        // Accepted: its first head is pending from then on, not begun.
+        assert!(state.is_idle(), "a stop closes it at once");
+        assert!(matches!(state.verdict(&limits, t0 + h - ms), Verdict::Keep));
+        assert!(matches!(
+            state.verdict(&limits, t0 + h),
+            Verdict::HeaderTimeout
+        ));
+        // Its first request served: idle from the look after its end.
+        state.on_read();
+        drop(InFlight::begin(Arc::clone(&state)));
+        assert!(matches!(state.verdict(&limits, t0), Verdict::Keep));
         assert!(matches!(state.verdict(&limits, t0 + idle), Verdict::Idle));
 
         // A head begins: no clock read, its time is the next look's.

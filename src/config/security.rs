@@ -26,6 +26,7 @@ pub(super) struct RawTls {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawLimits {
     max_connections: Option<usize>,
+    max_connections_per_ip: Option<usize>,
     header_read_timeout: Option<String>,
     idle_timeout: Option<String>,
     body_read_timeout: Option<String>,
@@ -46,6 +47,8 @@ pub(super) struct RawBackendTls {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LimitSettings {
     pub max_connections: Option<usize>,
+    /// `None`: no cap per source address.
+    pub max_connections_per_ip: Option<usize>,
     pub header_read_timeout: Duration,
     pub idle_timeout: Duration,
     pub body_read_timeout: Duration,
@@ -57,6 +60,7 @@ impl Default for LimitSettings {
         let d = Limits::with_max(0);
         Self {
             max_connections: None,
+            max_connections_per_ip: d.max_connections_per_ip,
             header_read_timeout: d.header_read_timeout,
             idle_timeout: d.idle_timeout,
             body_read_timeout: d.body_read_timeout,
@@ -70,6 +74,7 @@ impl LimitSettings {
     pub fn resolve(&self, default_max: usize) -> Limits {
         Limits {
             max_connections: self.max_connections.unwrap_or(default_max),
+            max_connections_per_ip: self.max_connections_per_ip,
             header_read_timeout: self.header_read_timeout,
             idle_timeout: self.idle_timeout,
             body_read_timeout: self.body_read_timeout,
@@ -172,8 +177,22 @@ impl Validator<'_> {
             Some(n) => Some(self.int(&key("max_connections"), Some(n), n, bounds::CONNECTIONS)?),
             None => None,
         };
+        let per_ip_key = key("max_connections_per_ip");
+        let max_connections_per_ip = match raw.max_connections_per_ip {
+            Some(n) => Some(self.int(&per_ip_key, Some(n), n, bounds::CONNECTIONS)?),
+            None => None,
+        };
+        if let (Some(per_ip), Some(most)) = (max_connections_per_ip, max_connections) {
+            if per_ip > most {
+                return Err(self.err(
+                    per_ip_key,
+                    format!("must be at most max_connections ({most})"),
+                ));
+            }
+        }
         Ok(LimitSettings {
             max_connections,
+            max_connections_per_ip,
             header_read_timeout: self.duration(
                 &key("header_read_timeout"),
                 raw.header_read_timeout.as_deref(),

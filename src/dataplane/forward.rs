@@ -206,7 +206,10 @@ pub mod names {
 
 /// Request headers that describe this hop only, carry the client's
 /// gateway credentials, or are the gateway's to write (`Host`,
-/// `Content-Length`, `X-Request-Id`): never passed on to the backend.
+/// `Content-Length`, `X-Request-Id`, `Accept-Encoding`: see
+/// `upstream::wire::encode_request`): never passed on to the backend;
+/// nor is any `x-zonegate-*`, which are zonegate's (a client's are read
+/// here, never a backend's to trust).
 const DROP_REQUEST: &[&str] = &[
     "connection",
     "proxy-authorization",
@@ -219,11 +222,14 @@ const DROP_REQUEST: &[&str] = &[
     "authorization",
     "content-length",
     "x-request-id",
+    "accept-encoding",
 ];
 
 /// Whether a client header goes to the backend (see `DROP_REQUEST`).
 pub fn forwarded(name: &[u8]) -> bool {
-    !DROP_REQUEST.iter().any(|d| name_is(name, d.as_bytes()))
+    const OURS: &[u8] = b"x-zonegate-";
+    !(DROP_REQUEST.iter().any(|d| name_is(name, d.as_bytes()))
+        || name.get(..OURS.len()).is_some_and(|p| name_is(p, OURS)))
 }
 
 /// Writes the client's headers for the backend, as lines of its request's
@@ -486,11 +492,13 @@ mod tests {
     fn the_gateways_own_and_the_framing_headers_are_not_forwarded() {
         let head = "Host: gateway.example\r\nContent-Length: 12\r\n\
                     Transfer-Encoding: chunked\r\nX-Request-Id: chosen-by-the-client\r\n\
+                    Accept-Encoding: gzip, deflate\r\nX-Zonegate-Backend: forged\r\n\
+                    x-zonegate-min-tier: 2\r\nx-zonegatex: 1\r\n\
                     x-session-id: s1\r\ncontent-type: application/json\r\n";
         for sent in forwarded_both_ways(head) {
             assert_eq!(
                 sent,
-                "x-session-id: s1\r\ncontent-type: application/json\r\n"
+                "x-zonegatex: 1\r\nx-session-id: s1\r\ncontent-type: application/json\r\n"
             );
         }
     }

@@ -26,10 +26,21 @@ pub const MAX_TRANSCRIPT_BYTES: usize = 4 * 1024 * 1024;
 
 /// Cuts a byte stream into whole events. A chunk that ends on an event
 /// boundary while nothing is held passes through without a copy (the
-/// usual case: servers write one event per chunk).
+/// usual case: servers write one event per chunk). What is held is
+/// looked at once: each chunk is searched for a boundary from where the
+/// last search ended (less the three bytes a boundary may begin in), so
+/// an event trickled a byte at a time costs linear work, not a search of
+/// everything held per byte.
 #[derive(Default)]
 pub struct Framer {
     tail: BytesMut,
+    /// Bytes at the front of `tail` already searched: no boundary ends
+    /// within them.
+    searched: usize,
+    /// Bytes looked at for a boundary so far (tests assert it stays
+    /// linear in the bytes pushed).
+    #[cfg(test)]
+    examined: usize,
 }
 
 /// The held part of an event grew past [`MAX_EVENT_BYTES`].
@@ -43,8 +54,18 @@ impl Framer {
             return Ok(chunk);
         }
         self.tail.extend_from_slice(&chunk);
-        let whole =
-            last_boundary(&self.tail).map_or(Bytes::new(), |end| self.tail.split_to(end).freeze());
+        // A boundary (at most 4 bytes) that ends in the new bytes begins
+        // at most 3 bytes before them.
+        let from = self.searched.saturating_sub(3);
+        #[cfg(test)]
+        {
+            self.examined += self.tail.len() - from;
+        }
+        let whole = match last_boundary(&self.tail[from..]) {
+            Some(end) => self.tail.split_to(from + end).freeze(),
+            None => Bytes::new(),
+        };
+        self.searched = self.tail.len();
         if self.tail.len() > MAX_EVENT_BYTES {
             return Err(Oversized);
         }
@@ -59,6 +80,7 @@ impl Framer {
     /// Drops what is held (a new upstream starts on an event boundary).
     pub fn reset(&mut self) {
         self.tail.clear();
+        self.searched = 0;
     }
 }
 
@@ -631,6 +653,30 @@ mod tests {
     }
 
     #[test]
+    fn a_trickled_event_costs_the_framer_linear_work() {
+        // A backend that sends an event a byte at a time: each byte must
+        // not make the framer look at everything held again.
+        for (len, end) in [(8 * 1024, &b"\n\n"[..]), (8 * 1024 + 1, b"\r\n\r\n")] {
+            let mut event = vec![b'x'; len];
+            event[..6].copy_from_slice(b"data: ");
+            event.extend_from_slice(end);
+            let mut f = Framer::default();
+            let mut out = Vec::new();
+            for b in &event {
+                out.extend_from_slice(&f.push(Bytes::copy_from_slice(&[*b])).unwrap());
+            }
+            assert_eq!(out, event, "the event, whole, once");
+            assert!(!f.has_partial());
+            assert!(
+                f.examined <= 8 * event.len(),
+                "{} bytes looked at for an event of {}",
+                f.examined,
+                event.len()
+            );
+        }
+    }
+
+    #[test]
     fn framer_refuses_an_endless_event() {
         let mut f = Framer::default();
         let big = Bytes::from(vec![b'x'; MAX_EVENT_BYTES + 1]);
@@ -878,6 +924,36 @@ mod tests {
             1 => bytes.insert(at, byte),
             _ => {
                 bytes.remove(at);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// However a stream is cut into chunks, the framer passes on what
+        /// one that searches everything it holds at every chunk would:
+        /// after each chunk, the bytes up to the last blank line held.
+        #[test]
+        fn the_framer_passes_what_a_full_search_would_however_cut(
+            bytes in proptest::collection::vec(
+                proptest::sample::select(b"\r\n\n\na:".to_vec()),
+                0..64,
+            ),
+            cuts in proptest::collection::vec(1usize..8, 0..64),
+        ) {
+            let mut f = Framer::default();
+            let (mut passed, mut held, mut expected) = (Vec::new(), Vec::new(), Vec::new());
+            let mut fed = 0;
+            let mut cuts = cuts.into_iter().chain(std::iter::repeat(1));
+            while fed < bytes.len() {
+                let end = (fed + cuts.next().unwrap_or(1)).min(bytes.len());
+                let chunk = &bytes[fed..end];
+                passed.extend_from_slice(&f.push(Bytes::copy_from_slice(chunk)).unwrap());
+                fed = end;
+                held.extend_from_slice(chunk);
+                if let Some(end) = last_boundary(&held) {
+                    expected.extend(held.drain(..end));
+                }
+                proptest::prop_assert_eq!(&passed, &expected);
             }
         }
     }

@@ -337,8 +337,9 @@ pub async fn send(
     if let Err(e) = written {
         return Err(SendError::Reset(format!("writing the request: {e}")));
     }
+    let mut scan = wire::HeadScan::default();
     let head = loop {
-        match wire::parse_head(&mut conn.buf, &mut conn.spans) {
+        match wire::parse_head(&mut conn.buf, &mut conn.spans, &mut scan) {
             Ok(Some(head)) => break head,
             Ok(None) => {}
             Err(e) => return Err(SendError::Reset(format!("the backend's answer: {e}"))),
@@ -649,6 +650,43 @@ pub(crate) mod tests {
 
     async fn read_whole(resp: Answer) -> Bytes {
         resp.body.collect().await.expect("body").to_bytes()
+    }
+
+    #[tokio::test]
+    async fn a_backend_that_sends_its_head_a_byte_at_a_time_costs_linear_work() {
+        // A head of ~8 KiB, one byte per write, the backend yielding after
+        // each so that the reader mostly finds one byte per read.
+        let mut head = b"HTTP/1.1 200 OK\r\n".to_vec();
+        for i in 0..90 {
+            head.extend_from_slice(format!("x-filler-{i}: {}\r\n", "v".repeat(80)).as_bytes());
+        }
+        head.extend_from_slice(b"content-length: 2\r\n\r\nok");
+        let len = head.len();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.expect("accept");
+            let _ = s.set_nodelay(true);
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            for b in head {
+                if s.write_all(&[b]).await.is_err() {
+                    return;
+                }
+                tokio::task::yield_now().await;
+            }
+        });
+        wire::EXAMINED.with(|e| e.set(0));
+        let resp = send_to(addr, "/").await.expect("answer");
+        let looked = wire::EXAMINED.with(std::cell::Cell::get);
+        assert_eq!(resp.lines.iter().count(), 90);
+        assert_eq!(read_whole(resp).await, "ok");
+        assert!(
+            looked <= 8 * len,
+            "{looked} bytes looked at for a head of {len}"
+        );
     }
 
     #[tokio::test]

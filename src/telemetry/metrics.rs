@@ -237,7 +237,7 @@ metrics! {
     listener_connection_limit: IntGaugeVec = "zonegate_listener_connection_limit", "Connection budget per listener: past it new connections are closed at accept", ["listener"];
     listener_accepted: IntCounterVec = "zonegate_listener_accepted_total", "Connections accepted within the listener's budget", ["listener"];
     listener_refused: IntCounterVec = "zonegate_listener_refused_total", "Connections closed at accept because the listener's budget was full", ["listener"];
-    listener_closed: IntCounterVec = "zonegate_listener_closed_total", "Connections closed by the listener, by reason (idle, header_timeout, send_timeout, tls_failed)", ["listener", "reason"];
+    listener_closed: IntCounterVec = "zonegate_listener_closed_total", "Connections closed by the listener, by reason (idle, header_timeout, send_timeout, tls_failed, per_ip_limit: at accept, its source address at max_connections_per_ip)", ["listener", "reason"];
     listener_thread_connections: IntGaugeVec = "zonegate_listener_thread_connections", "Open connections per data-plane thread (a thread two or more over the least busy hands new ones to it)", ["listener", "thread"];
     listener_handed_over: IntCounterVec = "zonegate_listener_handed_over_total", "Connections a data-plane thread accepted and handed to a less busy one", ["listener"];
     cluster_view_age: Gauge = "zonegate_cluster_view_age_seconds", "Time since this node last heard from a leader with a quorum (-1 before it ever did)", [];
