@@ -225,16 +225,21 @@ async fn a_global_quota_is_admitted_whole_when_demand_is_uneven_across_zones() {
         "{zone_only}"
     );
     let all = ctl_json(&admin, &["--json", "decisions", "--all"]).await;
-    assert!(
-        kinds(&all).iter().any(|k| k == "quota_rebalance"),
-        "{all}"
-    );
+    assert!(kinds(&all).iter().any(|k| k == "quota_rebalance"), "{all}");
     // An operator's failover, then rebalances after it (the groups
     // changed): the default listing leads with the failover, `--all` with
     // a rebalance newer than it.
     let (code, out, err) = ctl(
         &admin,
-        &["failover", "--from", "az-c", "--to", "az-a", "--reason", "quota_zones"],
+        &[
+            "failover",
+            "--from",
+            "az-c",
+            "--to",
+            "az-a",
+            "--reason",
+            "quota_zones",
+        ],
     )
     .await;
     assert_eq!(code, 0, "{out}{err}");
@@ -244,7 +249,8 @@ async fn a_global_quota_is_admitted_whole_when_demand_is_uneven_across_zones() {
         || {
             let admin = admin.clone();
             async move {
-                let all = ctl_json(&admin, &["--json", "decisions", "--all", "--limit", "100"]).await;
+                let all =
+                    ctl_json(&admin, &["--json", "decisions", "--all", "--limit", "100"]).await;
                 let newest = &all["decisions"][0];
                 let failover = all["decisions"]
                     .as_array()
@@ -258,13 +264,26 @@ async fn a_global_quota_is_admitted_whole_when_demand_is_uneven_across_zones() {
     )
     .await;
     let shown = ctl_json(&admin, &["--json", "decisions"]).await;
-    assert_eq!(kinds(&shown).first().map(String::as_str), Some("failover"), "{shown}");
-    assert!(!kinds(&shown).iter().any(|k| k == "quota_rebalance"), "{shown}");
+    assert_eq!(
+        kinds(&shown).first().map(String::as_str),
+        Some("failover"),
+        "{shown}"
+    );
+    assert!(
+        !kinds(&shown).iter().any(|k| k == "quota_rebalance"),
+        "{shown}"
+    );
     // The human table says the same.
     let (code, table, err) = ctl(&admin, &["decisions"]).await;
     assert_eq!(code, 0, "{err}");
-    assert!(table.contains("failover") && !table.contains("quota_rebalance"), "{table}");
+    assert!(
+        table.contains("failover") && !table.contains("quota_rebalance"),
+        "{table}"
+    );
     let (code, table, err) = ctl(&admin, &["decisions", "--all"]).await;
     assert_eq!(code, 0, "{err}");
-    assert!(table.contains("failover") && table.contains("quota_rebalance"), "{table}");
+    assert!(
+        table.contains("failover") && table.contains("quota_rebalance"),
+        "{table}"
+    );
 }

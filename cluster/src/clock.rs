@@ -33,7 +33,10 @@ fn origin() -> &'static (Instant, u64) {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
-        (Instant::now(), nanos ^ u64::from(std::process::id()).rotate_left(40))
+        (
+            Instant::now(),
+            nanos ^ u64::from(std::process::id()).rotate_left(40),
+        )
     })
 }
 

@@ -515,9 +515,9 @@ impl<P: Propose> LeadLoop<P> {
     async fn tick(&self, state: &ClusterState, config: &FailoverConfig) {
         let me = leader_clock(self.failover.me);
         let dwell = state.dwell_clock();
-        let recent = dwell
-            .last
-            .is_some_and(|l| l.same_clock(&me) && me.mono_ms.saturating_sub(l.mono_ms) < config.period_ms());
+        let recent = dwell.last.is_some_and(|l| {
+            l.same_clock(&me) && me.mono_ms.saturating_sub(l.mono_ms) < config.period_ms()
+        });
         if recent || !state.dwell_running(&me, config.limits().dwell_ms) {
             return;
         }
@@ -577,14 +577,11 @@ impl<P: Propose> LeadLoop<P> {
         if !evidence.is_empty() {
             cmd = cmd.with_evidence(evidence.trim_end().to_owned());
         }
-        if let Err(r) = cmd
-            .validate()
-            .and_then(|()| {
-                state
-                    .check(&cmd.clone().clocked(now, leader_clock(self.failover.me)))
-                    .map(drop)
-            })
-        {
+        if let Err(r) = cmd.validate().and_then(|()| {
+            state
+                .check(&cmd.clone().clocked(now, leader_clock(self.failover.me)))
+                .map(drop)
+        }) {
             tracing::debug!(
                 rule = r.rule.name(),
                 message = r.message,

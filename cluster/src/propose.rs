@@ -256,8 +256,13 @@ impl Propose for Proposer {
     async fn propose(&self, cmd: Command) -> Result<Applied, ProposeError> {
         let kind = cmd.kind();
         let result = self.write(cmd).await;
+        // The dwell clock's ticks are no decision: not worth an INFO line
+        // each period of a dwell.
+        let tick = matches!(kind, "tick");
         match &result {
+            Ok(a) if tick => tracing::debug!(kind, version = a.version, "tick committed"),
             Ok(a) => tracing::info!(kind, version = a.version, "decision committed"),
+            Err(e) if tick => tracing::debug!(kind, error = %e, "tick not committed"),
             Err(e) => tracing::info!(kind, error = %e, "decision not committed"),
         }
         result

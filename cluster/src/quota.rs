@@ -227,7 +227,10 @@ fn zone_weights_fit(q: &TenantQuota, w: &BTreeMap<ZoneId, u32>) -> bool {
 /// A tenant's allocation per zone, before failovers are applied: the global
 /// limits split by the leader's zone weights when they fit the tenant's
 /// zones, else by share ([`zone_split`]).
-pub fn zone_base(q: &TenantQuota, zones: Option<&BTreeMap<ZoneId, u32>>) -> BTreeMap<ZoneId, Limits> {
+pub fn zone_base(
+    q: &TenantQuota,
+    zones: Option<&BTreeMap<ZoneId, u32>>,
+) -> BTreeMap<ZoneId, Limits> {
     match zones.filter(|w| zone_weights_fit(q, w)) {
         Some(w) => {
             let weights: Vec<f64> = w.values().map(|v| f64::from(*v)).collect();
@@ -569,7 +572,9 @@ pub fn plan_rebalance(
             held.extend(
                 statuses
                     .iter()
-                    .filter(|(_, s)| matches!(s, ZoneStatus::FailedOver { target } if target == zone))
+                    .filter(
+                        |(_, s)| matches!(s, ZoneStatus::FailedOver { target } if target == zone),
+                    )
                     .map(|(z, _)| z.clone()),
             );
         }
@@ -584,7 +589,9 @@ pub fn plan_rebalance(
             .collect();
         let mut zone_demand: BTreeMap<ZoneId, u64> = BTreeMap::new();
         for (node, home) in &plan.nodes {
-            let Some(d) = per_node.get(node) else { continue };
+            let Some(d) = per_node.get(node) else {
+                continue;
+            };
             if let Some(zone) = demand_zone(q, home, statuses) {
                 let sum = zone_demand.entry(zone.clone()).or_default();
                 *sum = sum.saturating_add(*d);
@@ -1042,7 +1049,11 @@ mod tests {
         assert_eq!(plan_rebalance(&p, &s, &before, &d), None);
         s.insert(z("az-a"), ZoneStatus::FailedOver { target: z("az-b") });
         let during = plan_rebalance(&p, &s, &before, &d).expect("the groups changed");
-        assert_eq!(during["deptA"].nodes.values().sum::<u32>(), PPM, "one group now");
+        assert_eq!(
+            during["deptA"].nodes.values().sum::<u32>(),
+            PPM,
+            "one group now"
+        );
         let lines = overflow_lines(&p.tenants, &s, 4);
         assert_eq!(
             lines,

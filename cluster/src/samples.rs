@@ -11,9 +11,9 @@ use openraft::{CommittedLeaderId, EntryPayload, LogId, Membership, Vote};
 
 use crate::codec::{self, CodecError};
 use crate::command::{AutoLimits, Command, Decision, LeaderClock};
-use crate::quota::TenantWeights;
 use crate::detect::{PeriodObservations, Report, TenantDemand, ZoneHealth, ZoneObservation};
 use crate::failover::ReportAck;
+use crate::quota::TenantWeights;
 use crate::state::ClusterState;
 use crate::store::{Applied, StoredSnapshot};
 use crate::types::alias::{
@@ -111,9 +111,12 @@ pub(crate) fn every_command() -> Vec<Command> {
                 weights: [(
                     "deptA".to_owned(),
                     TenantWeights {
-                        zones: [(ZoneId::new("az-a"), 600_000), (ZoneId::new("az-b"), 400_000)]
-                            .into_iter()
-                            .collect(),
+                        zones: [
+                            (ZoneId::new("az-a"), 600_000),
+                            (ZoneId::new("az-b"), 400_000),
+                        ]
+                        .into_iter()
+                        .collect(),
                         nodes: [(1, 1_000_000), (2, 1_000_000)].into_iter().collect(),
                     },
                 )]

@@ -1033,7 +1033,10 @@ mod tests {
         let weights = from_node_weights(&weights);
         assert_eq!(s.quota_weights(), &weights);
         assert_eq!(*s.view().quota, weights);
-        assert!(s.decisions(1).is_empty(), "rebalances keep their own history");
+        assert!(
+            s.decisions(1).is_empty(),
+            "rebalances keep their own history"
+        );
         let last = s.all_decisions(1).remove(0);
         assert_eq!(last.kind, "quota_rebalance");
         assert!(last.zones.is_empty());
@@ -1509,9 +1512,13 @@ mod tests {
         let weights: QuotaWeights = [(
             "deptA".to_owned(),
             crate::quota::TenantWeights {
-                zones: [(z("az-a"), 500_000), (z("az-b"), 300_000), (z("az-c"), 200_000)]
-                    .into_iter()
-                    .collect(),
+                zones: [
+                    (z("az-a"), 500_000),
+                    (z("az-b"), 300_000),
+                    (z("az-c"), 200_000),
+                ]
+                .into_iter()
+                .collect(),
                 nodes: [(1, rpm_node_1), (2, 1_000_000 - rpm_node_1)]
                     .into_iter()
                     .collect(),
@@ -1533,7 +1540,12 @@ mod tests {
         assert_eq!(s.apply(&operator), Outcome::Applied { version: 1 });
         for i in 0..500u32 {
             let out = s.apply(&rebalance_at(2_000 + u64::from(i) * 5_000, 400_000 + i));
-            assert_eq!(out, Outcome::Applied { version: 2 + u64::from(i) });
+            assert_eq!(
+                out,
+                Outcome::Applied {
+                    version: 2 + u64::from(i)
+                }
+            );
         }
         // Zone decisions by default: the failover is still there.
         let shown = s.decisions(10);
@@ -1609,10 +1621,25 @@ mod tests {
         };
         // A failover at 3 among rebalances: it goes to the zone history.
         let mixed: Vec<DecisionRecord> = (1..=5)
-            .map(|v| record(v, if v == 3 { fo("az-a", "az-b") } else { rebalance() }))
+            .map(|v| {
+                record(
+                    v,
+                    if v == 3 {
+                        fo("az-a", "az-b")
+                    } else {
+                        rebalance()
+                    },
+                )
+            })
             .collect();
         let s: ClusterState = crate::codec::decode(&v2_bytes(mixed, 5)).unwrap();
-        assert_eq!(s.decisions(10).iter().map(|r| r.version).collect::<Vec<_>>(), [3]);
+        assert_eq!(
+            s.decisions(10)
+                .iter()
+                .map(|r| r.version)
+                .collect::<Vec<_>>(),
+            [3]
+        );
         assert_eq!(s.all_decisions(10).len(), 5);
         assert_eq!(s.quota_weights()["deptA"].nodes[&1], 1_000_000);
         assert!(s.quota_weights()["deptA"].zones.is_empty());
@@ -1624,7 +1651,10 @@ mod tests {
         let mut stale = s.clone();
         assert!(matches!(
             stale.apply(&failover("az-c", "az-b").if_version(2)),
-            Outcome::Rejected { rule: RejectRule::StaleVersion, .. }
+            Outcome::Rejected {
+                rule: RejectRule::StaleVersion,
+                ..
+            }
         ));
         // Rebalances that pushed every zone decision out (oldest kept: 8):
         // one may have been at 7, so 6 is stale and 7 is not.
@@ -1633,7 +1663,10 @@ mod tests {
         assert!(s.decisions(10).is_empty());
         assert!(matches!(
             s.clone().apply(&failover("az-a", "az-b").if_version(6)),
-            Outcome::Rejected { rule: RejectRule::StaleVersion, .. }
+            Outcome::Rejected {
+                rule: RejectRule::StaleVersion,
+                ..
+            }
         ));
         assert_eq!(
             s.clone().apply(&failover("az-a", "az-b").if_version(7)),
@@ -1659,7 +1692,13 @@ mod tests {
     }
 
     fn refused_for_dwell(out: &Outcome) -> bool {
-        matches!(out, Outcome::Rejected { rule: RejectRule::DwellTime, .. })
+        matches!(
+            out,
+            Outcome::Rejected {
+                rule: RejectRule::DwellTime,
+                ..
+            }
+        )
     }
 
     /// 42.7: leader B's wall clock runs 50 s ahead of leader A's. Compared
@@ -1675,21 +1714,48 @@ mod tests {
             Outcome::Applied { version: 1 }
         );
         // A leads 10 s more and ticks, then B takes over.
-        assert!(matches!(s.apply(&tick_at(t0 + 10_000, leader(1, 17_000))), Outcome::Applied { .. }));
+        assert!(matches!(
+            s.apply(&tick_at(t0 + 10_000, leader(1, 17_000))),
+            Outcome::Applied { .. }
+        ));
         // 15 s after the failover, by B's clock 65 s: the wall rule alone
         // would let it pass (the bug).
-        let early = auto_at(Decision::Failback { zone: z("az-a") }, t0 + 15_000 + skew, leader(2, 500));
-        let wall_only = Command::automatic(Decision::Failback { zone: z("az-a") }, "detector", "score", AutoLimits::default())
-            .stamped(t0 + 15_000 + skew);
-        assert!(matches!(s.check(&wall_only), Ok(_)), "the wall-clock rule alone is fooled");
-        assert!(refused_for_dwell(&s.apply(&early)), "B's clock ahead must not shorten the dwell");
+        let early = auto_at(
+            Decision::Failback { zone: z("az-a") },
+            t0 + 15_000 + skew,
+            leader(2, 500),
+        );
+        let wall_only = Command::automatic(
+            Decision::Failback { zone: z("az-a") },
+            "detector",
+            "score",
+            AutoLimits::default(),
+        )
+        .stamped(t0 + 15_000 + skew);
+        assert!(
+            matches!(s.check(&wall_only), Ok(_)),
+            "the wall-clock rule alone is fooled"
+        );
+        assert!(
+            refused_for_dwell(&s.apply(&early)),
+            "B's clock ahead must not shorten the dwell"
+        );
         // B's first stamp (a tick) counts nothing across the change of
         // leader; from it on B's own monotonic time counts.
-        assert!(matches!(s.apply(&tick_at(t0 + 16_000 + skew, leader(2, 1_000))), Outcome::Applied { .. }));
+        assert!(matches!(
+            s.apply(&tick_at(t0 + 16_000 + skew, leader(2, 1_000))),
+            Outcome::Applied { .. }
+        ));
         assert_eq!(s.dwell_clock().elapsed_ms, 10_000);
         assert!(s.dwell_running(&leader(2, 1_000), 60_000));
         // A measured 10 s; B must measure 50 s more: 49.999 s is early.
-        let b = |mono| auto_at(Decision::Failback { zone: z("az-a") }, t0 + 100_000 + skew, leader(2, mono));
+        let b = |mono| {
+            auto_at(
+                Decision::Failback { zone: z("az-a") },
+                t0 + 100_000 + skew,
+                leader(2, mono),
+            )
+        };
         assert!(refused_for_dwell(&s.apply(&b(1_000 + 49_999))));
         assert!(!s.dwell_running(&leader(2, 51_000), 60_000));
         assert_eq!(s.apply(&b(1_000 + 50_000)), Outcome::Applied { version: 2 });
@@ -1700,10 +1766,18 @@ mod tests {
         let mut s = three_zones();
         s.apply(&auto_at(fo("az-a", "az-b"), 0, leader(1, 0)));
         // The leader's wall clock jumps an hour ahead 10 s later.
-        let out = s.apply(&auto_at(Decision::Failback { zone: z("az-a") }, 3_600_000, leader(1, 10_000)));
+        let out = s.apply(&auto_at(
+            Decision::Failback { zone: z("az-a") },
+            3_600_000,
+            leader(1, 10_000),
+        ));
         assert!(refused_for_dwell(&out), "{out:?}");
         assert_eq!(
-            s.apply(&auto_at(Decision::Failback { zone: z("az-a") }, 3_660_000, leader(1, 60_000))),
+            s.apply(&auto_at(
+                Decision::Failback { zone: z("az-a") },
+                3_660_000,
+                leader(1, 60_000)
+            )),
             Outcome::Applied { version: 2 }
         );
     }
@@ -1716,16 +1790,38 @@ mod tests {
         // A tick takes no version and no history record, even frozen.
         s.apply(&freeze());
         let frozen_version = s.decision_version();
-        assert!(matches!(s.apply(&tick_at(0, leader(1, 5))), Outcome::Applied { version } if version == frozen_version));
-        assert_eq!(s.all_decisions(10).len(), before.all_decisions(10).len() + 1);
+        assert!(
+            matches!(s.apply(&tick_at(0, leader(1, 5))), Outcome::Applied { version } if version == frozen_version)
+        );
+        assert_eq!(
+            s.all_decisions(10).len(),
+            before.all_decisions(10).len() + 1
+        );
         s.apply(&unfreeze());
         // B's wall clock is 30 s behind A's: B's own 60 s on the dwell
         // clock are not enough, the wall rule still asks for A's 60 s.
         s.apply(&tick_at(70_000, leader(2, 0)));
-        let out = s.apply(&auto_at(Decision::Failback { zone: z("az-a") }, 130_000, leader(2, 60_000)));
-        assert!(matches!(out, Outcome::Rejected { rule: RejectRule::DwellTime, .. }), "{out:?}");
+        let out = s.apply(&auto_at(
+            Decision::Failback { zone: z("az-a") },
+            130_000,
+            leader(2, 60_000),
+        ));
+        assert!(
+            matches!(
+                out,
+                Outcome::Rejected {
+                    rule: RejectRule::DwellTime,
+                    ..
+                }
+            ),
+            "{out:?}"
+        );
         assert!(matches!(
-            s.apply(&auto_at(Decision::Failback { zone: z("az-a") }, 160_000, leader(2, 90_000))),
+            s.apply(&auto_at(
+                Decision::Failback { zone: z("az-a") },
+                160_000,
+                leader(2, 90_000)
+            )),
             Outcome::Applied { .. }
         ));
     }

@@ -339,8 +339,7 @@ pub async fn decisions(
     let limit = q.limit.unwrap_or(100);
     match &gw.cluster {
         Some(node) if q.all => {
-            Json(json!({ "decisions": node.state_snapshot().all_decisions(limit) }))
-                .into_response()
+            Json(json!({ "decisions": node.state_snapshot().all_decisions(limit) })).into_response()
         }
         Some(node) => Json(json!({ "decisions": node.decisions(limit) })).into_response(),
         None => Json(json!({ "decisions": [] })).into_response(),
