@@ -387,6 +387,14 @@ impl<S: SendReport> ReportLoop<S> {
     }
 }
 
+/// How long a leader goes without a stamp while a dwell runs before it
+/// ticks: a period, or a twelfth of the dwell when longer (a change of
+/// leader then lengthens a dwell by about that much at most, and a 60 s
+/// dwell takes about 12 ticks, not 30).
+fn tick_every_ms(period_ms: u64, dwell_ms: u64) -> u64 {
+    period_ms.max(dwell_ms / 12)
+}
+
 /// The leader loop: every period, a grace after its end, on the leader
 /// only: assess, dry-run and propose at most one automatic decision.
 pub(crate) struct LeadLoop<P> {
@@ -508,17 +516,19 @@ impl<P: Propose> LeadLoop<P> {
     }
 
     /// The dwell clock's tick: while some zone's dwell runs, a leader whose
-    /// process did not stamp the last command, or stamped it a period or
-    /// more ago, proposes a `Tick`, so the time it measures counts toward
-    /// the dwell (across a leader change the dwell clock counts nothing
-    /// until the new leader's first stamp).
+    /// process did not stamp the last command, or stamped it
+    /// [`tick_every_ms`] or more ago, proposes a `Tick`, so the time it
+    /// measures counts toward the dwell (across a leader change the dwell
+    /// clock counts nothing until the new leader's first stamp).
     async fn tick(&self, state: &ClusterState, config: &FailoverConfig) {
         let me = leader_clock(self.failover.me);
-        let dwell = state.dwell_clock();
-        let recent = dwell.last.is_some_and(|l| {
-            l.same_clock(&me) && me.mono_ms.saturating_sub(l.mono_ms) < config.period_ms()
-        });
-        if recent || !state.dwell_running(&me, config.limits().dwell_ms) {
+        let dwell_ms = config.limits().dwell_ms;
+        let every = tick_every_ms(config.period_ms(), dwell_ms);
+        let recent = state
+            .dwell_clock()
+            .last
+            .is_some_and(|l| l.same_clock(&me) && me.mono_ms.saturating_sub(l.mono_ms) < every);
+        if recent || !state.dwell_running(&me, dwell_ms) {
             return;
         }
         let cmd = Command::tick(format!("detector:{}", self.failover.me));
