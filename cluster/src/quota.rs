@@ -1199,5 +1199,37 @@ mod tests {
                 prop_assert_eq!(t2["t"].zones[&serves], t1["t"].zones[&serves], "zone {}", serves);
             }
         }
+
+        /// 41.2's target, pure: one node per zone, demand at twice the
+        /// quota split any way over the zones; the leader's table admits
+        /// at least 95 % of the quota (each zone admits the smaller of its
+        /// demand and its allocation: only quiet zones' floors go unused).
+        #[test]
+        fn any_split_of_demand_over_zones_admits_at_least_95_percent(
+            rpm in 1_000u64..1_000_000,
+            raw_shares in proptest::collection::vec(1u32..1000, 1..6),
+            raw_demand in proptest::collection::vec(0u32..1000, 6),
+        ) {
+            let n = raw_shares.len();
+            let total: u32 = raw_shares.iter().sum();
+            let names: Vec<ZoneId> = (0..n).map(|i| z(&format!("z{i}"))).collect();
+            let q = TenantQuota {
+                tenant: "t".into(),
+                priority: Priority::P1,
+                global: Limits { rpm: Some(rpm), tpm: None, concurrency: None },
+                shares: names.iter().cloned().zip(raw_shares.iter().map(|s| f64::from(*s) / f64::from(total))).collect(),
+            };
+            let weights: Vec<u64> = raw_demand[..n].iter().map(|d| u64::from(*d)).collect();
+            prop_assume!(weights.iter().sum::<u64>() > 0);
+            let offered = split(2 * rpm, &weights.iter().map(|w| *w as f64).collect::<Vec<_>>());
+            let nodes: Vec<(NodeId, ZoneId)> = names.iter().enumerate().map(|(i, zn)| (i as NodeId, zn.clone())).collect();
+            let demand: BTreeMap<NodeId, BTreeMap<String, u64>> = offered.iter().enumerate().map(|(i, d)| (i as NodeId, [("t".to_owned(), *d)].into())).collect();
+            let p = RebalancePlan { tenants: vec![q.clone()], nodes: nodes.clone(), node_floor: 0.2, drift_threshold: 0.1, interval_ms: 1000 };
+            let statuses = active(&names.iter().map(ZoneId::as_str).collect::<Vec<_>>());
+            let table = plan_rebalance(&p, &statuses, &QuotaWeights::new(), &demand).expect("a first table");
+            let (allocs, _) = allocate(&q, &statuses, &nodes, table.get("t"));
+            let admitted: u64 = allocs.iter().map(|a| a.limits.rpm.unwrap().min(offered[a.node as usize])).sum();
+            prop_assert!(admitted as f64 >= 0.95 * rpm as f64 - n as f64, "admitted {} of {} (offered {:?}, allocations {:?})", admitted, rpm, offered, allocs);
+        }
     }
 }
