@@ -161,7 +161,7 @@ pub struct Preview {
 ///
 /// Decoding follows the format version of the bytes being decoded
 /// (`codec::decoding_version`): the layouts of versions 0–1
-/// ([`ClusterStateV1`]) and 2 ([`ClusterStateV2`]) convert into this one,
+/// (`ClusterStateV1`) and 2 (`ClusterStateV2`) convert into this one,
 /// also where a state sits inside another stored value.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ClusterState {
