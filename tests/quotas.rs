@@ -480,7 +480,9 @@ async fn three_nodes_share_one_limit_by_demand_and_admit_it_within_five_percent(
         "{per_node:?}"
     );
     // The rebalances are decisions in the history.
-    let d = nodes[0].admin_get("/admin/v1/decisions?limit=50").await;
+    let d = nodes[0]
+        .admin_get("/admin/v1/decisions?limit=50&all=true")
+        .await;
     assert!(
         d["decisions"]
             .as_array()
@@ -684,7 +686,9 @@ async fn failover_overflows_into_the_target_p0_keeps_its_rate_and_p2_is_shed_fir
     tokio::time::sleep(Duration::from_secs(8)).await;
     let during = nodes[1].admin_get("/admin/v1/quotas").await;
     global_holds(&during);
-    let history = nodes[0].admin_get("/admin/v1/decisions?limit=50").await;
+    let history = nodes[0]
+        .admin_get("/admin/v1/decisions?limit=50&all=true")
+        .await;
     let lines = history.to_string();
     assert!(
         lines.contains(

@@ -1,7 +1,11 @@
 //! Wall-clock and duration helpers shared by the run-time modules. Pure
 //! cores (`state`, `detect`) never call [`now_ms`]: they are handed `now`.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::command::LeaderClock;
+use crate::view::NodeId;
 
 /// Whole milliseconds in `d`, saturating at `u64::MAX`.
 pub(crate) fn millis(d: Duration) -> u64 {
@@ -17,9 +21,48 @@ pub(crate) fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// This process's monotonic origin and its boot value, fixed at the first
+/// call (after the process started, so a reading never exceeds the time
+/// since start).
+fn origin() -> &'static (Instant, u64) {
+    static ORIGIN: OnceLock<(Instant, u64)> = OnceLock::new();
+    ORIGIN.get_or_init(|| {
+        // The boot value tells two processes of one node apart: the wall
+        // clock's nanoseconds at start, mixed with the process id.
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        (
+            Instant::now(),
+            nanos ^ u64::from(std::process::id()).rotate_left(40),
+        )
+    })
+}
+
+/// The leader's [`LeaderClock`] stamp for a command it proposes now: its
+/// id, this process's boot value, and milliseconds on the monotonic clock.
+pub(crate) fn leader_clock(node: NodeId) -> LeaderClock {
+    let (start, boot) = origin();
+    LeaderClock {
+        node,
+        boot: *boot,
+        mono_ms: millis(start.elapsed()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_leader_clock_is_monotonic_within_a_process() {
+        let a = leader_clock(3);
+        let b = leader_clock(3);
+        assert!(a.same_clock(&b));
+        assert!(b.mono_ms >= a.mono_ms);
+        assert!(!a.same_clock(&leader_clock(4)));
+    }
 
     #[test]
     fn millis_saturates() {

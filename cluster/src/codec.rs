@@ -24,6 +24,7 @@
 //! version is refused ([`CodecError::NewerFormat`]) with a WARN and a
 //! count ([`newer_format_refusals`]), never misread.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::de::DeserializeOwned;
@@ -91,8 +92,14 @@ pub const FORMAT_MAGIC: u8 = 0xFF;
 /// `ClusterState` and `ClusterView` and the tenants' demand to `Report`
 /// (and so to `Applied`, which holds a state); every other type keeps its
 /// layout, and the four decode their version 0 and 1 layouts
-/// (`bounded_since`).
-pub const FORMAT_VERSION: u8 = 2;
+/// (`bounded_since`). Version 3 gave `ClusterState` a rebalance history of
+/// its own, the last zone decision's version and the dwell clock
+/// (`ZoneControl` its dwell readings), and `ClusterState`/`ClusterView`
+/// zone weights in their quota table; both decode every older layout by
+/// [`decoding_version`], also inside the store's `Applied`. `Command` and
+/// `Decision` gained variants appended last (`Stamped`; `Rebalance`,
+/// `Tick`), so older entries keep their bytes.
+pub const FORMAT_VERSION: u8 = 3;
 /// The oldest format version this build reads (0: unversioned).
 pub const OLDEST_READ_VERSION: u8 = 0;
 
@@ -127,6 +134,34 @@ fn split_version(bytes: &[u8]) -> Result<(u8, &[u8]), CodecError> {
             bincode::error::DecodeError::UnexpectedEnd { additional: 1 },
         )),
         body => Ok((0, body)),
+    }
+}
+
+thread_local! {
+    /// The format version of the value this thread is decoding.
+    static DECODING: Cell<u8> = const { Cell::new(FORMAT_VERSION) };
+}
+
+/// The format version of the bytes being decoded on this thread
+/// ([`FORMAT_VERSION`] outside a decode): a type whose layout changed reads
+/// it in its `Deserialize` to pick the layout, wherever it sits inside the
+/// value being decoded.
+pub fn decoding_version() -> u8 {
+    DECODING.with(Cell::get)
+}
+
+/// Sets [`decoding_version`] for one decode and restores the outer one.
+struct Decoding(u8);
+
+impl Decoding {
+    fn enter(version: u8) -> Self {
+        Self(DECODING.with(|d| d.replace(version)))
+    }
+}
+
+impl Drop for Decoding {
+    fn drop(&mut self) {
+        DECODING.with(|d| d.set(self.0));
     }
 }
 
@@ -182,7 +217,8 @@ pub fn decode_with_limit<T: DeserializeOwned, const N: usize>(
     }
     // Most types share one body layout across versions; the types whose
     // layout changed dispatch on the version first (`bounded_since`).
-    let (_version, body) = split_version(bytes)?;
+    let (version, body) = split_version(bytes)?;
+    let _decoding = Decoding::enter(version);
     let (value, used) = bincode::serde::decode_from_slice(body, config().with_limit::<N>())?;
     if used != body.len() {
         return Err(CodecError::TrailingBytes(body.len() - used));
@@ -242,11 +278,12 @@ bounded! {
     Answer<InstallSnapshotResponse, openraft::error::InstallSnapshotError> => limits::ANSWER,
     // Zone reports.
     ReportAck => limits::REPORT,
+    // Their `Deserialize` picks the layout by `decoding_version`.
+    ClusterState => limits::STATE,
+    ClusterView => limits::STATE,
 }
 
 bounded_since! {
-    ClusterState => limits::STATE, before 2 as crate::state::ClusterStateV1,
-    ClusterView => limits::STATE, before 2 as crate::view::ClusterViewV1,
     Report => limits::REPORT, before 2 as crate::detect::ReportV1,
 }
 

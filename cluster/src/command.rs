@@ -5,8 +5,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::quota::NodeWeights;
-use crate::view::ZoneId;
+use crate::quota::{NodeWeights, QuotaWeights};
+use crate::view::{NodeId, ZoneId};
 
 /// A change to the replicated decisions. Open for later variants (quota
 /// rebalance); each variant has a stable [`kind`] name. Who decided
@@ -24,10 +24,11 @@ pub enum Decision {
     Freeze,
     /// Allow automatic decisions again.
     Unfreeze,
-    /// The leader's split of each tenant's zone allocations over the nodes
-    /// serving each zone: tenant → node → parts per million of its group
-    /// (see `quota::rebalance_group`). Appended last, so the bincode
-    /// indices of the variants above stay as they were.
+    /// Format 2's quota rebalance: node weights only (tenant → node →
+    /// parts per million of its group), zones split by share. Still
+    /// applied from old logs; leaders now write [`Decision::Rebalance`].
+    /// Appended last, so the bincode indices of the variants above stay
+    /// as they were.
     QuotaRebalance { weights: NodeWeights },
     /// The replicated routing config (the cluster-wide TOML sections) as
     /// its version `config_version`: applied only as the next config
@@ -38,6 +39,18 @@ pub enum Decision {
         config_version: u64,
         toml: std::sync::Arc<str>,
     },
+    /// The leader's quota rebalance (format 3): per tenant, zone weights
+    /// (parts per million of the global quota, by demand with a floor per
+    /// zone) and node weights (parts per million of their group). Kind
+    /// `quota_rebalance`, like the format-2 form. Takes a decision version
+    /// (the data plane recomputes allocations per version) but is kept in
+    /// its own history, so rebalances never evict zone decisions.
+    Rebalance { weights: QuotaWeights },
+    /// The leader's clock tick (format 3): changes nothing but the dwell
+    /// clock (see `state::DwellClock`); takes no decision version and no
+    /// history record. A new leader ticks while a dwell runs so the time
+    /// it measures counts from its first stamp.
+    Tick,
 }
 
 impl Decision {
@@ -48,8 +61,9 @@ impl Decision {
             Decision::Failback { .. } => "failback",
             Decision::Freeze => "freeze",
             Decision::Unfreeze => "unfreeze",
-            Decision::QuotaRebalance { .. } => "quota_rebalance",
+            Decision::QuotaRebalance { .. } | Decision::Rebalance { .. } => "quota_rebalance",
             Decision::Config { .. } => "config",
+            Decision::Tick => "tick",
         }
     }
 
@@ -61,8 +75,41 @@ impl Decision {
             Decision::Freeze
             | Decision::Unfreeze
             | Decision::QuotaRebalance { .. }
-            | Decision::Config { .. } => Vec::new(),
+            | Decision::Rebalance { .. }
+            | Decision::Config { .. }
+            | Decision::Tick => Vec::new(),
         }
+    }
+
+    /// Whether this is a quota rebalance (either form): no zone changes,
+    /// and its own history.
+    pub fn is_rebalance(&self) -> bool {
+        matches!(
+            self,
+            Decision::QuotaRebalance { .. } | Decision::Rebalance { .. }
+        )
+    }
+}
+
+/// Which leader's clock stamped a command, and its monotonic reading: the
+/// dwell clock adds the time between two stamps of one leader process
+/// (`node`, `boot`), and nothing across a change of leader or process, so
+/// no skew between two leaders' clocks can shorten a dwell.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderClock {
+    /// The stamping leader.
+    pub node: NodeId,
+    /// Its process: a value drawn once per process start.
+    pub boot: u64,
+    /// Milliseconds on that process's monotonic clock (never steps with
+    /// the wall clock).
+    pub mono_ms: u64,
+}
+
+impl LeaderClock {
+    /// Whether `other` was read on the same process's clock.
+    pub fn same_clock(&self, other: &LeaderClock) -> bool {
+        self.node == other.node && self.boot == other.boot
     }
 }
 
@@ -151,6 +198,40 @@ pub enum Command {
         evidence: Option<String>,
         limits: AutoLimits,
     },
+    /// Either of the above as the leader proposes it since format 3: the
+    /// same fields, `limits` set for an automatic decision, plus the
+    /// leader's [`LeaderClock`] for the dwell rules. Appended last, so
+    /// entries of the variants above keep their bytes.
+    Stamped(Box<Stamped>),
+}
+
+/// The fields of [`Command::Stamped`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stamped {
+    pub decision: Decision,
+    pub actor: String,
+    pub reason: String,
+    /// The leader's wall clock (ms since the Unix epoch).
+    pub at_ms: u64,
+    pub if_version: Option<u64>,
+    pub evidence: Option<String>,
+    /// `Some` for an automatic decision (see [`Command::Auto`]).
+    pub limits: Option<AutoLimits>,
+    pub clock: LeaderClock,
+}
+
+/// A command's fields, borrowed, whatever its variant.
+pub struct Fields<'a> {
+    pub decision: &'a Decision,
+    pub actor: &'a str,
+    pub reason: &'a str,
+    pub at_ms: u64,
+    pub if_version: Option<u64>,
+    pub evidence: Option<&'a str>,
+    /// `Some` for an automatic decision.
+    pub limits: Option<&'a AutoLimits>,
+    /// `Some` when the leader stamped its clock (format 3).
+    pub clock: Option<LeaderClock>,
 }
 
 /// The most bytes a command's `reason` may hold.
@@ -177,20 +258,13 @@ impl Command {
     /// is proposed (and by dry runs), never in `apply`, so entries written
     /// before these bounds still apply the same everywhere.
     pub fn validate(&self) -> Result<(), Rejection> {
-        let (Command::Decide {
+        let Fields {
             decision,
             actor,
             reason,
             evidence,
             ..
-        }
-        | Command::Auto {
-            decision,
-            actor,
-            reason,
-            evidence,
-            ..
-        }) = self;
+        } = self.fields();
         let zones = decision.zones();
         let fields = [
             ("reason", reason.len(), MAX_REASON_BYTES),
@@ -226,15 +300,25 @@ impl Command {
                 ));
             }
         }
-        if let Decision::QuotaRebalance { weights } = decision {
-            let n: usize = weights.values().map(|w| w.len()).sum();
+        let tenants: Vec<(&String, usize)> = match decision {
+            Decision::QuotaRebalance { weights } => {
+                weights.iter().map(|(t, w)| (t, w.len())).collect()
+            }
+            Decision::Rebalance { weights } => weights
+                .iter()
+                .map(|(t, w)| (t, w.zones.len() + w.nodes.len()))
+                .collect(),
+            _ => Vec::new(),
+        };
+        if !tenants.is_empty() {
+            let n: usize = tenants.iter().map(|(_, n)| n).sum();
             if n > MAX_QUOTA_WEIGHTS {
                 return Err(Rejection::new(
                     RejectRule::TooLong,
                     format!("{n} quota weights; at most {MAX_QUOTA_WEIGHTS} are allowed"),
                 ));
             }
-            if let Some(t) = weights.keys().find(|t| t.len() > MAX_TENANT_BYTES) {
+            if let Some((t, _)) = tenants.iter().find(|(t, _)| t.len() > MAX_TENANT_BYTES) {
                 return Err(Rejection::new(
                     RejectRule::TooLong,
                     format!(
@@ -285,6 +369,7 @@ impl Command {
             Command::Decide { if_version, .. } | Command::Auto { if_version, .. } => {
                 *if_version = Some(version)
             }
+            Command::Stamped(s) => s.if_version = Some(version),
         }
         self
     }
@@ -295,16 +380,92 @@ impl Command {
             Command::Decide { evidence, .. } | Command::Auto { evidence, .. } => {
                 *evidence = Some(text.into())
             }
+            Command::Stamped(s) => s.evidence = Some(text.into()),
         }
         self
     }
 
-    /// The same command stamped with the leader's clock.
+    /// The same command stamped with the leader's wall clock only (the
+    /// format-2 shape: the dwell rules then compare wall clocks alone).
     pub fn stamped(mut self, now_ms: u64) -> Self {
         match &mut self {
             Command::Decide { at_ms, .. } | Command::Auto { at_ms, .. } => *at_ms = now_ms,
+            Command::Stamped(s) => s.at_ms = now_ms,
         }
         self
+    }
+
+    /// The same command as the leader proposes it: stamped with its wall
+    /// clock `now_ms` and its [`LeaderClock`].
+    pub fn clocked(self, now_ms: u64, clock: LeaderClock) -> Self {
+        let f = self.fields();
+        Command::Stamped(Box::new(Stamped {
+            decision: f.decision.clone(),
+            actor: f.actor.to_owned(),
+            reason: f.reason.to_owned(),
+            at_ms: now_ms,
+            if_version: f.if_version,
+            evidence: f.evidence.map(str::to_owned),
+            limits: f.limits.copied(),
+            clock,
+        }))
+    }
+
+    /// The leader's clock tick (see [`Decision::Tick`]); stamped on
+    /// propose like any command.
+    pub fn tick(actor: impl Into<String>) -> Self {
+        Command::automatic(Decision::Tick, actor, "dwell clock", AutoLimits::default())
+    }
+
+    /// Every field, borrowed.
+    pub fn fields(&self) -> Fields<'_> {
+        match self {
+            Command::Decide {
+                decision,
+                actor,
+                reason,
+                at_ms,
+                if_version,
+                evidence,
+            } => Fields {
+                decision,
+                actor,
+                reason,
+                at_ms: *at_ms,
+                if_version: *if_version,
+                evidence: evidence.as_deref(),
+                limits: None,
+                clock: None,
+            },
+            Command::Auto {
+                decision,
+                actor,
+                reason,
+                at_ms,
+                if_version,
+                evidence,
+                limits,
+            } => Fields {
+                decision,
+                actor,
+                reason,
+                at_ms: *at_ms,
+                if_version: *if_version,
+                evidence: evidence.as_deref(),
+                limits: Some(limits),
+                clock: None,
+            },
+            Command::Stamped(s) => Fields {
+                decision: &s.decision,
+                actor: &s.actor,
+                reason: &s.reason,
+                at_ms: s.at_ms,
+                if_version: s.if_version,
+                evidence: s.evidence.as_deref(),
+                limits: s.limits.as_ref(),
+                clock: Some(s.clock),
+            },
+        }
     }
 
     /// Stable name of what the command does (the decision's kind).
@@ -314,34 +475,20 @@ impl Command {
 
     /// The decision the command carries.
     pub fn decision(&self) -> &Decision {
-        match self {
-            Command::Decide { decision, .. } | Command::Auto { decision, .. } => decision,
-        }
+        self.fields().decision
     }
 
     /// Who asked, why, and when (the leader's clock).
     pub fn provenance(&self) -> (&str, &str, u64) {
-        match self {
-            Command::Decide {
-                actor,
-                reason,
-                at_ms,
-                ..
-            }
-            | Command::Auto {
-                actor,
-                reason,
-                at_ms,
-                ..
-            } => (actor, reason, *at_ms),
-        }
+        let f = self.fields();
+        (f.actor, f.reason, f.at_ms)
     }
 
     /// Operator or automatic.
     pub fn origin(&self) -> Origin {
-        match self {
-            Command::Decide { .. } => Origin::Operator,
-            Command::Auto { .. } => Origin::Automatic,
+        match self.fields().limits {
+            None => Origin::Operator,
+            Some(_) => Origin::Automatic,
         }
     }
 }

@@ -18,7 +18,7 @@ use openraft::ServerState;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::clock::now_ms;
+use crate::clock::{leader_clock, now_ms};
 use crate::command::{
     AutoLimits, Command, Decision, Origin, RejectRule, Rejection, MAX_EVIDENCE_BYTES,
 };
@@ -387,6 +387,14 @@ impl<S: SendReport> ReportLoop<S> {
     }
 }
 
+/// How long a leader goes without a stamp while a dwell runs before it
+/// ticks: a period, or a twelfth of the dwell when longer (a change of
+/// leader then lengthens a dwell by about that much at most, and a 60 s
+/// dwell takes about 12 ticks, not 30).
+fn tick_every_ms(period_ms: u64, dwell_ms: u64) -> u64 {
+    period_ms.max(dwell_ms / 12)
+}
+
 /// The leader loop: every period, a grace after its end, on the leader
 /// only: assess, dry-run and propose at most one automatic decision.
 pub(crate) struct LeadLoop<P> {
@@ -459,8 +467,10 @@ impl<P: Propose> LeadLoop<P> {
             logged.no_target(&assessment.no_target);
             let Some(proposal) = assessment.proposal else {
                 logged.refusal = None;
-                // No zone decision this period: the quota rebalance may go.
+                // No zone decision this period: the dwell clock's tick and
+                // the quota rebalance may go.
                 if !no_quorum {
+                    self.tick(&state, &config).await;
                     self.rebalance(&state, now, config.period_ms()).await;
                 }
                 continue;
@@ -476,7 +486,8 @@ impl<P: Propose> LeadLoop<P> {
             // Dry run against the applied state first: a decision the rules
             // refuse (frozen, dwell, limit) would otherwise be committed as
             // a refusal every period.
-            if let Err(r) = state.check(&cmd.clone().stamped(now)) {
+            let stamped = cmd.clone().clocked(now, leader_clock(self.failover.me));
+            if let Err(r) = state.check(&stamped) {
                 logged.refusal(&proposal.decision, &r);
                 continue;
             }
@@ -502,6 +513,28 @@ impl<P: Propose> LeadLoop<P> {
         )
         .if_version(state.decision_version())
         .with_evidence(evidence)
+    }
+
+    /// The dwell clock's tick: while some zone's dwell runs, a leader whose
+    /// process did not stamp the last command, or stamped it
+    /// [`tick_every_ms`] or more ago, proposes a `Tick`, so the time it
+    /// measures counts toward the dwell (across a leader change the dwell
+    /// clock counts nothing until the new leader's first stamp).
+    async fn tick(&self, state: &ClusterState, config: &FailoverConfig) {
+        let me = leader_clock(self.failover.me);
+        let dwell_ms = config.limits().dwell_ms;
+        let every = tick_every_ms(config.period_ms(), dwell_ms);
+        let recent = state
+            .dwell_clock()
+            .last
+            .is_some_and(|l| l.same_clock(&me) && me.mono_ms.saturating_sub(l.mono_ms) < every);
+        if recent || !state.dwell_running(&me, dwell_ms) {
+            return;
+        }
+        let cmd = Command::tick(format!("detector:{}", self.failover.me));
+        if let Err(e) = self.proposer.propose(cmd).await {
+            tracing::debug!(error = %e, "dwell clock tick not committed");
+        }
     }
 
     /// The quota rebalance: at most every `interval_ms`, when the demand
@@ -545,7 +578,7 @@ impl<P: Propose> LeadLoop<P> {
             )
         };
         let mut cmd = Command::automatic(
-            Decision::QuotaRebalance { weights },
+            Decision::Rebalance { weights },
             format!("rebalancer:{}", self.failover.me),
             reason,
             AutoLimits::default(),
@@ -554,10 +587,11 @@ impl<P: Propose> LeadLoop<P> {
         if !evidence.is_empty() {
             cmd = cmd.with_evidence(evidence.trim_end().to_owned());
         }
-        if let Err(r) = cmd
-            .validate()
-            .and_then(|()| state.check(&cmd.clone().stamped(now)).map(drop))
-        {
+        if let Err(r) = cmd.validate().and_then(|()| {
+            state
+                .check(&cmd.clone().clocked(now, leader_clock(self.failover.me)))
+                .map(drop)
+        }) {
             tracing::debug!(
                 rule = r.rule.name(),
                 message = r.message,

@@ -12,7 +12,7 @@ use openraft::ServerState;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::clock::{millis, now_ms};
+use crate::clock::{leader_clock, millis, now_ms};
 use crate::command::{Command, Outcome, RejectRule, Rejection};
 use crate::state::{ClusterState, Preview};
 use crate::types::alias::{Raft, RaftMetrics};
@@ -206,7 +206,10 @@ impl Proposer {
     async fn write(&self, cmd: Command) -> Result<Applied, ProposeError> {
         cmd.validate()?;
         self.check_quorum().await?;
-        let cmd = cmd.stamped(now_ms());
+        // The leader's wall clock (for the history and the wall-clock dwell
+        // rule) and its monotonic clock (for the dwell clock).
+        let me = self.raft.metrics().borrow().id;
+        let cmd = cmd.clocked(now_ms(), leader_clock(me));
         let check_version = self.dry_run(&cmd).await?;
         // Until Raft has the entry nothing is written: a failure here is
         // what it says. From then on, only an answer from Raft is a fact.
@@ -253,8 +256,13 @@ impl Propose for Proposer {
     async fn propose(&self, cmd: Command) -> Result<Applied, ProposeError> {
         let kind = cmd.kind();
         let result = self.write(cmd).await;
+        // The dwell clock's ticks are no decision: not worth an INFO line
+        // each period of a dwell.
+        let tick = matches!(kind, "tick");
         match &result {
+            Ok(a) if tick => tracing::debug!(kind, version = a.version, "tick committed"),
             Ok(a) => tracing::info!(kind, version = a.version, "decision committed"),
+            Err(e) if tick => tracing::debug!(kind, error = %e, "tick not committed"),
             Err(e) => tracing::info!(kind, error = %e, "decision not committed"),
         }
         result

@@ -1,6 +1,7 @@
 //! Quota arithmetic, pure: a tenant's global limits split over zones by
-//! share, lifted into a failover target (overflow), split over the nodes
-//! that serve a zone by recent demand with a floor; and the priority
+//! recent demand with a floor per zone (`zone_share` until the leader's
+//! first table), lifted into a failover target (overflow), split over the
+//! nodes that serve a zone by recent demand with a floor; and the priority
 //! shedding rule against a zone's capacity units. No clock, no I/O: every
 //! node computes the same allocations from the same view.
 //!
@@ -217,16 +218,49 @@ pub fn zone_split(q: &TenantQuota) -> BTreeMap<ZoneId, Limits> {
         .collect()
 }
 
-/// A tenant's allocation per zone under the zone statuses of a view: a zone
-/// failed over to a target holds nothing, and the target's limit is lifted by
-/// exactly what the failed zone held (overflow). The sum over zones is the
-/// same as without failovers, so it never exceeds the global quota; with
-/// every zone active again (failback) the table is [`zone_split`]'s again.
+/// Whether the leader's zone weights were made for this tenant's zones:
+/// the same zones as its shares, summing to [`PPM`].
+fn zone_weights_fit(q: &TenantQuota, w: &BTreeMap<ZoneId, u32>) -> bool {
+    w.keys().eq(q.shares.keys()) && w.values().map(|v| u64::from(*v)).sum::<u64>() == u64::from(PPM)
+}
+
+/// A tenant's allocation per zone, before failovers are applied: the global
+/// limits split by the leader's zone weights when they fit the tenant's
+/// zones, else by share ([`zone_split`]).
+pub fn zone_base(
+    q: &TenantQuota,
+    zones: Option<&BTreeMap<ZoneId, u32>>,
+) -> BTreeMap<ZoneId, Limits> {
+    match zones.filter(|w| zone_weights_fit(q, w)) {
+        Some(w) => {
+            let weights: Vec<f64> = w.values().map(|v| f64::from(*v)).collect();
+            w.keys().cloned().zip(q.global.split(&weights)).collect()
+        }
+        None => zone_split(q),
+    }
+}
+
+/// A tenant's allocation per zone under the zone statuses of a view, split
+/// by share: see [`zone_table_weighted`].
 pub fn zone_table(
     q: &TenantQuota,
     statuses: &BTreeMap<ZoneId, ZoneStatus>,
 ) -> (BTreeMap<ZoneId, Limits>, Vec<Overflow>) {
-    let base = zone_split(q);
+    zone_table_weighted(q, statuses, None)
+}
+
+/// A tenant's allocation per zone under the zone statuses of a view, from
+/// [`zone_base`]: a zone failed over to a target holds nothing, and the
+/// target's limit is lifted by exactly what the failed zone held
+/// (overflow). The sum over zones is the same as without failovers, so it
+/// never exceeds the global quota; with every zone active again (failback)
+/// the table is [`zone_base`]'s again.
+pub fn zone_table_weighted(
+    q: &TenantQuota,
+    statuses: &BTreeMap<ZoneId, ZoneStatus>,
+    zones: Option<&BTreeMap<ZoneId, u32>>,
+) -> (BTreeMap<ZoneId, Limits>, Vec<Overflow>) {
+    let base = zone_base(q, zones);
     let mut table = base.clone();
     let mut overflows = Vec::new();
     for (zone, held) in &base {
@@ -250,14 +284,53 @@ pub fn zone_table(
     (table, overflows)
 }
 
-/// Parts per million: the unit of [`NodeWeights`].
+/// Parts per million: the unit of [`TenantWeights`].
 pub const PPM: u32 = 1_000_000;
 
-/// The leader's split of each tenant's zone allocation over the nodes
-/// serving the zone: tenant → node → weight in parts per million of its
-/// group (the nodes whose effective zone is the same). Carried by a
-/// `QuotaRebalance` decision.
+/// The share of a tenant's global quota every zone of its `zone_share`
+/// keeps whatever its demand (each zone `ZONE_FLOOR × share`), so a quiet
+/// zone still admits its first requests before the next rebalance. Small,
+/// because a zone without demand holds its floor unused: with every other
+/// zone loaded, at least `1 − ZONE_FLOOR` of the quota is admitted.
+pub const ZONE_FLOOR: f64 = 0.05;
+
+/// The leader's split of one tenant's quota. Carried by a `Rebalance`
+/// decision.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantWeights {
+    /// Zone → parts per million of the tenant's global quota, over the
+    /// zones of its `zone_share`, by demand with a floor per zone
+    /// ([`rebalance_zones`]). Empty (or made for other zones): the
+    /// configured shares.
+    pub zones: BTreeMap<ZoneId, u32>,
+    /// Node → parts per million of its group's allocation (the nodes whose
+    /// effective zone is the same), by demand with a floor
+    /// ([`rebalance_group`]). Made for another group: an equal split.
+    pub nodes: BTreeMap<NodeId, u32>,
+}
+
+/// The leader's whole quota table: tenant → its weights.
+pub type QuotaWeights = BTreeMap<String, TenantWeights>;
+
+/// The node weights alone (tenant → node → parts per million of its
+/// group), as format version 2's `QuotaRebalance` carried them: zones
+/// then split by share.
 pub type NodeWeights = BTreeMap<String, BTreeMap<NodeId, u32>>;
+
+/// A format-2 node table as a [`QuotaWeights`] (zones by share).
+pub fn from_node_weights(w: &NodeWeights) -> QuotaWeights {
+    w.iter()
+        .map(|(t, nodes)| {
+            (
+                t.clone(),
+                TenantWeights {
+                    zones: BTreeMap::new(),
+                    nodes: nodes.clone(),
+                },
+            )
+        })
+        .collect()
+}
 
 /// The nodes that serve traffic of each effective zone: a node whose home
 /// zone failed over serves its requests in the target, so it shares the
@@ -339,12 +412,92 @@ pub fn rebalance_group(
     out
 }
 
-/// Whether the weights moved enough to be worth a new decision: some node's
-/// weight differs by more than `threshold` (a fraction of the group), or
-/// the set of nodes differs.
-pub fn drifted(
-    old: Option<&BTreeMap<NodeId, u32>>,
-    new: &BTreeMap<NodeId, u32>,
+/// Zone weights (ppm of the tenant's global quota, summing to [`PPM`])
+/// over the zones of its `zone_share` from their recent demand: `floor`
+/// of the quota is split by share (so a quiet zone keeps
+/// `floor × share`), the rest by demand (by share while no zone has
+/// any). Zones in `held` (a node drawing from them did not report since
+/// the last rebalance) keep the weight they had in `previous`, so a node
+/// without contact never holds more than the table in force leaves it;
+/// the other zones share what is left, each still above its floor when
+/// the previous table kept every floor.
+pub fn rebalance_zones(
+    q: &TenantQuota,
+    demand: &BTreeMap<ZoneId, u64>,
+    previous: Option<&BTreeMap<ZoneId, u32>>,
+    held: &BTreeSet<ZoneId>,
+    floor: f64,
+) -> BTreeMap<ZoneId, u32> {
+    let floor = if floor.is_finite() {
+        floor.clamp(0.0, 1.0)
+    } else {
+        1.0
+    };
+    let share = |z: &ZoneId| {
+        q.shares
+            .get(z)
+            .copied()
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .unwrap_or(0.0)
+    };
+    // A previous table is kept from only when it was made for these zones
+    // and kept every zone's floor (so what it leaves covers the others').
+    let prev_fits = previous.is_some_and(|p| {
+        zone_weights_fit(q, p)
+            && p.iter()
+                .all(|(z, w)| f64::from(*w) + 1.0 >= floor * share(z) * f64::from(PPM))
+    });
+    let kept: BTreeMap<ZoneId, u32> = match previous {
+        Some(p) if prev_fits => held
+            .iter()
+            .filter_map(|z| p.get(z).map(|w| (z.clone(), *w)))
+            .collect(),
+        _ => BTreeMap::new(),
+    };
+    let rest: Vec<&ZoneId> = q.shares.keys().filter(|z| !kept.contains_key(*z)).collect();
+    let left = PPM.saturating_sub(kept.values().sum::<u32>());
+    let mut out = kept;
+    if rest.is_empty() {
+        return out;
+    }
+    // Each zone's floor first (in ppm of the whole quota, not of what is
+    // left), then what remains by demand.
+    let floors: Vec<f64> = rest
+        .iter()
+        .map(|z| floor * share(z) * f64::from(PPM))
+        .collect();
+    let spare = (f64::from(left) - floors.iter().sum::<f64>()).max(0.0);
+    let share_sum: f64 = rest.iter().map(|z| share(z)).sum();
+    let total: u64 = rest
+        .iter()
+        .map(|z| demand.get(*z).copied().unwrap_or(0))
+        .fold(0u64, u64::saturating_add);
+    let weights: Vec<f64> = rest
+        .iter()
+        .zip(&floors)
+        .map(|(z, floor)| {
+            let by_demand = if total > 0 {
+                demand.get(*z).copied().unwrap_or(0) as f64 / total as f64
+            } else if share_sum > 0.0 {
+                share(z) / share_sum
+            } else {
+                1.0 / rest.len() as f64
+            };
+            floor + spare * by_demand
+        })
+        .collect();
+    for (z, w) in rest.into_iter().zip(split(u64::from(left), &weights)) {
+        out.insert(z.clone(), u32::try_from(w).unwrap_or(PPM));
+    }
+    out
+}
+
+/// Whether the weights moved enough to be worth a new decision: some
+/// part's weight differs by more than `threshold` (a fraction of the
+/// whole), or the set of parts differs.
+pub fn drifted<K: Ord>(
+    old: Option<&BTreeMap<K, u32>>,
+    new: &BTreeMap<K, u32>,
     threshold: f64,
 ) -> bool {
     let Some(old) = old else { return true };
@@ -371,18 +524,38 @@ pub struct RebalancePlan {
     pub interval_ms: u64,
 }
 
-/// The leader's rebalance, pure: for every limited tenant and every group
-/// of nodes serving one effective zone, weights by the recent `demand`
-/// (node → tenant → requests offered; nodes missing from it are silent and
-/// keep their weight), checked against the weights in force. Returns the
-/// whole new table when some group drifted past the threshold (or has no
-/// fitting weights yet, as after a failover), else `None`.
+/// The zone a node's demand counts for: its home zone when the tenant has
+/// a share there, else the zone it serves (a zone without a share failed
+/// over into one that has).
+fn demand_zone<'a>(
+    q: &TenantQuota,
+    home: &'a ZoneId,
+    statuses: &'a BTreeMap<ZoneId, ZoneStatus>,
+) -> Option<&'a ZoneId> {
+    if q.shares.contains_key(home) {
+        return Some(home);
+    }
+    match statuses.get(home) {
+        Some(ZoneStatus::FailedOver { target }) if q.shares.contains_key(target) => Some(target),
+        _ => None,
+    }
+}
+
+/// The leader's rebalance, pure: for every limited tenant, zone weights by
+/// the recent `demand` of the nodes homed in each zone (with
+/// [`ZONE_FLOOR`]), and for every group of nodes serving one effective
+/// zone, node weights by their demand (node → tenant → requests offered;
+/// nodes missing from it are silent: they keep their node weight, and the
+/// zones their group draws from keep their zone weight), checked against
+/// the weights in force. Returns the whole new table when some zone or
+/// group drifted past the threshold (or has no fitting weights yet, as
+/// after a failover), else `None`.
 pub fn plan_rebalance(
     plan: &RebalancePlan,
     statuses: &BTreeMap<ZoneId, ZoneStatus>,
-    previous: &NodeWeights,
+    previous: &QuotaWeights,
     demand: &BTreeMap<NodeId, BTreeMap<String, u64>>,
-) -> Option<NodeWeights> {
+) -> Option<QuotaWeights> {
     let groups = groups(&plan.nodes, statuses);
     let silent: BTreeSet<NodeId> = plan
         .nodes
@@ -390,7 +563,23 @@ pub fn plan_rebalance(
         .map(|(n, _)| *n)
         .filter(|n| !demand.contains_key(n))
         .collect();
-    let mut table = NodeWeights::new();
+    // The zones each group draws from: its own, and every zone failed over
+    // to it. A group with a silent node holds those zones' weights.
+    let mut held = BTreeSet::new();
+    for (zone, members) in &groups {
+        if members.iter().any(|n| silent.contains(n)) {
+            held.insert(zone.clone());
+            held.extend(
+                statuses
+                    .iter()
+                    .filter(
+                        |(_, s)| matches!(s, ZoneStatus::FailedOver { target } if target == zone),
+                    )
+                    .map(|(z, _)| z.clone()),
+            );
+        }
+    }
+    let mut table = QuotaWeights::new();
     let mut changed = false;
     for q in plan.tenants.iter().filter(|q| !q.global.is_unlimited()) {
         let prev = previous.get(&q.tenant);
@@ -398,10 +587,24 @@ pub fn plan_rebalance(
             .iter()
             .map(|(n, d)| (*n, d.get(&q.tenant).copied().unwrap_or(0)))
             .collect();
-        let mut weights = BTreeMap::new();
+        let mut zone_demand: BTreeMap<ZoneId, u64> = BTreeMap::new();
+        for (node, home) in &plan.nodes {
+            let Some(d) = per_node.get(node) else {
+                continue;
+            };
+            if let Some(zone) = demand_zone(q, home, statuses) {
+                let sum = zone_demand.entry(zone.clone()).or_default();
+                *sum = sum.saturating_add(*d);
+            }
+        }
+        let prev_zones = prev.map(|p| &p.zones).filter(|z| !z.is_empty());
+        let zones = rebalance_zones(q, &zone_demand, prev_zones, &held, ZONE_FLOOR);
+        changed |= drifted(prev_zones, &zones, plan.drift_threshold);
+        let mut nodes = BTreeMap::new();
         for members in groups.values() {
             let fitting: Option<BTreeMap<NodeId, u32>> = prev.map(|p| {
-                p.iter()
+                p.nodes
+                    .iter()
                     .filter(|(n, _)| members.contains(n))
                     .map(|(n, w)| (*n, *w))
                     .collect()
@@ -419,9 +622,9 @@ pub fn plan_rebalance(
                 plan.node_floor,
             );
             changed |= drifted(fitting.as_ref(), &new, plan.drift_threshold);
-            weights.extend(new);
+            nodes.extend(new);
         }
-        table.insert(q.tenant.clone(), weights);
+        table.insert(q.tenant.clone(), TenantWeights { zones, nodes });
     }
     // A tenant removed from config (or no longer limited) drops out.
     changed |= previous.keys().any(|t| !table.contains_key(t));
@@ -462,17 +665,19 @@ pub struct NodeAllocation {
     pub limits: Limits,
 }
 
-/// Every node's allocation of one tenant under a view: the zone table
-/// (with overflow), each group split by the leader's weights when they were
+/// Every node's allocation of one tenant under a view: the zone table by
+/// the leader's zone weights (with overflow; by share while they do not
+/// fit), each group split by the leader's node weights when they were
 /// made for this group, else equally. A standalone node is a group of one
-/// and holds its zone's whole share.
+/// and holds its zone's whole allocation.
 pub fn allocate(
     q: &TenantQuota,
     statuses: &BTreeMap<ZoneId, ZoneStatus>,
     nodes: &[(NodeId, ZoneId)],
-    weights: Option<&BTreeMap<NodeId, u32>>,
+    weights: Option<&TenantWeights>,
 ) -> (Vec<NodeAllocation>, Vec<Overflow>) {
-    let (table, overflows) = zone_table(q, statuses);
+    let (table, overflows) = zone_table_weighted(q, statuses, weights.map(|w| &w.zones));
+    let weights = weights.map(|w| &w.nodes);
     let mut out = Vec::new();
     for (zone, members) in groups(nodes, statuses) {
         let zone_limits = table
@@ -564,6 +769,13 @@ mod tests {
 
     fn active(zones: &[&str]) -> BTreeMap<ZoneId, ZoneStatus> {
         zones.iter().map(|n| (z(n), ZoneStatus::Active)).collect()
+    }
+
+    fn by_node(nodes: &BTreeMap<NodeId, u32>) -> TenantWeights {
+        TenantWeights {
+            zones: BTreeMap::new(),
+            nodes: nodes.clone(),
+        }
     }
 
     fn sum(table: &BTreeMap<ZoneId, Limits>, unit: Unit) -> u64 {
@@ -681,13 +893,13 @@ mod tests {
         let nodes = [(1, z("az-a")), (2, z("az-a")), (3, z("az-a"))];
         let first: BTreeMap<NodeId, u64> = [(1, 10), (2, 10), (3, 80)].into();
         let w1 = rebalance_group(&members, &first, None, &BTreeSet::new(), 0.1);
-        let (a1, _) = allocate(&q, &statuses, &nodes, Some(&w1));
+        let (a1, _) = allocate(&q, &statuses, &nodes, Some(&by_node(&w1)));
         // Node 3 goes silent; the others' demand changes completely.
         let second: BTreeMap<NodeId, u64> = [(1, 90), (2, 10)].into();
         let silent: BTreeSet<NodeId> = [3].into();
         let w2 = rebalance_group(&members, &second, Some(&w1), &silent, 0.1);
         assert_eq!(w2[&3], w1[&3], "a silent node keeps its weight");
-        let (a2, _) = allocate(&q, &statuses, &nodes, Some(&w2));
+        let (a2, _) = allocate(&q, &statuses, &nodes, Some(&by_node(&w2)));
         let of = |a: &[NodeAllocation], n: NodeId| a.iter().find(|x| x.node == n).unwrap().limits;
         // Node 3 still admits with its old allocation; the others' new
         // allocations plus it stay within the global quota.
@@ -729,7 +941,7 @@ mod tests {
         let q = quota(600, &[("az-a", 1.0)], Priority::P0);
         let nodes = [(1, z("az-a")), (2, z("az-a")), (3, z("az-a"))];
         let old: BTreeMap<NodeId, u32> = [(1, 900_000), (2, 100_000)].into();
-        let (a, _) = allocate(&q, &active(&["az-a"]), &nodes, Some(&old));
+        let (a, _) = allocate(&q, &active(&["az-a"]), &nodes, Some(&by_node(&old)));
         let rpm: Vec<u64> = a.iter().filter_map(|x| x.limits.rpm).collect();
         assert_eq!(rpm, [200, 200, 200]);
     }
@@ -799,11 +1011,11 @@ mod tests {
         let first = plan_rebalance(
             &p,
             &s,
-            &NodeWeights::new(),
+            &QuotaWeights::new(),
             &demand(&[(1, 70), (2, 20), (3, 10)]),
         )
         .expect("no weights yet: a first table");
-        let w = &first["deptA"];
+        let w = &first["deptA"].nodes;
         assert_eq!(w.values().sum::<u32>(), PPM);
         assert!(w[&1] > w[&2] && w[&2] > w[&3] && w[&3] > 0, "{w:?}");
         // The same demand again: nothing drifted, no decision.
@@ -818,10 +1030,10 @@ mod tests {
         );
         // The load moves: a new table.
         let moved = plan_rebalance(&p, &s, &first, &demand(&[(1, 10), (2, 20), (3, 70)])).unwrap();
-        assert!(moved["deptA"][&3] > moved["deptA"][&1]);
+        assert!(moved["deptA"].nodes[&3] > moved["deptA"].nodes[&1]);
         // Node 3 silent: it keeps its weight.
         let quiet = plan_rebalance(&p, &s, &moved, &demand(&[(1, 90), (2, 10)])).unwrap();
-        assert_eq!(quiet["deptA"][&3], moved["deptA"][&3]);
+        assert_eq!(quiet["deptA"].nodes[&3], moved["deptA"].nodes[&3]);
     }
 
     #[test]
@@ -832,12 +1044,16 @@ mod tests {
         );
         let mut s = active(&["az-a", "az-b"]);
         let d = demand(&[(1, 30), (2, 10)]);
-        let before = plan_rebalance(&p, &s, &NodeWeights::new(), &d).unwrap();
-        assert_eq!(before["deptA"][&1], PPM, "alone in its group");
+        let before = plan_rebalance(&p, &s, &QuotaWeights::new(), &d).unwrap();
+        assert_eq!(before["deptA"].nodes[&1], PPM, "alone in its group");
         assert_eq!(plan_rebalance(&p, &s, &before, &d), None);
         s.insert(z("az-a"), ZoneStatus::FailedOver { target: z("az-b") });
         let during = plan_rebalance(&p, &s, &before, &d).expect("the groups changed");
-        assert_eq!(during["deptA"].values().sum::<u32>(), PPM, "one group now");
+        assert_eq!(
+            during["deptA"].nodes.values().sum::<u32>(),
+            PPM,
+            "one group now"
+        );
         let lines = overflow_lines(&p.tenants, &s, 4);
         assert_eq!(
             lines,
@@ -887,6 +1103,7 @@ mod tests {
             for (_, members) in groups(&nodes, &statuses) {
                 weights.extend(rebalance_group(&members, &d, None, &BTreeSet::new(), floor));
             }
+            let weights = by_node(&weights);
             for w in [None, Some(&weights)] {
                 let (allocs, _) = allocate(&q, &statuses, &nodes, w);
                 for unit in Unit::ALL {
@@ -898,6 +1115,121 @@ mod tests {
             for unit in Unit::ALL {
                 prop_assert_eq!(table.values().filter_map(|l| l.get(unit)).sum::<u64>(), q.global.get(unit).unwrap());
             }
+        }
+
+        /// 41.2: for any demand over zones and nodes (silent nodes
+        /// included) and any failovers, the leader's tables never sum above
+        /// the global quota, every zone keeps its floor, a silent node's
+        /// zone and node weights are kept, and a failed-over zone's
+        /// allocation moves whole into its target.
+        #[test]
+        fn zone_rebalances_keep_the_quota_the_floors_and_the_overflow(
+            rpm in 1u64..1_000_000,
+            raw_shares in proptest::collection::vec(1u32..1000, 1..5),
+            homes in proptest::collection::vec(0usize..5, 1..8),
+            first in proptest::collection::vec(proptest::option::of(0u64..10_000), 8),
+            second in proptest::collection::vec(proptest::option::of(0u64..10_000), 8),
+            failed in proptest::collection::vec(proptest::option::of(0usize..5), 5),
+            node_floor in 0.0f64..1.0,
+            threshold in 0.001f64..0.5,
+        ) {
+            let n = raw_shares.len();
+            let total: u32 = raw_shares.iter().sum();
+            let names: Vec<ZoneId> = (0..n).map(|i| z(&format!("z{i}"))).collect();
+            let q = TenantQuota {
+                tenant: "t".into(),
+                priority: Priority::P1,
+                global: Limits { rpm: Some(rpm), tpm: Some(rpm.saturating_mul(13)), concurrency: Some(rpm % 89 + 1) },
+                shares: names.iter().cloned().zip(raw_shares.iter().map(|s| f64::from(*s) / f64::from(total))).collect(),
+            };
+            let mut statuses: BTreeMap<ZoneId, ZoneStatus> = names.iter().map(|z| (z.clone(), ZoneStatus::Active)).collect();
+            for (i, f) in failed.iter().enumerate().take(n) {
+                if let Some(t) = f.map(|t| t % n) {
+                    if t != i && statuses[&names[t]] == ZoneStatus::Active
+                        && !statuses.values().any(|s| *s == ZoneStatus::FailedOver { target: names[i].clone() })
+                    {
+                        statuses.insert(names[i].clone(), ZoneStatus::FailedOver { target: names[t].clone() });
+                    }
+                }
+            }
+            let nodes: Vec<(NodeId, ZoneId)> = homes.iter().enumerate().map(|(i, h)| (i as NodeId, names[h % n].clone())).collect();
+            let demand_of = |d: &[Option<u64>]| -> BTreeMap<NodeId, BTreeMap<String, u64>> {
+                nodes.iter().filter_map(|(id, _)| d[*id as usize].map(|v| (*id, [("t".to_owned(), v)].into()))).collect()
+            };
+            let p = RebalancePlan { tenants: vec![q.clone()], nodes: nodes.clone(), node_floor, drift_threshold: threshold, interval_ms: 1000 };
+            let t1 = plan_rebalance(&p, &statuses, &QuotaWeights::new(), &demand_of(&first)).expect("a first table");
+            let t2 = plan_rebalance(&p, &statuses, &t1, &demand_of(&second)).unwrap_or_else(|| t1.clone());
+            for t in [&t1, &t2] {
+                let w = &t["t"];
+                prop_assert_eq!(w.zones.values().map(|v| u64::from(*v)).sum::<u64>(), u64::from(PPM));
+                for (zone, share) in &q.shares {
+                    let floor = ZONE_FLOOR * share * f64::from(PPM);
+                    prop_assert!(f64::from(w.zones[zone]) + 1.0 >= floor, "{}: {} < floor {}", zone, w.zones[zone], floor);
+                }
+                let (allocs, _) = allocate(&q, &statuses, &nodes, Some(w));
+                for unit in Unit::ALL {
+                    let s: u64 = allocs.iter().filter_map(|a| a.limits.get(unit)).sum();
+                    prop_assert!(s <= q.global.get(unit).unwrap(), "{:?}: {} > {:?}", unit, s, q.global);
+                }
+                let base = zone_base(&q, Some(&w.zones));
+                let (table, overflows) = zone_table_weighted(&q, &statuses, Some(&w.zones));
+                for unit in Unit::ALL {
+                    let g = q.global.get(unit).unwrap();
+                    prop_assert_eq!(table.values().filter_map(|l| l.get(unit)).sum::<u64>(), g);
+                    for (zone, share) in &q.shares {
+                        let b = base[zone].get(unit).unwrap() as f64;
+                        prop_assert!(b + 1.0 >= (g as f64 * (ZONE_FLOOR * share - 2e-6)).floor(), "{} {:?}: {} below its floor", zone, unit, b);
+                        match &statuses[zone] {
+                            ZoneStatus::FailedOver { .. } => prop_assert_eq!(table[zone].get(unit), Some(0)),
+                            _ => {
+                                let moved_in: u64 = overflows.iter().filter(|o| o.to == *zone).filter_map(|o| o.moved.get(unit)).sum();
+                                prop_assert_eq!(table[zone].get(unit), Some(base[zone].get(unit).unwrap() + moved_in));
+                            }
+                        }
+                    }
+                }
+            }
+            // A silent node keeps its node weight, and the zones its group
+            // draws from keep theirs, when the table in force fitted.
+            let silent: Vec<NodeId> = nodes.iter().map(|(id, _)| *id).filter(|id| second[*id as usize].is_none()).collect();
+            for id in silent {
+                prop_assert_eq!(t2["t"].nodes[&id], t1["t"].nodes[&id], "node {}", id);
+                let home = &nodes[id as usize].1;
+                let serves = match &statuses[home] { ZoneStatus::FailedOver { target } => target.clone(), _ => home.clone() };
+                prop_assert_eq!(t2["t"].zones[&serves], t1["t"].zones[&serves], "zone {}", serves);
+            }
+        }
+
+        /// 41.2's target, pure: one node per zone, demand at twice the
+        /// quota split any way over the zones; the leader's table admits
+        /// at least 95 % of the quota (each zone admits the smaller of its
+        /// demand and its allocation: only quiet zones' floors go unused).
+        #[test]
+        fn any_split_of_demand_over_zones_admits_at_least_95_percent(
+            rpm in 1_000u64..1_000_000,
+            raw_shares in proptest::collection::vec(1u32..1000, 1..6),
+            raw_demand in proptest::collection::vec(0u32..1000, 6),
+        ) {
+            let n = raw_shares.len();
+            let total: u32 = raw_shares.iter().sum();
+            let names: Vec<ZoneId> = (0..n).map(|i| z(&format!("z{i}"))).collect();
+            let q = TenantQuota {
+                tenant: "t".into(),
+                priority: Priority::P1,
+                global: Limits { rpm: Some(rpm), tpm: None, concurrency: None },
+                shares: names.iter().cloned().zip(raw_shares.iter().map(|s| f64::from(*s) / f64::from(total))).collect(),
+            };
+            let weights: Vec<u64> = raw_demand[..n].iter().map(|d| u64::from(*d)).collect();
+            prop_assume!(weights.iter().sum::<u64>() > 0);
+            let offered = split(2 * rpm, &weights.iter().map(|w| *w as f64).collect::<Vec<_>>());
+            let nodes: Vec<(NodeId, ZoneId)> = names.iter().enumerate().map(|(i, zn)| (i as NodeId, zn.clone())).collect();
+            let demand: BTreeMap<NodeId, BTreeMap<String, u64>> = offered.iter().enumerate().map(|(i, d)| (i as NodeId, [("t".to_owned(), *d)].into())).collect();
+            let p = RebalancePlan { tenants: vec![q.clone()], nodes: nodes.clone(), node_floor: 0.2, drift_threshold: 0.1, interval_ms: 1000 };
+            let statuses = active(&names.iter().map(ZoneId::as_str).collect::<Vec<_>>());
+            let table = plan_rebalance(&p, &statuses, &QuotaWeights::new(), &demand).expect("a first table");
+            let (allocs, _) = allocate(&q, &statuses, &nodes, table.get("t"));
+            let admitted: u64 = allocs.iter().map(|a| a.limits.rpm.unwrap().min(offered[a.node as usize])).sum();
+            prop_assert!(admitted as f64 >= 0.95 * rpm as f64 - n as f64, "admitted {} of {} (offered {:?}, allocations {:?})", admitted, rpm, offered, allocs);
         }
     }
 }

@@ -10,9 +10,10 @@ use openraft::error::{Fatal, InstallSnapshotError, SnapshotMismatch};
 use openraft::{CommittedLeaderId, EntryPayload, LogId, Membership, Vote};
 
 use crate::codec::{self, CodecError};
-use crate::command::{AutoLimits, Command, Decision};
+use crate::command::{AutoLimits, Command, Decision, LeaderClock};
 use crate::detect::{PeriodObservations, Report, TenantDemand, ZoneHealth, ZoneObservation};
 use crate::failover::ReportAck;
+use crate::quota::TenantWeights;
 use crate::state::ClusterState;
 use crate::store::{Applied, StoredSnapshot};
 use crate::types::alias::{
@@ -104,7 +105,48 @@ pub(crate) fn every_command() -> Vec<Command> {
             "add a backend in az-b",
         )
         .stamped(1_700_000_070_000),
+        // Format 3: stamped with the leader's clock.
+        Command::automatic(
+            Decision::Rebalance {
+                weights: [(
+                    "deptA".to_owned(),
+                    TenantWeights {
+                        zones: [
+                            (ZoneId::new("az-a"), 600_000),
+                            (ZoneId::new("az-b"), 400_000),
+                        ]
+                        .into_iter()
+                        .collect(),
+                        nodes: [(1, 1_000_000), (2, 1_000_000)].into_iter().collect(),
+                    },
+                )]
+                .into_iter()
+                .collect(),
+            },
+            "rebalancer:2",
+            "tenant demand moved past the drift threshold",
+            AutoLimits::default(),
+        )
+        .if_version(6)
+        .clocked(1_700_000_075_000, clock(2, 5_000)),
+        Command::tick("detector:2").clocked(1_700_000_076_000, clock(2, 6_000)),
+        Command::decide(
+            Decision::Failback {
+                zone: ZoneId::new("az-b"),
+            },
+            "ops",
+            "recovered",
+        )
+        .clocked(1_700_000_080_000, clock(2, 10_000)),
     ]
+}
+
+fn clock(node: NodeId, mono_ms: u64) -> LeaderClock {
+    LeaderClock {
+        node,
+        boot: 0x5eed_0000_0000_0001,
+        mono_ms,
+    }
 }
 
 pub(crate) fn every_entry() -> Vec<Entry> {

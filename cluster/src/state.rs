@@ -7,14 +7,20 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::command::{AutoLimits, Command, Decision, Origin, Outcome, RejectRule, Rejection};
-use crate::quota::NodeWeights;
+use crate::command::{
+    AutoLimits, Command, Decision, Fields, LeaderClock, Origin, Outcome, RejectRule, Rejection,
+};
+use crate::quota::{from_node_weights, NodeWeights, QuotaWeights};
 use crate::view::{Automation, ClusterView, ZoneId, ZoneStatus};
 
-/// How many applied decisions the history keeps (oldest dropped first).
+/// How many zone decisions (failover, failback, freeze, unfreeze) the
+/// history keeps (oldest dropped first). Rebalances have their own.
 pub const HISTORY_LIMIT: usize = 1000;
+/// How many quota rebalances their history keeps (oldest dropped first):
+/// fewer, as each carries a whole weight table.
+pub const REBALANCE_HISTORY_LIMIT: usize = 100;
 /// How many replicated config versions are kept (oldest dropped first).
 pub const CONFIG_HISTORY_LIMIT: usize = 50;
 
@@ -54,6 +60,12 @@ pub struct DecisionRecord {
 /// Replicated with the state, so every node checks the same facts.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ZoneControl {
+    /// The dwell clock ([`DwellClock`]) at the last applied automatic
+    /// decision that changed this zone; `None` when that decision carried
+    /// no leader clock (format 2). Format 3.
+    pub last_auto_dwell: Option<u64>,
+    /// Likewise for the last operator decision. Format 3.
+    pub last_operator_dwell: Option<u64>,
     /// While the zone is failed over: who failed it over. Zones re-targeted
     /// because they pointed at a failed-over zone keep their original
     /// origin (re-targeting is a consequence, not a new decision).
@@ -64,6 +76,63 @@ pub struct ZoneControl {
     /// `at_ms` of the last applied operator decision that changed this
     /// zone's status.
     pub last_operator_ms: Option<u64>,
+}
+
+/// [`ZoneControl`] as format versions 0 to 2 laid it out.
+#[derive(Deserialize)]
+pub(crate) struct ZoneControlV2 {
+    failed_over_by: Option<Origin>,
+    last_auto_ms: Option<u64>,
+    last_operator_ms: Option<u64>,
+}
+
+impl From<ZoneControlV2> for ZoneControl {
+    fn from(v: ZoneControlV2) -> Self {
+        Self {
+            last_auto_dwell: None,
+            last_operator_dwell: None,
+            failed_over_by: v.failed_over_by,
+            last_auto_ms: v.last_auto_ms,
+            last_operator_ms: v.last_operator_ms,
+        }
+    }
+}
+
+/// The cluster's dwell clock: milliseconds that some leader measured on its
+/// own monotonic clock between two of its own stamps ([`LeaderClock`]),
+/// summed over the applied commands. Time between one leader process's
+/// last stamp and another's first counts as zero, so a leader change or a
+/// clock skew between leaders can only lengthen a dwell, never shorten
+/// it. Deterministic: it moves only by the stamps in applied commands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DwellClock {
+    /// The clock's reading after the last stamped command applied.
+    pub elapsed_ms: u64,
+    /// The latest stamp of the leader process that stamped last.
+    pub last: Option<LeaderClock>,
+}
+
+impl DwellClock {
+    /// The reading at a command stamped `clock`: the last reading plus the
+    /// time since the last stamp when the same process stamped both (a
+    /// stamp older than the latest adds nothing), else the last reading.
+    pub fn at(&self, clock: &LeaderClock) -> u64 {
+        match self.last {
+            Some(last) if last.same_clock(clock) => self
+                .elapsed_ms
+                .saturating_add(clock.mono_ms.saturating_sub(last.mono_ms)),
+            _ => self.elapsed_ms,
+        }
+    }
+
+    /// Move to the reading at `clock` (see [`DwellClock::at`]).
+    fn advance(&mut self, clock: &LeaderClock) {
+        self.elapsed_ms = self.at(clock);
+        self.last = Some(match self.last {
+            Some(last) if last.same_clock(clock) && last.mono_ms >= clock.mono_ms => last,
+            _ => *clock,
+        });
+    }
 }
 
 /// One zone's status before and after a decision.
@@ -89,46 +158,154 @@ pub struct Preview {
 
 /// The replicated control-plane state: zone status, decision version,
 /// automation switch, bounded decision history.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Decoding follows the format version of the bytes being decoded
+/// (`codec::decoding_version`): the layouts of versions 0–1
+/// (`ClusterStateV1`) and 2 (`ClusterStateV2`) convert into this one,
+/// also where a state sits inside another stored value.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ClusterState {
     zones: BTreeMap<ZoneId, ZoneStatus>,
     decision_version: u64,
     automation: Automation,
+    /// Zone decisions (failover, failback, freeze, unfreeze), oldest
+    /// first, at most [`HISTORY_LIMIT`]: rebalances never evict them.
     history: VecDeque<DecisionRecord>,
     /// Per-zone facts for the automatic-decision rules; a zone without an
     /// entry has never been changed by a decision.
     control: BTreeMap<ZoneId, ZoneControl>,
-    /// The last quota rebalance's node weights (empty before the first):
-    /// the data plane splits each zone's allocation by them. Added in
-    /// format version 2 (older states read as empty).
-    quota: Arc<NodeWeights>,
+    /// The last quota rebalance's weights (empty before the first): the
+    /// data plane splits each tenant's quota over zones and nodes by them.
+    /// Format 2 held node weights only (zones then split by share).
+    quota: Arc<QuotaWeights>,
     /// The replicated routing config's versions, newest last (at most
     /// [`CONFIG_HISTORY_LIMIT`]); empty before the first. Added in format
     /// version 2.
     config: VecDeque<ConfigRecord>,
+    /// Quota rebalances, oldest first, at most
+    /// [`REBALANCE_HISTORY_LIMIT`]. Format 3 (before, they shared
+    /// `history`).
+    rebalances: VecDeque<DecisionRecord>,
+    /// The version of the last zone decision (0 before any): a zone
+    /// decision's `if_version` still holds at any version from it on,
+    /// since only rebalances came after. Format 3.
+    zone_version: u64,
+    /// The dwell clock. Format 3.
+    dwell: DwellClock,
 }
 
-/// [`ClusterState`] as format versions 0 and 1 laid it out (before quota
-/// weights); decoded by `codec` and converted.
+/// [`ClusterState`]'s current layout, as derived; see its `Deserialize`.
 #[derive(Deserialize)]
-pub(crate) struct ClusterStateV1 {
+struct ClusterStateV3 {
     zones: BTreeMap<ZoneId, ZoneStatus>,
     decision_version: u64,
     automation: Automation,
     history: VecDeque<DecisionRecord>,
     control: BTreeMap<ZoneId, ZoneControl>,
+    quota: Arc<QuotaWeights>,
+    config: VecDeque<ConfigRecord>,
+    rebalances: VecDeque<DecisionRecord>,
+    zone_version: u64,
+    dwell: DwellClock,
 }
 
-impl From<ClusterStateV1> for ClusterState {
-    fn from(v: ClusterStateV1) -> Self {
+impl From<ClusterStateV3> for ClusterState {
+    fn from(v: ClusterStateV3) -> Self {
         Self {
             zones: v.zones,
             decision_version: v.decision_version,
             automation: v.automation,
             history: v.history,
             control: v.control,
-            quota: Arc::default(),
+            quota: v.quota,
+            config: v.config,
+            rebalances: v.rebalances,
+            zone_version: v.zone_version,
+            dwell: v.dwell,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ClusterState {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        if d.is_human_readable() {
+            return ClusterStateV3::deserialize(d).map(Self::from);
+        }
+        match crate::codec::decoding_version() {
+            0 | 1 => ClusterStateV1::deserialize(d).map(Self::from),
+            2 => ClusterStateV2::deserialize(d).map(Self::from),
+            _ => ClusterStateV3::deserialize(d).map(Self::from),
+        }
+    }
+}
+
+/// [`ClusterState`] as format versions 0 and 1 laid it out (before quota
+/// weights).
+#[derive(Deserialize)]
+pub(crate) struct ClusterStateV1 {
+    zones: BTreeMap<ZoneId, ZoneStatus>,
+    decision_version: u64,
+    automation: Automation,
+    history: VecDeque<DecisionRecord>,
+    control: BTreeMap<ZoneId, ZoneControlV2>,
+}
+
+impl From<ClusterStateV1> for ClusterState {
+    fn from(v: ClusterStateV1) -> Self {
+        ClusterStateV2 {
+            zones: v.zones,
+            decision_version: v.decision_version,
+            automation: v.automation,
+            history: v.history,
+            control: v.control,
+            quota: NodeWeights::new(),
             config: VecDeque::new(),
+        }
+        .into()
+    }
+}
+
+/// [`ClusterState`] as format version 2 laid it out: one history shared by
+/// zone decisions and rebalances, node weights only, no dwell clock.
+#[derive(Deserialize)]
+pub(crate) struct ClusterStateV2 {
+    zones: BTreeMap<ZoneId, ZoneStatus>,
+    decision_version: u64,
+    automation: Automation,
+    history: VecDeque<DecisionRecord>,
+    control: BTreeMap<ZoneId, ZoneControlV2>,
+    quota: NodeWeights,
+    config: VecDeque<ConfigRecord>,
+}
+
+impl From<ClusterStateV2> for ClusterState {
+    /// The shared history splits in two. The last zone decision's version
+    /// is the newest zone record's; with none left, 0 when nothing was
+    /// ever dropped (the oldest record is version 1), else the version
+    /// before the oldest record (rebalances may have pushed a zone
+    /// decision out just before it: assume one did).
+    fn from(v: ClusterStateV2) -> Self {
+        let (rebalances, history): (VecDeque<_>, VecDeque<_>) = v
+            .history
+            .into_iter()
+            .partition(|r| r.decision.is_rebalance());
+        let zone_version = match (history.back(), rebalances.front()) {
+            (Some(last), _) => last.version,
+            (None, Some(oldest)) => oldest.version.saturating_sub(1),
+            (None, None) => 0,
+        };
+        let skip = rebalances.len().saturating_sub(REBALANCE_HISTORY_LIMIT);
+        Self {
+            zones: v.zones,
+            decision_version: v.decision_version,
+            automation: v.automation,
+            history,
+            control: v.control.into_iter().map(|(z, c)| (z, c.into())).collect(),
+            quota: Arc::new(from_node_weights(&v.quota)),
+            config: v.config,
+            rebalances: rebalances.into_iter().skip(skip).collect(),
+            zone_version,
+            dwell: DwellClock::default(),
         }
     }
 }
@@ -188,9 +365,49 @@ impl ClusterState {
             .collect()
     }
 
-    /// The most recent `limit` decisions, newest first.
+    /// The most recent `limit` zone decisions (failover, failback, freeze,
+    /// unfreeze), newest first: what `ctl decisions` shows by default.
     pub fn decisions(&self, limit: usize) -> Vec<DecisionRecord> {
         self.history.iter().rev().take(limit).cloned().collect()
+    }
+
+    /// The most recent `limit` decisions of both histories (zone decisions
+    /// and quota rebalances), newest first: `ctl decisions --all`.
+    pub fn all_decisions(&self, limit: usize) -> Vec<DecisionRecord> {
+        let mut zones = self.history.iter().rev().peekable();
+        let mut rebalances = self.rebalances.iter().rev().peekable();
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let next = match (zones.peek(), rebalances.peek()) {
+                (Some(z), Some(r)) if z.version >= r.version => zones.next(),
+                (_, Some(_)) => rebalances.next(),
+                (Some(_), None) => zones.next(),
+                (None, None) => None,
+            };
+            match next {
+                Some(r) => out.push(r.clone()),
+                None => break,
+            }
+        }
+        out
+    }
+
+    /// The dwell clock (see [`DwellClock`]).
+    pub fn dwell_clock(&self) -> DwellClock {
+        self.dwell
+    }
+
+    /// Whether some zone's dwell of `dwell_ms` still runs by the dwell
+    /// clock at a command stamped `clock`: the leader then ticks, so the
+    /// time it measures counts (see [`Decision::Tick`]).
+    pub fn dwell_running(&self, clock: &LeaderClock, dwell_ms: u64) -> bool {
+        let now = self.dwell.at(clock);
+        self.control.values().any(|c| {
+            [c.last_auto_dwell, c.last_operator_dwell]
+                .into_iter()
+                .flatten()
+                .any(|at| now.saturating_sub(at) < dwell_ms)
+        })
     }
 
     /// The immutable view the data plane reads.
@@ -214,29 +431,33 @@ impl ClusterState {
         self.config.iter().rev().cloned().collect()
     }
 
-    /// The last quota rebalance's node weights (empty before the first).
-    pub fn quota_weights(&self) -> &NodeWeights {
+    /// The last quota rebalance's weights (empty before the first).
+    pub fn quota_weights(&self) -> &QuotaWeights {
         &self.quota
     }
 
     /// What `cmd` would change, or the rule that refuses it. Pure: the same
     /// checks `apply` runs, without changing anything.
     pub fn check(&self, cmd: &Command) -> Result<Preview, Rejection> {
-        let (decision, if_version, auto) = match cmd {
-            Command::Decide {
-                decision,
-                if_version,
-                ..
-            } => (decision, if_version, None),
-            Command::Auto {
-                decision,
-                if_version,
-                at_ms,
-                limits,
-                ..
-            } => (decision, if_version, Some((*at_ms, limits))),
-        };
-        if let Some(expected) = *if_version {
+        let Fields {
+            decision,
+            if_version,
+            at_ms,
+            limits,
+            clock,
+            ..
+        } = cmd.fields();
+        // A tick changes nothing but the dwell clock: no rule applies.
+        if let Decision::Tick = decision {
+            return Ok(Preview {
+                version: self.decision_version,
+                kind: decision.kind().to_string(),
+                changes: Vec::new(),
+                automation: self.automation,
+            });
+        }
+        let auto = limits.map(|l| (at_ms, clock, l));
+        if let Some(expected) = if_version {
             if expected != self.decision_version && !self.only_rebalances_since(expected, decision)
             {
                 return Err(Rejection::new(
@@ -263,8 +484,8 @@ impl ClusterState {
             }
         }
         let preview = self.plan(decision)?;
-        if let Some((at_ms, limits)) = auto {
-            self.check_automatic(decision, &preview, at_ms, limits)?;
+        if let Some((at_ms, clock, limits)) = auto {
+            self.check_automatic(decision, &preview, at_ms, clock, limits)?;
         }
         Ok(preview)
     }
@@ -275,17 +496,9 @@ impl ClusterState {
     /// re-splitting quotas meanwhile). A rebalance itself is always exact:
     /// its weights were planned from the version it names.
     fn only_rebalances_since(&self, expected: u64, decision: &Decision) -> bool {
-        let zoneless = |d: &Decision| matches!(d, Decision::QuotaRebalance { .. });
-        if zoneless(decision) || expected > self.decision_version {
-            return false;
-        }
-        let since: Vec<&DecisionRecord> = self
-            .history
-            .iter()
-            .filter(|r| r.version > expected)
-            .collect();
-        since.len() as u64 == self.decision_version - expected
-            && since.iter().all(|r| zoneless(&r.decision))
+        !decision.is_rebalance()
+            && expected <= self.decision_version
+            && expected >= self.zone_version
     }
 
     /// The generic rules every decision passes, and what it would change.
@@ -334,7 +547,9 @@ impl ClusterState {
             }
             // Weights change no zone; the data plane uses a group's weights
             // only when they cover exactly that group and sum to one.
-            Decision::QuotaRebalance { .. } => {}
+            Decision::QuotaRebalance { .. } | Decision::Rebalance { .. } => {}
+            // Answered before the rules (see `check`).
+            Decision::Tick => preview.version = self.decision_version,
             // A config is only ever the next config version: two operators
             // applying against the same version cannot both win.
             Decision::Config { config_version, .. } => {
@@ -358,8 +573,13 @@ impl ClusterState {
     }
 
     /// The rules only automatic decisions face, after the generic ones
-    /// passed. Time is the command's leader-stamped `at_ms`; a clock that
-    /// went backwards counts as no time elapsed (refuse, never allow early).
+    /// passed. A dwell has passed only when both clocks say so: the
+    /// command's leader-stamped `at_ms` against the stamp of the decision
+    /// that started it (a wall clock that went backwards counts as no
+    /// time elapsed: refuse, never allow early), and, when both carry a
+    /// leader clock, the dwell clock ([`DwellClock`]), which a leader
+    /// whose wall clock runs ahead of the previous leader's cannot move
+    /// on.
     ///
     /// "Manual beats automatic", precisely: an automatic decision is
     /// refused (`operator_decided`) when it would fail back a zone an
@@ -371,9 +591,19 @@ impl ClusterState {
         decision: &Decision,
         preview: &Preview,
         at_ms: u64,
+        clock: Option<LeaderClock>,
         limits: &AutoLimits,
     ) -> Result<(), Rejection> {
-        let since = |t: u64| at_ms.saturating_sub(t);
+        let dwell_now = clock.map(|c| self.dwell.at(&c));
+        // Time since a decision stamped `wall` (and `dwell`, the dwell
+        // clock then): the shorter of the two measures.
+        let since = |wall: u64, dwell: Option<u64>| {
+            let by_wall = at_ms.saturating_sub(wall);
+            match (dwell_now, dwell) {
+                (Some(now), Some(then)) => by_wall.min(now.saturating_sub(then)),
+                _ => by_wall,
+            }
+        };
         if let Decision::Failback { zone } = decision {
             if self.zone_control(zone).failed_over_by == Some(Origin::Operator) {
                 return Err(Rejection::new(
@@ -385,27 +615,25 @@ impl ClusterState {
         for change in &preview.changes {
             let control = self.zone_control(&change.zone);
             if let Some(t) = control.last_operator_ms {
-                if since(t) < limits.dwell_ms {
+                let ago = since(t, control.last_operator_dwell);
+                if ago < limits.dwell_ms {
                     return Err(Rejection::new(
                         RejectRule::OperatorDecided,
                         format!(
                             "an operator decided on zone {} {} ms ago (dwell {} ms)",
-                            change.zone,
-                            since(t),
-                            limits.dwell_ms
+                            change.zone, ago, limits.dwell_ms
                         ),
                     ));
                 }
             }
             if let Some(t) = control.last_auto_ms {
-                if since(t) < limits.dwell_ms {
+                let ago = since(t, control.last_auto_dwell);
+                if ago < limits.dwell_ms {
                     return Err(Rejection::new(
                         RejectRule::DwellTime,
                         format!(
                             "the last automatic decision on zone {} was {} ms ago (dwell {} ms)",
-                            change.zone,
-                            since(t),
-                            limits.dwell_ms
+                            change.zone, ago, limits.dwell_ms
                         ),
                     ));
                 }
@@ -433,49 +661,62 @@ impl ClusterState {
     }
 
     /// Apply one committed command. A refused command changes nothing and
-    /// does not consume a version.
+    /// does not consume a version. An applied command with a leader clock
+    /// moves the dwell clock; a tick does nothing else.
     pub fn apply(&mut self, cmd: &Command) -> Outcome {
         let preview = match self.check(cmd) {
             Ok(p) => p,
             Err(r) => return r.into(),
         };
-        if let Decision::Config {
-            config_version,
-            toml,
-        } = cmd.decision()
-        {
-            let (actor, reason, at_ms) = cmd.provenance();
-            if self.config.len() >= CONFIG_HISTORY_LIMIT {
-                self.config.pop_front();
-            }
-            self.config.push_back(ConfigRecord {
-                version: *config_version,
-                toml: Arc::clone(toml),
-                actor: actor.to_owned(),
-                reason: reason.to_owned(),
-                at_ms,
-            });
-            return Outcome::Applied {
-                version: self.decision_version,
-            };
-        }
         let origin = cmd.origin();
-        let (Command::Decide {
+        let Fields {
             decision,
             actor,
             reason,
             at_ms,
             evidence,
+            clock,
             ..
+        } = cmd.fields();
+        let dwell_at = clock.map(|c| self.dwell.at(&c));
+        if let Some(c) = clock {
+            self.dwell.advance(&c);
         }
-        | Command::Auto {
-            decision,
-            actor,
-            reason,
-            at_ms,
-            evidence,
-            ..
-        }) = cmd;
+        match decision {
+            Decision::Tick => {
+                return Outcome::Applied {
+                    version: self.decision_version,
+                }
+            }
+            Decision::Config {
+                config_version,
+                toml,
+            } => {
+                if self.config.len() >= CONFIG_HISTORY_LIMIT {
+                    self.config.pop_front();
+                }
+                self.config.push_back(ConfigRecord {
+                    version: *config_version,
+                    toml: Arc::clone(toml),
+                    actor: actor.to_owned(),
+                    reason: reason.to_owned(),
+                    at_ms,
+                });
+                return Outcome::Applied {
+                    version: self.decision_version,
+                };
+            }
+            Decision::QuotaRebalance { weights } => {
+                self.quota = Arc::new(from_node_weights(weights));
+            }
+            Decision::Rebalance { weights } => {
+                self.quota = Arc::new(weights.clone());
+            }
+            Decision::Failover { .. }
+            | Decision::Failback { .. }
+            | Decision::Freeze
+            | Decision::Unfreeze => {}
+        }
         for change in &preview.changes {
             self.zones.insert(change.zone.clone(), change.after.clone());
             let control = self.control.entry(change.zone.clone()).or_default();
@@ -489,29 +730,39 @@ impl ClusterState {
                 (ZoneStatus::Active | ZoneStatus::Draining, _) => control.failed_over_by = None,
             }
             match origin {
-                Origin::Operator => control.last_operator_ms = Some(*at_ms),
-                Origin::Automatic => control.last_auto_ms = Some(*at_ms),
+                Origin::Operator => {
+                    control.last_operator_ms = Some(at_ms);
+                    control.last_operator_dwell = dwell_at;
+                }
+                Origin::Automatic => {
+                    control.last_auto_ms = Some(at_ms);
+                    control.last_auto_dwell = dwell_at;
+                }
             }
-        }
-        if let Decision::QuotaRebalance { weights } = decision {
-            self.quota = Arc::new(weights.clone());
         }
         self.automation = preview.automation;
         self.decision_version = preview.version;
-        if self.history.len() >= HISTORY_LIMIT {
-            self.history.pop_front();
-        }
-        self.history.push_back(DecisionRecord {
+        let record = DecisionRecord {
             version: preview.version,
             kind: preview.kind,
             decision: decision.clone(),
             zones: preview.changes.into_iter().map(|c| c.zone).collect(),
-            reason: reason.clone(),
-            actor: actor.clone(),
-            at_ms: *at_ms,
-            evidence: evidence.clone(),
+            reason: reason.to_owned(),
+            actor: actor.to_owned(),
+            at_ms,
+            evidence: evidence.map(str::to_owned),
             origin,
-        });
+        };
+        let (history, limit) = if decision.is_rebalance() {
+            (&mut self.rebalances, REBALANCE_HISTORY_LIMIT)
+        } else {
+            self.zone_version = preview.version;
+            (&mut self.history, HISTORY_LIMIT)
+        };
+        if history.len() >= limit {
+            history.pop_front();
+        }
+        history.push_back(record);
         Outcome::Applied {
             version: self.decision_version,
         }
@@ -779,9 +1030,14 @@ mod tests {
             AutoLimits::default(),
         );
         assert_eq!(s.apply(&cmd), Outcome::Applied { version: 1 });
+        let weights = from_node_weights(&weights);
         assert_eq!(s.quota_weights(), &weights);
         assert_eq!(*s.view().quota, weights);
-        let last = s.decisions(1).remove(0);
+        assert!(
+            s.decisions(1).is_empty(),
+            "rebalances keep their own history"
+        );
+        let last = s.all_decisions(1).remove(0);
         assert_eq!(last.kind, "quota_rebalance");
         assert!(last.zones.is_empty());
         // Zones are untouched, and a frozen automation holds the weights.
@@ -1250,5 +1506,327 @@ mod tests {
         assert_eq!(view.decision_version, 1);
         assert_eq!(view.automation, Automation::Frozen);
         assert_eq!(view.zones.len(), 3);
+    }
+
+    fn rebalance_at(at_ms: u64, rpm_node_1: u32) -> Command {
+        let weights: QuotaWeights = [(
+            "deptA".to_owned(),
+            crate::quota::TenantWeights {
+                zones: [
+                    (z("az-a"), 500_000),
+                    (z("az-b"), 300_000),
+                    (z("az-c"), 200_000),
+                ]
+                .into_iter()
+                .collect(),
+                nodes: [(1, rpm_node_1), (2, 1_000_000 - rpm_node_1)]
+                    .into_iter()
+                    .collect(),
+            },
+        )]
+        .into_iter()
+        .collect();
+        auto(
+            Decision::Rebalance { weights },
+            at_ms,
+            AutoLimits::default(),
+        )
+    }
+
+    #[test]
+    fn an_operators_failover_outlives_500_rebalances() {
+        let mut s = three_zones();
+        let operator = failover("az-a", "az-b").stamped(1_000);
+        assert_eq!(s.apply(&operator), Outcome::Applied { version: 1 });
+        for i in 0..500u32 {
+            let out = s.apply(&rebalance_at(2_000 + u64::from(i) * 5_000, 400_000 + i));
+            assert_eq!(
+                out,
+                Outcome::Applied {
+                    version: 2 + u64::from(i)
+                }
+            );
+        }
+        // Zone decisions by default: the failover is still there.
+        let shown = s.decisions(10);
+        assert_eq!(shown.len(), 1, "{shown:?}");
+        assert_eq!(shown[0].kind, "failover");
+        assert_eq!(shown[0].version, 1);
+        // Everything: the newest rebalances first, bounded; the failover
+        // is older than every kept rebalance.
+        let all = s.all_decisions(usize::MAX);
+        assert_eq!(all.len(), REBALANCE_HISTORY_LIMIT + 1);
+        assert_eq!(all[0].version, 501);
+        assert_eq!(all[0].kind, "quota_rebalance");
+        assert_eq!(all.last().map(|r| r.version), Some(1));
+        assert!(all.windows(2).all(|w| w[0].version > w[1].version));
+        assert_eq!(s.all_decisions(3).len(), 3);
+        // An operator who looked before the rebalances is not stale.
+        assert_eq!(
+            s.apply(&failback("az-a").if_version(1)),
+            Outcome::Applied { version: 502 }
+        );
+        // And the history survives the codec.
+        let back: ClusterState = crate::codec::decode(&crate::codec::encode(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+    }
+
+    /// [`ClusterStateV2`]'s layout, to write format-2 bytes.
+    #[derive(Serialize)]
+    struct StateV2Bytes {
+        zones: BTreeMap<ZoneId, ZoneStatus>,
+        decision_version: u64,
+        automation: Automation,
+        history: VecDeque<DecisionRecord>,
+        control: BTreeMap<ZoneId, ZoneControlV2Bytes>,
+        quota: NodeWeights,
+        config: VecDeque<ConfigRecord>,
+    }
+
+    /// [`ZoneControlV2`]'s layout: failed over by, last automatic and last
+    /// operator stamps.
+    type ZoneControlV2Bytes = (Option<Origin>, Option<u64>, Option<u64>);
+
+    fn record(version: u64, decision: Decision) -> DecisionRecord {
+        DecisionRecord {
+            version,
+            kind: decision.kind().to_owned(),
+            zones: decision.zones(),
+            decision,
+            reason: "r".into(),
+            actor: "a".into(),
+            at_ms: version,
+            evidence: None,
+            origin: Origin::Operator,
+        }
+    }
+
+    fn v2_bytes(history: Vec<DecisionRecord>, decision_version: u64) -> Vec<u8> {
+        let v2 = StateV2Bytes {
+            zones: three_zones().zones,
+            decision_version,
+            automation: Automation::Auto,
+            history: history.into(),
+            control: BTreeMap::new(),
+            quota: [("deptA".to_owned(), [(1, 1_000_000)].into_iter().collect())]
+                .into_iter()
+                .collect(),
+            config: VecDeque::new(),
+        };
+        let mut bytes = crate::codec::encode(&v2).unwrap();
+        bytes[1] = 2;
+        bytes
+    }
+
+    #[test]
+    fn a_format_2_state_splits_its_history_and_keeps_compare_and_set() {
+        let rebalance = || Decision::QuotaRebalance {
+            weights: NodeWeights::new(),
+        };
+        // A failover at 3 among rebalances: it goes to the zone history.
+        let mixed: Vec<DecisionRecord> = (1..=5)
+            .map(|v| {
+                record(
+                    v,
+                    if v == 3 {
+                        fo("az-a", "az-b")
+                    } else {
+                        rebalance()
+                    },
+                )
+            })
+            .collect();
+        let s: ClusterState = crate::codec::decode(&v2_bytes(mixed, 5)).unwrap();
+        assert_eq!(
+            s.decisions(10)
+                .iter()
+                .map(|r| r.version)
+                .collect::<Vec<_>>(),
+            [3]
+        );
+        assert_eq!(s.all_decisions(10).len(), 5);
+        assert_eq!(s.quota_weights()["deptA"].nodes[&1], 1_000_000);
+        assert!(s.quota_weights()["deptA"].zones.is_empty());
+        let mut ok = s.clone();
+        assert_eq!(
+            ok.apply(&failover("az-c", "az-b").if_version(3)),
+            Outcome::Applied { version: 6 }
+        );
+        let mut stale = s.clone();
+        assert!(matches!(
+            stale.apply(&failover("az-c", "az-b").if_version(2)),
+            Outcome::Rejected {
+                rule: RejectRule::StaleVersion,
+                ..
+            }
+        ));
+        // Rebalances that pushed every zone decision out (oldest kept: 8):
+        // one may have been at 7, so 6 is stale and 7 is not.
+        let only: Vec<DecisionRecord> = (8..=10).map(|v| record(v, rebalance())).collect();
+        let s: ClusterState = crate::codec::decode(&v2_bytes(only, 10)).unwrap();
+        assert!(s.decisions(10).is_empty());
+        assert!(matches!(
+            s.clone().apply(&failover("az-a", "az-b").if_version(6)),
+            Outcome::Rejected {
+                rule: RejectRule::StaleVersion,
+                ..
+            }
+        ));
+        assert_eq!(
+            s.clone().apply(&failover("az-a", "az-b").if_version(7)),
+            Outcome::Applied { version: 11 }
+        );
+    }
+
+    fn leader(node: u64, mono_ms: u64) -> LeaderClock {
+        LeaderClock {
+            node,
+            boot: node * 1000,
+            mono_ms,
+        }
+    }
+
+    fn auto_at(decision: Decision, wall_ms: u64, clock: LeaderClock) -> Command {
+        Command::automatic(decision, "detector", "score", AutoLimits::default())
+            .clocked(wall_ms, clock)
+    }
+
+    fn tick_at(wall_ms: u64, clock: LeaderClock) -> Command {
+        Command::tick("detector").clocked(wall_ms, clock)
+    }
+
+    fn refused_for_dwell(out: &Outcome) -> bool {
+        matches!(
+            out,
+            Outcome::Rejected {
+                rule: RejectRule::DwellTime,
+                ..
+            }
+        )
+    }
+
+    /// 42.7: leader B's wall clock runs 50 s ahead of leader A's. Compared
+    /// wall to wall, B would fail a zone back 15 s after A failed it over;
+    /// the dwell clock counts only what each leader measured itself.
+    #[test]
+    fn a_leader_whose_clock_runs_ahead_cannot_shorten_the_dwell() {
+        let skew = 50_000;
+        let t0 = 1_700_000_000_000;
+        let mut s = three_zones();
+        assert_eq!(
+            s.apply(&auto_at(fo("az-a", "az-b"), t0, leader(1, 7_000))),
+            Outcome::Applied { version: 1 }
+        );
+        // A leads 10 s more and ticks, then B takes over.
+        assert!(matches!(
+            s.apply(&tick_at(t0 + 10_000, leader(1, 17_000))),
+            Outcome::Applied { .. }
+        ));
+        // 15 s after the failover, by B's clock 65 s: the wall rule alone
+        // would let it pass (the bug).
+        let early = auto_at(
+            Decision::Failback { zone: z("az-a") },
+            t0 + 15_000 + skew,
+            leader(2, 500),
+        );
+        let wall_only = Command::automatic(
+            Decision::Failback { zone: z("az-a") },
+            "detector",
+            "score",
+            AutoLimits::default(),
+        )
+        .stamped(t0 + 15_000 + skew);
+        assert!(
+            s.check(&wall_only).is_ok(),
+            "the wall-clock rule alone is fooled"
+        );
+        assert!(
+            refused_for_dwell(&s.apply(&early)),
+            "B's clock ahead must not shorten the dwell"
+        );
+        // B's first stamp (a tick) counts nothing across the change of
+        // leader; from it on B's own monotonic time counts.
+        assert!(matches!(
+            s.apply(&tick_at(t0 + 16_000 + skew, leader(2, 1_000))),
+            Outcome::Applied { .. }
+        ));
+        assert_eq!(s.dwell_clock().elapsed_ms, 10_000);
+        assert!(s.dwell_running(&leader(2, 1_000), 60_000));
+        // A measured 10 s; B must measure 50 s more: 49.999 s is early.
+        let b = |mono| {
+            auto_at(
+                Decision::Failback { zone: z("az-a") },
+                t0 + 100_000 + skew,
+                leader(2, mono),
+            )
+        };
+        assert!(refused_for_dwell(&s.apply(&b(1_000 + 49_999))));
+        assert!(!s.dwell_running(&leader(2, 51_000), 60_000));
+        assert_eq!(s.apply(&b(1_000 + 50_000)), Outcome::Applied { version: 2 });
+    }
+
+    #[test]
+    fn a_wall_clock_stepping_forward_on_one_leader_cannot_shorten_the_dwell() {
+        let mut s = three_zones();
+        s.apply(&auto_at(fo("az-a", "az-b"), 0, leader(1, 0)));
+        // The leader's wall clock jumps an hour ahead 10 s later.
+        let out = s.apply(&auto_at(
+            Decision::Failback { zone: z("az-a") },
+            3_600_000,
+            leader(1, 10_000),
+        ));
+        assert!(refused_for_dwell(&out), "{out:?}");
+        assert_eq!(
+            s.apply(&auto_at(
+                Decision::Failback { zone: z("az-a") },
+                3_660_000,
+                leader(1, 60_000)
+            )),
+            Outcome::Applied { version: 2 }
+        );
+    }
+
+    #[test]
+    fn a_leader_whose_clock_runs_behind_waits_its_own_dwell_and_a_tick_changes_nothing_else() {
+        let mut s = three_zones();
+        s.apply(&auto_at(fo("az-a", "az-b"), 100_000, leader(1, 0)));
+        let before = s.clone();
+        // A tick takes no version and no history record, even frozen.
+        s.apply(&freeze());
+        let frozen_version = s.decision_version();
+        assert!(
+            matches!(s.apply(&tick_at(0, leader(1, 5))), Outcome::Applied { version } if version == frozen_version)
+        );
+        assert_eq!(
+            s.all_decisions(10).len(),
+            before.all_decisions(10).len() + 1
+        );
+        s.apply(&unfreeze());
+        // B's wall clock is 30 s behind A's: B's own 60 s on the dwell
+        // clock are not enough, the wall rule still asks for A's 60 s.
+        s.apply(&tick_at(70_000, leader(2, 0)));
+        let out = s.apply(&auto_at(
+            Decision::Failback { zone: z("az-a") },
+            130_000,
+            leader(2, 60_000),
+        ));
+        assert!(
+            matches!(
+                out,
+                Outcome::Rejected {
+                    rule: RejectRule::DwellTime,
+                    ..
+                }
+            ),
+            "{out:?}"
+        );
+        assert!(matches!(
+            s.apply(&auto_at(
+                Decision::Failback { zone: z("az-a") },
+                160_000,
+                leader(2, 90_000)
+            )),
+            Outcome::Applied { .. }
+        ));
     }
 }

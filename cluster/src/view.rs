@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::quota::{from_node_weights, NodeWeights, QuotaWeights};
 
 /// A Raft node id. Node ids are never reused.
 pub type NodeId = u64;
@@ -158,22 +160,21 @@ impl Automation {
 
 /// One immutable snapshot of the replicated decisions, as applied by this
 /// node. The data plane clones the `Arc` per request and never waits for a
-/// newer one.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// newer one. Decoding follows the format version of the bytes
+/// (`codec::decoding_version`): versions 0–1 and 2 convert.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ClusterView {
     /// Version of the last decision applied; 0 before any decision.
     pub decision_version: u64,
     pub zones: BTreeMap<ZoneId, ZoneStatus>,
     /// The automation switch as of `decision_version`.
-    #[serde(default)]
     pub automation: Automation,
-    /// The last quota rebalance's node weights (tenant → node → parts per
-    /// million of its group); empty before the first. Format version 2.
-    #[serde(default)]
-    pub quota: Arc<crate::quota::NodeWeights>,
+    /// The last quota rebalance's weights (tenant → zone weights and node
+    /// weights); empty before the first. Format version 2 held node
+    /// weights only; format 3 the zone weights too.
+    pub quota: Arc<QuotaWeights>,
     /// The replicated routing config: its version and TOML (the
     /// cluster-wide sections); `None` before the first. Format version 2.
-    #[serde(default)]
     pub config: Option<(u64, Arc<str>)>,
 }
 
@@ -184,13 +185,70 @@ impl ClusterView {
     }
 }
 
+/// [`ClusterView`]'s current layout, as derived (JSON written before a
+/// field existed reads it as empty).
+#[derive(Deserialize)]
+struct ClusterViewV3 {
+    decision_version: u64,
+    zones: BTreeMap<ZoneId, ZoneStatus>,
+    #[serde(default)]
+    automation: Automation,
+    #[serde(default)]
+    quota: Arc<QuotaWeights>,
+    #[serde(default)]
+    config: Option<(u64, Arc<str>)>,
+}
+
+/// [`ClusterView`] as format version 2 laid it out (node weights only).
+#[derive(Deserialize)]
+struct ClusterViewV2 {
+    decision_version: u64,
+    zones: BTreeMap<ZoneId, ZoneStatus>,
+    automation: Automation,
+    quota: NodeWeights,
+    config: Option<(u64, Arc<str>)>,
+}
+
 /// [`ClusterView`] as format versions 0 and 1 laid it out (before quota
-/// weights); decoded by `codec` and converted.
+/// weights).
 #[derive(Deserialize)]
 pub(crate) struct ClusterViewV1 {
     decision_version: u64,
     zones: BTreeMap<ZoneId, ZoneStatus>,
     automation: Automation,
+}
+
+impl<'de> Deserialize<'de> for ClusterView {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let version = if d.is_human_readable() {
+            crate::codec::FORMAT_VERSION
+        } else {
+            crate::codec::decoding_version()
+        };
+        Ok(match version {
+            0 | 1 => ClusterViewV1::deserialize(d)?.into(),
+            2 => {
+                let v = ClusterViewV2::deserialize(d)?;
+                Self {
+                    decision_version: v.decision_version,
+                    zones: v.zones,
+                    automation: v.automation,
+                    quota: Arc::new(from_node_weights(&v.quota)),
+                    config: v.config,
+                }
+            }
+            _ => {
+                let v = ClusterViewV3::deserialize(d)?;
+                Self {
+                    decision_version: v.decision_version,
+                    zones: v.zones,
+                    automation: v.automation,
+                    quota: v.quota,
+                    config: v.config,
+                }
+            }
+        })
+    }
 }
 
 impl From<ClusterViewV1> for ClusterView {

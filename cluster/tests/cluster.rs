@@ -945,6 +945,21 @@ async fn a_zone_reported_bad_is_failed_over_automatically_with_evidence() {
         tokio::time::sleep(PERIOD * 10).await;
         let view = cluster.node(leader).view().borrow().clone();
         assert_eq!(view.decision_version, record.version);
+        // While the failover's dwell runs the leader ticks: the replicated
+        // dwell clock moves by what the leader measured, on every node,
+        // and the ticks take no decision version.
+        eventually("the dwell clock to move on every node", || {
+            let clocks: Vec<u64> = ids
+                .iter()
+                .map(|id| cluster.node(*id).state_snapshot().dwell_clock().elapsed_ms)
+                .collect();
+            clocks.iter().all(|c| *c >= 1_000).then_some(())
+        })
+        .await;
+        assert_eq!(
+            cluster.node(leader).view().borrow().decision_version,
+            record.version
+        );
         cluster.shutdown().await;
     })
     .await;

@@ -329,17 +329,24 @@ pub async fn cluster(
 #[derive(Deserialize)]
 pub struct DecisionsQuery {
     limit: Option<usize>,
+    /// Also the quota rebalances (`?all=true`).
+    #[serde(default)]
+    all: bool,
 }
 
-/// `GET /admin/v1/decisions`: the applied history, newest first.
+/// `GET /admin/v1/decisions`: the applied zone decisions (failover,
+/// failback, freeze, unfreeze), newest first; with `?all=true` the quota
+/// rebalances too (their own history), merged by version.
 pub async fn decisions(
     State(gw): State<Arc<Gateway>>,
     Query(q): Query<DecisionsQuery>,
 ) -> Response {
+    let limit = q.limit.unwrap_or(100);
     match &gw.cluster {
-        Some(node) => {
-            Json(json!({ "decisions": node.decisions(q.limit.unwrap_or(100)) })).into_response()
+        Some(node) if q.all => {
+            Json(json!({ "decisions": node.state_snapshot().all_decisions(limit) })).into_response()
         }
+        Some(node) => Json(json!({ "decisions": node.decisions(limit) })).into_response(),
         None => Json(json!({ "decisions": [] })).into_response(),
     }
 }

@@ -27,11 +27,16 @@ pub enum Verb {
     /// Tenants' quotas: global limits, zone shares, each node's allocation
     /// (overflow after a failover), this node's usage, decision version.
     Quotas,
-    /// The decision history, newest first.
+    /// The decision history, newest first: zone decisions (failover,
+    /// failback, freeze, unfreeze); `--all` adds the quota rebalances.
     Decisions {
         /// How many decisions to show.
         #[arg(long, default_value_t = 20)]
         limit: usize,
+        /// Also the leader's quota rebalances (kept in their own, shorter
+        /// history), merged by version.
+        #[arg(long)]
+        all: bool,
     },
     /// Move the traffic homed in one zone to another.
     Failover {
@@ -456,9 +461,12 @@ fn request_of(verb: &Verb) -> (reqwest::Method, String, Option<Value>) {
     match verb {
         Verb::Backends => (Method::GET, "/admin/v1/backends".into(), None),
         Verb::Quotas => (Method::GET, "/admin/v1/quotas".into(), None),
-        Verb::Decisions { limit } => (
+        Verb::Decisions { limit, all } => (
             Method::GET,
-            format!("/admin/v1/decisions?limit={limit}"),
+            format!(
+                "/admin/v1/decisions?limit={limit}{}",
+                if *all { "&all=true" } else { "" }
+            ),
             None,
         ),
         Verb::Freeze { reason } => (

@@ -54,7 +54,10 @@ pub(crate) async fn run(
                     {
                         screen.push_str("\nrecent decisions:\n");
                         screen.push_str(&render::render_with(
-                            &Verb::Decisions { limit: 5 },
+                            &Verb::Decisions {
+                                limit: 5,
+                                all: false,
+                            },
                             &d,
                             &look,
                         ));
