@@ -72,7 +72,7 @@ impl Default for QuotaConfig {
             p0_reserve: 0.2,
             rebalance_interval: Duration::from_secs(5),
             drift_threshold: 0.1,
-            node_floor: 0.2,
+            node_floor: 0.05,
         }
     }
 }
