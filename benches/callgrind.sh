@@ -4,9 +4,9 @@
 # client sends N1 then N2 sequential keep-alive requests, and the marginal
 # instructions per request are printed.
 #
-#   benches/callgrind.sh target/release/zonegate 200 1200      # non-streaming
-#   benches/callgrind.sh target/release/zonegate 200 1200 1    # streaming
-#   PACE=2 benches/callgrind.sh target/release/zonegate 50 250 1  # streaming, 2 ms between
+#   benches/callgrind.sh target/dist/zonegate 200 1200      # non-streaming
+#   benches/callgrind.sh target/dist/zonegate 200 1200 1    # streaming
+#   PACE=2 benches/callgrind.sh target/dist/zonegate 50 250 1  # streaming, 2 ms between
 #                                      # events (a paced generation: every event its own read,
 #                                      # write and wake-up; runs vary by a few percent)
 #   QUOTA=1 benches/callgrind.sh ...   # the tenant has quotas far above the load: every request

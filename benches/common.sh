@@ -42,8 +42,8 @@ needs() {
 release_binary() {
   [ -n "${BIN:-}" ] && return
   echo "building release binary..." >&2
-  (cd "$ROOT" && cargo build --release --quiet)
-  BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/zonegate
+  (cd "$ROOT" && cargo build --profile dist --quiet)
+  BIN=${CARGO_TARGET_DIR:-$ROOT/target}/dist/zonegate
 }
 
 # start_nginx NAME WORKERS SERVER-BLOCK-BODY [UPSTREAM]: starts an nginx,

@@ -80,9 +80,9 @@ wait_http() {
 release_binary
 if [ "${FLOOR:-1}" = 1 ]; then
   echo "building the floor..." >&2
-  (cd "$ROOT" && cargo build --release --quiet --example floor_proxy)
+  (cd "$ROOT" && cargo build --profile dist --quiet --example floor_proxy)
 fi
-FLOOR_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/floor_proxy
+FLOOR_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/dist/examples/floor_proxy
 KEY=bench-key
 CHAT='{"model":"bench","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}'
 STREAM_CHAT='{"model":"bench-stream","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"hello"}]}'

@@ -4,8 +4,9 @@
 # lays the request path's code out hot-first and inlines where the load
 # went. The data plane's code per request is larger than the instruction
 # cache (ARCHITECTURE.md, "Where the time goes"); this is the build a
-# deployment ships for throughput. `cargo build --release` stays the
-# plain one: same source, same behaviour, only code generation differs.
+# deployment ships for throughput. `cargo build --profile dist` stays the
+# plain one: same source, same behaviour, only code generation differs
+# (`--release` is the everyday build: thin LTO, quicker to build).
 #
 #   benches/pgo.sh                     # writes target/pgo/zonegate
 #   OUT=/usr/local/bin/zonegate benches/pgo.sh
@@ -40,13 +41,13 @@ echo "instrumented build..." >&2
 # The profiles' directory is set at run time (LLVM_PROFILE_FILE); the flag
 # stays the same from run to run, so the build after a change is incremental.
 RAW=$WORK/raw
-# Both builds use the release profile as it is: one instrumented without
+# Both builds use the dist profile as it is: one instrumented without
 # LTO gave a profile that matched nothing (32.3k instructions per request,
 # as without one): the profile names functions by their mangled symbols,
 # and cargo's symbol hash covers the profile's settings.
 (cd "$ROOT" && RUSTFLAGS="-Cprofile-generate=$PGO_DIR/generate/profiles" CARGO_TARGET_DIR=$PGO_DIR/generate \
-  cargo build --release --locked --quiet --bin zonegate)
-GEN=$PGO_DIR/generate/release/zonegate
+  cargo build --profile dist --locked --quiet --bin zonegate)
+GEN=$PGO_DIR/generate/dist/zonegate
 
 # Two mock backends (the node then scores and picks), profiles discarded.
 # Called in a command substitution (a subshell), so its pid goes to a
@@ -101,7 +102,7 @@ wait "$ZPID" || true
 
 echo "optimised build..." >&2
 (cd "$ROOT" && RUSTFLAGS="-Cprofile-use=$WORK/zonegate.profdata" CARGO_TARGET_DIR=$PGO_DIR/use \
-  cargo build --release --locked --quiet --bin zonegate)
+  cargo build --profile dist --locked --quiet --bin zonegate)
 mkdir -p "$(dirname "$OUT")"
-cp "$PGO_DIR/use/release/zonegate" "$OUT"
+cp "$PGO_DIR/use/dist/zonegate" "$OUT"
 echo "$OUT" >&2

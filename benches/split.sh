@@ -97,10 +97,10 @@ echo "== wrk -t$T -c$C, ${SECS} s per measurement, $(nproc) cores"
 measure nginx "$NP" $NPIDS
 measure zonegate "$ZP" "$ZPID"
 if [ "${FLOOR:-0}" = 1 ] && [ "${STREAM:-0}" != 1 ]; then
-  (cd "$ROOT" && cargo build --release --quiet --example floor_proxy)
+  (cd "$ROOT" && cargo build --profile dist --quiet --example floor_proxy)
   for work in ${FLOOR_WORK:-0}; do
     FP=$(free_port)
-    setsid "${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/floor_proxy" "127.0.0.1:$FP" "127.0.0.1:$SP" "$(nproc)" "$work" &
+    setsid "${CARGO_TARGET_DIR:-$ROOT/target}/dist/examples/floor_proxy" "127.0.0.1:$FP" "127.0.0.1:$SP" "$(nproc)" "$work" &
     FPID=$!
     PIDS+=("$FPID")
     for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FP/" && break; sleep 0.1; done
