@@ -32,3 +32,27 @@ fn configuration_reference_names_every_config_key() {
         missing.join("\n")
     );
 }
+
+#[test]
+fn configuration_reference_names_no_key_the_config_lacks() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/configuration.md");
+    let doc = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let keys: Vec<String> = every_key().iter().map(|k| reference_name(k)).collect();
+    // A row's first cell: `| `key` | ...`.
+    let rows: Vec<&str> = doc
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split_once("` |").map(|(k, _)| k))
+        .collect();
+    assert!(rows.len() >= keys.len(), "only {} rows", rows.len());
+    let stale: Vec<&str> = rows
+        .into_iter()
+        .filter(|r| !keys.iter().any(|k| k == r))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "{} has rows for keys the config types do not accept:\n{}",
+        path.display(),
+        stale.join("\n")
+    );
+}
