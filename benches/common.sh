@@ -9,7 +9,7 @@
 # sched_autogroup_enabled, on by default) a session is a scheduling group
 # with its own share of the CPU. nginx daemonizes into a session of its
 # own; a server left in the script's session shares one group with wrk,
-# and wrk then waits for a core behind it (ARCHITECTURE.md, "Where the
+# and wrk then waits for a core behind it (docs/src/performance.md, "Where the
 # time goes"). A background job of a script is never a process group
 # leader, so `setsid` execs in place and `$!` stays the server's pid.
 

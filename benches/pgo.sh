@@ -3,7 +3,7 @@
 # serves a training load on 127.0.0.1, and the build that uses its profile
 # lays the request path's code out hot-first and inlines where the load
 # went. The data plane's code per request is larger than the instruction
-# cache (ARCHITECTURE.md, "Where the time goes"); this is the build a
+# cache (docs/src/performance.md, "Where the time goes"); this is the build a
 # deployment ships for throughput. `cargo build --profile dist` stays the
 # plain one: same source, same behaviour, only code generation differs
 # (`--release` is the everyday build: thin LTO, quicker to build).

@@ -17,6 +17,8 @@ use zonegate_net::tls::{BackendTls, TlsFiles};
 
 mod bounds;
 mod quota;
+#[cfg(test)]
+mod reference_test;
 pub mod replicated;
 mod security;
 

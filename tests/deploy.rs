@@ -201,11 +201,11 @@ pub fn metric_names(text: &str) -> Vec<String> {
     out
 }
 
-/// docs/metrics.md documents exactly the declared metrics, each with the
+/// docs/src/metrics.md documents exactly the declared metrics, each with the
 /// type the table gives it.
 #[test]
 fn metrics_doc_lists_every_declared_metric() {
-    let doc = read(&root().join("docs/metrics.md"));
+    let doc = read(&root().join("docs/src/metrics.md"));
     let rows: Vec<(&str, &str)> = doc
         .lines()
         .filter_map(|l| {
@@ -218,7 +218,7 @@ fn metrics_doc_lists_every_declared_metric() {
     for (name, kind, _) in zonegate::telemetry::metrics::DECLARED {
         assert!(
             rows.contains(&(*name, kind.prometheus_type())),
-            "docs/metrics.md lacks `{name}` ({})",
+            "docs/src/metrics.md lacks `{name}` ({})",
             kind.prometheus_type()
         );
     }

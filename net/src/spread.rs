@@ -4,7 +4,7 @@
 //! hash of the connection's addresses: 32 connections land 22 and 10 as
 //! often as 16 and 16, 256 land 136 and 120. With 22 and 10 the lighter
 //! thread runs out of work while the busier one's requests queue
-//! (measured in ARCHITECTURE.md, "Where the time goes"; at 256 the split
+//! (measured in docs/src/performance.md, "Where the time goes"; at 256 the split
 //! changed nothing measurable). A thread that accepts a connection while
 //! it serves two or more more than the least busy thread hands it over
 //! (before any byte is read: the TLS handshake is that thread's work too).

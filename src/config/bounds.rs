@@ -384,7 +384,7 @@ impl Validator<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! The walk over every key: each key of the raw config types is found
     //! through the parser itself (an unknown key's error lists the known
     //! ones), so a key added to any section is walked without a change
@@ -544,6 +544,8 @@ admin = "127.0.0.1:9001"
     }
 
     struct Walk {
+        /// Every key the walk reached, tables included.
+        seen: Vec<String>,
         root: Table,
         checked: Vec<String>,
         failures: Vec<String>,
@@ -587,6 +589,7 @@ admin = "127.0.0.1:9001"
 
         fn key(&mut self, path: &[Seg]) {
             let key = path_str(path);
+            self.seen.push(key.clone());
             if UNBOUNDED.iter().any(|(k, _)| *k == key) {
                 return;
             }
@@ -684,11 +687,36 @@ admin = "127.0.0.1:9001"
         }
     }
 
+    /// Every leaf key the raw config types accept (`backends[0].weight`,
+    /// `zones.az-a.fallback_order`), found by the walk below; the
+    /// configuration reference test checks each is documented.
+    pub(crate) fn every_key() -> Vec<String> {
+        let mut walk = Walk {
+            seen: Vec::new(),
+            root: base(),
+            checked: Vec::new(),
+            failures: Vec::new(),
+        };
+        walk.table(&[]);
+        let seen = walk.seen;
+        seen.iter()
+            .filter(|k| {
+                !seen.iter().any(|o| {
+                    o.len() > k.len()
+                        && o.starts_with(k.as_str())
+                        && matches!(o.as_bytes()[k.len()], b'.' | b'[')
+                })
+            })
+            .cloned()
+            .collect()
+    }
+
     #[test]
     fn every_numeric_and_duration_key_is_bounded() {
         let root = base();
         parse(&root).expect("the walk's base config is valid");
         let mut walk = Walk {
+            seen: Vec::new(),
             root,
             checked: Vec::new(),
             failures: Vec::new(),

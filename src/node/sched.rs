@@ -1,7 +1,7 @@
 //! The kernel's scheduling policy for a data-plane thread
 //! (`[node] data_plane_scheduling`).
 //!
-//! Measured (ARCHITECTURE.md, "Where the time goes"): on two cores shared
+//! Measured (docs/src/performance.md, "Where the time goes"): on two cores shared
 //! with wrk and the backend, data-plane threads that wake often preempt
 //! the backend on every wake-up, the backend falls behind, the proxy runs
 //! out of work and sleeps again: a tenth of the CPU idle at 256

@@ -1,6 +1,6 @@
 //! Prometheus metrics: every name `zonegate_*` (plus the standard
 //! `process_*`), base units, `_total` counters, bounded labels. Metric
-//! handles are cheap clones of one registry. `docs/metrics.md` documents
+//! handles are cheap clones of one registry. `docs/src/metrics.md` documents
 //! each one; a test keeps the table and the conventions in step.
 
 use std::collections::HashMap;

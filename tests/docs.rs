@@ -1,0 +1,256 @@
+//! The user guide (`docs/`, an mdBook) cannot drift from the code:
+//! the `zonegate ctl` reference is the CLI's own help, and every relative
+//! link in the guide, README.md and the ARCHITECTURE.md files points to a file that
+//! exists and, with `#anchor`, to a heading in it.
+//!
+//! `ZONEGATE_UPDATE_DOCS=1 cargo test --test docs` rewrites
+//! `docs/src/ctl.md` from the binary's help.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// `zonegate <args> --help`, free of the caller's environment.
+fn help(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_zonegate"))
+        .args(args)
+        .arg("--help")
+        .env_remove("ZONEGATE_ADMIN")
+        .env_remove("ZONEGATE_ADMIN_TOKEN")
+        .env_remove("COLUMNS")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run zonegate");
+    assert!(
+        out.status.success(),
+        "zonegate {args:?} --help failed: {out:?}"
+    );
+    String::from_utf8(out.stdout).expect("help is UTF-8")
+}
+
+/// The subcommands a help text lists under `Commands:` (without `help`).
+fn subcommands(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|l| l.trim() != "Commands:")
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(str::to_owned)
+        .collect()
+}
+
+fn render_ctl(out: &mut String, path: &mut Vec<String>) {
+    let args: Vec<&str> = path.iter().map(String::as_str).collect();
+    let text = help(&args);
+    let level = if path.len() <= 1 { "#" } else { "##" };
+    out.push_str(&format!(
+        "{level} `zonegate {}`\n\n```text\n",
+        args.join(" ")
+    ));
+    out.push_str(text.trim_end());
+    out.push_str("\n```\n\n");
+    for sub in subcommands(&text) {
+        path.push(sub);
+        render_ctl(out, path);
+        path.pop();
+    }
+}
+
+fn ctl_reference() -> String {
+    let mut out = String::from(
+        "<!-- Generated from the CLI's help by tests/docs.rs \
+         (ZONEGATE_UPDATE_DOCS=1 cargo test --test docs); do not edit. -->\n\n",
+    );
+    render_ctl(&mut out, &mut vec!["ctl".to_owned()]);
+    out.push_str(
+        "Exit codes: 0 done; 1 refused (a safety rule, or nothing was written, \
+         e.g. no leader); 2 bad usage, or nothing was sent (unreachable); 3 outcome \
+         unknown: the write may have committed, check `zonegate ctl decisions` (the 504 \
+         answer names the version to look for).\n",
+    );
+    out
+}
+
+#[test]
+fn ctl_reference_is_the_clis_help() {
+    let path = root().join("docs/src/ctl.md");
+    let want = ctl_reference();
+    if std::env::var_os("ZONEGATE_UPDATE_DOCS").is_some() {
+        std::fs::write(&path, &want).unwrap();
+    }
+    let have = read(&path);
+    assert!(
+        have == want,
+        "{} differs from `zonegate ctl ... --help`: regenerate it with \
+         ZONEGATE_UPDATE_DOCS=1 cargo test --test docs ctl_reference",
+        path.display()
+    );
+}
+
+/// Markdown without fenced code blocks and code spans (links in code
+/// are not links).
+fn prose(text: &str) -> String {
+    let mut out = String::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        let mut in_code = false;
+        for part in line.split('`') {
+            if !in_code {
+                out.push_str(part);
+            }
+            in_code = !in_code;
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// GitHub's and mdBook's anchor of a heading.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut fenced = false;
+    let mut out = BTreeSet::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced && line.starts_with('#') {
+            out.insert(slug(line.trim_start_matches('#')));
+        }
+    }
+    out
+}
+
+/// The targets of `[text](target)` links.
+fn links(text: &str) -> Vec<String> {
+    let prose = prose(text);
+    prose
+        .match_indices("](")
+        .filter_map(|(i, _)| {
+            let rest = &prose[i + 2..];
+            let end = rest.find(')')?;
+            Some(
+                rest[..end]
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("")
+                    .to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn documents() -> Vec<PathBuf> {
+    let mut docs: Vec<PathBuf> = [
+        "README.md",
+        "ARCHITECTURE.md",
+        "cluster/ARCHITECTURE.md",
+        "net/ARCHITECTURE.md",
+        "src/dataplane/ARCHITECTURE.md",
+    ]
+    .iter()
+    .map(|p| root().join(p))
+    .collect();
+    let src = root().join("docs/src");
+    let mut chapters: Vec<PathBuf> = std::fs::read_dir(&src)
+        .unwrap_or_else(|e| panic!("{}: {e}", src.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    chapters.sort();
+    docs.extend(chapters);
+    docs
+}
+
+#[test]
+fn every_relative_link_in_the_docs_resolves() {
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for doc in documents() {
+        let text = read(&doc);
+        for target in links(&text) {
+            if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            checked += 1;
+            let (file, anchor) = match target.split_once('#') {
+                Some((f, a)) => (f, Some(a)),
+                None => (target.as_str(), None),
+            };
+            let dest = if file.is_empty() {
+                doc.clone()
+            } else {
+                doc.parent().unwrap().join(file)
+            };
+            if !dest.exists() {
+                broken.push(format!("{}: {target}: no such file", doc.display()));
+                continue;
+            }
+            if let Some(anchor) = anchor {
+                if dest.extension().is_some_and(|x| x == "md")
+                    && !anchors(&read(&dest)).contains(anchor)
+                {
+                    broken.push(format!("{}: {target}: no such heading", doc.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 20,
+        "only {checked} links found: is the parser broken?"
+    );
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn the_link_check_catches_a_broken_link_and_anchor() {
+    let text = "# A `b` c!\n\n[x](#a-b-c) [y](#nope) `[z](#code)`\n```\n[w](#fenced)\n```\n";
+    assert_eq!(links(text), vec!["#a-b-c", "#nope"]);
+    assert!(anchors(text).contains("a-b-c"));
+    assert!(!anchors(text).contains("nope"));
+}
+
+/// Every chapter is in the book's table of contents.
+#[test]
+fn every_chapter_is_in_the_summary() {
+    let summary = read(&root().join("docs/src/SUMMARY.md"));
+    let listed: BTreeSet<String> = links(&summary).into_iter().collect();
+    for doc in documents().into_iter().skip(5) {
+        let name = doc.file_name().unwrap().to_string_lossy().into_owned();
+        if name != "SUMMARY.md" {
+            assert!(
+                listed.contains(&name),
+                "docs/src/SUMMARY.md does not list {name}"
+            );
+        }
+    }
+}
