@@ -18,6 +18,7 @@ mod lock;
 pub mod members;
 pub mod network;
 pub mod node;
+mod prevote;
 pub mod propose;
 pub mod quota;
 mod roster;

@@ -31,6 +31,7 @@ use crate::lock::lock;
 use crate::members::{effective_role, MemberChange, MemberInfo, MemberRefusal, Situation, Step};
 use crate::network::server::{self, RaftService};
 use crate::network::{FaultTable, Network, ReportClient};
+use crate::prevote::Campaigns;
 pub use crate::propose::{Applied, ProposeError};
 use crate::propose::{Propose, Proposer};
 use crate::roster::Roster;
@@ -238,6 +239,8 @@ pub struct ClusterNode {
     /// The Raft listener's TLS (reloaded by the node's certificate task).
     raft_tls: Option<Arc<zonegate_net::tls::ServerTls>>,
     raft_max_connections: usize,
+    /// Whether this node may campaign (`crate::prevote`).
+    campaigns: Campaigns,
 }
 
 /// The most entries in one append RPC.
@@ -376,10 +379,6 @@ impl ClusterNode {
         let raft = Raft::new(node_id, raft_config, network.clone(), log_store, sm_store)
             .await
             .map_err(|e| ClusterError::Raft(e.to_string()))?;
-        if identity.rejoining() {
-            // A learner until promoted: it neither campaigns nor votes.
-            raft.runtime_config().elect(false);
-        }
 
         let (stop_tx, stop_rx) = watch::channel(false);
         let failover = Arc::new(Failover::new(node_id, FailoverConfig::default()));
@@ -404,7 +403,8 @@ impl ClusterNode {
             limits.body_read_timeout,
         )
         .with_failover(failover.clone())
-        .with_identity(identity.clone());
+        .with_identity(identity.clone())
+        .with_prevote_window(timing.election_timeout_max);
         let leader_contact = service.leader_contact();
         let app = server::router(Arc::new(service));
         let proposer = Proposer {
@@ -432,10 +432,28 @@ impl ClusterNode {
             state_rx: state_rx.clone(),
             stop: stop_rx.clone(),
         };
+        // openraft's own election timer is off (`raft_config`): this
+        // drives elections, each after a pre-vote round. A rejoining node
+        // (a learner until promoted) neither campaigns nor votes.
+        let campaigns = Campaigns::allowed();
+        let elections = crate::prevote::Driver {
+            raft: raft.clone(),
+            network: network.clone(),
+            roster: roster.clone(),
+            identity: identity.clone(),
+            me: node_id,
+            heartbeat: timing.heartbeat,
+            election_timeout_min: timing.election_timeout_min,
+            election_timeout_max: timing.election_timeout_max,
+            contact: leader_contact.clone(),
+            campaigns: campaigns.clone(),
+            stop: stop_rx.clone(),
+        };
         let tasks = vec![
             tokio::spawn(listen::serve(listener, app, listen_config, stop_rx.clone())),
             tokio::spawn(reporter.run()),
             tokio::spawn(leader_loop.run()),
+            tokio::spawn(crate::prevote::run(elections)),
         ];
         let node = ClusterNode {
             id: node_id,
@@ -460,6 +478,7 @@ impl ClusterNode {
             member_change: tokio::sync::Mutex::new(()),
             raft_tls: server_tls,
             raft_max_connections: limits.max_connections,
+            campaigns,
         };
         node.initialize_if_first(pristine == Pristine::MayForm)
             .await?;
@@ -937,6 +956,7 @@ impl ClusterNode {
     /// [`crate::handover`]); gives up after twice the election timeout.
     /// This node does not campaign again until it restarts.
     pub async fn hand_over(&self) -> crate::Handover {
+        self.campaigns.stop();
         crate::handover::hand_over(
             &self.raft,
             &self.network,
@@ -950,7 +970,7 @@ impl ClusterNode {
     /// This node stops campaigning (it still votes) until it restarts: a
     /// draining follower must not become leader on its way out.
     pub fn stop_campaigning(&self) {
-        self.raft.runtime_config().elect(false);
+        self.campaigns.stop();
     }
 
     /// Stop Raft, the RPC server and background tasks, and wait until the
@@ -1140,7 +1160,6 @@ async fn rejoin_loop(
         };
         if done {
             if identity.set_rejoining(false).await.is_ok() {
-                raft.runtime_config().elect(true);
                 tracing::info!(node_id = me, "rejoined: back in its configured role");
                 return;
             }
@@ -1177,6 +1196,9 @@ fn raft_config(timing: &Timing) -> Result<openraft::Config, ClusterError> {
         max_payload_entries: MAX_PAYLOAD_ENTRIES,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(timing.snapshot_every_logs),
         max_in_snapshot_log_to_keep: timing.snapshot_every_logs / 2,
+        // Elections are driven by `crate::prevote` (a pre-vote round
+        // first), never by openraft's own timer.
+        enable_elect: false,
         ..Default::default()
     }
     .validate()
