@@ -41,8 +41,8 @@ pub use handover::Handover;
 pub use members::{MemberChange, MemberInfo, MemberRefusal, MemberRule};
 pub use network::FaultTable;
 pub use node::{
-    Applied, ClusterConfig, ClusterError, ClusterNode, ClusterStatus, MemberChangeError,
-    MemberStatus, ProposeError, RaftListen, Timing,
+    Applied, ClusterConfig, ClusterError, ClusterNode, ClusterStatus, Fatal, MemberChangeError,
+    MemberStatus, ProposeError, RaftListen, Timing, FATAL_REASONS,
 };
 pub use propose::Unconfirmed;
 pub use quota::{Limits, Priority, TenantQuota, Unit};

@@ -172,6 +172,24 @@ pub enum ClusterError {
     Identity(String),
 }
 
+/// This node's Raft member stopped for good while the process runs: a
+/// write to its store failed (a full disk), or openraft panicked. openraft
+/// never restarts its core, so the node's view stops following the
+/// cluster: the process should stop serving and exit, so a supervisor
+/// restarts it (a restart with the disk still full refuses to start, with
+/// the reason).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fatal {
+    /// One of [`FATAL_REASONS`].
+    pub reason: &'static str,
+    /// What failed, for the log and the exit message.
+    pub cause: String,
+}
+
+/// The reasons of [`Fatal`]: `no_space` (the filesystem under the data
+/// directory is full), `storage` (another store failure), `panicked`.
+pub const FATAL_REASONS: [&str; 3] = ["no_space", "storage", "panicked"];
+
 /// One member as this node sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemberStatus {
@@ -241,6 +259,8 @@ pub struct ClusterNode {
     raft_max_connections: usize,
     /// Whether this node may campaign (`crate::prevote`).
     campaigns: Campaigns,
+    /// `Some` once Raft stopped for good (see [`Fatal`]).
+    fatal: watch::Receiver<Option<Fatal>>,
 }
 
 /// The most entries in one append RPC.
@@ -449,7 +469,14 @@ impl ClusterNode {
             campaigns: campaigns.clone(),
             stop: stop_rx.clone(),
         };
+        let (fatal_tx, fatal) = watch::channel(None);
         let tasks = vec![
+            tokio::spawn(watch_fatal(
+                raft.metrics(),
+                liveness.clone(),
+                fatal_tx,
+                stop_rx.clone(),
+            )),
             tokio::spawn(listen::serve(listener, app, listen_config, stop_rx.clone())),
             tokio::spawn(reporter.run()),
             tokio::spawn(leader_loop.run()),
@@ -479,6 +506,7 @@ impl ClusterNode {
             raft_tls: server_tls,
             raft_max_connections: limits.max_connections,
             campaigns,
+            fatal,
         };
         node.initialize_if_first(pristine == Pristine::MayForm)
             .await?;
@@ -590,6 +618,12 @@ impl ClusterNode {
     /// Whether this node heard from a leader with a quorum recently.
     pub fn leader_contact(&self) -> bool {
         self.view_age().is_some_and(|a| a <= self.stale_after())
+    }
+
+    /// Turns `Some` when this node's Raft member stops for good (see
+    /// [`Fatal`]); logged once, with the cause, when it happens.
+    pub fn fatal(&self) -> watch::Receiver<Option<Fatal>> {
+        self.fatal.clone()
     }
 
     /// Whether this node is rejoining (a learner until promoted).
@@ -1005,6 +1039,44 @@ impl ClusterNode {
         tracing::info!(node_id = self.id, "cluster node stopped");
         Ok(())
     }
+}
+
+/// Reports (once) when openraft's core stops on its own: not stopped by
+/// [`ClusterNode::shutdown`], but by a failed store write or a panic.
+async fn watch_fatal(
+    mut metrics: watch::Receiver<crate::types::alias::RaftMetrics>,
+    liveness: StoreLiveness,
+    fatal: watch::Sender<Option<Fatal>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let stopped = tokio::select! {
+        _ = stop.wait_for(|s| *s) => return,
+        m = metrics.wait_for(|m| m.running_state.is_err()) => match m {
+            Ok(m) => m.running_state.clone().err(),
+            // The core ended and dropped its metrics: a shutdown.
+            Err(_) => return,
+        },
+    };
+    let Some(err) = stopped else { return };
+    if matches!(err, openraft::error::Fatal::Stopped) || *stop.borrow() {
+        return;
+    }
+    let failure = liveness.failure();
+    let reason = match (&err, &failure) {
+        (_, Some(f)) if f.no_space => "no_space",
+        (openraft::error::Fatal::Panicked, _) => "panicked",
+        _ => "storage",
+    };
+    let cause = match failure {
+        Some(f) => format!("{err} (the first failed write: {})", f.message),
+        None => err.to_string(),
+    };
+    tracing::error!(
+        reason,
+        %cause,
+        "the control plane stopped for good: this node's view no longer follows the cluster"
+    );
+    fatal.send_replace(Some(Fatal { reason, cause }));
 }
 
 /// Where the bootstrap list differs from the applied membership.
