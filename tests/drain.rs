@@ -335,11 +335,12 @@ async fn a_draining_leader_hands_over_leadership_before_it_exits() {
 }
 
 /// SIGTERM always ends the process within `drain_grace + drain_timeout`
-/// plus a small bound, whatever the control plane's state. Here its store
-/// never answers a flush (the test-only fault
-/// `ZONEGATE_DEBUG_STORE_FAULT=hang:FILE`): openraft's core waits on it
-/// forever and never stops. The node used to wait on it too, for good
-/// (alive minutes after SIGTERM, holding sled's lock).
+/// plus a small bound, whatever the control plane's state. Here its
+/// store's `fsync` never returns (the test-only fault
+/// `ZONEGATE_DEBUG_STORE_FAULT=hang:FILE`, a disk that stopped answering):
+/// openraft's core waits on it for good, and so did the node, at exit, for
+/// the stuck thread (alive long after SIGTERM, holding sled's lock so a
+/// replacement could not start).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_ends_a_node_whose_control_plane_is_wedged_within_the_bound() {
     let dir = tempfile::tempdir().expect("temp dir");

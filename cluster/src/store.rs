@@ -394,7 +394,7 @@ pub struct LogStore {
 /// recorded (`StoreLiveness::failure`): openraft stops on it for good.
 async fn flush(db: &sled::Db, durable: &Durable) -> std::io::Result<()> {
     let result = async {
-        durable.fault().before_flush().await?;
+        durable.fault().before_flush()?;
         db.flush_async().await.map_err(sled_io)?;
         durable.sync().await
     }
@@ -445,7 +445,7 @@ fn probe(
         detail,
     };
     let written = (|| -> std::io::Result<()> {
-        durable.fault().before_probe()?;
+        durable.fault().before_flush()?;
         let stamp = crate::clock::now_ms().to_be_bytes();
         meta.insert(KEY_PROBE, &stamp).map_err(sled_io)?;
         db.flush().map_err(sled_io)?;

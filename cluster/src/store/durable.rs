@@ -88,9 +88,12 @@ impl Durable {
     /// on the blocking pool.
     pub(crate) async fn sync(&self) -> io::Result<()> {
         let this = self.clone();
-        tokio::task::spawn_blocking(move || this.sync_blocking())
-            .await
-            .map_err(io::Error::other)?
+        tokio::task::spawn_blocking(move || {
+            this.0.fault.before_fsync();
+            this.sync_blocking()
+        })
+        .await
+        .map_err(io::Error::other)?
     }
 
     fn sync_blocking(&self) -> io::Result<()> {

@@ -4,8 +4,11 @@
 //! The fault is the black-box tests' stand-in for a full disk where no
 //! small filesystem can be mounted, and for a wedged store: set
 //! `ZONEGATE_DEBUG_STORE_FAULT` to `enospc:PATH` (every flush fails with
-//! ENOSPC while the file PATH exists) or `hang:PATH` (a flush started
-//! while PATH exists never completes). It is honoured only by debug builds
+//! ENOSPC while the file PATH exists) or `hang:PATH` (the `fsync` of a
+//! flush started while PATH exists never returns, as on a disk that
+//! stopped answering: its blocking-pool thread is stuck for good, and a
+//! tokio runtime waits for such threads when it is dropped at exit). It
+//! is honoured only by debug builds
 //! (the tests' binary); a release build ignores it with a warning, so it
 //! can never hurt a production node.
 
@@ -98,21 +101,20 @@ impl Fault {
             .map(|(kind, _)| kind)
     }
 
-    /// Before a flush: ENOSPC, or never returning, while the fault is on.
-    pub(crate) async fn before_flush(&self) -> io::Result<()> {
-        match self.armed() {
-            Some(Kind::NoSpace) => Err(io::Error::from_raw_os_error(28)),
-            Some(Kind::Hang) => std::future::pending().await,
-            None => Ok(()),
-        }
-    }
-
-    /// [`Fault::before_flush`] for the start-up probe (which does not
-    /// hang: a wedged store is a run-time fault).
-    pub(crate) fn before_probe(&self) -> io::Result<()> {
+    /// Before a flush (and the start-up probe): ENOSPC while the fault
+    /// is on.
+    pub(crate) fn before_flush(&self) -> io::Result<()> {
         match self.armed() {
             Some(Kind::NoSpace) => Err(io::Error::from_raw_os_error(28)),
             _ => Ok(()),
+        }
+    }
+
+    /// On the blocking thread about to `fsync`: never returns while the
+    /// hang is on.
+    pub(crate) fn before_fsync(&self) {
+        while self.armed() == Some(&Kind::Hang) {
+            std::thread::park_timeout(std::time::Duration::from_secs(3600));
         }
     }
 }
@@ -136,18 +138,17 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn the_fault_bites_only_while_its_file_exists() {
+    #[test]
+    fn the_fault_bites_only_while_its_file_exists() {
         let dir = tempfile::tempdir().unwrap();
         let flag = dir.path().join("full");
         let fault = Fault::parse(&format!("enospc:{}", flag.display())).unwrap();
-        assert!(fault.before_flush().await.is_ok());
+        assert!(fault.before_flush().is_ok());
         std::fs::write(&flag, "").unwrap();
-        let e = fault.before_flush().await.unwrap_err();
+        let e = fault.before_flush().unwrap_err();
         assert!(is_no_space(&e), "{e}");
-        assert!(fault.before_probe().is_err());
         std::fs::remove_file(&flag).unwrap();
-        assert!(fault.before_flush().await.is_ok());
+        assert!(fault.before_flush().is_ok());
     }
 
     #[test]
