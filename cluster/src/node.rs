@@ -1053,8 +1053,9 @@ async fn watch_fatal(
         _ = stop.wait_for(|s| *s) => return,
         m = metrics.wait_for(|m| m.running_state.is_err()) => match m {
             Ok(m) => m.running_state.clone().err(),
-            // The core ended and dropped its metrics: a shutdown.
-            Err(_) => return,
+            // The core's task ended without saying why: it panicked (a
+            // shutdown sets `stop` first, checked below).
+            Err(_) => Some(openraft::error::Fatal::Panicked),
         },
     };
     let Some(err) = stopped else { return };

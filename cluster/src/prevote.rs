@@ -50,7 +50,7 @@ use crate::view::NodeId;
 
 /// Whether this node may campaign at all (a draining node may not; it
 /// still votes). Cheap to clone.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(crate) struct Campaigns(Arc<AtomicBool>);
 
 impl Campaigns {
@@ -128,8 +128,13 @@ impl Tally {
 fn random_between(min: Duration, max: Duration) -> Duration {
     use std::hash::{BuildHasher, Hasher};
     let spread = max.saturating_sub(min).as_millis();
+    // A fresh `RandomState` is seeded anew; the clock adds variety.
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(Instant::now().elapsed().as_nanos());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
     let r = u128::from(h.finish()) % spread.saturating_add(1);
     min + Duration::from_millis(u64::try_from(r).unwrap_or(0))
 }
@@ -181,8 +186,11 @@ pub(crate) async fn run(mut d: Driver) {
             continue;
         }
         // openraft's own rule: past the lease of the leader it knew, plus
-        // a random timeout.
-        let due = if committed {
+        // a random timeout; the only voter campaigns at once (once: a
+        // campaign under way is left to finish).
+        let due = if voters.len() == 1 && state == ServerState::Follower {
+            Duration::ZERO
+        } else if committed {
             d.election_timeout_max + timeout
         } else {
             timeout
