@@ -19,7 +19,8 @@
 //!    (signed like every Raft RPC; no term changes anywhere): a voter
 //!    answers 409 when it heard from a live leader within
 //!    `election_timeout_max` (a follower: an append from its leader; a
-//!    leader: a quorum's acknowledgement), else 200;
+//!    leader: a quorum's acknowledgement, or none yet in a term just
+//!    begun), else 200;
 //! 3. with a quorum of 200s (its own included) it campaigns
 //!    (`Raft::trigger().elect()`), otherwise it waits for the next timeout.
 //!
@@ -71,7 +72,10 @@ impl Campaigns {
 /// A pre-vote answer from a voter's point of view: whether it heard from
 /// a live leader within `window`. Pure.
 ///
-/// - A leader is live while a quorum acknowledged it within the window.
+/// - A leader is live while a quorum acknowledged it within the window,
+///   and while no quorum acknowledged it yet in its term (it was elected
+///   a moment ago: a candidate whose round overlapped the election must
+///   not unseat it).
 /// - A follower heard from one when it knows a leader and accepted an
 ///   append from it within the window.
 pub(crate) fn heard_from_leader(
@@ -82,7 +86,7 @@ pub(crate) fn heard_from_leader(
     window: Duration,
 ) -> bool {
     if state == ServerState::Leader {
-        return millis_since_quorum_ack.is_some_and(|ms| Duration::from_millis(ms) <= window);
+        return millis_since_quorum_ack.is_none_or(|ms| Duration::from_millis(ms) <= window);
     }
     knows_leader && contact_age.is_some_and(|age| age <= window)
 }
@@ -272,8 +276,9 @@ mod tests {
             (Candidate, None, false, Some(ms(10)), false),
             (Leader, Some(50), false, None, true),
             (Leader, Some(700), false, None, false),
-            // A leader no quorum acknowledged yet in its term.
-            (Leader, None, false, None, false),
+            // A leader elected a moment ago, no quorum acknowledged yet
+            // (a candidate whose round overlapped the election asks).
+            (Leader, None, false, None, true),
         ];
         for (state, ack, knows, age, want) in cases {
             assert_eq!(
