@@ -358,7 +358,7 @@ fn member_command(dir: &std::path::Path, env: &[(&str, String)]) -> tokio::proce
     if !config.contains("drain_grace") {
         let config = config.replacen(
             "[node]\n",
-            "[node]\ndrain_grace = \"5s\"\ndrain_timeout = \"2s\"\n",
+            "[node]\ndrain_grace = \"3s\"\ndrain_timeout = \"2s\"\n",
             1,
         );
         std::fs::write(&path, config).unwrap();
@@ -495,7 +495,7 @@ async fn a_full_disk_stops_the_member_which_then_rejoins(
         .expect("the member exits after its drain")
         .unwrap();
     assert_eq!(status.code(), Some(1), "{status:?}");
-    // Grace 5 s + drain_timeout 2 s + the bound, with room for a busy host.
+    // Grace 3 s + drain_timeout 2 s + the bound, with room for a busy host.
     assert!(
         failed_at.elapsed() < Duration::from_secs(40),
         "{:?}",
