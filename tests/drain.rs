@@ -333,3 +333,78 @@ async fn a_draining_leader_hands_over_leadership_before_it_exits() {
         resp.text().await.unwrap_or_default()
     );
 }
+
+/// SIGTERM always ends the process within `drain_grace + drain_timeout`
+/// plus a small bound, whatever the control plane's state. Here its
+/// store's `fsync` never returns (the test-only fault
+/// `ZONEGATE_DEBUG_STORE_FAULT=hang:FILE`, a disk that stopped answering):
+/// openraft's core waits on it for good, and so did the node, at exit, for
+/// the stuck thread (alive long after SIGTERM, holding sled's lock so a
+/// replacement could not start).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_a_node_whose_control_plane_is_wedged_within_the_bound() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let me = MemberSpec::new(1, "az-a");
+    let mock = Mock::start("m", "az-a", &[MODEL]).await;
+    let path = write_member_config(
+        dir.path(),
+        &me,
+        std::slice::from_ref(&me),
+        &mock.backend_toml(&[MODEL]),
+    );
+    let config = std::fs::read_to_string(&path).unwrap().replacen(
+        "[node]\n",
+        "[node]\ndrain_grace = \"1s\"\ndrain_timeout = \"2s\"\n",
+        1,
+    );
+    std::fs::write(&path, config).unwrap();
+    let wedge = dir.path().join("wedge");
+    let mut cmd = Command::new(bin());
+    cmd.env("RUST_LOG", "info,openraft=off")
+        .env("ZONEGATE_CLUSTER_SECRET", CLUSTER_SECRET)
+        .env(
+            "ZONEGATE_DEBUG_STORE_FAULT",
+            format!("hang:{}", wedge.display()),
+        )
+        .arg("serve")
+        .arg("--config")
+        .arg(&path);
+    let mut proc = spawn_listening(cmd, 2, Duration::from_secs(60))
+        .await
+        .expect("gateway starts");
+    let admin = proc.urls[1].clone();
+    eventually(Duration::from_secs(30), "the only member to lead", || {
+        let admin = admin.clone();
+        async move {
+            get_json(
+                &format!("{admin}/admin/v1/cluster?scope=local"),
+                Some(ADMIN_TOKEN),
+            )
+            .await["leader"]
+                == 1
+        }
+    })
+    .await;
+    // The next write wedges the store: its flush never returns.
+    std::fs::write(&wedge, "").unwrap();
+    let write = tokio::spawn(
+        client()
+            .post(format!("{admin}/admin/v1/freeze"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&json!({"reason": "wedge the store"}))
+            .send(),
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let signalled = Instant::now();
+    sigterm(proc.child.id().expect("running"));
+    let status = tokio::time::timeout(Duration::from_secs(60), proc.child.wait())
+        .await
+        .expect("SIGTERM ends the process even with a wedged control plane")
+        .expect("status");
+    let took = signalled.elapsed();
+    write.abort();
+    // grace 1 s + drain_timeout 2 s + the 15 s bound, and a margin for a
+    // busy host.
+    assert!(took < Duration::from_secs(25), "{took:?} {status:?}");
+    eprintln!("exited {took:?} after SIGTERM with a wedged control plane: {status:?}");
+}

@@ -319,6 +319,7 @@ async fn the_capacity_precheck_stops_a_drill_it_cannot_vouch_for() {
         0,
         "no step ran"
     );
+    assert_not_evaluated(&ran);
 
     // The same topology with 100 units per backend.
     let dir = tempfile::tempdir().unwrap();
@@ -356,6 +357,33 @@ async fn the_capacity_precheck_stops_a_drill_it_cannot_vouch_for() {
     );
 }
 
+/// An aborted drill judges none of its expectations: each is "not
+/// evaluated" (JSON `null`, `n/a` on stdout), never met nor missed (it
+/// printed `FAIL converged_within: never`, and `ok steps: 0 of 0 ran` for
+/// a drill stopped before its first step).
+fn assert_not_evaluated(ran: &Ran) {
+    let checks = ran.report["checks"].as_array().unwrap();
+    assert!(!checks.is_empty(), "{}", ran.report);
+    for c in checks {
+        assert!(c["pass"].is_null(), "{c}");
+        assert_eq!(c["measured"], "not evaluated: the drill was aborted", "{c}");
+        let name = c["name"].as_str().unwrap();
+        assert!(
+            ran.stdout.contains(&format!("n/a  {name}: not evaluated")),
+            "{}",
+            ran.stdout
+        );
+    }
+    // No expectation line says met or missed.
+    assert!(
+        !ran.stdout
+            .lines()
+            .any(|l| l.starts_with("  ok   ") || l.starts_with("  FAIL ")),
+        "{}",
+        ran.stdout
+    );
+}
+
 /// A scenario on the shipped local topology: `body` holds its `[load]`,
 /// steps and `[safety]`.
 fn local_scenario(dir: &Path, body: &str) -> PathBuf {
@@ -377,6 +405,7 @@ fn local_scenario(dir: &Path, body: &str) -> PathBuf {
 fn assert_stopped_by_an_alarm_after_its_fault(ran: &Ran) {
     assert_eq!(ran.code, 1, "{}\n{}", ran.stdout, ran.stderr);
     assert_eq!(ran.report["verdict"], "ABORTED");
+    assert_not_evaluated(ran);
     assert_eq!(
         ran.report["steps"][0]["ok"], true,
         "{}",

@@ -74,7 +74,7 @@ pub fn evaluate(i: &Inputs<'_>) -> Vec<Check> {
                 name: name.into(),
                 expected: format!(">= {}", pct(want)),
                 measured,
-                pass,
+                pass: Some(pass),
             });
         }
     }
@@ -105,7 +105,7 @@ pub fn evaluate(i: &Inputs<'_>) -> Vec<Check> {
             name: "failover_committed_within".into(),
             expected: format!("<= {}", fmt_dur(within)),
             measured,
-            pass,
+            pass: Some(pass),
         });
     }
     if let Some(true) = e.no_failover {
@@ -123,7 +123,7 @@ pub fn evaluate(i: &Inputs<'_>) -> Vec<Check> {
             } else {
                 failovers.join("; ")
             },
-            pass: failovers.is_empty(),
+            pass: Some(failovers.is_empty()),
         });
     }
     if let Some(max) = e.max_leaders_per_term {
@@ -142,7 +142,33 @@ pub fn evaluate(i: &Inputs<'_>) -> Vec<Check> {
                     .collect::<Vec<_>>()
                     .join("; ")
             },
-            pass: violations.is_empty(),
+            pass: Some(violations.is_empty()),
+        });
+    }
+    if let Some(true) = e.term_unchanged {
+        let terms = history::terms_seen(i.ticks);
+        let measured = match terms.len() {
+            0 => "no node answered".to_owned(),
+            1 => format!(
+                "term {} throughout",
+                terms.keys().next().copied().unwrap_or(0)
+            ),
+            _ => terms
+                .iter()
+                .map(|(term, (t, node))| {
+                    format!(
+                        "term {term} (first on node {node} at {:.1}s)",
+                        *t as f64 / 1000.0
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" → "),
+        };
+        out.push(Check {
+            name: "term_unchanged".into(),
+            expected: "one term from start to end".into(),
+            measured,
+            pass: Some(terms.len() == 1),
         });
     }
     if let Some(true) = e.no_lost_decisions {
@@ -173,7 +199,7 @@ pub fn evaluate(i: &Inputs<'_>) -> Vec<Check> {
                 }
                 parts.join("; ")
             },
-            pass,
+            pass: Some(pass),
         });
     }
     if let Some(within) = e.converged_within {
@@ -198,7 +224,7 @@ pub fn evaluate(i: &Inputs<'_>) -> Vec<Check> {
             name: "converged_within".into(),
             expected: format!("<= {}", fmt_dur(within)),
             measured,
-            pass,
+            pass: Some(pass),
         });
     }
     if let Some(max) = e.p99_added_ms {
@@ -231,7 +257,7 @@ pub fn evaluate(i: &Inputs<'_>) -> Vec<Check> {
             name: "p99_added_ms".into(),
             expected: format!("<= {max} ms"),
             measured,
-            pass,
+            pass: Some(pass),
         });
     }
     if let Some(true) = e.quota_cap_held {
@@ -254,7 +280,7 @@ pub fn evaluate(i: &Inputs<'_>) -> Vec<Check> {
         } else {
             failed.join("; ")
         },
-        pass: failed.is_empty(),
+        pass: Some(failed.is_empty()),
     });
     out
 }
@@ -308,7 +334,7 @@ fn quota_cap_held(i: &Inputs<'_>) -> Check {
         name: "quota_cap_held".into(),
         expected: "admitted <= rpm quota × (load + 5 s) + 1 per node".into(),
         measured: parts.join("; "),
-        pass,
+        pass: Some(pass),
     }
 }
 
@@ -381,7 +407,7 @@ fn quota_stretched_within(i: &Inputs<'_>, within: std::time::Duration) -> Check 
         name,
         expected,
         measured,
-        pass,
+        pass: Some(pass),
     }
 }
 
@@ -580,7 +606,7 @@ mod tests {
         samples.push(sample(30_000, 1, 200));
         let c = judge(&expect, &samples, &quotas, 1800.0, None);
         assert_eq!(c.len(), 1);
-        assert!(c[0].pass, "{}", c[0].measured);
+        assert!(c[0].passed(), "{}", c[0].measured);
         assert!(
             c[0].measured.contains("drill-2: 353 admitted of 903 sent"),
             "{}",
@@ -589,7 +615,7 @@ mod tests {
         assert!(c[0].measured.contains("at most 353"), "{}", c[0].measured);
         samples.push(sample(29_999, 1, 200));
         let c = judge(&expect, &samples, &quotas, 1800.0, None);
-        assert!(!c[0].pass, "{}", c[0].measured);
+        assert!(!c[0].passed(), "{}", c[0].measured);
         // A quota too large to multiply out is not a panic: nothing is over it.
         let c = judge(
             &expect,
@@ -598,7 +624,7 @@ mod tests {
             1800.0,
             None,
         );
-        assert!(c[0].pass, "{}", c[0].measured);
+        assert!(c[0].passed(), "{}", c[0].measured);
     }
 
     /// Throttling of a tenant under its quota: after the failover for at
@@ -617,7 +643,7 @@ mod tests {
         let stretch = |samples: &[Sample], failover: Option<i64>| {
             let c = judge(&expect, samples, &quotas, 1800.0, failover);
             assert_eq!(c.len(), 1);
-            (c[0].pass, c[0].measured.clone())
+            (c[0].passed(), c[0].measured.clone())
         };
         let (pass, m) = stretch(&samples, Some(10_000));
         assert!(
@@ -645,6 +671,6 @@ mod tests {
         assert!(!pass && m.contains("too soon to show it"), "{m}");
         // Every tenant over its quota: nothing to judge.
         let c = judge(&expect, &samples, &[rpm(600)], 1800.0, Some(10_000));
-        assert!(!c[0].pass && c[0].measured.starts_with("no tenant is offered less"));
+        assert!(!c[0].passed() && c[0].measured.starts_with("no tenant is offered less"));
     }
 }

@@ -197,6 +197,18 @@ pub fn leader_of(t: &Tick) -> Option<(u64, u64)> {
         .map(|s| (s.node, s.term))
 }
 
+/// Each term any reachable node reported, with when and by whom it was
+/// first reported: `term → (t_ms, node)`.
+pub fn terms_seen(ticks: &[Tick]) -> BTreeMap<u64, (i64, u64)> {
+    let mut out: BTreeMap<u64, (i64, u64)> = BTreeMap::new();
+    for t in ticks {
+        for s in t.nodes.iter().filter(|s| s.reachable) {
+            out.entry(s.term).or_insert((t.t_ms, s.node));
+        }
+    }
+    out
+}
+
 /// Every change of leader: `(t_ms, new leader, term)`; ticks without a
 /// known leader do not end a leadership.
 pub fn leader_changes(ticks: &[Tick]) -> Vec<(i64, u64, u64)> {
@@ -248,6 +260,26 @@ mod tests {
                 leaders: vec![1, 3]
             }]
         );
+    }
+
+    #[test]
+    fn a_follower_that_campaigned_on_resume_shows_a_second_term() {
+        // Node 3 was paused (unreachable), then campaigned: term 10 → 12.
+        let mut gone = s(3, 10, 1, 0);
+        gone.reachable = false;
+        let steady = vec![
+            tick(0, vec![s(1, 10, 1, 0), s(2, 10, 1, 0), s(3, 10, 1, 0)]),
+            tick(200, vec![s(1, 10, 1, 0), s(2, 10, 1, 0), gone]),
+        ];
+        assert_eq!(terms_seen(&steady).keys().collect::<Vec<_>>(), vec![&10]);
+        let mut unseated = steady.clone();
+        unseated.push(tick(
+            400,
+            vec![s(1, 10, 1, 0), s(2, 12, 2, 0), s(3, 12, 2, 0)],
+        ));
+        let terms = terms_seen(&unseated);
+        assert_eq!(terms.len(), 2);
+        assert_eq!(terms[&12], (400, 2));
     }
 
     #[test]

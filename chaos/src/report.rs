@@ -42,8 +42,42 @@ pub struct Check {
     pub name: String,
     pub expected: String,
     pub measured: String,
-    pub pass: bool,
+    /// `None` (JSON `null`): not evaluated, because the drill was aborted
+    /// (what it measured until then proves nothing either way).
+    pub pass: Option<bool>,
 }
+
+impl Check {
+    pub fn passed(&self) -> bool {
+        self.pass == Some(true)
+    }
+
+    pub fn failed(&self) -> bool {
+        self.pass == Some(false)
+    }
+
+    /// The expectation of a drill that was aborted: neither met nor
+    /// missed.
+    pub fn not_evaluated(self) -> Check {
+        Check {
+            measured: NOT_EVALUATED.into(),
+            pass: None,
+            ..self
+        }
+    }
+
+    /// The mark a report shows for it: ✔, ✘, or – (not evaluated).
+    fn mark(&self) -> (&'static str, &'static str) {
+        match self.pass {
+            Some(true) => ("pass", "✔"),
+            Some(false) => ("fail", "✘"),
+            None => ("not-evaluated", "–"),
+        }
+    }
+}
+
+/// What an aborted drill's expectations measured.
+pub const NOT_EVALUATED: &str = "not evaluated: the drill was aborted";
 
 #[derive(Clone, Debug, Serialize)]
 pub struct StepRecord {
@@ -270,7 +304,7 @@ impl Report {
         let failed: Vec<&str> = self
             .checks
             .iter()
-            .filter(|c| !c.pass)
+            .filter(|c| c.failed())
             .map(|c| c.name.as_str())
             .collect();
         match (self.verdict, &self.reason) {
@@ -320,7 +354,11 @@ impl Report {
             let _ = writeln!(
                 m,
                 "| {} | {} | {} | {} |",
-                if c.pass { "✅" } else { "❌" },
+                match c.pass {
+                    Some(true) => "✅",
+                    Some(false) => "❌",
+                    None => "–",
+                },
                 c.name,
                 c.expected,
                 c.measured.replace('|', "\\|")
@@ -424,8 +462,8 @@ impl Report {
             let _ = write!(
                 h,
                 "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                if c.pass { "pass" } else { "fail" },
-                if c.pass { "✔" } else { "✘" },
+                c.mark().0,
+                c.mark().1,
                 esc(&c.name),
                 esc(&c.expected),
                 esc(&c.measured)
@@ -724,6 +762,29 @@ mod tests {
         assert_eq!(c["short"].total, 3);
         assert_eq!(c["short"].ok, 2);
         assert_eq!(c["long"].success, Some(1.0));
+    }
+
+    /// An aborted drill printed `converged_within: FAIL never`, and
+    /// `steps: 0 of 0 ran` as met when it stopped before its first step.
+    #[test]
+    fn an_aborted_drills_expectations_are_neither_met_nor_missed() {
+        let judged = |name: &str, pass| Check {
+            name: name.into(),
+            expected: "x".into(),
+            measured: "never".into(),
+            pass: Some(pass),
+        };
+        let checks: Vec<Check> = [judged("converged_within", false), judged("steps", true)]
+            .into_iter()
+            .map(Check::not_evaluated)
+            .collect();
+        assert!(checks
+            .iter()
+            .all(|c| c.pass.is_none() && !c.passed() && !c.failed()));
+        assert!(checks.iter().all(|c| c.measured == NOT_EVALUATED));
+        let json = serde_json::to_value(&checks[0]).unwrap();
+        assert!(json["pass"].is_null(), "{json}");
+        assert_eq!(checks[1].mark(), ("not-evaluated", "–"));
     }
 
     #[test]

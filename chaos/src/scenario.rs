@@ -141,6 +141,7 @@ struct RawExpect {
     failover_committed_within: Option<String>,
     no_failover: Option<bool>,
     max_leaders_per_term: Option<u32>,
+    term_unchanged: Option<bool>,
     no_lost_decisions: Option<bool>,
     converged_within: Option<String>,
     p99_added_ms: Option<f64>,
@@ -543,6 +544,10 @@ pub struct Expect {
     pub failover_committed_within: Option<Duration>,
     pub no_failover: Option<bool>,
     pub max_leaders_per_term: Option<u32>,
+    /// Every term any node reported during the drill is the same one:
+    /// nobody campaigned (a follower that resumes from a pause must not
+    /// unseat a healthy leader).
+    pub term_unchanged: Option<bool>,
     pub no_lost_decisions: Option<bool>,
     pub converged_within: Option<Duration>,
     pub p99_added_ms: Option<f64>,
@@ -691,9 +696,24 @@ fn apply_override(doc: &mut toml::Value, o: &str) -> Result<(), Invalid> {
     Ok(())
 }
 
+/// The longest duration a scenario may name (any key): a drill longer
+/// than a day is a typo, and every duration is added to an `Instant`, which
+/// panics on overflow (`18446744073709551615s` parsed fine).
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
+
 fn duration(key: &str, s: &str) -> Result<Duration, Invalid> {
-    humantime::parse_duration(s)
-        .map_err(|e| (key.to_owned(), format!("`{s}` is not a duration ({e})")))
+    let d = humantime::parse_duration(s)
+        .map_err(|e| (key.to_owned(), format!("`{s}` is not a duration ({e})")))?;
+    if d > MAX_DURATION {
+        return Err((
+            key.to_owned(),
+            format!(
+                "`{s}` is longer than the most a drill allows ({})",
+                fmt_dur(MAX_DURATION)
+            ),
+        ));
+    }
+    Ok(d)
 }
 
 fn node_sel(key: &str, v: &toml::Value) -> Result<NodeSel, Invalid> {
@@ -921,6 +941,7 @@ fn validate(raw: RawScenario, path: &Path) -> Result<Scenario, Invalid> {
             Some(0) => return bad("expect.max_leaders_per_term", "at least 1"),
             v => v,
         },
+        term_unchanged: e.term_unchanged,
         no_lost_decisions: e.no_lost_decisions,
         converged_within: e
             .converged_within
@@ -1328,6 +1349,21 @@ duration = "10s"
                 &MINIMAL.replace("\"10s\"", "\"ten\""),
                 "load.duration",
                 "not a duration",
+            ),
+            (
+                &MINIMAL.replace("\"10s\"", "\"18446744073709551615s\""),
+                "load.duration",
+                "longer than the most a drill allows (1day)",
+            ),
+            (
+                &format!("{MINIMAL}\n[[steps]]\naction = \"pause\"\nnode = 1\nfor = \"25h\""),
+                "steps[0].for",
+                "longer than the most a drill allows",
+            ),
+            (
+                &format!("{MINIMAL}\n[safety]\nabort_after = \"30days\""),
+                "safety.abort_after",
+                "longer than the most a drill allows",
             ),
             (
                 &format!("{MINIMAL}\n[[steps]]\naction = \"explode\""),

@@ -40,6 +40,7 @@ fn every_shipped_scenario_parses() {
     for wanted in [
         "backend-flap",
         "failover-quota-overflow",
+        "follower-pause",
         "leader-kill",
         "leader-pause",
         "manual-failover-drill",

@@ -69,7 +69,7 @@ pub(crate) fn candidate(
 }
 
 /// Hands leadership to a caught-up voter within `within`; see the module.
-/// Leaves this node's elections off: it is draining.
+/// The caller turns this node's elections off first: it is draining.
 pub(crate) async fn hand_over(
     raft: &Raft,
     network: &Network,
@@ -98,7 +98,6 @@ pub(crate) async fn hand_over(
     if quorum_ack.is_none_or(|ms| Duration::from_millis(ms) > within) {
         return Handover::Failed("no quorum acknowledged this leader recently".into());
     }
-    raft.runtime_config().elect(false);
     let deadline = began + within;
     let mut asked: Option<(NodeId, Instant)> = None;
     let mut last_refusal = String::from("no voter has caught up with the leader's log");

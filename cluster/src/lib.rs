@@ -18,6 +18,7 @@ mod lock;
 pub mod members;
 pub mod network;
 pub mod node;
+mod prevote;
 pub mod propose;
 pub mod quota;
 mod roster;
@@ -40,8 +41,8 @@ pub use handover::Handover;
 pub use members::{MemberChange, MemberInfo, MemberRefusal, MemberRule};
 pub use network::FaultTable;
 pub use node::{
-    Applied, ClusterConfig, ClusterError, ClusterNode, ClusterStatus, MemberChangeError,
-    MemberStatus, ProposeError, RaftListen, Timing,
+    Applied, ClusterConfig, ClusterError, ClusterNode, ClusterStatus, Fatal, MemberChangeError,
+    MemberStatus, ProposeError, RaftListen, Timing, FATAL_REASONS,
 };
 pub use propose::Unconfirmed;
 pub use quota::{Limits, Priority, TenantQuota, Unit};

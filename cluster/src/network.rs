@@ -26,8 +26,8 @@ use serde::Serialize;
 pub use fault::FaultTable;
 pub use server::refusals;
 pub use wire::{
-    NODE_HEADER, PATH_APPEND, PATH_ELECT, PATH_HELLO, PATH_REJOIN, PATH_REPORT, PATH_SNAPSHOT,
-    PATH_VOTE,
+    NODE_HEADER, PATH_APPEND, PATH_ELECT, PATH_HELLO, PATH_PREVOTE, PATH_REJOIN, PATH_REPORT,
+    PATH_SNAPSHOT, PATH_VOTE,
 };
 pub use zonegate_net::sign::SIGNATURE_HEADER;
 

@@ -31,6 +31,7 @@ use crate::lock::lock;
 use crate::members::{effective_role, MemberChange, MemberInfo, MemberRefusal, Situation, Step};
 use crate::network::server::{self, RaftService};
 use crate::network::{FaultTable, Network, ReportClient};
+use crate::prevote::Campaigns;
 pub use crate::propose::{Applied, ProposeError};
 use crate::propose::{Propose, Proposer};
 use crate::roster::Roster;
@@ -171,6 +172,24 @@ pub enum ClusterError {
     Identity(String),
 }
 
+/// This node's Raft member stopped for good while the process runs: a
+/// write to its store failed (a full disk), or openraft panicked. openraft
+/// never restarts its core, so the node's view stops following the
+/// cluster: the process should stop serving and exit, so a supervisor
+/// restarts it (a restart with the disk still full refuses to start, with
+/// the reason).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fatal {
+    /// One of [`FATAL_REASONS`].
+    pub reason: &'static str,
+    /// What failed, for the log and the exit message.
+    pub cause: String,
+}
+
+/// The reasons of [`Fatal`]: `no_space` (the filesystem under the data
+/// directory is full), `storage` (another store failure), `panicked`.
+pub const FATAL_REASONS: [&str; 3] = ["no_space", "storage", "panicked"];
+
 /// One member as this node sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemberStatus {
@@ -238,6 +257,10 @@ pub struct ClusterNode {
     /// The Raft listener's TLS (reloaded by the node's certificate task).
     raft_tls: Option<Arc<zonegate_net::tls::ServerTls>>,
     raft_max_connections: usize,
+    /// Whether this node may campaign (`crate::prevote`).
+    campaigns: Campaigns,
+    /// `Some` once Raft stopped for good (see [`Fatal`]).
+    fatal: watch::Receiver<Option<Fatal>>,
 }
 
 /// The most entries in one append RPC.
@@ -376,10 +399,6 @@ impl ClusterNode {
         let raft = Raft::new(node_id, raft_config, network.clone(), log_store, sm_store)
             .await
             .map_err(|e| ClusterError::Raft(e.to_string()))?;
-        if identity.rejoining() {
-            // A learner until promoted: it neither campaigns nor votes.
-            raft.runtime_config().elect(false);
-        }
 
         let (stop_tx, stop_rx) = watch::channel(false);
         let failover = Arc::new(Failover::new(node_id, FailoverConfig::default()));
@@ -404,7 +423,8 @@ impl ClusterNode {
             limits.body_read_timeout,
         )
         .with_failover(failover.clone())
-        .with_identity(identity.clone());
+        .with_identity(identity.clone())
+        .with_prevote_window(timing.election_timeout_max);
         let leader_contact = service.leader_contact();
         let app = server::router(Arc::new(service));
         let proposer = Proposer {
@@ -432,10 +452,35 @@ impl ClusterNode {
             state_rx: state_rx.clone(),
             stop: stop_rx.clone(),
         };
+        // openraft's own election timer is off (`raft_config`): this
+        // drives elections, each after a pre-vote round. A rejoining node
+        // (a learner until promoted) neither campaigns nor votes.
+        let campaigns = Campaigns::allowed();
+        let elections = crate::prevote::Driver {
+            raft: raft.clone(),
+            network: network.clone(),
+            roster: roster.clone(),
+            identity: identity.clone(),
+            me: node_id,
+            heartbeat: timing.heartbeat,
+            election_timeout_min: timing.election_timeout_min,
+            election_timeout_max: timing.election_timeout_max,
+            contact: leader_contact.clone(),
+            campaigns: campaigns.clone(),
+            stop: stop_rx.clone(),
+        };
+        let (fatal_tx, fatal) = watch::channel(None);
         let tasks = vec![
+            tokio::spawn(watch_fatal(
+                raft.metrics(),
+                liveness.clone(),
+                fatal_tx,
+                stop_rx.clone(),
+            )),
             tokio::spawn(listen::serve(listener, app, listen_config, stop_rx.clone())),
             tokio::spawn(reporter.run()),
             tokio::spawn(leader_loop.run()),
+            tokio::spawn(crate::prevote::run(elections)),
         ];
         let node = ClusterNode {
             id: node_id,
@@ -460,6 +505,8 @@ impl ClusterNode {
             member_change: tokio::sync::Mutex::new(()),
             raft_tls: server_tls,
             raft_max_connections: limits.max_connections,
+            campaigns,
+            fatal,
         };
         node.initialize_if_first(pristine == Pristine::MayForm)
             .await?;
@@ -571,6 +618,12 @@ impl ClusterNode {
     /// Whether this node heard from a leader with a quorum recently.
     pub fn leader_contact(&self) -> bool {
         self.view_age().is_some_and(|a| a <= self.stale_after())
+    }
+
+    /// Turns `Some` when this node's Raft member stops for good (see
+    /// [`Fatal`]); logged once, with the cause, when it happens.
+    pub fn fatal(&self) -> watch::Receiver<Option<Fatal>> {
+        self.fatal.clone()
     }
 
     /// Whether this node is rejoining (a learner until promoted).
@@ -937,6 +990,7 @@ impl ClusterNode {
     /// [`crate::handover`]); gives up after twice the election timeout.
     /// This node does not campaign again until it restarts.
     pub async fn hand_over(&self) -> crate::Handover {
+        self.campaigns.stop();
         crate::handover::hand_over(
             &self.raft,
             &self.network,
@@ -950,7 +1004,7 @@ impl ClusterNode {
     /// This node stops campaigning (it still votes) until it restarts: a
     /// draining follower must not become leader on its way out.
     pub fn stop_campaigning(&self) {
-        self.raft.runtime_config().elect(false);
+        self.campaigns.stop();
     }
 
     /// Stop Raft, the RPC server and background tasks, and wait until the
@@ -985,6 +1039,45 @@ impl ClusterNode {
         tracing::info!(node_id = self.id, "cluster node stopped");
         Ok(())
     }
+}
+
+/// Reports (once) when openraft's core stops on its own: not stopped by
+/// [`ClusterNode::shutdown`], but by a failed store write or a panic.
+async fn watch_fatal(
+    mut metrics: watch::Receiver<crate::types::alias::RaftMetrics>,
+    liveness: StoreLiveness,
+    fatal: watch::Sender<Option<Fatal>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let stopped = tokio::select! {
+        _ = stop.wait_for(|s| *s) => return,
+        m = metrics.wait_for(|m| m.running_state.is_err()) => match m {
+            Ok(m) => m.running_state.clone().err(),
+            // The core's task ended without saying why: it panicked (a
+            // shutdown sets `stop` first, checked below).
+            Err(_) => Some(openraft::error::Fatal::Panicked),
+        },
+    };
+    let Some(err) = stopped else { return };
+    if matches!(err, openraft::error::Fatal::Stopped) || *stop.borrow() {
+        return;
+    }
+    let failure = liveness.failure();
+    let reason = match (&err, &failure) {
+        (_, Some(f)) if f.no_space => "no_space",
+        (openraft::error::Fatal::Panicked, _) => "panicked",
+        _ => "storage",
+    };
+    let cause = match failure {
+        Some(f) => format!("{err} (the first failed write: {})", f.message),
+        None => err.to_string(),
+    };
+    tracing::error!(
+        reason,
+        %cause,
+        "the control plane stopped for good: this node's view no longer follows the cluster"
+    );
+    fatal.send_replace(Some(Fatal { reason, cause }));
 }
 
 /// Where the bootstrap list differs from the applied membership.
@@ -1140,7 +1233,6 @@ async fn rejoin_loop(
         };
         if done {
             if identity.set_rejoining(false).await.is_ok() {
-                raft.runtime_config().elect(true);
                 tracing::info!(node_id = me, "rejoined: back in its configured role");
                 return;
             }
@@ -1177,6 +1269,9 @@ fn raft_config(timing: &Timing) -> Result<openraft::Config, ClusterError> {
         max_payload_entries: MAX_PAYLOAD_ENTRIES,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(timing.snapshot_every_logs),
         max_in_snapshot_log_to_keep: timing.snapshot_every_logs / 2,
+        // Elections are driven by `crate::prevote` (a pre-vote round
+        // first), never by openraft's own timer.
+        enable_elect: false,
         ..Default::default()
     }
     .validate()

@@ -20,6 +20,7 @@
 #![allow(clippy::result_large_err)]
 
 mod durable;
+pub mod fault;
 
 use std::fmt::Debug;
 use std::io::Cursor;
@@ -35,6 +36,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use self::durable::Durable;
+pub use self::fault::{StoreFailure, FAULT_ENV};
 use crate::codec::{self, Bounded};
 use crate::command::{Outcome, Response};
 use crate::state::ClusterState;
@@ -57,6 +59,22 @@ const KEY_IDENTITY: &[u8] = b"cluster_identity";
 /// Beside `raft.sled` in the data directory: the cluster id in plain text,
 /// so a store that was wiped or replaced is noticed, never opened as empty.
 pub const MARKER_FILE: &str = "CLUSTER_ID";
+
+/// The start-up probe's key: a small durable write, so a full disk is
+/// found before the node joins, not at its first append.
+const KEY_PROBE: &[u8] = b"write_probe";
+
+/// A store refuses to open with less free space than this under its data
+/// directory: sled writes its log in 512 KiB segments and a snapshot of
+/// the whole state at a time, so a nearly full disk fails at the next
+/// write anyway (and Raft stops for good on a failed write).
+pub const MIN_FREE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Bytes available to this process under `dir` (for
+/// `zonegate_data_dir_free_bytes`).
+pub fn free_bytes(dir: &Path) -> std::io::Result<u64> {
+    fs2::available_space(dir)
+}
 
 /// sled's default page cache is 1 GiB; the control plane's state is small
 /// and shares the machine with the data plane.
@@ -82,6 +100,9 @@ pub enum StoreError {
     /// belonged to a cluster; or the two name different clusters.
     #[error("raft store at {path} is corrupted or was replaced: {reason}")]
     Lost { path: PathBuf, reason: String },
+    /// The filesystem under the data directory is full (or nearly).
+    #[error("the filesystem under {path} is full ({detail}): the Raft store cannot write. Free space (or grow the disk) under it and start the node again: it rejoins and catches up from the other members")]
+    NoSpace { path: PathBuf, detail: String },
     #[error("cannot read or write {path}: {source}")]
     Marker {
         path: PathBuf,
@@ -238,9 +259,15 @@ fn check_marker(identities: &IdentityStore) -> Result<(), StoreError> {
 /// its directory until the last handle drops, so a node restarted in the
 /// same process waits for this before reopening.
 #[derive(Clone, Debug)]
-pub struct StoreLiveness(Weak<()>);
+pub struct StoreLiveness(Weak<()>, fault::Failures);
 
 impl StoreLiveness {
+    /// The first write of this store that failed (after which openraft
+    /// stops for good), if any.
+    pub fn failure(&self) -> Option<StoreFailure> {
+        self.1.first()
+    }
+
     /// Whether some part of the store (log, reader, state machine,
     /// snapshot builder) still holds the database open.
     pub fn is_open(&self) -> bool {
@@ -261,9 +288,16 @@ pub fn open_with_identity(
     dir: &Path,
 ) -> Result<(LogStore, StateMachineStore, StoreLiveness, IdentityStore), StoreError> {
     let path = dir.join("raft.sled");
-    let open_err = |source| StoreError::Open {
-        path: path.clone(),
-        source,
+    check_room(dir)?;
+    let open_err = |source: sled::Error| match source {
+        sled::Error::Io(e) if fault::is_no_space(&e) => StoreError::NoSpace {
+            path: dir.to_path_buf(),
+            detail: e.to_string(),
+        },
+        source => StoreError::Open {
+            path: path.clone(),
+            source,
+        },
     };
     let db = sled::Config::new()
         .path(&path)
@@ -277,6 +311,7 @@ pub fn open_with_identity(
         path: path.clone(),
         source,
     })?;
+    probe(dir, &db, &meta, &durable)?;
 
     let identities = IdentityStore {
         db: db.clone(),
@@ -298,7 +333,7 @@ pub fn open_with_identity(
     let (view_tx, _) = watch::channel(Arc::new(data.state.view()));
     let (state_tx, _) = watch::channel(Arc::new(data.state.clone()));
     let open_token = identities._open.clone();
-    let liveness = StoreLiveness(Arc::downgrade(&open_token));
+    let liveness = StoreLiveness(Arc::downgrade(&open_token), durable.failures().clone());
     let log_store = LogStore {
         db: db.clone(),
         durable: durable.clone(),
@@ -355,10 +390,75 @@ pub struct LogStore {
     _open: Arc<()>,
 }
 
-/// Flush sled and make what it flushed durable.
+/// Flush sled and make what it flushed durable. The first failure is
+/// recorded (`StoreLiveness::failure`): openraft stops on it for good.
 async fn flush(db: &sled::Db, durable: &Durable) -> std::io::Result<()> {
-    db.flush_async().await.map_err(std::io::Error::other)?;
-    durable.sync().await
+    let result = async {
+        durable.fault().before_flush()?;
+        db.flush_async().await.map_err(sled_io)?;
+        durable.sync().await
+    }
+    .await;
+    if let Err(e) = &result {
+        durable.failures().record(e);
+    }
+    result
+}
+
+/// sled's error as the I/O error it wraps, when it wraps one (so ENOSPC
+/// stays recognisable).
+fn sled_io(e: sled::Error) -> std::io::Error {
+    match e {
+        sled::Error::Io(io) => io,
+        other => std::io::Error::other(other),
+    }
+}
+
+/// Before opening: refuse a data directory without room to write, so a
+/// full disk stops the node before it joins (with the reason) rather than
+/// at its first append (when openraft stops for good).
+fn check_room(dir: &Path) -> Result<(), StoreError> {
+    match free_bytes(dir) {
+        Ok(free) if free < MIN_FREE_BYTES => Err(StoreError::NoSpace {
+            path: dir.to_path_buf(),
+            detail: format!("{free} bytes free, under the {MIN_FREE_BYTES} a node needs"),
+        }),
+        Ok(_) => Ok(()),
+        // Not knowing is no reason to refuse: the probe write tells.
+        Err(e) => {
+            tracing::debug!(error = %e, "free space under the data directory unknown");
+            Ok(())
+        }
+    }
+}
+
+/// After opening: a small durable write, so a disk that cannot take one
+/// (or the test-only fault) stops the node at start, with the reason.
+fn probe(
+    dir: &Path,
+    db: &sled::Db,
+    meta: &sled::Tree,
+    durable: &Durable,
+) -> Result<(), StoreError> {
+    let no_space = |detail: String| StoreError::NoSpace {
+        path: dir.to_path_buf(),
+        detail,
+    };
+    let written = (|| -> std::io::Result<()> {
+        durable.fault().before_flush()?;
+        let stamp = crate::clock::now_ms().to_be_bytes();
+        meta.insert(KEY_PROBE, &stamp).map_err(sled_io)?;
+        db.flush().map_err(sled_io)?;
+        durable.sync_now()
+    })();
+    match written {
+        Ok(()) => Ok(()),
+        Err(e) if fault::is_no_space(&e) => Err(no_space(e.to_string())),
+        Err(source) => Err(StoreError::Sync {
+            path: dir.join("raft.sled"),
+            source,
+        }),
+    }
 }
 
 impl LogStore {

@@ -494,6 +494,54 @@ async fn minority_partition_cannot_commit_keeps_its_view_and_catches_up_when_hea
     .await;
 }
 
+/// A follower that heard nothing for several election timeouts (cut off
+/// here; paused by SIGSTOP in the `follower-pause` drill) used to
+/// campaign on its own (openraft 0.9 has no pre-vote): its term climbed
+/// while it was away, and once back its higher term unseated the healthy
+/// leader (a drill saw term 10 → 12). With the pre-vote round it never
+/// campaigns while the others hear from the leader: no node's term moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_cut_off_and_back_does_not_raise_the_term_or_unseat_the_leader() {
+    with_timeout(async {
+        let cluster = TestCluster::start(&three_zones()).await;
+        let ids = cluster.ids();
+        let leader = cluster.wait_leader(&ids).await;
+        assert_eq!(cluster.must_propose(freeze()).await, 1);
+        let term = cluster.node(leader).status().term;
+        let follower = *ids.iter().find(|id| **id != leader).unwrap();
+        cluster.faults.isolate(follower, &ids);
+        // Twice the latest a follower would have campaigned (the lease,
+        // 600 ms, plus a random timeout of at most 600 ms); longer only
+        // loads the machine the other tests share.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert_eq!(
+            cluster.node(follower).status().term,
+            term,
+            "the cut-off follower campaigned"
+        );
+        cluster.faults.heal();
+        // Back: it hears the leader again.
+        eventually("the follower to hear from the leader", || {
+            cluster
+                .node(follower)
+                .leader_contact()
+                .then_some(())
+                .filter(|()| cluster.node(follower).status().leader == Some(leader))
+        })
+        .await;
+        tokio::time::sleep(cluster.node(follower).stale_after()).await;
+        for id in &ids {
+            let s = cluster.node(*id).status();
+            assert_eq!(s.term, term, "node {id}'s term moved");
+            assert_eq!(s.leader, Some(leader), "node {id}");
+        }
+        assert_eq!(cluster.must_propose(unfreeze()).await, 2);
+        cluster.wait_version(&ids, 2).await;
+        cluster.shutdown().await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_loss_elects_a_new_leader_without_losing_decisions_and_restart_resumes() {
     with_timeout(async {

@@ -189,6 +189,16 @@ pub fn scrape(gw: &Gateway, node: &ClusterNode) {
         let c = gw.metrics.raft_rpc_refused.with_label_values(&[reason]);
         c.inc_by(n.saturating_sub(c.get()));
     }
+    let fatal = node.fatal().borrow().as_ref().map(|f| f.reason);
+    for reason in zonegate_cluster::FATAL_REASONS {
+        m.cluster_fatal
+            .with_label_values(&[reason])
+            .set(i64::from(fatal == Some(reason)));
+    }
+    if let Ok(free) = zonegate_cluster::store::free_bytes(&gw.cfg().node.data_dir) {
+        m.data_dir_free_bytes
+            .set(i64::try_from(free).unwrap_or(i64::MAX));
+    }
 }
 
 #[derive(Deserialize, Default)]

@@ -42,6 +42,9 @@ pub struct Drain(Arc<Inner>);
 #[derive(Debug, Default)]
 struct Inner {
     draining: AtomicBool,
+    /// Why readiness fails, when not for a plain shutdown (the control
+    /// plane stopped for good).
+    why: std::sync::OnceLock<String>,
     raft_stopped: AtomicBool,
     in_flight: AtomicU64,
     /// Set by the first [`Drain::wait_idle`]: only then does the last
@@ -64,6 +67,13 @@ impl Drain {
     /// elsewhere (`connection: close`).
     pub fn begin(&self) {
         self.0.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// [`Drain::begin`], saying why on `/readyz` (the first reason given
+    /// stays).
+    pub fn begin_because(&self, why: String) {
+        let _ = self.0.why.set(why);
+        self.begin();
     }
 
     pub fn is_draining(&self) -> bool {
@@ -139,8 +149,13 @@ impl Drop for InFlight {
 pub async fn track(State(gw): State<Arc<Gateway>>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
     if path == "/readyz" && gw.drain.is_draining() {
-        return ApiError::NotReady("this node is draining: it is shutting down".into())
-            .into_response();
+        let why = gw
+            .drain
+            .0
+            .why
+            .get()
+            .map_or("this node is draining: it is shutting down", String::as_str);
+        return ApiError::NotReady(why.into()).into_response();
     }
     if !path.starts_with("/v1/") {
         return next.run(req).await;

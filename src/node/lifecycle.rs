@@ -1,5 +1,40 @@
 //! The process's life: how a node learns it should stop (a signal, or its
-//! parent gone).
+//! parent gone), and the bound on how long stopping may take.
+
+use std::time::Duration;
+
+/// How much longer than its drain (`drain_grace` + `drain_timeout`) a
+/// stopping node may take before [`exit_after`] ends it: the drain's own
+/// steps after the timeout are bounded well within it (2 s for the last
+/// requests, 2 s for the data-plane threads, 8 s for the admin API, the
+/// probes and the control plane).
+pub const EXIT_SLACK: Duration = Duration::from_secs(15);
+
+/// The exit code when [`exit_after`] had to end the process.
+pub const EXIT_OVERRAN: i32 = 1;
+
+/// From now on the process ends within `limit`, whatever still runs: a
+/// wedged control plane (a store that never answers, a Raft core that
+/// never stops, a blocking thread the runtime waits for at exit) must not
+/// keep a stopped node alive holding its store's lock, so that a
+/// supervisor's replacement can start. A plain thread, not a task: it
+/// needs nothing from the runtime.
+pub fn exit_after(limit: Duration, what: &'static str) {
+    let spawned = std::thread::Builder::new()
+        .name("zonegate-exit-bound".into())
+        .spawn(move || {
+            std::thread::sleep(limit);
+            tracing::error!(
+                limit = ?limit,
+                "{what} did not finish within its bound: exiting now"
+            );
+            eprintln!("zonegate: {what} did not finish within {limit:?}: exiting now");
+            std::process::exit(EXIT_OVERRAN);
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("cannot bound the time to stop: {e}");
+    }
+}
 
 /// Resolves on Ctrl-C or (on Unix) SIGTERM.
 pub async fn shutdown_signal() {

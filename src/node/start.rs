@@ -20,7 +20,7 @@ use zonegate_net::tls::{ServerTls, TlsFiles};
 use crate::config::Config;
 use crate::node::drain;
 use crate::node::gateway::Gateway;
-use crate::node::lifecycle::Stop;
+use crate::node::lifecycle::{Stop, EXIT_SLACK};
 use crate::telemetry::Metrics;
 use crate::{admin, dataplane::proxy, health};
 
@@ -42,6 +42,11 @@ pub struct RunningNode {
 /// streams, and non-streaming generations still running) get to finish
 /// before the node exits without them.
 const AFTER_CUT: Duration = Duration::from_secs(2);
+
+/// After the data plane stopped: how long the admin API, the probes and
+/// the control plane (a leader's handover, Raft, the store) get to stop.
+/// A wedged control plane is left behind: the process exits around it.
+const STOP_REST: Duration = Duration::from_secs(8);
 
 impl RunningNode {
     /// Stops at once: no grace, in-flight requests get `drain_timeout`.
@@ -104,13 +109,24 @@ impl RunningNode {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let _ = self.stop.send(true);
-        while self.tasks.join_next().await.is_some() {}
+        let stop_by = tokio::time::Instant::now() + STOP_REST;
+        let tasks = async { while self.tasks.join_next().await.is_some() {} };
+        if tokio::time::timeout_at(stop_by, tasks).await.is_err() {
+            tracing::warn!("the admin API or the probes did not stop in time");
+            self.tasks.abort_all();
+        }
         if let Some(task) = step_down {
-            let _ = task.await;
+            if tokio::time::timeout_at(stop_by, task).await.is_err() {
+                tracing::warn!("the leadership handover did not end in time");
+            }
         }
         if let Some(node) = cluster.filter(|_| !drain.raft_stopped()) {
-            if let Err(e) = node.shutdown().await {
-                tracing::warn!("control plane did not stop cleanly: {e}");
+            match tokio::time::timeout_at(stop_by, node.shutdown()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!("control plane did not stop cleanly: {e}"),
+                Err(_) => tracing::warn!(
+                    "the control plane did not stop within {STOP_REST:?}: exiting without it"
+                ),
             }
         }
         tracing::info!("drained");
@@ -133,8 +149,10 @@ async fn hand_over(node: Arc<zonegate_cluster::ClusterNode>, gw: Arc<Gateway>) {
                 "draining leader: handover failed ({why}); stopping its Raft member so another member takes over"
             );
             gw.drain.mark_raft_stopped();
-            if let Err(e) = node.shutdown().await {
-                tracing::warn!("control plane did not stop cleanly: {e}");
+            match tokio::time::timeout(STOP_REST, node.shutdown()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!("control plane did not stop cleanly: {e}"),
+                Err(_) => tracing::warn!("the control plane did not stop within {STOP_REST:?}"),
             }
             "failed"
         }
@@ -621,18 +639,51 @@ pub async fn run_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<()> {
             Err(_) => std::future::pending().await,
         }
     };
-    let grace = tokio::select! {
+    let mut fatal = match &node.gateway.cluster {
+        Some(c) => c.fatal(),
+        None => watch::channel(None).1,
+    };
+    let failed = async move {
+        match fatal.wait_for(Option::is_some).await {
+            Ok(f) => f.clone(),
+            Err(_) => std::future::pending().await,
+        }
+    };
+    let node_cfg = node.gateway.cfg().node.clone();
+    let (grace, fatal) = tokio::select! {
         stop = signals.recv() => match stop {
-            Stop::Terminate => node.gateway.cfg().node.drain_grace,
-            Stop::Interrupt => Duration::ZERO,
+            Stop::Terminate => (node_cfg.drain_grace, None),
+            Stop::Interrupt => (Duration::ZERO, None),
         },
         msg = lost => {
+            super::lifecycle::exit_after(node_cfg.drain_timeout + EXIT_SLACK, "stopping");
             node.shutdown().await;
             anyhow::bail!("{}", msg.unwrap_or_default());
         }
+        // The control plane stopped for good (a full disk): this node's
+        // view no longer follows the cluster. Readiness fails now, the
+        // data plane stops after the grace, and the process exits non-zero
+        // so a supervisor restarts it.
+        f = failed => (node_cfg.drain_grace, f),
     };
+    // Whatever the control plane's state, the process ends within its
+    // drain plus a small bound.
+    super::lifecycle::exit_after(grace + node_cfg.drain_timeout + EXIT_SLACK, "the drain");
+    if let Some(f) = &fatal {
+        node.gateway.drain.begin_because(format!(
+            "this node's control plane stopped for good ({}): it is shutting down",
+            f.reason
+        ));
+    }
     tracing::info!("shutting down");
     node.drain(grace).await;
+    if let Some(f) = fatal {
+        anyhow::bail!(
+            "the control plane stopped for good ({}): {}. The node drained and exits so that a supervisor restarts it; while the disk under node.data_dir is full it refuses to start (free space first: it then rejoins and catches up)",
+            f.reason,
+            f.cause
+        );
+    }
     Ok(())
 }
 

@@ -242,6 +242,9 @@ metrics! {
     listener_handed_over: IntCounterVec = "zonegate_listener_handed_over_total", "Connections a data-plane thread accepted and handed to a less busy one", ["listener"];
     cluster_view_age: Gauge = "zonegate_cluster_view_age_seconds", "Time since this node last heard from a leader with a quorum (-1 before it ever did)", [];
     cluster_leader_contact: IntGauge = "zonegate_cluster_leader_contact", "1 while this node heard from a leader with a quorum within three election timeouts", [];
+    /// 1 for the reason once the Raft member stopped for good.
+    cluster_fatal: IntGaugeVec = "zonegate_cluster_fatal", "1 once this node's Raft member stopped for good, by reason (no_space, storage, panicked): readiness fails, it stops serving after drain_grace and exits non-zero", ["reason"];
+    data_dir_free_bytes: IntGauge = "zonegate_data_dir_free_bytes", "Bytes available under node.data_dir, where the Raft store writes (a full disk stops the control plane)", [];
     decisions: IntCounterVec = "zonegate_decisions_total", "Decisions proposed through this node's admin API, by outcome", ["kind", "outcome"];
     zone_health_score: GaugeVec = "zonegate_zone_health_score", "The leader's zone score (0-1) for the latest assessed period (failover below the cutoff, 0.4 by default)", ["zone"];
     zone_error_ratio: GaugeVec = "zonegate_zone_error_ratio", "The leader's view of a zone's gateway error ratio, latest period", ["zone"];

@@ -22,8 +22,8 @@ use zonegate_net::sign::{self, Call, KeyRing, SignError, Verifier, SIGNATURE_HEA
 
 use super::answer_digest_input;
 use super::wire::{
-    NODE_HEADER, PATH_APPEND, PATH_ELECT, PATH_HELLO, PATH_REJOIN, PATH_REPORT, PATH_SNAPSHOT,
-    PATH_VOTE,
+    NODE_HEADER, PATH_APPEND, PATH_ELECT, PATH_HELLO, PATH_PREVOTE, PATH_REJOIN, PATH_REPORT,
+    PATH_SNAPSHOT, PATH_VOTE,
 };
 use crate::clock::now_ms;
 use crate::codec::{self, Bounded};
@@ -47,6 +47,9 @@ pub struct RaftService {
     identity: Option<Arc<Identity>>,
     /// When an append from a current leader last arrived.
     leader_contact: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
+    /// A pre-vote is refused while this node heard from a live leader
+    /// within this long (`election_timeout_max`).
+    prevote_window: std::time::Duration,
 }
 
 impl RaftService {
@@ -68,7 +71,14 @@ impl RaftService {
             failover: None,
             identity: None,
             leader_contact: Arc::default(),
+            prevote_window: std::time::Duration::from_millis(600),
         }
+    }
+
+    /// Refuse pre-votes while a leader was heard from within `window`.
+    pub(crate) fn with_prevote_window(mut self, window: std::time::Duration) -> Self {
+        self.prevote_window = window;
+        self
     }
 
     /// When this node last accepted an append from a leader of the
@@ -100,6 +110,7 @@ pub fn router(service: Arc<RaftService>) -> Router {
         .route(PATH_HELLO, post(hello))
         .route(PATH_REJOIN, post(rejoin))
         .route(PATH_ELECT, post(elect))
+        .route(PATH_PREVOTE, post(prevote))
         .with_state(service)
 }
 
@@ -618,6 +629,43 @@ async fn campaign(service: &RaftService, sender: NodeId) -> Response {
         }
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
     }
+}
+
+/// A voter asks whether it may campaign (`crate::prevote`): 200 when this
+/// node heard from no live leader within the election timeout, 409 when
+/// it did (or it is rejoining: it has no opinion worth a term). Nothing
+/// changes here either way.
+async fn prevote(State(service): State<Arc<RaftService>>, req: Request) -> Response {
+    let call = match receive(&service, req, PATH_PREVOTE, 0).await {
+        Ok(c) => c,
+        Err(r) => return r.into_response(),
+    };
+    if let Err(r) = admit(&service, call.sender, &call.headers).await {
+        return service.answer(&call, Err(r)).await;
+    }
+    let heard = {
+        let m = service.raft.metrics();
+        let m = m.borrow();
+        let age = crate::lock::lock(&service.leader_contact).map(|t| t.elapsed());
+        crate::prevote::heard_from_leader(
+            m.state,
+            m.millis_since_quorum_ack,
+            m.current_leader.is_some_and(|l| l != service.node_id),
+            age,
+            service.prevote_window,
+        )
+    };
+    let rejoining = service.identity.as_ref().is_some_and(|i| i.rejoining());
+    let answer = if heard || rejoining {
+        tracing::debug!(
+            candidate = call.sender,
+            "pre-vote refused: a live leader was heard from"
+        );
+        (StatusCode::CONFLICT, "a live leader was heard from").into_response()
+    } else {
+        StatusCode::OK.into_response()
+    };
+    service.answer(&call, Ok(answer)).await
 }
 
 /// A rejoining member asks the leader for its next step: a voter in the

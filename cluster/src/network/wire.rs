@@ -19,3 +19,7 @@ pub const PATH_REJOIN: &str = "/raft/v1/rejoin";
 /// The leader hands over: it asks a caught-up voter to campaign now
 /// (see `crate::handover`). Obeyed only from the leader the voter follows.
 pub const PATH_ELECT: &str = "/raft/v1/elect";
+/// Pre-vote (see `crate::prevote`): may the sender campaign? 200 when
+/// this voter heard from no live leader within the election timeout, 409
+/// when it did. Changes nothing on either side.
+pub const PATH_PREVOTE: &str = "/raft/v1/prevote";

@@ -25,6 +25,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use super::fault::{Failures, Fault};
 use crate::lock::lock;
 
 /// Syncs one sled database's files. Cheap to clone.
@@ -37,6 +38,10 @@ struct Inner {
     blobs: PathBuf,
     /// Blob files synced, with the length they had when synced.
     synced_blobs: Mutex<HashSet<(OsString, u64)>>,
+    /// The test-only fault (`store::fault`), if armed.
+    fault: Fault,
+    /// The first flush that failed.
+    failures: Failures,
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -57,18 +62,38 @@ impl Durable {
             db_file,
             blobs: path.join("blobs"),
             synced_blobs: Mutex::new(HashSet::new()),
+            fault: Fault::from_env(),
+            failures: Failures::default(),
         }));
         durable.sync_blocking()?;
         Ok(durable)
+    }
+
+    /// The test-only fault, consulted before every flush.
+    pub(crate) fn fault(&self) -> &Fault {
+        &self.0.fault
+    }
+
+    /// The first flush of this store that failed.
+    pub(crate) fn failures(&self) -> &Failures {
+        &self.0.failures
+    }
+
+    /// [`Durable::sync`] on this thread (the start-up probe).
+    pub(crate) fn sync_now(&self) -> io::Result<()> {
+        self.sync_blocking()
     }
 
     /// Make everything sled has flushed so far durable. Runs the syscalls
     /// on the blocking pool.
     pub(crate) async fn sync(&self) -> io::Result<()> {
         let this = self.clone();
-        tokio::task::spawn_blocking(move || this.sync_blocking())
-            .await
-            .map_err(io::Error::other)?
+        tokio::task::spawn_blocking(move || {
+            this.0.fault.before_fsync();
+            this.sync_blocking()
+        })
+        .await
+        .map_err(io::Error::other)?
     }
 
     fn sync_blocking(&self) -> io::Result<()> {

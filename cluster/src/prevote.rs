@@ -1,0 +1,331 @@
+//! Elections with a pre-vote round: a voter campaigns only after a quorum
+//! of voters (itself included) said they heard from no live leader within
+//! the election timeout.
+//!
+//! openraft 0.9 has neither PreVote nor CheckQuorum. Its own timer lets a
+//! follower that was paused (SIGSTOP, a VM stall) or cut off campaign the
+//! moment it runs again, with a higher term: the healthy leader, whose own
+//! vote was renewed only at its election, grants the vote past its lease
+//! and steps down, or steps down when the candidate's higher term reaches
+//! it (a drill measured term 10 → 12 and a new leader for a follower that
+//! resumed). So openraft's election timer is off (`Config::enable_elect =
+//! false`) and [`run`] drives elections instead, as etcd's PreVote does:
+//!
+//! 1. the timer is openraft's own (the leader lease plus a random election
+//!    timeout after the last word from a leader; only the random timeout
+//!    when no leader was ever committed), restarted by every append a
+//!    leader sends here, by leading, and by every round;
+//! 2. when it fires, every other voter is asked `POST /raft/v1/prevote`
+//!    (signed like every Raft RPC; no term changes anywhere): a voter
+//!    answers 409 when it heard from a live leader within
+//!    `election_timeout_max` (a follower: an append from its leader; a
+//!    leader: a quorum's acknowledgement, or none yet in a term just
+//!    begun), else 200;
+//! 3. with a quorum of 200s (its own included) it campaigns
+//!    (`Raft::trigger().elect()`), otherwise it waits for the next timeout.
+//!
+//! A candidate that resumes from a pause therefore asks, hears that the
+//! leader is alive, and waits for its heartbeat: the term never moves. A
+//! dead or paused leader answers nobody and its followers stopped hearing
+//! it, so they grant each other's rounds and elect after the same timeouts
+//! as before (the round ends as soon as a quorum granted). Chosen over a
+//! bare heard-from-leader window on the candidate because the candidate's
+//! own window is exactly what a pause makes stale: only the others know
+//! whether the leader is alive. The leader's handover (`crate::handover`)
+//! asks its successor to campaign directly (`PATH_ELECT`): a leader giving
+//! up its place needs no pre-vote.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use openraft::ServerState;
+use tokio::sync::watch;
+
+use crate::identity::Identity;
+use crate::lock::lock;
+use crate::network::{Network, PATH_PREVOTE};
+use crate::roster::Roster;
+use crate::types::alias::Raft;
+use crate::view::NodeId;
+
+/// Whether this node may campaign at all (a draining node may not; it
+/// still votes). Cheap to clone.
+#[derive(Clone, Debug)]
+pub(crate) struct Campaigns(Arc<AtomicBool>);
+
+impl Campaigns {
+    pub(crate) fn allowed() -> Self {
+        Self(Arc::new(AtomicBool::new(true)))
+    }
+
+    /// From now on this node never campaigns (until it restarts).
+    pub(crate) fn stop(&self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+
+    pub(crate) fn may(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// A pre-vote answer from a voter's point of view: whether it heard from
+/// a live leader within `window`. Pure.
+///
+/// - A leader is live while a quorum acknowledged it within the window,
+///   and while no quorum acknowledged it yet in its term (it was elected
+///   a moment ago: a candidate whose round overlapped the election must
+///   not unseat it).
+/// - A follower heard from one when it knows a leader and accepted an
+///   append from it within the window.
+pub(crate) fn heard_from_leader(
+    state: ServerState,
+    millis_since_quorum_ack: Option<u64>,
+    knows_leader: bool,
+    contact_age: Option<Duration>,
+    window: Duration,
+) -> bool {
+    if state == ServerState::Leader {
+        return millis_since_quorum_ack.is_none_or(|ms| Duration::from_millis(ms) <= window);
+    }
+    knows_leader && contact_age.is_some_and(|age| age <= window)
+}
+
+/// The votes of a pre-vote round so far. Pure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Tally {
+    pub voters: usize,
+    /// Voters (the candidate included) that heard from no live leader.
+    pub granted: usize,
+    /// Voters that heard from one, or did not answer.
+    pub refused: usize,
+}
+
+impl Tally {
+    /// A round among `voters`, the candidate's own grant counted.
+    pub(crate) fn new(voters: usize) -> Self {
+        Self {
+            voters,
+            granted: 1,
+            refused: 0,
+        }
+    }
+
+    fn quorum(&self) -> usize {
+        self.voters / 2 + 1
+    }
+
+    /// `Some(campaign?)` once the round is decided either way.
+    pub(crate) fn outcome(&self) -> Option<bool> {
+        if self.granted >= self.quorum() {
+            Some(true)
+        } else if self.voters.saturating_sub(self.refused) < self.quorum() {
+            Some(false)
+        } else {
+            None
+        }
+    }
+}
+
+/// A random duration in `[min, max]` (the election timeout's spread, so
+/// two followers rarely start a round at once).
+fn random_between(min: Duration, max: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let spread = max.saturating_sub(min).as_millis();
+    // A fresh `RandomState` is seeded anew; the clock adds variety.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    let r = u128::from(h.finish()) % spread.saturating_add(1);
+    min + Duration::from_millis(u64::try_from(r).unwrap_or(0))
+}
+
+/// What the election driver needs.
+pub(crate) struct Driver {
+    pub raft: Raft,
+    pub network: Network,
+    pub roster: Roster,
+    pub identity: Arc<Identity>,
+    pub me: NodeId,
+    pub heartbeat: Duration,
+    pub election_timeout_min: Duration,
+    pub election_timeout_max: Duration,
+    /// When this node last accepted an append from a leader.
+    pub contact: Arc<Mutex<Option<std::time::Instant>>>,
+    pub campaigns: Campaigns,
+    pub stop: watch::Receiver<bool>,
+}
+
+/// Drives this node's elections until `stop` (see the module). Ends when
+/// Raft stops.
+pub(crate) async fn run(mut d: Driver) {
+    let mut metrics = d.raft.metrics();
+    let mut since = Instant::now();
+    let mut timeout = random_between(d.election_timeout_min, d.election_timeout_max);
+    let mut tick = tokio::time::interval(d.heartbeat);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = d.stop.wait_for(|s| *s) => return,
+            _ = tick.tick() => {}
+        }
+        let (state, voters, committed) = {
+            let m = metrics.borrow_and_update();
+            if m.running_state.is_err() {
+                return;
+            }
+            let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
+            (m.state, voters, m.vote.is_committed())
+        };
+        let now = Instant::now();
+        if let Some(heard) = *lock(&d.contact) {
+            since = since.max(heard);
+        }
+        let may = d.campaigns.may() && !d.identity.rejoining() && voters.contains(&d.me);
+        if state == ServerState::Leader || !may {
+            since = now;
+            continue;
+        }
+        // openraft's own rule: past the lease of the leader it knew, plus
+        // a random timeout; the only voter campaigns at once (once: a
+        // campaign under way is left to finish).
+        let due = if voters.len() == 1 && state == ServerState::Follower {
+            Duration::ZERO
+        } else if committed {
+            d.election_timeout_max + timeout
+        } else {
+            timeout
+        };
+        if now.saturating_duration_since(since) < due {
+            continue;
+        }
+        let campaign = round(&d, &voters).await;
+        since = Instant::now();
+        timeout = random_between(d.election_timeout_min, d.election_timeout_max);
+        if campaign {
+            tracing::info!(node_id = d.me, "pre-vote granted by a quorum: campaigning");
+            if let Err(e) = d.raft.trigger().elect().await {
+                tracing::debug!(error = %e, "campaign not started");
+                return;
+            }
+        }
+    }
+}
+
+/// One pre-vote round: whether a quorum heard from no live leader. Ends
+/// as soon as the outcome is known; a voter that does not answer within
+/// `election_timeout_min` counts as a refusal.
+async fn round(d: &Driver, voters: &[NodeId]) -> bool {
+    let mut tally = Tally::new(voters.len());
+    if let Some(decided) = tally.outcome() {
+        return decided;
+    }
+    let mut asks = tokio::task::JoinSet::new();
+    for id in voters.iter().copied().filter(|id| *id != d.me) {
+        let Some(member) = d.roster.get(id) else {
+            tally.refused += 1;
+            continue;
+        };
+        let network = d.network.clone();
+        let ttl = d.election_timeout_min;
+        asks.spawn(async move {
+            let answer = network
+                .post_empty(id, &member.raft_addr, PATH_PREVOTE, ttl)
+                .await;
+            (id, answer)
+        });
+    }
+    while let Some(joined) = asks.join_next().await {
+        match joined {
+            Ok((_, Ok((200, _, _)))) => tally.granted += 1,
+            Ok((id, other)) => {
+                tracing::debug!(voter = id, answer = ?other.map(|a| a.0), "pre-vote not granted");
+                tally.refused += 1;
+            }
+            Err(_) => tally.refused += 1,
+        }
+        if let Some(decided) = tally.outcome() {
+            tracing::debug!(?tally, "pre-vote round decided");
+            return decided;
+        }
+    }
+    tally.outcome().unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WINDOW: Duration = Duration::from_millis(600);
+
+    #[test]
+    fn a_voter_refuses_while_it_hears_from_a_live_leader() {
+        use ServerState::{Candidate, Follower, Leader};
+        let ms = Duration::from_millis;
+        // (state, quorum ack, knows a leader, last append, heard?)
+        let cases = [
+            (Follower, None, true, Some(ms(100)), true),
+            (Follower, None, true, Some(ms(600)), true),
+            (Follower, None, true, Some(ms(601)), false),
+            (Follower, None, true, None, false),
+            // An append long ago from a leader it no longer knows.
+            (Follower, None, false, Some(ms(10)), false),
+            (Candidate, None, false, Some(ms(10)), false),
+            (Leader, Some(50), false, None, true),
+            (Leader, Some(700), false, None, false),
+            // A leader elected a moment ago, no quorum acknowledged yet
+            // (a candidate whose round overlapped the election asks).
+            (Leader, None, false, None, true),
+        ];
+        for (state, ack, knows, age, want) in cases {
+            assert_eq!(
+                heard_from_leader(state, ack, knows, age, WINDOW),
+                want,
+                "{state:?} ack {ack:?} knows {knows} age {age:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_round_needs_a_quorum_of_grants_the_candidates_own_included() {
+        // A resumed follower of three: the leader and the other follower
+        // both heard from the leader.
+        let mut t = Tally::new(3);
+        assert_eq!(t.outcome(), None);
+        t.refused += 1;
+        assert_eq!(t.outcome(), None);
+        t.refused += 1;
+        assert_eq!(t.outcome(), Some(false));
+        // The leader died: the other follower grants, the dead leader's
+        // answer is not waited for.
+        let mut t = Tally::new(3);
+        t.granted += 1;
+        assert_eq!(t.outcome(), Some(true));
+        // The only voter campaigns at once; two voters need both.
+        assert_eq!(Tally::new(1).outcome(), Some(true));
+        let mut t = Tally::new(2);
+        assert_eq!(t.outcome(), None);
+        t.refused += 1;
+        assert_eq!(t.outcome(), Some(false));
+        // Five voters: three grants.
+        let mut t = Tally::new(5);
+        t.granted += 1;
+        t.refused += 2;
+        assert_eq!(t.outcome(), None);
+        t.granted += 1;
+        assert_eq!(t.outcome(), Some(true));
+    }
+
+    #[test]
+    fn random_timeouts_stay_within_their_bounds() {
+        let (min, max) = (Duration::from_millis(300), Duration::from_millis(600));
+        for _ in 0..1000 {
+            let t = random_between(min, max);
+            assert!(min <= t && t <= max, "{t:?}");
+        }
+        assert_eq!(random_between(max, max), max);
+    }
+}
