@@ -155,7 +155,7 @@ impl Gcra {
     /// Corrects `charge` (from this bucket's [`take`](Self::take)) to
     /// `used` units: refunds what was charged beyond them (never more
     /// than was charged), or charges what they used beyond the charge (up
-    /// to [`MAX_SETTLE_MINUTES`] of the allocation), at the interval the
+    /// to `MAX_SETTLE_MINUTES` of the allocation), at the interval the
     /// charge was taken at.
     pub fn settle(&self, charge: Charge, used: u64) {
         if charge.limit == 0 {
