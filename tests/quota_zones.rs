@@ -10,11 +10,10 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use support::load::OpenLoop;
 use support::*;
 
 const KEY: &str = "test-key-zoned";
@@ -29,42 +28,6 @@ fn tenant() -> String {
         "[[tenants]]\nname = \"zoned\"\nkey_sha256 = \"{}\"\npriority = \"P1\"\nquota = {{ rpm = {RPM} }}\n\n",
         zonegate::config::sha256_hex(KEY)
     )
-}
-
-/// (node index, send time, status) of every request.
-type Samples = Arc<Mutex<Vec<(usize, Instant, u16)>>>;
-
-/// Open-loop load: `rate` requests per second to `url` until `stop`.
-fn drive(
-    i: usize,
-    url: String,
-    rate: f64,
-    samples: Samples,
-    stop: Arc<AtomicBool>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-        let c = client();
-        while !stop.load(Ordering::Relaxed) {
-            tick.tick().await;
-            let (c, url, samples) = (c.clone(), url.clone(), Arc::clone(&samples));
-            tokio::spawn(async move {
-                let sent = Instant::now();
-                let status = match c
-                    .post(url)
-                    .bearer_auth(KEY)
-                    .json(&chat_body(8, false))
-                    .send()
-                    .await
-                {
-                    Ok(r) => r.status().as_u16(),
-                    Err(_) => 0,
-                };
-                samples.lock().unwrap().push((i, sent, status));
-            });
-        }
-    })
 }
 
 /// This tenant's rpm allocation per node, from `/admin/v1/quotas`.
@@ -139,22 +102,13 @@ async fn a_global_quota_is_admitted_whole_when_demand_is_uneven_across_zones() {
     // Twice the limit, 70/20/10 over the zones (one node each).
     let total_per_s = 2.0 * RPM as f64 / 60.0;
     let rates = [0.7 * total_per_s, 0.2 * total_per_s, 0.1 * total_per_s];
-    let samples: Samples = Arc::default();
-    let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
-    let load: Vec<_> = nodes
+    let targets: Vec<_> = nodes
         .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            drive(
-                i,
-                format!("{}/v1/chat/completions", n.data),
-                rates[i],
-                Arc::clone(&samples),
-                Arc::clone(&stop),
-            )
-        })
+        .zip(rates)
+        .map(|(n, rate)| (format!("{}/v1/chat/completions", n.data), rate))
         .collect();
+    let load = OpenLoop::start(KEY, &targets);
     tokio::time::sleep(WARM_UP).await;
     // The leader's table follows demand across zones: the hot zone's node
     // holds more than its third. (Waited for, beyond the warm-up, only on
@@ -172,42 +126,17 @@ async fn a_global_quota_is_admitted_whole_when_demand_is_uneven_across_zones() {
         },
     )
     .await;
-    let from = Instant::now();
-    tokio::time::sleep(WINDOW).await;
-    let to = Instant::now();
-    stop.store(true, Ordering::Relaxed);
-    for l in load {
-        let _ = l.await;
-    }
-    // Let the last requests of the window answer.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let samples = samples.lock().unwrap().clone();
-    let window: Vec<_> = samples
-        .iter()
-        .filter(|(_, t, _)| *t >= from && *t < to)
-        .collect();
-    let admitted = window.iter().filter(|(_, _, s)| *s == 200).count();
-    let per_node: Vec<usize> = (0..3)
-        .map(|i| {
-            window
-                .iter()
-                .filter(|(n, _, s)| *n == i && *s == 200)
-                .count()
-        })
-        .collect();
-    let others: Vec<u16> = window
-        .iter()
-        .map(|(_, _, s)| *s)
-        .filter(|s| *s != 200 && *s != 429)
-        .collect();
-    assert!(others.is_empty(), "only 200 and 429 expected: {others:?}");
-    let limit = RPM as f64 * (to - from).as_secs_f64() / 60.0;
-    let ratio = admitted as f64 / limit;
+    let warm_up = started.elapsed();
+    let t = load.measure(WINDOW).await;
+    assert!(
+        t.others.is_empty(),
+        "only 200 and 429 expected: {:?}",
+        t.others
+    );
+    let (ratio, per_node) = (t.ratio(RPM, WINDOW), &t.per_node);
     eprintln!(
-        "warm-up {:?}; offered {} in {:?}, admitted {admitted} ({ratio:.3} of the limit {limit:.0}), per zone {per_node:?}",
-        from - started,
-        window.len(),
-        to - from
+        "warm-up {warm_up:?}; offered {} in {WINDOW:?}, admitted {} ({ratio:.3} of the limit), per zone {per_node:?}",
+        t.offered, t.admitted
     );
     assert!(
         (0.95..=1.05).contains(&ratio),

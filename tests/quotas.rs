@@ -10,7 +10,7 @@
 mod support;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use support::*;
@@ -368,7 +368,7 @@ async fn three_nodes_share_one_limit_by_demand_and_admit_it_within_five_percent(
         mocks.push(m);
     }
     rest.push_str(
-        "[failover]\nperiod = \"1s\"\n\n[quotas]\nrebalance_interval = \"1s\"\ndrift_threshold = 0.05\nnode_floor = 0.1\n",
+        "[failover]\nperiod = \"1s\"\n\n[quotas]\nrebalance_interval = \"1s\"\ndrift_threshold = 0.05\n",
     );
     let quota = format!("quota = {{ rpm = {RPM} }}");
     let mut nodes = Vec::new();
@@ -378,37 +378,12 @@ async fn three_nodes_share_one_limit_by_demand_and_admit_it_within_five_percent(
     // Twice the limit, 70/20/10 over the nodes.
     let total_per_s = 2.0 * RPM as f64 / 60.0;
     let rates = [0.7 * total_per_s, 0.2 * total_per_s, 0.1 * total_per_s];
-    let samples: Arc<Mutex<Vec<(usize, Instant, u16)>>> = Arc::default();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut load = Vec::new();
-    for (i, node) in nodes.iter().enumerate() {
-        let url = format!("{}/v1/chat/completions", node.data);
-        let (samples, stop) = (Arc::clone(&samples), Arc::clone(&stop));
-        let every = Duration::from_secs_f64(1.0 / rates[i]);
-        load.push(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-            let c = client();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                tick.tick().await;
-                let (c, url, samples) = (c.clone(), url.clone(), Arc::clone(&samples));
-                tokio::spawn(async move {
-                    let sent = Instant::now();
-                    let status = match c
-                        .post(url)
-                        .bearer_auth(API_KEY)
-                        .json(&chat_body(8, false))
-                        .send()
-                        .await
-                    {
-                        Ok(r) => r.status().as_u16(),
-                        Err(_) => 0,
-                    };
-                    samples.lock().unwrap().push((i, sent, status));
-                });
-            }
-        }));
-    }
+    let targets: Vec<_> = nodes
+        .iter()
+        .zip(rates)
+        .map(|(n, rate)| (format!("{}/v1/chat/completions", n.data), rate))
+        .collect();
+    let load = support::load::OpenLoop::start(API_KEY, &targets);
     // The leader splits the zone's allocation by demand: wait for a table
     // that gives node 1 (70 %) the most and node 3 (10 %) the least.
     let admin = nodes[0].admin.clone();
@@ -431,43 +406,19 @@ async fn three_nodes_share_one_limit_by_demand_and_admit_it_within_five_percent(
     .await;
     // Let the buckets settle into the new allocations, then measure.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let from = Instant::now();
-    tokio::time::sleep(WINDOW).await;
-    let to = Instant::now();
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for l in load {
-        let _ = l.await;
-    }
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let samples = samples.lock().unwrap().clone();
-    let in_window: Vec<_> = samples
-        .iter()
-        .filter(|(_, t, _)| *t >= from && *t < to)
-        .collect();
-    let admitted = in_window.iter().filter(|(_, _, s)| *s == 200).count();
-    let per_node: Vec<usize> = (0..3)
-        .map(|i| {
-            in_window
-                .iter()
-                .filter(|(n, _, s)| *n == i && *s == 200)
-                .count()
-        })
-        .collect();
-    let others: Vec<u16> = in_window
-        .iter()
-        .map(|(_, _, s)| *s)
-        .filter(|s| *s != 200 && *s != 429)
-        .collect();
-    assert!(others.is_empty(), "only 200 and 429 expected: {others:?}");
-    let limit = RPM as f64 * (to - from).as_secs_f64() / 60.0;
-    let ratio = admitted as f64 / limit;
+    let t = load.measure(WINDOW).await;
+    assert!(
+        t.others.is_empty(),
+        "only 200 and 429 expected: {:?}",
+        t.others
+    );
+    let (ratio, per_node) = (t.ratio(RPM, WINDOW), &t.per_node);
     eprintln!(
-        "offered {} in {:?}, admitted {admitted} ({ratio:.3} of the limit {limit:.0}), per node {per_node:?}",
-        in_window.len(),
-        to - from
+        "offered {} in {WINDOW:?}, admitted {} ({ratio:.3} of the limit), per node {per_node:?}",
+        t.offered, t.admitted
     );
     assert!(
-        (0.9..=1.05).contains(&ratio),
+        (0.95..=1.05).contains(&ratio),
         "admitted {ratio:.3} of the limit; per node {per_node:?}"
     );
     assert!(

@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod load;
 pub mod tls;
 
 use std::future::Future;
