@@ -54,11 +54,13 @@ use http_body::Body as _;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tower::ServiceExt;
 
+use crate::app::{App, Peer, Plain, PlainRequest};
 use crate::http1::{
     content_length, header_map, list_items, name_is, poll_read, put_header, put_number, span,
     Answer, HeadFields, HeadLines, Span, READ_SPACE,
 };
-use crate::listen::{App, ConnState, InFlight, Peer, Plain, PlainRequest, Stop};
+use crate::stop::Stop;
+use crate::watchdog::{ConnState, InFlight};
 
 /// Headers in one request at most; more go to hyper (whose limit is 100).
 const MAX_HEADERS: usize = 64;
