@@ -12,12 +12,13 @@
 //! completion, which needs a bucket that can be credited and debited by
 //! any amount; and the `x-ratelimit-*` headers need the remaining amount
 //! and the reset time, which governor does not expose. The state is one
-//! atomic "theoretical arrival time" per bucket.
+//! atomic "theoretical arrival time" per bucket (`gcra`); the in-flight
+//! counts are `occupancy`, the response headers `headers`; this file holds
+//! the limiters and admission.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use parking_lot::Mutex;
@@ -33,12 +34,14 @@ use crate::dataplane::error::ApiError;
 use crate::dataplane::request::RequestClass;
 use crate::telemetry::metrics::Metrics;
 
-const MINUTE_NS: u64 = 60_000_000_000;
+mod gcra;
+mod headers;
+mod occupancy;
 
-/// A settled answer is charged at most this many minutes of the
-/// allocation: a usage report past it is a backend's garbage, and would
-/// otherwise block the tenant on this node for years.
-const MAX_SETTLE_MINUTES: u64 = 60;
+pub use gcra::{Charge, Gcra, Wait};
+use headers::{push_reset, push_u64, REQUEST_HEADERS, TOKEN_HEADERS};
+pub use headers::{reset_text, set_headers, RateHeaders};
+pub use occupancy::Occupancy;
 
 /// Output tokens assumed for a request that names no maximum.
 pub const DEFAULT_OUTPUT_TOKENS: u64 = 256;
@@ -50,211 +53,6 @@ pub const BYTES_PER_TOKEN: u64 = 4;
 /// size, plus the output the request asks for at most.
 pub fn estimate_tokens(body_len: usize, max_tokens: Option<u64>) -> u64 {
     (body_len as u64 / BYTES_PER_TOKEN).saturating_add(max_tokens.unwrap_or(DEFAULT_OUTPUT_TOKENS))
-}
-
-/// Nanoseconds in `d`, saturating.
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// A GCRA bucket of `limit` units per minute. `tat` is the theoretical
-/// arrival time (ns on the monotonic clock): every unit charged moves it
-/// one interval (a minute over the limit) later; the bucket admits while
-/// it is at most `tolerance` (the tenant's `burst`) ahead of now. A cost
-/// is charged whole even past the tolerance (debt), so a request larger
-/// than the burst is still admitted once the bucket is clear, and later
-/// requests wait it out. Pure given `now`.
-#[derive(Debug)]
-pub struct Gcra {
-    /// Units per minute; `u64::MAX` when unlimited.
-    limit: AtomicU64,
-    tat: AtomicU64,
-    /// How far ahead of now the bucket may run and still admit (ns).
-    tolerance: u64,
-}
-
-/// A refusal by one bucket: how long until it admits again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Wait(pub u64);
-
-/// What one [`Gcra::take`] charged: the units and the limit they were
-/// charged at (their interval), so that settling moves the bucket back by
-/// exactly what was charged, whatever the limit is by then. The default
-/// charged nothing (an unlimited bucket).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Charge {
-    units: u64,
-    /// 0: nothing was charged.
-    limit: u64,
-}
-
-impl Charge {
-    pub fn units(&self) -> u64 {
-        self.units
-    }
-}
-
-impl Gcra {
-    /// An unlimited bucket that, once limited, admits `burst` of its
-    /// allocation at once.
-    pub fn new(burst: Duration) -> Self {
-        Self {
-            limit: AtomicU64::new(u64::MAX),
-            tat: AtomicU64::new(0),
-            tolerance: nanos(burst),
-        }
-    }
-
-    /// Sets the allocation; the debt (`tat`) carries over.
-    pub fn set_limit(&self, limit: Option<u64>) {
-        self.limit
-            .store(limit.unwrap_or(u64::MAX), Ordering::Relaxed);
-    }
-
-    pub fn limit(&self) -> Option<u64> {
-        match self.limit.load(Ordering::Relaxed) {
-            u64::MAX => None,
-            l => Some(l),
-        }
-    }
-
-    /// The burst: how far ahead of now the bucket may run (ns).
-    pub fn tolerance(&self) -> u64 {
-        self.tolerance
-    }
-
-    /// Nanoseconds per unit; at least 1, so a limit above 60 billion per
-    /// minute acts as one unit per nanosecond (far past any real traffic).
-    fn interval(limit: u64) -> u64 {
-        (MINUTE_NS / limit.max(1)).max(1)
-    }
-
-    /// Admits `cost` units at `now`, or says how long to wait. The charge
-    /// is capped at one minute of the allocation (an estimate such as a
-    /// huge `max_tokens` blocks its tenant for at most a minute until the
-    /// answer settles it).
-    pub fn take(&self, now: u64, cost: u64) -> Result<Charge, Wait> {
-        let limit = self.limit.load(Ordering::Relaxed);
-        if limit == u64::MAX {
-            return Ok(Charge::default());
-        }
-        if limit == 0 {
-            return Err(Wait(MINUTE_NS));
-        }
-        let units = cost.min(limit);
-        let step = Self::interval(limit).saturating_mul(units);
-        let ahead = now.saturating_add(self.tolerance);
-        self.tat
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
-                (tat <= ahead).then(|| tat.max(now).saturating_add(step))
-            })
-            .map(|_| Charge { units, limit })
-            .map_err(|tat| Wait(tat.saturating_sub(ahead)))
-    }
-
-    /// Corrects `charge` (from this bucket's [`take`](Self::take)) to
-    /// `used` units: refunds what was charged beyond them (never more
-    /// than was charged), or charges what they used beyond the charge (up
-    /// to [`MAX_SETTLE_MINUTES`] of the allocation), at the interval the
-    /// charge was taken at.
-    pub fn settle(&self, charge: Charge, used: u64) {
-        if charge.limit == 0 {
-            return;
-        }
-        let interval = Self::interval(charge.limit);
-        let used = used.min(charge.limit.saturating_mul(MAX_SETTLE_MINUTES));
-        let (more, units) = if used >= charge.units {
-            (true, used - charge.units)
-        } else {
-            (false, charge.units - used)
-        };
-        if units == 0 {
-            return;
-        }
-        let step = interval.saturating_mul(units);
-        let _ = self
-            .tat
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
-                Some(if more {
-                    tat.saturating_add(step)
-                } else {
-                    tat.saturating_sub(step)
-                })
-            });
-    }
-
-    /// (limit, remaining, reset) as OpenAI means them, for the headers:
-    /// of this node's allocation per minute, what is left unused in the
-    /// minute window ending now (the units still outstanding on the
-    /// bucket are the window's use), and the time until the bucket is
-    /// full again. The burst only says how much of it may go at once.
-    pub fn state(&self, now: u64) -> Option<(u64, u64, u64)> {
-        let limit = self.limit()?;
-        if limit == 0 {
-            return Some((0, 0, MINUTE_NS));
-        }
-        let outstanding = self.tat.load(Ordering::Acquire).saturating_sub(now);
-        let used = outstanding.div_ceil(Self::interval(limit));
-        Some((limit, limit.saturating_sub(used), outstanding))
-    }
-}
-
-/// Requests in flight against a limit.
-#[derive(Debug)]
-pub struct Occupancy {
-    limit: AtomicU64,
-    used: AtomicU64,
-}
-
-impl Occupancy {
-    fn unlimited() -> Self {
-        Self {
-            limit: AtomicU64::new(u64::MAX),
-            used: AtomicU64::new(0),
-        }
-    }
-
-    fn set_limit(&self, limit: Option<u64>) {
-        self.limit
-            .store(limit.unwrap_or(u64::MAX), Ordering::Relaxed);
-    }
-
-    /// Takes `n` if they fit under the limit.
-    fn acquire(&self, n: u64) -> bool {
-        let limit = self.limit.load(Ordering::Relaxed);
-        self.used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-                (u.saturating_add(n) <= limit).then(|| u + n)
-            })
-            .is_ok()
-    }
-
-    /// Takes `n` unless `refuse` finds a reason not to in the count it
-    /// would add to; the decision and the taking are one atomic step, so
-    /// threads admitting at once never decide on a count that another has
-    /// already changed. Returns the reason when refused.
-    fn acquire_unless<R>(&self, n: u64, refuse: impl Fn(u64) -> Option<R>) -> Option<R> {
-        let mut refused = None;
-        let _ = self
-            .used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-                refused = refuse(u);
-                refused.is_none().then(|| u.saturating_add(n))
-            });
-        refused
-    }
-
-    fn release(&self, n: u64) {
-        let _ = self
-            .used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-                Some(u.saturating_sub(n))
-            });
-    }
-
-    pub fn used(&self) -> u64 {
-        self.used.load(Ordering::Relaxed)
-    }
 }
 
 /// One tenant on this node: its buckets, its gauge, its metric handles.
@@ -347,92 +145,6 @@ impl TenantLimiter {
         let mut out = HeaderMap::with_capacity(6);
         self.write_headers(&mut out, now);
         out
-    }
-}
-
-/// A limited tenant's `x-ratelimit-*` headers.
-pub type RateHeaders = HeaderMap;
-
-static REQUEST_HEADERS: [HeaderName; 3] = [
-    HeaderName::from_static("x-ratelimit-limit-requests"),
-    HeaderName::from_static("x-ratelimit-remaining-requests"),
-    HeaderName::from_static("x-ratelimit-reset-requests"),
-];
-
-static TOKEN_HEADERS: [HeaderName; 3] = [
-    HeaderName::from_static("x-ratelimit-limit-tokens"),
-    HeaderName::from_static("x-ratelimit-remaining-tokens"),
-    HeaderName::from_static("x-ratelimit-reset-tokens"),
-];
-
-/// A duration as OpenAI writes its resets: `20ms`, `1.5s`, `6m0s`.
-pub fn reset_text(ns: u64) -> String {
-    let mut b = bytes::BytesMut::new();
-    push_reset(&mut b, ns);
-    String::from_utf8_lossy(&b).into_owned()
-}
-
-/// Appends `ns` as a reset duration (see [`reset_text`]), with integer
-/// arithmetic only: it runs for every response of a limited tenant.
-fn push_reset(b: &mut bytes::BytesMut, ns: u64) {
-    let ms = ns.div_ceil(1_000_000);
-    if ms < 1000 {
-        push_u64(b, ms);
-        b.extend_from_slice(b"ms");
-    } else if ms < 60_000 {
-        push_u64(b, ms / 1000);
-        let mut frac = ms % 1000;
-        if frac != 0 {
-            b.extend_from_slice(b".");
-            // Three digits, trailing zeros dropped.
-            let mut digits: usize = 3;
-            while frac % 10 == 0 {
-                frac /= 10;
-                digits -= 1;
-            }
-            for _ in 0..digits.saturating_sub(decimal_len(frac)) {
-                b.extend_from_slice(b"0");
-            }
-            push_u64(b, frac);
-        }
-        b.extend_from_slice(b"s");
-    } else {
-        push_u64(b, ms / 60_000);
-        b.extend_from_slice(b"m");
-        push_u64(b, (ms % 60_000) / 1000);
-        b.extend_from_slice(b"s");
-    }
-}
-
-fn decimal_len(mut v: u64) -> usize {
-    let mut n = 1;
-    while v >= 10 {
-        v /= 10;
-        n += 1;
-    }
-    n
-}
-
-/// Appends `v` in decimal.
-fn push_u64(b: &mut bytes::BytesMut, v: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    let mut v = v;
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    b.extend_from_slice(&digits[i..]);
-}
-
-/// Adds the headers to a response.
-pub fn set_headers(headers: &mut HeaderMap, values: &RateHeaders) {
-    for (name, value) in values {
-        headers.insert(name.clone(), value.clone());
     }
 }
 
@@ -987,6 +699,9 @@ impl Quotas {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use super::gcra::{MAX_SETTLE_MINUTES, MINUTE_NS};
     use super::*;
 
     const S: u64 = 1_000_000_000;
