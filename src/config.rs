@@ -24,11 +24,11 @@ pub mod replicated;
 mod security;
 mod validate;
 
+use bounds::Bound;
 pub use bounds::{MAX_RING_POINTS, MAX_RING_POINTS_PER_POOL};
 pub use quota::QuotaConfig;
 use raw::{RawConfig, RawHealth};
 pub use security::{LimitSettings, Network};
-use validate::Validator;
 /// Tenant priority: P0 is never starved, P2 yields first (the quota
 /// arithmetic's type, so the control plane reads the same values).
 pub use zonegate_cluster::Priority;
@@ -458,6 +458,45 @@ impl Config {
         cfg.text = text.into();
         cfg.replicated = replicated::cut(file, text)?.into();
         Ok(cfg)
+    }
+}
+
+/// Turns raw sections into typed values (the walk is `validate`, the
+/// checks per section beside it); every error names the file and the key.
+struct Validator<'a> {
+    file: &'a str,
+}
+
+impl Validator<'_> {
+    fn err(&self, key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+        ConfigError {
+            file: self.file.to_owned(),
+            key: key.into(),
+            reason: reason.into(),
+        }
+    }
+
+    fn addr(&self, key: &str, s: &str) -> Result<SocketAddr, ConfigError> {
+        s.parse()
+            .map_err(|_| self.err(key, format!("`{s}` is not an IP:port address")))
+    }
+
+    fn sha256(&self, key: &str, s: &str) -> Result<[u8; 32], ConfigError> {
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(s.trim(), &mut out)
+            .map_err(|_| self.err(key, "must be 64 hex characters (a SHA-256 digest)"))?;
+        Ok(out)
+    }
+
+    /// A count of at least 1, within `b`.
+    fn positive(
+        &self,
+        key: &str,
+        v: Option<u32>,
+        default: u32,
+        b: Bound<u64>,
+    ) -> Result<u32, ConfigError> {
+        self.int(key, v, default, b)
     }
 }
 

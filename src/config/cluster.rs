@@ -7,7 +7,7 @@ use zonegate_cluster::{FailoverConfig, Member, ScoreWeights, ZoneId};
 
 use super::bounds;
 use super::raw::*;
-use super::validate::Validator;
+use super::Validator;
 use super::*;
 
 impl Validator<'_> {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::bounds::{self, Bound};
 use super::raw::*;
-use super::validate::Validator;
+use super::Validator;
 use super::*;
 
 impl Validator<'_> {

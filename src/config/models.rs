@@ -10,7 +10,7 @@ use zonegate_cluster::{Limits, ZoneId};
 
 use super::bounds;
 use super::raw::*;
-use super::validate::Validator;
+use super::Validator;
 use super::*;
 
 impl Validator<'_> {

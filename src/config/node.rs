@@ -7,7 +7,7 @@ use zonegate_cluster::ZoneId;
 
 use super::bounds;
 use super::raw::*;
-use super::validate::Validator;
+use super::Validator;
 use super::*;
 
 /// More data-plane threads than this is a typo, not a machine.

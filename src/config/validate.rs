@@ -1,54 +1,18 @@
-//! Validation of a whole config file: the [`Validator`] with its shared
-//! checks (addresses, digests, counts), and the walk over the sections
+//! Validation of a whole config file: the walk over the sections
 //! (`node`, `cluster`, `models`, `health`, `security`, `quota`) into a
-//! typed [`Config`], with the checks that cross sections.
+//! typed [`Config`], with the checks that cross sections. The
+//! [`Validator`] and its shared checks are `config.rs`'s.
 
 use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use zonegate_cluster::{Role as MemberRole, TenantQuota, ZoneId};
 
-use super::bounds::{self, Bound};
+use super::bounds;
 use super::raw::*;
 use super::*;
 
-pub(super) struct Validator<'a> {
-    pub(super) file: &'a str,
-}
-
 impl Validator<'_> {
-    pub(super) fn err(&self, key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
-        ConfigError {
-            file: self.file.to_owned(),
-            key: key.into(),
-            reason: reason.into(),
-        }
-    }
-
-    pub(super) fn addr(&self, key: &str, s: &str) -> Result<SocketAddr, ConfigError> {
-        s.parse()
-            .map_err(|_| self.err(key, format!("`{s}` is not an IP:port address")))
-    }
-
-    pub(super) fn sha256(&self, key: &str, s: &str) -> Result<[u8; 32], ConfigError> {
-        let mut out = [0u8; 32];
-        hex::decode_to_slice(s.trim(), &mut out)
-            .map_err(|_| self.err(key, "must be 64 hex characters (a SHA-256 digest)"))?;
-        Ok(out)
-    }
-
-    /// A count of at least 1, within `b`.
-    pub(super) fn positive(
-        &self,
-        key: &str,
-        v: Option<u32>,
-        default: u32,
-        b: Bound<u64>,
-    ) -> Result<u32, ConfigError> {
-        self.int(key, v, default, b)
-    }
-
     pub(super) fn validate(&self, raw: RawConfig) -> Result<Config, ConfigError> {
         let mut node = self.node(raw.node)?;
         let mut raw_cluster = raw.cluster;
