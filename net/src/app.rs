@@ -47,7 +47,7 @@ impl<S> App for S where
 /// request's ~42k). The same requests over HTTP/2, or over an HTTP/1
 /// connection hyper serves, go to the listener's app, which must answer
 /// them the same way; plain requests carry no [`Peer`]. A listener serves
-/// one with [`serve_plain`](crate::listen::serve_plain).
+/// one with `listen::serve_plain`.
 ///
 /// Its future is a type of its own, not boxed: it is kept in the
 /// connection's task while the request runs (the data plane's is ~3.4 KB,

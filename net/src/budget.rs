@@ -15,7 +15,7 @@ pub struct Stats {
     /// Closed at accept: over the budget.
     pub refused: AtomicU64,
     /// Closed at accept: their source address had
-    /// [`Limits::max_connections_per_ip`](crate::settings::Limits::max_connections_per_ip) open already.
+    /// `Limits::max_connections_per_ip` open already.
     pub refused_per_ip: AtomicU64,
     /// Open connections per source address, while a cap is set.
     pub(crate) per_ip: PerIp,
