@@ -35,7 +35,7 @@ use crate::dataplane::request::RequestClass;
 use crate::telemetry::metrics::Metrics;
 
 mod gcra;
-mod headers;
+pub mod headers;
 mod occupancy;
 
 pub use gcra::{Charge, Gcra, Wait};
