@@ -21,7 +21,7 @@ use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::client::legacy::Client;
 use zonegate_net::tls::BackendTls;
 
-use crate::dataplane::forward::{self, Connector};
+use crate::dataplane::connect::{self, Connector};
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
@@ -98,7 +98,7 @@ impl HttpProber {
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(1)
             .pool_idle_timeout(Duration::from_secs(90))
-            .build(forward::connector(self.timeout, tls));
+            .build(connect::connector(self.timeout, tls));
         clients.push((tls.clone(), client.clone()));
         client
     }
@@ -119,7 +119,7 @@ impl HttpProber {
         let exchange = async {
             let resp = match self.client(&backend.tls).request(req).await {
                 Ok(resp) => resp,
-                Err(e) if forward::is_refused(&e) => return (None, Reach::Refused),
+                Err(e) if connect::is_refused(&e) => return (None, Reach::Refused),
                 Err(_) => return (None, Reach::Unknown),
             };
             let ok = resp.status().is_success();

@@ -5,11 +5,19 @@
 //! address's connections spread evenly over its threads ([`spread`]), and
 //! randomness nobody can guess ([`random`]).
 
-mod h1;
+mod app;
+mod body;
+mod budget;
+mod connection;
 pub mod http1;
 pub mod listen;
 pub mod random;
+mod server;
+mod settings;
 pub mod sign;
 pub mod slots;
 pub mod spread;
+mod stop;
 pub mod tls;
+mod watchdog;
+mod watched;

@@ -38,7 +38,7 @@ pub enum ApiError {
         message: String,
         kind: &'static str,
         retry_after_s: u64,
-        headers: Box<crate::dataplane::quota::RateHeaders>,
+        headers: Box<crate::dataplane::quota::headers::RateHeaders>,
     },
     /// Shed for zone capacity: a lower priority than the zone can still
     /// carry (429), or the zone is full even for P0 (`full`, 503).
@@ -47,7 +47,7 @@ pub enum ApiError {
         message: String,
         full: bool,
         retry_after_s: u64,
-        headers: Box<crate::dataplane::quota::RateHeaders>,
+        headers: Box<crate::dataplane::quota::headers::RateHeaders>,
     },
     #[error("{message}")]
     UpstreamFailed { message: String },
@@ -168,7 +168,7 @@ impl IntoResponse for ApiError {
         if let ApiError::RateLimited { headers, .. } | ApiError::CapacityExceeded { headers, .. } =
             &self
         {
-            crate::dataplane::quota::set_headers(resp.headers_mut(), headers);
+            crate::dataplane::quota::headers::set_headers(resp.headers_mut(), headers);
         }
         resp
     }
@@ -192,7 +192,7 @@ mod tests {
 
     #[tokio::test]
     async fn quota_refusals_are_openai_rate_limit_errors_with_headers() {
-        let headers: crate::dataplane::quota::RateHeaders = [
+        let headers: crate::dataplane::quota::headers::RateHeaders = [
             ("x-ratelimit-limit-requests", "60"),
             ("x-ratelimit-remaining-requests", "0"),
             ("x-ratelimit-reset-requests", "1s"),

@@ -13,60 +13,14 @@ use http::header::{HeaderMap, HeaderValue};
 use http::StatusCode;
 use http_body::Body as _;
 use http_body_util::{BodyExt, Limited};
-use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
-use hyper_util::client::legacy::connect::HttpConnector;
-use rustls::pki_types::ServerName;
 use tokio::time::Instant;
 use zonegate_net::http1::{list_items, name_is, put_header, HeadLines};
-use zonegate_net::tls::BackendTls;
 
+use crate::dataplane::connect::source_chain;
 use crate::dataplane::request::ClientHeaders;
 use crate::dataplane::upstream::{self, SendError, Target, UpstreamBody};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// Dials `http://` backends in the clear and `https://` ones with rustls.
-pub type Connector = HttpsConnector<HttpConnector>;
-
-/// A connector for backends reached with `tls` (its CA, server name, or
-/// no verification). One per distinct setting: `http://` backends share
-/// the default one, whose TLS side is never used.
-pub fn connector(connect_timeout: Duration, tls: &BackendTls) -> Connector {
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    http.set_connect_timeout(Some(connect_timeout));
-    http.set_keepalive(Some(Duration::from_secs(60)));
-    let config = tls.client_config().unwrap_or_else(|e| {
-        // Validated at start; a CA file removed since is reported on
-        // every connection this backend fails to make.
-        tracing::error!("backend TLS: {e}; https:// connections with this setting will fail");
-        no_roots()
-    });
-    let builder = HttpsConnectorBuilder::new()
-        .with_tls_config(config)
-        .https_or_http();
-    let builder = match tls
-        .server_name
-        .as_deref()
-        .and_then(|n| ServerName::try_from(n.to_owned()).ok())
-    {
-        Some(name) => builder.with_server_name_resolver(FixedServerNameResolver::new(name)),
-        None => builder,
-    };
-    builder.enable_http1().wrap_connector(http)
-}
-
-/// A TLS client that trusts nothing: what a failed setting falls back to.
-fn no_roots() -> rustls::ClientConfig {
-    rustls::ClientConfig::builder_with_provider(zonegate_net::tls::provider())
-        .with_safe_default_protocol_versions()
-        .map(|b| {
-            b.with_root_certificates(rustls::RootCertStore::empty())
-                .with_no_client_auth()
-        })
-        .unwrap_or_else(|e| unreachable!("ring supports the default protocol versions: {e}"))
-}
 
 /// Why an attempt failed before its first byte. The retry loop asks the
 /// error, not its message, whether another backend may help.
@@ -290,34 +244,6 @@ pub fn parse_retry_after(value: &[u8]) -> Option<Duration> {
     ))
 }
 
-/// Whether `e`, or an error it wraps, is a refused TCP connect (nothing
-/// listens at the address), as opposed to a timeout or a name that did not
-/// resolve.
-pub(crate) fn is_refused(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur = Some(e);
-    while let Some(err) = cur {
-        if err
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
-        {
-            return true;
-        }
-        cur = err.source();
-    }
-    false
-}
-
-pub(crate) fn source_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(inner) = cur {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        cur = inner.source();
-    }
-    s
-}
-
 /// The largest 400 body read to look for `context_length_exceeded`.
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
@@ -351,7 +277,7 @@ pub async fn attempt(
                 SendError::Refused(e) => AttemptError::Refused(e),
                 SendError::Reset(e) => AttemptError::Reset(e),
             })?;
-        let upstream::Answer {
+        let upstream::BackendResponse {
             status,
             lines,
             body: mut rest,
@@ -566,24 +492,6 @@ mod tests {
             assert_eq!(parse_retry_after(value.as_bytes()), want, "{value:?}");
         }
         assert_eq!(parse_retry_after(b"\xff\xfe"), None, "not UTF-8");
-    }
-
-    #[tokio::test]
-    async fn a_refused_connect_is_told_apart_from_other_connect_failures() {
-        // A port nothing listens on: bind one, note it, close it.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut dial = connector(Duration::from_secs(2), &BackendTls::default());
-        let uri: http::Uri = format!("http://127.0.0.1:{port}/").parse().unwrap();
-        let Err(e) = tower::Service::call(&mut dial, uri).await else {
-            panic!("a connection to a closed port");
-        };
-        assert!(is_refused(&*e), "{}", source_chain(&*e));
-        let other = std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timeout");
-        assert!(!is_refused(&other));
     }
 
     #[test]

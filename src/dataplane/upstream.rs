@@ -49,7 +49,7 @@ use tower::{Service, ServiceExt};
 use zonegate_net::http1::HeadLines;
 use zonegate_net::tls::BackendTls;
 
-use crate::dataplane::forward::{connector, is_refused, source_chain, Connector};
+use crate::dataplane::connect::{connector, is_refused, source_chain, Connector};
 
 /// An idle connection is closed by the sweep that makes it this many
 /// sweeps old, and not taken once it is: after 60 to 90 s of idleness.
@@ -309,7 +309,7 @@ pub async fn send(
     path: &str,
     headers: impl FnOnce(&mut Vec<u8>),
     body: &Bytes,
-) -> Result<Answer, SendError> {
+) -> Result<BackendResponse, SendError> {
     let mut out = OUT.take();
     out.clear();
     out.reserve(512 + body.len().min(COPY_BODY));
@@ -354,7 +354,7 @@ pub async fn send(
             Err(e) => return Err(SendError::Reset(format!("reading the answer: {e}"))),
         }
     };
-    Ok(Answer {
+    Ok(BackendResponse {
         status: head.status,
         lines: head.lines,
         body: UpstreamBody {
@@ -367,7 +367,7 @@ pub async fn send(
 
 /// A backend's answer, its head read: the headers to pass on as their
 /// lines (see `wire`), and the body still on the connection.
-pub struct Answer {
+pub struct BackendResponse {
     pub status: StatusCode,
     pub lines: HeadLines,
     pub body: UpstreamBody,
@@ -548,7 +548,10 @@ pub(crate) mod tests {
 
     /// A POST of `path` to the plain-HTTP backend at `addr` through this
     /// thread's pool.
-    pub(crate) async fn send_to(addr: SocketAddr, path: &str) -> Result<Answer, SendError> {
+    pub(crate) async fn send_to(
+        addr: SocketAddr,
+        path: &str,
+    ) -> Result<BackendResponse, SendError> {
         send_with(addr, path, Duration::from_secs(5)).await
     }
 
@@ -557,7 +560,7 @@ pub(crate) mod tests {
         addr: SocketAddr,
         path: &str,
         connect_timeout: Duration,
-    ) -> Result<Answer, SendError> {
+    ) -> Result<BackendResponse, SendError> {
         send_over(
             &Scheme::HTTP,
             &BackendTls::default(),
@@ -575,7 +578,7 @@ pub(crate) mod tests {
         addr: SocketAddr,
         path: &str,
         connect_timeout: Duration,
-    ) -> Result<Answer, SendError> {
+    ) -> Result<BackendResponse, SendError> {
         let authority = Authority::try_from(addr.to_string()).expect("authority");
         let target = Target {
             scheme,
@@ -648,7 +651,7 @@ pub(crate) mod tests {
 
     const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
 
-    async fn read_whole(resp: Answer) -> Bytes {
+    async fn read_whole(resp: BackendResponse) -> Bytes {
         resp.body.collect().await.expect("body").to_bytes()
     }
 

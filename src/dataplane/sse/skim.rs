@@ -23,7 +23,20 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-use super::{data_span, Skim, Usage};
+use super::{data_span, Usage};
+
+/// What a cheap look at one event found (see [`skim`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Skim<'a> {
+    /// `data: [DONE]`.
+    Done,
+    /// An ordinary text chunk: its text (possibly empty) and whether it
+    /// carries a `finish_reason`.
+    Text { text: Cow<'a, str>, finish: bool },
+    /// Anything else (the first chunk, usage, tools, errors, odd shapes):
+    /// read it with [`parse`].
+    Unsure,
+}
 
 /// How deep a skipped value may nest before the skimmer gives up (the
 /// parser's own limit is 128; being unsure is safe).
