@@ -34,7 +34,7 @@ pub enum Skim<'a> {
     /// carries a `finish_reason`.
     Text { text: Cow<'a, str>, finish: bool },
     /// Anything else (the first chunk, usage, tools, errors, odd shapes):
-    /// read it with [`parse`].
+    /// read it with [`parse`](super::parse).
     Unsure,
 }
 
