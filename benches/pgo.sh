@@ -6,7 +6,7 @@
 # cache (docs/src/performance.md, "Where the time goes"); this is the build a
 # deployment ships for throughput. `cargo build --profile dist` stays the
 # plain one: same source, same behaviour, only code generation differs
-# (`--release` is the everyday build: thin LTO, quicker to build).
+# (`--release` is the everyday build: no cross-crate LTO, quicker to build).
 #
 #   benches/pgo.sh                     # writes target/pgo/zonegate
 #   OUT=/usr/local/bin/zonegate benches/pgo.sh
