@@ -55,10 +55,7 @@ async fn refused_start(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wiped_member_refuses_to_start_and_rejoins_with_rejoin_keeping_every_decision() {
     let mut cluster = TestCluster::start(1, "").await;
-    let rest: String = ZONES
-        .iter()
-        .map(|z| cluster.mocks[&format!("{z}-1")].backend_toml(&[MODEL]))
-        .collect();
+    let rest = cluster.rest.clone();
     let leader = cluster.leader().await;
     let others: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
     let (paused, wiped) = (others[0], others[1]);

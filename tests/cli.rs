@@ -11,7 +11,6 @@ use std::process::Command as StdCommand;
 use std::time::Duration;
 
 use support::*;
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 fn config_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -86,37 +85,14 @@ fn check_config_names_file_key_and_reason() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_starts_a_working_gateway_and_stops_on_sigterm() {
-    let mut child = tokio::process::Command::new(bin())
-        .args([
-            "demo",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-        ])
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let read = async {
-        let (mut data, mut admin, mut key, mut token) = (None, None, None, None);
-        while let Some(line) = lines.next_line().await.unwrap() {
-            let value = |p: &str| line.strip_prefix(p).map(|s| s.trim().to_owned());
-            data = data.or(value("data plane:"));
-            admin = admin.or(value("admin:"));
-            key = key.or(value("api key:"));
-            token = token.or(value("admin token:"));
-            if line.starts_with("Ctrl-C") {
-                break;
-            }
-        }
-        (data.unwrap(), admin.unwrap(), key.unwrap(), token.unwrap())
-    };
-    let (data, admin, key, token) = tokio::time::timeout(Duration::from_secs(60), read)
-        .await
-        .expect("demo prints its URLs");
+    let Demo {
+        mut child,
+        data,
+        admin,
+        api_key: key,
+        admin_token: token,
+        ..
+    } = Demo::start("warn").await;
     let resp = client()
         .post(format!("{data}/v1/chat/completions"))
         .bearer_auth(&key)

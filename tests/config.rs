@@ -303,10 +303,7 @@ async fn a_node_restarted_with_an_older_file_routes_with_the_clusters_config() {
 
     // Node 1 restarts with its old file (no az-a-9).
     let dir1 = cluster.nodes[0].take().unwrap().kill_keeping_data().await;
-    let rest: String = ZONES
-        .iter()
-        .map(|z| cluster.mocks[&format!("{z}-1")].backend_toml(&[MODEL]))
-        .collect();
+    let rest = cluster.rest.clone();
     let me = cluster.members[0].clone();
     let node = NodeProcess::start_member_logging(dir1, &me, &cluster.members, &rest).await;
     cluster.nodes[0] = Some(node);
@@ -333,10 +330,7 @@ async fn a_wiped_member_rejoins_with_the_clusters_config() {
     let i = wiped as usize - 1;
     let dir = cluster.nodes[i].take().unwrap().kill_keeping_data().await;
     std::fs::remove_dir_all(dir.path().join("data")).unwrap();
-    let rest: String = ZONES
-        .iter()
-        .map(|z| cluster.mocks[&format!("{z}-1")].backend_toml(&[MODEL]))
-        .collect();
+    let rest = cluster.rest.clone();
     let me = cluster.members[i].clone();
     let node =
         NodeProcess::start_member_with(dir, &me, &cluster.members, &rest, &["--rejoin"]).await;

@@ -14,29 +14,6 @@ use serde_json::{json, Value};
 use support::*;
 use zonegate::tools::spawn::{spawn_listening, Spawned};
 
-/// Runs `zonegate ctl --admin URL --token T ARGS…`; returns (success, stdout, stderr).
-async fn ctl(admin: &str, args: &[&str]) -> (bool, String, String) {
-    let out = tokio::process::Command::new(bin())
-        .args(["ctl", "--admin", admin, "--token", ADMIN_TOKEN])
-        .args(args)
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-async fn ctl_json(admin: &str, args: &[&str]) -> Value {
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let (ok, out, err) = ctl(admin, &all).await;
-    assert!(ok, "ctl {args:?} failed: {err}");
-    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("ctl printed no JSON ({e}): {out}"))
-}
-
 fn long_request() -> Value {
     json!({"model": MODEL, "messages": [{"role": "user", "content": "a long answer, please"}]})
 }
@@ -64,21 +41,8 @@ async fn operators_fail_over_and_back_and_every_node_follows() {
     assert_eq!(v["error"]["code"], "forbidden", "{v}");
     // Raft RPCs without the cluster secret are refused too.
     let raft = &cluster.members[0].raft;
-    let resp = client()
-        .post(format!("http://{raft}/raft/v1/vote"))
-        .body("x")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 401);
-    let resp = client()
-        .post(format!("http://{raft}/raft/v1/vote"))
-        .header("x-zonegate-cluster-secret", "wrong")
-        .body("x")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 401);
+    assert_eq!(unsigned_raft_vote(raft, None).await, 401);
+    assert_eq!(unsigned_raft_vote(raft, Some("wrong")).await, 401);
     cluster.all_at(0).await;
 
     // A dry run says what would move and writes nothing.
@@ -115,7 +79,7 @@ async fn operators_fail_over_and_back_and_every_node_follows() {
     assert_eq!(resp.headers()["x-zonegate-decision-version"], "1");
 
     // Stale compare-and-set and a second failover of az-a are refused by name.
-    let (ok, _, err) = ctl(
+    let (code, _, err) = ctl(
         &admin,
         &[
             "failover",
@@ -128,9 +92,9 @@ async fn operators_fail_over_and_back_and_every_node_follows() {
         ],
     )
     .await;
-    assert!(!ok && err.contains("stale_version"), "{err}");
-    let (ok, _, err) = ctl(&admin, &["failover", "--from", "az-a", "--to", "az-c"]).await;
-    assert!(!ok && err.contains("already_failed_over"), "{err}");
+    assert!(code != 0 && err.contains("stale_version"), "{err}");
+    let (code, _, err) = ctl(&admin, &["failover", "--from", "az-a", "--to", "az-c"]).await;
+    assert!(code != 0 && err.contains("already_failed_over"), "{err}");
 
     // az-c follows too; then az-b is the last serving zone and cannot go.
     let v = ctl_json(
@@ -147,8 +111,11 @@ async fn operators_fail_over_and_back_and_every_node_follows() {
     )
     .await;
     assert_eq!(v["version"], 2);
-    let (ok, _, err) = ctl(&admin, &["failover", "--from", "az-b", "--to", "az-a"]).await;
-    assert!(!ok, "failing over the last serving zone must be refused");
+    let (code, _, err) = ctl(&admin, &["failover", "--from", "az-b", "--to", "az-a"]).await;
+    assert!(
+        code != 0,
+        "failing over the last serving zone must be refused"
+    );
     assert!(err.contains("last_serving_zone"), "{err}");
 
     // Failback restores az-a.
@@ -172,8 +139,8 @@ async fn operators_fail_over_and_back_and_every_node_follows() {
     assert_eq!(resp.headers()["x-zonegate-decision-version"], "4");
 
     // The human table shows every node at the same version.
-    let (ok, out, err) = ctl(&cluster.node(1).admin, &["status"]).await;
-    assert!(ok, "{err}");
+    let (code, out, err) = ctl(&cluster.node(1).admin, &["status"]).await;
+    assert_eq!(code, 0, "{err}");
     assert!(out.contains("decision version: 4"), "{out}");
 
     // kill -9 the leader: the others elect a new one and keep every decision.
@@ -260,18 +227,18 @@ async fn two_zones_get_their_quorum_from_a_witness_that_serves_no_traffic() {
 
     // The witness's zone is no failover target; az-b is.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let (ok, err) = loop {
-        let (ok, _, err) = ctl(
+    let (code, err) = loop {
+        let (code, _, err) = ctl(
             &node_a.admin,
             &["failover", "--from", "az-a", "--to", "az-w"],
         )
         .await;
-        if ok || !err.contains("no_leader") || tokio::time::Instant::now() > deadline {
-            break (ok, err);
+        if code == 0 || !err.contains("no_leader") || tokio::time::Instant::now() > deadline {
+            break (code, err);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    assert!(!ok && err.contains("unknown_zone"), "{err}");
+    assert!(code != 0 && err.contains("unknown_zone"), "{err}");
     let v = ctl_json(
         &node_a.admin,
         &["failover", "--from", "az-a", "--to", "az-b"],
@@ -319,10 +286,7 @@ async fn a_node_killed_and_restarted_from_its_data_dir_catches_up() {
     // Restarted on the same data_dir, it resumes (no second initialisation)
     // and catches up on what it missed.
     let me = cluster.members[victim as usize - 1].clone();
-    let rest: String = ZONES
-        .iter()
-        .map(|z| cluster.mocks[&format!("{z}-1")].backend_toml(&[MODEL]))
-        .collect();
+    let rest = cluster.rest.clone();
     let node = NodeProcess::start_member_in(dir, &me, &cluster.members, &rest).await;
     cluster.nodes[victim as usize - 1] = Some(node);
     cluster.all_at(3).await;

@@ -16,12 +16,6 @@ use serde_json::{json, Value};
 use support::*;
 use tokio::io::AsyncBufReadExt;
 
-async fn ctl_ok(admin: &str, args: &[&str]) -> String {
-    let (code, out, err) = ctl(admin, args).await;
-    assert_eq!(code, 0, "ctl {args:?} failed: {err}\n{out}");
-    out
-}
-
 fn json_of(out: &str) -> Value {
     serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
 }
@@ -259,10 +253,8 @@ async fn watch_without_a_terminal_prints_one_line_per_change() {
     let cluster = TestCluster::start(1, "").await;
     cluster.leader().await;
     let admin = cluster.in_zone("az-a").admin.clone();
-    let mut child = tokio::process::Command::new(bin())
-        .args(["ctl", "--admin", &admin, "--token", ADMIN_TOKEN])
+    let mut child = ctl_command(&admin)
         .args(["watch", "--interval", "0.2"])
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()

@@ -218,10 +218,7 @@ const SUMMARY: &str = r#"(() => {
 async fn dashboard_in_headless_chromium_shows_zones_leader_scores_and_fails_over_with_confirm() {
     let Some(binary) = chromium() else { return };
     // A tenant with a quota, so the failover's dry run names its overflow.
-    let limited = format!(
-        "[[tenants]]\nname = \"limited\"\nkey_sha256 = \"{}\"\nquota = {{ rpm = 600 }}\n",
-        zonegate::config::sha256_hex("limited-key")
-    );
+    let limited = tenant_toml("limited", "limited-key", "P1", "quota = { rpm = 600 }");
     let cluster = TestCluster::start(1, &limited).await;
     let leader = cluster.leader().await;
     let admin = cluster.node(1).admin.clone();

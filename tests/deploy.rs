@@ -636,10 +636,7 @@ async fn grafana_board_queries_only_metrics_a_running_cluster_exports() {
     assert!(wanted.len() >= 30, "the board reads {wanted:?}");
 
     // A second tenant with a small quota, so the quota row has data.
-    let quota_tenant = format!(
-        "[[tenants]]\nname = \"limited\"\nkey_sha256 = \"{}\"\nquota = {{ rpm = 2 }}\n",
-        zonegate::config::sha256_hex("limited-key")
-    );
+    let quota_tenant = tenant_toml("limited", "limited-key", "P1", "quota = { rpm = 2 }");
     let cluster = TestCluster::start(2, &quota_tenant).await;
     cluster.leader().await;
     // Over its quota: admitted, then refused.

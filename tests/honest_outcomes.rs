@@ -17,22 +17,6 @@ use serde_json::{json, Value};
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// Runs `zonegate ctl --admin URL --token T ARGS…`; returns (exit code,
-/// stdout, stderr).
-async fn ctl(admin: &str, args: &[&str]) -> (i32, String, String) {
-    let out = tokio::process::Command::new(bin())
-        .args(["ctl", "--admin", admin, "--token", ADMIN_TOKEN])
-        .args(args)
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// A fake admin API on 127.0.0.1: reads one request, then answers with
 /// `answer` (raw HTTP) or, when `None`, closes the connection unanswered.
 async fn fake_admin(answer: Option<&'static str>) -> String {
@@ -129,10 +113,7 @@ async fn settled(cluster: &TestCluster) -> Value {
 async fn killing_the_leader_after_a_forwarded_write_never_answers_failed_for_a_committed_write() {
     const ROUNDS: u64 = 20;
     let mut cluster = TestCluster::start(1, "").await;
-    let rest: String = ZONES
-        .iter()
-        .map(|z| cluster.mocks[&format!("{z}-1")].backend_toml(&[MODEL]))
-        .collect();
+    let rest = cluster.rest.clone();
     let mut tally: BTreeMap<String, u32> = BTreeMap::new();
     for round in 0..ROUNDS {
         let leader = cluster.leader().await;

@@ -15,29 +15,6 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use support::*;
 
-/// Runs `zonegate ctl --admin URL --token T ARGS…`; returns (exit code, stdout, stderr).
-async fn ctl(admin: &str, args: &[&str]) -> (i32, String, String) {
-    let out = tokio::process::Command::new(bin())
-        .args(["ctl", "--admin", admin, "--token", ADMIN_TOKEN])
-        .args(args)
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-async fn ctl_ok(admin: &str, args: &[&str]) -> Value {
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let (code, out, err) = ctl(admin, &all).await;
-    assert_eq!(code, 0, "ctl {args:?} failed: {err}{out}");
-    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("no JSON ({e}): {out}"))
-}
-
 /// `ctl` refuses with exit 1 and names `rule`.
 async fn ctl_refused(admin: &str, args: &[&str], rule: &str) {
     let (code, out, err) = ctl(admin, args).await;
@@ -270,7 +247,7 @@ async fn members_are_added_promoted_removed_and_readdressed_while_decisions_comm
         .map(|n| cluster.mocks[n].backend_toml(&[MODEL]))
         .collect();
     let mut node4 = Some(NodeProcess::start_member(&spec4, &everyone, &rest).await);
-    ctl_ok(&ask, &args(&add(&spec4, "learner"))).await;
+    ctl_json(&ask, &args(&add(&spec4, "learner"))).await;
     member_becomes(&ask, 4, "a caught-up learner", |m| {
         m["role"] == "learner" && m["lag"].as_u64().is_some_and(|l| l <= 8)
     })
@@ -280,7 +257,7 @@ async fn members_are_added_promoted_removed_and_readdressed_while_decisions_comm
     poll_differs(&ask, "member 4 (az-a, learner)").await;
 
     // 2. Promoted to a voter.
-    ctl_ok(&ask, &["members", "promote", "--id", "4"]).await;
+    ctl_json(&ask, &["members", "promote", "--id", "4"]).await;
     member_becomes(&ask, 4, "a voter", |m| m["role"] == "voter").await;
     // Its record says voter too (a rejoin restores that role).
     poll_differs(&ask, "member 4 (az-a, voter)").await;
@@ -290,8 +267,8 @@ async fn members_are_added_promoted_removed_and_readdressed_while_decisions_comm
     let leader = cluster.leader().await;
     let victim = if leader == 1 { 4 } else { 1 };
     let victim_arg = victim.to_string();
-    ctl_ok(&ask, &["members", "remove", "--id", &victim_arg]).await;
-    let list = ctl_ok(&ask, &["members"]).await;
+    ctl_json(&ask, &["members", "remove", "--id", &victim_arg]).await;
+    let list = ctl_json(&ask, &["members"]).await;
     assert!(member(&list, victim).is_none(), "{list}");
     if victim == 4 {
         node4.take().unwrap().kill().await;
@@ -354,7 +331,7 @@ async fn members_are_added_promoted_removed_and_readdressed_while_decisions_comm
             .await
     };
     let moved_arg = moved.to_string();
-    ctl_ok(
+    ctl_json(
         &asker,
         &[
             "members",

@@ -18,14 +18,6 @@ use support::*;
 const BULK_KEY: &str = "test-key-bulk";
 const SCORED_KEY: &str = "test-key-scored";
 
-/// A `[[tenants]]` entry with its own key.
-fn tenant(name: &str, key: &str, priority: &str, quota: &str) -> String {
-    format!(
-        "[[tenants]]\nname = \"{name}\"\nkey_sha256 = \"{}\"\npriority = \"{priority}\"\n{quota}\n\n",
-        zonegate::config::sha256_hex(key)
-    )
-}
-
 /// The base config (tenant deptA, P0, with `deptA_quota` lines), as
 /// member `me` of `members` when there are any, plus `rest`.
 fn config(
@@ -82,7 +74,7 @@ async fn over_quota_is_a_429_in_openai_shape_with_rate_limit_headers() {
     let rest = format!(
         "{}{}",
         mock.backend_toml(&[MODEL]),
-        tenant("bulk", BULK_KEY, "P2", "")
+        tenant_toml("bulk", BULK_KEY, "P2", "")
     );
     // 6 requests a minute: one every 10 s, a burst of one.
     let node = start("az-a", None, "quota = { rpm = 6 }", &rest).await;
@@ -152,21 +144,8 @@ async fn over_quota_is_a_429_in_openai_shape_with_rate_limit_headers() {
     assert_eq!(header(&models, "x-ratelimit-limit-requests"), Some("6"));
 
     // `zonegate ctl quotas`, as on-call reads it.
-    let out = tokio::process::Command::new(bin())
-        .args([
-            "ctl",
-            "--admin",
-            &node.admin,
-            "--token",
-            ADMIN_TOKEN,
-            "quotas",
-        ])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let (code, text, _) = ctl(&node.admin, &["quotas"]).await;
+    assert_eq!(code, 0, "{text}");
     assert!(text.contains("TENANT") && text.contains("deptA"), "{text}");
     assert!(text.contains("rpm=1"), "the rejection is counted: {text}");
     assert!(text.contains("unlimited"), "bulk has no quota: {text}");
@@ -183,8 +162,8 @@ async fn a_streamed_answers_usage_corrects_the_token_bucket() {
     let rest = format!(
         "{}{}{}",
         mock.backend_toml(&[MODEL]),
-        tenant("bulk", BULK_KEY, "P0", "quota = { tpm = 6000 }"),
-        tenant("scored", SCORED_KEY, "P0", "quota = { tpm = 6000 }")
+        tenant_toml("bulk", BULK_KEY, "P0", "quota = { tpm = 6000 }"),
+        tenant_toml("scored", SCORED_KEY, "P0", "quota = { tpm = 6000 }")
     );
     // 6000 tokens a minute: 100 a second, five seconds (500) of burst.
     let node = start("az-a", None, "quota = { tpm = 6000 }", &rest).await;
@@ -305,7 +284,7 @@ async fn an_unknown_model_gets_one_label_and_counts_against_rpm() {
     let rest = format!(
         "{}{}",
         mock.backend_toml(&[MODEL]),
-        tenant("bulk", BULK_KEY, "P2", "")
+        tenant_toml("bulk", BULK_KEY, "P2", "")
     );
     // One request a burst (6 a minute, 5 s of burst).
     let node = start("az-a", None, "quota = { rpm = 6 }", &rest).await;
@@ -376,14 +355,8 @@ async fn three_nodes_share_one_limit_by_demand_and_admit_it_within_five_percent(
         nodes.push(start("az-a", Some((m, &members)), &quota, &rest).await);
     }
     // Twice the limit, 70/20/10 over the nodes.
-    let total_per_s = 2.0 * RPM as f64 / 60.0;
-    let rates = [0.7 * total_per_s, 0.2 * total_per_s, 0.1 * total_per_s];
-    let targets: Vec<_> = nodes
-        .iter()
-        .zip(rates)
-        .map(|(n, rate)| (format!("{}/v1/chat/completions", n.data), rate))
-        .collect();
-    let load = support::load::OpenLoop::start(API_KEY, &targets);
+    let data: Vec<&str> = nodes.iter().map(|n| n.data.as_str()).collect();
+    let load = support::load::OpenLoop::uneven(API_KEY, &data, RPM);
     // The leader splits the zone's allocation by demand: wait for a table
     // that gives node 1 (70 %) the most and node 3 (10 %) the least.
     let admin = nodes[0].admin.clone();
@@ -407,20 +380,7 @@ async fn three_nodes_share_one_limit_by_demand_and_admit_it_within_five_percent(
     // Let the buckets settle into the new allocations, then measure.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let t = load.measure(WINDOW).await;
-    assert!(
-        t.others.is_empty(),
-        "only 200 and 429 expected: {:?}",
-        t.others
-    );
-    let (ratio, per_node) = (t.ratio(RPM, WINDOW), &t.per_node);
-    eprintln!(
-        "offered {} in {WINDOW:?}, admitted {} ({ratio:.3} of the limit), per node {per_node:?}",
-        t.offered, t.admitted
-    );
-    assert!(
-        (0.95..=1.05).contains(&ratio),
-        "admitted {ratio:.3} of the limit; per node {per_node:?}"
-    );
+    let per_node = t.assert_limit_held(RPM, WINDOW);
     assert!(
         per_node.iter().all(|n| *n > 0),
         "every node admits: {per_node:?}"
@@ -492,15 +452,10 @@ fn client_loop(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_overflows_into_the_target_p0_keeps_its_rate_and_p2_is_shed_first() {
-    let zones = ["az-a", "az-b", "az-c"];
-    let members: Vec<MemberSpec> = zones
-        .iter()
-        .enumerate()
-        .map(|(i, z)| MemberSpec::new(i as u64 + 1, z))
-        .collect();
+    let members = MemberSpec::one_per_zone();
     let mut mocks = Vec::new();
     let mut rest = String::new();
-    for z in zones {
+    for z in ZONES {
         let m = Mock::start(&format!("{z}-1"), z, &[MODEL]).await;
         // Each answer takes 200 ms, so requests are in flight and use
         // capacity units; six units per zone.
@@ -511,7 +466,12 @@ async fn failover_overflows_into_the_target_p0_keeps_its_rate_and_p2_is_shed_fir
         ));
         mocks.push(m);
     }
-    rest.push_str(&tenant("bulk", BULK_KEY, "P2", "quota = { rpm = 60000 }"));
+    rest.push_str(&tenant_toml(
+        "bulk",
+        BULK_KEY,
+        "P2",
+        "quota = { rpm = 60000 }",
+    ));
     rest.push_str("[failover]\nperiod = \"1s\"\n\n[quotas]\nrebalance_interval = \"1s\"\n");
     let mut nodes = Vec::new();
     for m in &members {

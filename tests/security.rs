@@ -172,11 +172,7 @@ async fn mtls_cluster(ca: &TestCa, admin_tls: bool) -> TestCluster {
             "\n[admin.tls]\ncert = \"member.crt\"\nkey = \"member.key\"\nclient_ca = \"ca.crt\"\n",
         );
     }
-    let members: Vec<MemberSpec> = ZONES
-        .iter()
-        .enumerate()
-        .map(|(i, z)| MemberSpec::new(i as u64 + 1, z))
-        .collect();
+    let members = MemberSpec::one_per_zone();
     let mut nodes = Vec::new();
     for m in &members {
         let dir = tempfile::tempdir().unwrap();
@@ -187,6 +183,7 @@ async fn mtls_cluster(ca: &TestCa, admin_tls: bool) -> TestCluster {
     }
     TestCluster {
         members,
+        rest,
         nodes,
         mocks,
     }
@@ -422,10 +419,7 @@ async fn served_zone(
 async fn rotating_the_cluster_secret_one_node_at_a_time_keeps_committing() {
     const NEW: &str = "the-new-cluster-secret-2026";
     let mut cluster = TestCluster::start(1, "").await;
-    let rest: String = ZONES
-        .iter()
-        .map(|z| cluster.mocks[&format!("{z}-1")].backend_toml(&[MODEL]))
-        .collect();
+    let rest = cluster.rest.clone();
     // A session pinned to az-a by a token signed with the old key.
     let (zone, pin) = served_zone(cluster.in_zone("az-a"), "s-rotation", None).await;
     assert_eq!(zone, "az-a");
@@ -703,15 +697,8 @@ async fn an_admin_api_over_tls_forwards_writes_to_the_leader_over_mutual_tls() {
     std::fs::write(&ca_file, ca.pem()).unwrap();
     let cert_file = dir.path().join("operator.pem");
     std::fs::write(&cert_file, &operator_pem).unwrap();
-    let out = tokio::process::Command::new(bin())
-        .args([
-            "ctl",
-            "--admin",
-            &cluster.node(entry).admin,
-            "--token",
-            ADMIN_TOKEN,
-            "status",
-        ])
+    let out = ctl_command(&cluster.node(entry).admin)
+        .arg("status")
         .env("ZONEGATE_CA_FILE", &ca_file)
         .env("ZONEGATE_CLIENT_CERT", &cert_file)
         .output()

@@ -38,14 +38,7 @@ async fn a_node_without_a_leader_is_marked_stale_and_refused_rpcs_are_counted() 
     // An unsigned call (the old cleartext-secret header means nothing) is
     // refused and counted.
     let raft = &cluster.members[survivor as usize - 1].raft;
-    let resp = client()
-        .post(format!("http://{raft}/raft/v1/vote"))
-        .header("x-zonegate-cluster-secret", "wrong")
-        .body("x")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 401);
+    assert_eq!(unsigned_raft_vote(raft, Some("wrong")).await, 401);
     let m = node.metrics().await;
     assert!(
         metric_sum(
@@ -79,19 +72,7 @@ async fn a_node_without_a_leader_is_marked_stale_and_refused_rpcs_are_counted() 
     assert_eq!(ready.status(), 503);
     let body: serde_json::Value = ready.json().await.unwrap();
     assert_eq!(body["error"]["code"], "stale_view", "{body}");
-    let out = tokio::process::Command::new(bin())
-        .args([
-            "ctl",
-            "--admin",
-            &node.admin,
-            "--token",
-            ADMIN_TOKEN,
-            "status",
-        ])
-        .output()
-        .await
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let (_, text, _) = ctl(&node.admin, &["status"]).await;
     assert!(text.contains("STALE"), "{text}");
     // It still serves with its last view (fail static).
     let resp = node.chat().json(&chat_body(4, false)).send().await.unwrap();

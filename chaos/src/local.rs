@@ -4,7 +4,7 @@
 //! pointing at a relay the drill controls. All are child processes of
 //! this binary started with `--exit-with-parent` and killed on drop.
 
-use crate::spawn::{spawn_listening, Spawned};
+use crate::spawn::{self, Spawned};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -27,11 +27,7 @@ pub fn free_addr() -> anyhow::Result<SocketAddr> {
 }
 
 fn child_command(exe: &Path) -> Command {
-    let mut cmd = Command::new(exe);
-    if std::env::var_os("RUST_LOG").is_none() {
-        cmd.env("RUST_LOG", "error,openraft=off");
-    }
-    cmd
+    spawn::child_command_logging(exe, "error,openraft=off")
 }
 
 pub fn sha256_hex(s: &str) -> String {
@@ -239,22 +235,14 @@ impl LocalCluster {
             .tempdir()?;
         let mut mocks = Vec::new();
         for (name, zone, models) in &topology.backends {
-            let mut cmd = child_command(exe);
-            cmd.args([
-                "mock-backend",
-                "--listen",
-                "127.0.0.1:0",
-                "--name",
+            let p = spawn::mock_backend(
+                child_command(exe),
                 name,
-                "--zone",
                 zone,
-            ]);
-            for m in models {
-                cmd.args(["--model", m]);
-            }
-            let p = spawn_listening(cmd, 1, Duration::from_secs(30))
-                .await
-                .with_context(|| format!("mock backend {name}"))?;
+                models,
+                Duration::from_secs(30),
+            )
+            .await?;
             mocks.push(LocalMock {
                 name: name.clone(),
                 zone: zone.clone(),
@@ -382,12 +370,15 @@ impl LocalCluster {
 
     async fn spawn_node(&mut self, i: usize) -> anyhow::Result<()> {
         let node = &mut self.nodes[i];
-        let mut cmd = child_command(&self.exe);
-        cmd.env("ZONEGATE_CLUSTER_SECRET", &self.secret);
-        cmd.arg("serve").arg("--config").arg(&node.config);
-        let p = spawn_listening(cmd, 2, Duration::from_secs(60))
-            .await
-            .with_context(|| format!("node {}", node.id))?;
+        let p = spawn::serve(
+            child_command(&self.exe),
+            &node.config,
+            Some(&self.secret),
+            &[],
+            Duration::from_secs(60),
+        )
+        .await
+        .with_context(|| format!("node {}", node.id))?;
         node.proc = Some(p);
         node.state = NodeState::Running;
         Ok(())

@@ -1,7 +1,7 @@
-//! Child processes of the `zonegate` binary that announce their addresses:
-//! the drill's nodes and mock backends, and (re-exported as
-//! `zonegate::tools::spawn`) the demo's, the black-box tests' and the
-//! benchmarks'. It lives here, not in the `zonegate` package, because that
+//! Child processes of the `zonegate` binary that announce their addresses,
+//! and how to start its nodes, mock backends and `ctl`: the drill's, and
+//! (re-exported as `zonegate::tools::spawn`) the demo's, the black-box
+//! tests' and the benchmarks'. It lives here, not in the `zonegate` package, because that
 //! package's binary depends on this crate: one protocol, written once.
 
 use std::path::Path;
@@ -71,14 +71,82 @@ pub async fn spawn_listening(
     Ok(Spawned { child, urls, stdin })
 }
 
+/// A command running `exe` whose children log warnings and errors (when
+/// the caller's `RUST_LOG` is unset).
 pub fn child_command(exe: &Path) -> Command {
+    // Peers that are still starting make openraft log connection
+    // errors; the demo's console is for the operator's own output.
+    child_command_logging(exe, "warn,openraft=off")
+}
+
+/// A command running `exe` with `RUST_LOG=filter` (when the caller's
+/// `RUST_LOG` is unset; else the child inherits the caller's).
+pub fn child_command_logging(exe: &Path, filter: &str) -> Command {
     let mut cmd = Command::new(exe);
     if std::env::var_os("RUST_LOG").is_none() {
-        // Peers that are still starting make openraft log connection
-        // errors; the demo's console is for the operator's own output.
-        cmd.env("RUST_LOG", "warn,openraft=off");
+        cmd.env("RUST_LOG", filter);
     }
     cmd
+}
+
+/// `zonegate ctl --admin <admin> --token <token>` from `exe`, free of the
+/// caller's `ZONEGATE_ADMIN` and `ZONEGATE_ADMIN_TOKEN`: add the verb and
+/// run it. The drill's `ctl` steps and the black-box tests run `ctl` here.
+pub fn ctl_command(exe: &Path, admin: &str, token: &str) -> Command {
+    let mut cmd = Command::new(exe);
+    cmd.args(["ctl", "--admin", admin, "--token", token])
+        .env_remove("ZONEGATE_ADMIN")
+        .env_remove("ZONEGATE_ADMIN_TOKEN");
+    cmd
+}
+
+/// The environment variable that carries the cluster secret to `serve`.
+pub const SECRET_ENV: &str = "ZONEGATE_CLUSTER_SECRET";
+
+/// Starts `zonegate mock-backend` from `cmd` (e.g. [`child_command`]) on
+/// 127.0.0.1 port 0 as backend `name` of `zone`, serving `models`; waits
+/// up to `timeout` for its URL (`urls[0]`). The drill's local target, the
+/// demo and the black-box tests start their mocks here.
+pub async fn mock_backend<M: AsRef<str>>(
+    mut cmd: Command,
+    name: &str,
+    zone: &str,
+    models: &[M],
+    timeout: Duration,
+) -> anyhow::Result<Spawned> {
+    cmd.args([
+        "mock-backend",
+        "--listen",
+        "127.0.0.1:0",
+        "--name",
+        name,
+        "--zone",
+        zone,
+    ]);
+    for m in models {
+        cmd.args(["--model", m.as_ref()]);
+    }
+    spawn_listening(cmd, 1, timeout)
+        .await
+        .with_context(|| format!("mock backend {name}"))
+}
+
+/// Starts `zonegate serve --config <config> <args>…` from `cmd`, with
+/// `secret` (when given) as the cluster secret; waits up to `timeout` for
+/// its data-plane and admin URLs (`urls[0]`, `urls[1]`). The drill's local
+/// target, the demo and the black-box tests start their nodes here.
+pub async fn serve(
+    mut cmd: Command,
+    config: &Path,
+    secret: Option<&str>,
+    args: &[&str],
+    timeout: Duration,
+) -> anyhow::Result<Spawned> {
+    if let Some(secret) = secret {
+        cmd.env(SECRET_ENV, secret);
+    }
+    cmd.arg("serve").arg("--config").arg(config).args(args);
+    spawn_listening(cmd, 2, timeout).await
 }
 
 /// A loopback address with a port nobody uses right now; `127.0.0.1:0`

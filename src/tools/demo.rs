@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 
-use super::spawn::{child_command, concrete_addr, spawn_listening, Spawned};
+use super::spawn::{self, child_command, concrete_addr, Spawned};
 use crate::config::sha256_hex;
 
 /// The demo's API key and admin token: fixed, so the README's tour can be
@@ -122,18 +122,14 @@ pub async fn spawn_mocks(
     for zone in zones {
         for n in 1..=per_zone {
             let name = format!("qwen-{}{n}", zone.trim_start_matches("az-"));
-            let mut cmd = child_command(exe);
-            cmd.args([
-                "mock-backend",
-                "--listen",
-                "127.0.0.1:0",
-                "--name",
+            let s = spawn::mock_backend(
+                child_command(exe),
                 &name,
-                "--zone",
                 zone,
-            ]);
-            cmd.args(["--model", DEMO_MODEL, "--model", DEMO_SMALL_MODEL]);
-            let s = spawn_listening(cmd, 1, Duration::from_secs(20)).await?;
+                &[DEMO_MODEL, DEMO_SMALL_MODEL],
+                Duration::from_secs(20),
+            )
+            .await?;
             out.push(((name, (*zone).to_owned(), s.urls[0].clone()), s));
         }
     }
@@ -174,10 +170,14 @@ async fn run_in(exe: &Path, dir: &Path, opts: &DemoOptions) -> anyhow::Result<()
         let path = dir.join(format!("node-{}.toml", node.id));
         let data = dir.join(format!("data-{}", node.id));
         std::fs::write(&path, demo_config(node, &nodes, &data, &backends))?;
-        let mut cmd = child_command(exe);
-        cmd.env(crate::node::start::SECRET_ENV, &secret);
-        cmd.arg("serve").arg("--config").arg(&path);
-        let gw = spawn_listening(cmd, 2, Duration::from_secs(30)).await?;
+        let gw = spawn::serve(
+            child_command(exe),
+            &path,
+            Some(&secret),
+            &[],
+            Duration::from_secs(30),
+        )
+        .await?;
         urls.push((gw.urls[0].clone(), gw.urls[1].clone()));
         pipes.push(gw.stdin);
         children.push(gw.child);

@@ -1,6 +1,10 @@
-//! Child processes of this binary that announce their addresses: the demo's
-//! nodes and mock backends, and the black-box tests' and benchmarks'. The
+//! Child processes of this binary that announce their addresses, and how
+//! to start its nodes, mock backends and `ctl`: the demo's, the black-box
+//! tests' and the benchmarks'. The
 //! protocol lives in `zonegate-chaos` (the drill needs it, and this
 //! package's binary depends on that crate), written once.
 
-pub use zonegate_chaos::spawn::{child_command, concrete_addr, spawn_listening, Spawned};
+pub use zonegate_chaos::spawn::{
+    child_command, child_command_logging, concrete_addr, ctl_command, mock_backend, serve,
+    spawn_listening, Spawned, SECRET_ENV,
+};

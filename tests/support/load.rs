@@ -40,9 +40,42 @@ impl Tally {
     pub fn ratio(&self, rpm: u64, window: Duration) -> f64 {
         self.admitted as f64 / (rpm as f64 * window.as_secs_f64() / 60.0)
     }
+
+    /// Asserts that every answer was a 200 or a 429 and that the window
+    /// admitted 0.95 to 1.05 times what `rpm` allows; returns the
+    /// admitted count per node.
+    pub fn assert_limit_held(&self, rpm: u64, window: Duration) -> &[usize] {
+        assert!(
+            self.others.is_empty(),
+            "only 200 and 429 expected: {:?}",
+            self.others
+        );
+        let (ratio, per_node) = (self.ratio(rpm, window), &self.per_node);
+        eprintln!(
+            "offered {} in {window:?}, admitted {} ({ratio:.3} of the limit), per node {per_node:?}",
+            self.offered, self.admitted
+        );
+        assert!(
+            (0.95..=1.05).contains(&ratio),
+            "admitted {ratio:.3} of the limit; per node {per_node:?}"
+        );
+        per_node
+    }
 }
 
 impl OpenLoop {
+    /// Twice what `rpm` allows, split 70/20/10 over the nodes whose data
+    /// planes are `data`: uneven demand on one shared limit.
+    pub fn uneven(key: &str, data: &[&str], rpm: u64) -> OpenLoop {
+        let total_per_s = 2.0 * rpm as f64 / 60.0;
+        let targets: Vec<_> = data
+            .iter()
+            .zip([0.7, 0.2, 0.1])
+            .map(|(url, share)| (format!("{url}/v1/chat/completions"), share * total_per_s))
+            .collect();
+        OpenLoop::start(key, &targets)
+    }
+
     /// Starts `(chat completions URL, requests per second)` per node, all
     /// with `key`.
     pub fn start(key: &str, targets: &[(String, f64)]) -> OpenLoop {

@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::process::Command;
 use zonegate::config::sha256_hex;
-use zonegate::tools::spawn::{spawn_listening, Spawned};
+use zonegate::tools::spawn::{self, Spawned};
 
 pub const API_KEY: &str = "test-key-deptA";
 pub const ADMIN_TOKEN: &str = "test-admin-token";
@@ -27,13 +27,10 @@ pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_zonegate"))
 }
 
+/// A command running the binary; its children log warnings unless
+/// `RUST_LOG` says otherwise.
 fn command() -> Command {
-    let mut cmd = Command::new(bin());
-    cmd.env(
-        "RUST_LOG",
-        std::env::var("RUST_LOG").unwrap_or_else(|_| "warn,openraft=off".into()),
-    );
-    cmd
+    spawn::child_command(&bin())
 }
 
 /// A mock backend child process.
@@ -46,20 +43,7 @@ pub struct Mock {
 
 impl Mock {
     pub async fn start(name: &str, zone: &str, models: &[&str]) -> Mock {
-        let mut cmd = command();
-        cmd.args([
-            "mock-backend",
-            "--listen",
-            "127.0.0.1:0",
-            "--name",
-            name,
-            "--zone",
-            zone,
-        ]);
-        for m in models {
-            cmd.args(["--model", m]);
-        }
-        let proc = spawn_listening(cmd, 1, Duration::from_secs(30))
+        let proc = spawn::mock_backend(command(), name, zone, models, Duration::from_secs(30))
             .await
             .expect("mock backend starts");
         Mock {
@@ -128,12 +112,7 @@ admin_listen = "127.0.0.1:0"
 data_dir = "{data}"
 {node_extra}
 
-[[tenants]]
-name = "deptA"
-key_sha256 = "{key}"
-priority = "P0"
-
-[[admin.tokens]]
+{tenant}[[admin.tokens]]
 name = "ops"
 sha256 = "{token}"
 role = "operator"
@@ -145,9 +124,18 @@ role = "viewer"
 
 "#,
         data = data_dir.display(),
-        key = sha256_hex(API_KEY),
+        tenant = tenant_toml("deptA", API_KEY, "P0", ""),
         token = sha256_hex(ADMIN_TOKEN),
         viewer = sha256_hex(VIEWER_TOKEN),
+    )
+}
+
+/// A `[[tenants]]` entry: its name, API key (stored as its digest),
+/// priority and `quota` line (e.g. `quota = { rpm = 6 }`; empty for none).
+pub fn tenant_toml(name: &str, key: &str, priority: &str, quota: &str) -> String {
+    format!(
+        "[[tenants]]\nname = \"{name}\"\nkey_sha256 = \"{}\"\npriority = \"{priority}\"\n{quota}\n\n",
+        sha256_hex(key)
     )
 }
 
@@ -173,6 +161,15 @@ impl MemberSpec {
             raft: addr(),
             role: "voter",
         }
+    }
+
+    /// One voter per zone of `ZONES`, ids 1 to 3 in that order.
+    pub fn one_per_zone() -> Vec<MemberSpec> {
+        ZONES
+            .iter()
+            .enumerate()
+            .map(|(i, z)| MemberSpec::new(i as u64 + 1, z))
+            .collect()
     }
 
     pub fn with_role(mut self, role: &'static str) -> Self {
@@ -242,15 +239,20 @@ impl NodeProcess {
         );
         let path = dir.path().join("gateway.toml");
         std::fs::write(&path, config).expect("write config");
-        let mut cmd = command();
-        cmd.arg("serve").arg("--config").arg(&path);
-        Self::spawned(cmd, dir).await
+        Self::serve(command(), dir, &path, None, &[]).await
     }
 
-    /// Runs `cmd` (a `serve`) until it announces its data and admin
-    /// addresses; `dir` holds its config and data.
-    async fn spawned(cmd: Command, dir: tempfile::TempDir) -> NodeProcess {
-        let proc = spawn_listening(cmd, 2, Duration::from_secs(30))
+    /// `zonegate serve --config <config> <args>…` from `cmd` (with
+    /// `secret` as the cluster secret), until it announces its data and
+    /// admin addresses; `dir` holds its config and data.
+    async fn serve(
+        cmd: Command,
+        dir: tempfile::TempDir,
+        config: &std::path::Path,
+        secret: Option<&str>,
+        args: &[&str],
+    ) -> NodeProcess {
+        let proc = spawn::serve(cmd, config, secret, args, Duration::from_secs(30))
             .await
             .expect("gateway starts");
         NodeProcess {
@@ -301,10 +303,8 @@ impl NodeProcess {
         let path = write_member_config(dir.path(), me, members, rest);
         let log = std::fs::File::create(dir.path().join("stderr.log")).expect("log file");
         let mut cmd = command();
-        cmd.env("ZONEGATE_CLUSTER_SECRET", CLUSTER_SECRET);
         cmd.stderr(log);
-        cmd.arg("serve").arg("--config").arg(&path);
-        Self::spawned(cmd, dir).await
+        Self::serve(cmd, dir, &path, Some(CLUSTER_SECRET), &[]).await
     }
 
     /// Like [`NodeProcess::start_member_with`], with `secret` as
@@ -318,10 +318,7 @@ impl NodeProcess {
         secret: &str,
     ) -> NodeProcess {
         let path = write_member_config(dir.path(), me, members, rest);
-        let mut cmd = command();
-        cmd.env("ZONEGATE_CLUSTER_SECRET", secret);
-        cmd.arg("serve").arg("--config").arg(&path).args(args);
-        Self::spawned(cmd, dir).await
+        Self::serve(command(), dir, &path, Some(secret), args).await
     }
 
     /// Starts `zonegate serve` with exactly `config`, written to
@@ -330,10 +327,7 @@ impl NodeProcess {
     pub async fn start_config(dir: tempfile::TempDir, config: &str) -> NodeProcess {
         let path = dir.path().join("gateway.toml");
         std::fs::write(&path, config).expect("write config");
-        let mut cmd = command();
-        cmd.env("ZONEGATE_CLUSTER_SECRET", CLUSTER_SECRET);
-        cmd.arg("serve").arg("--config").arg(&path);
-        Self::spawned(cmd, dir).await
+        Self::serve(command(), dir, &path, Some(CLUSTER_SECRET), &[]).await
     }
 
     /// kill -9, and wait for the process to be gone.
@@ -402,6 +396,22 @@ pub fn chat_body(max_tokens: u64, stream: bool) -> Value {
     })
 }
 
+/// A Raft vote sent to `raft` unsigned (with the old cleartext-secret
+/// header `x-zonegate-cluster-secret: <secret>` when given); returns the
+/// status.
+pub async fn unsigned_raft_vote(raft: &str, secret: Option<&str>) -> u16 {
+    let mut req = client().post(format!("http://{raft}/raft/v1/vote"));
+    if let Some(secret) = secret {
+        req = req.header("x-zonegate-cluster-secret", secret);
+    }
+    req.body("x")
+        .send()
+        .await
+        .expect("the Raft port answers")
+        .status()
+        .as_u16()
+}
+
 /// Polls `check` every 100 ms until it returns true or `deadline` passes;
 /// panics with `what` on timeout. Generous deadlines keep a busy 2-core
 /// machine from failing a correct build.
@@ -439,6 +449,10 @@ pub const ZONES: [&str; 3] = ["az-a", "az-b", "az-c"];
 /// order), each with `mocks_per_zone` mock backends named `<zone>-<n>`.
 pub struct TestCluster {
     pub members: Vec<MemberSpec>,
+    /// What every member's config holds besides its own `[node]` and the
+    /// members: the mocks' `[[backends]]` and `extra` (a member restarted
+    /// by a test starts from it again).
+    pub rest: String,
     /// `None` once a test killed that node.
     pub nodes: Vec<Option<NodeProcess>>,
     pub mocks: std::collections::HashMap<String, Mock>,
@@ -458,17 +472,14 @@ impl TestCluster {
             }
         }
         rest.push_str(extra);
-        let members: Vec<MemberSpec> = ZONES
-            .iter()
-            .enumerate()
-            .map(|(i, z)| MemberSpec::new(i as u64 + 1, z))
-            .collect();
+        let members = MemberSpec::one_per_zone();
         let mut nodes = Vec::new();
         for m in &members {
             nodes.push(Some(NodeProcess::start_member(m, &members, &rest).await));
         }
         TestCluster {
             members,
+            rest,
             nodes,
             mocks,
         }
@@ -552,14 +563,21 @@ impl TestCluster {
     }
 }
 
+/// `zonegate ctl --admin <admin> --token ADMIN_TOKEN` without a terminal
+/// (stdin closed, `NO_COLOR` unset, no `ZONEGATE_ADMIN*` of the caller's):
+/// add the verb and run it.
+pub fn ctl_command(admin: &str) -> Command {
+    let mut cmd = spawn::ctl_command(&bin(), admin, ADMIN_TOKEN);
+    cmd.stdin(std::process::Stdio::null())
+        .env_remove("NO_COLOR");
+    cmd
+}
+
 /// Runs `zonegate ctl --admin URL --token T ARGS…` without a terminal;
 /// returns (exit code, stdout, stderr).
 pub async fn ctl(admin: &str, args: &[&str]) -> (i32, String, String) {
-    let out = tokio::process::Command::new(bin())
-        .args(["ctl", "--admin", admin, "--token", ADMIN_TOKEN])
+    let out = ctl_command(admin)
         .args(args)
-        .stdin(std::process::Stdio::null())
-        .env_remove("NO_COLOR")
         .output()
         .await
         .expect("ctl runs");
@@ -568,4 +586,90 @@ pub async fn ctl(admin: &str, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// `ctl ARGS…`, which must exit 0; returns its stdout.
+pub async fn ctl_ok(admin: &str, args: &[&str]) -> String {
+    let (code, out, err) = ctl(admin, args).await;
+    assert_eq!(code, 0, "ctl {args:?} failed: {err}\n{out}");
+    out
+}
+
+/// `ctl --json ARGS…`, which must exit 0; returns the JSON it printed.
+pub async fn ctl_json(admin: &str, args: &[&str]) -> Value {
+    let out = ctl_ok(admin, &[&["--json"], args].concat()).await;
+    serde_json::from_str(out.trim())
+        .unwrap_or_else(|e| panic!("ctl {args:?}: no JSON ({e}): {out}"))
+}
+
+/// `zonegate demo` on 127.0.0.1 port 0 (killed on drop), and what it
+/// printed: the az-a node's data-plane and admin URLs, the API key, the
+/// admin token and every backend's URL.
+pub struct Demo {
+    pub child: tokio::process::Child,
+    pub data: String,
+    pub admin: String,
+    pub api_key: String,
+    pub admin_token: String,
+    pub backends: Vec<String>,
+}
+
+impl Demo {
+    /// Starts the demo with `RUST_LOG=log` and waits for its banner.
+    pub async fn start(log: &str) -> Demo {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = tokio::process::Command::new(bin())
+            .args([
+                "demo",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+            ])
+            .env("RUST_LOG", log)
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the demo starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let read = async {
+            let (mut data, mut admin, mut key, mut token) = (None, None, None, None);
+            let mut backends = Vec::new();
+            while let Some(line) = lines.next_line().await.expect("demo output") {
+                let value = |p: &str| line.strip_prefix(p).map(|s| s.trim().to_owned());
+                data = data.or(value("data plane:"));
+                admin = admin.or(value("admin:"));
+                key = key.or(value("api key:"));
+                token = token.or(value("admin token:"));
+                // `  backend qwen-a1 (az-a): http://…  (faults: …)`
+                if line.trim_start().starts_with("backend ") {
+                    backends.extend(
+                        line.split("): ")
+                            .nth(1)
+                            .and_then(|rest| rest.split_whitespace().next())
+                            .map(str::to_owned),
+                    );
+                }
+                if line.starts_with("Ctrl-C") {
+                    break;
+                }
+            }
+            let missing = "the demo prints its data plane, admin, api key and admin token";
+            Demo {
+                data: data.expect(missing),
+                admin: admin.expect(missing),
+                api_key: key.expect(missing),
+                admin_token: token.expect(missing),
+                backends,
+                child,
+            }
+        };
+        let demo = tokio::time::timeout(Duration::from_secs(90), read)
+            .await
+            .expect("the demo prints its URLs within 90 s");
+        // The rest of its output, read so it never blocks on the pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        demo
+    }
 }

@@ -11,6 +11,7 @@ use crate::history::{self, Ack};
 use crate::local::{LocalCluster, NodeState};
 use crate::report::{Event, StepRecord};
 use crate::scenario::{fmt_dur, Action, BackendSel, Condition, Direction, NodeSel, PartitionSel};
+use crate::spawn;
 
 impl Running<'_, '_> {
     /// Sleeps until `until`, running timed reverts as they fall due;
@@ -88,20 +89,22 @@ impl Running<'_, '_> {
             }
             let result = self.execute(index, &step.action).await;
             let ended_ms = self.now_ms();
+            let record = |description: String, ok: bool, detail: String| StepRecord {
+                index,
+                action: step.action.name().into(),
+                description,
+                planned_at_ms: step.at.map(|a| a.as_millis() as i64),
+                started_ms,
+                ended_ms,
+                ok,
+                detail,
+            };
             let (ok, detail) = match result {
                 Ok(d) => (true, d),
                 Err(StepError::Failed(e)) => (false, e),
                 Err(StepError::Aborted(a)) => {
-                    self.steps.push(StepRecord {
-                        index,
-                        action: step.action.name().into(),
-                        description,
-                        planned_at_ms: step.at.map(|a| a.as_millis() as i64),
-                        started_ms,
-                        ended_ms,
-                        ok: false,
-                        detail: "aborted".into(),
-                    });
+                    self.steps
+                        .push(record(description, false, "aborted".into()));
                     return Err(a);
                 }
             };
@@ -128,16 +131,7 @@ impl Running<'_, '_> {
                 kind: kind.into(),
                 text: if ok { text } else { format!("FAILED {text}") },
             });
-            self.steps.push(StepRecord {
-                index,
-                action: step.action.name().into(),
-                description,
-                planned_at_ms: step.at.map(|a| a.as_millis() as i64),
-                started_ms,
-                ended_ms,
-                ok,
-                detail,
-            });
+            self.steps.push(record(description, ok, detail));
         }
         let end = self.t0 + self.d.sc.load.duration;
         self.idle_until(end).await
@@ -236,6 +230,25 @@ impl Running<'_, '_> {
         }
     }
 
+    /// The node `sel` names, else every local node in `state` (what a
+    /// `resume` or a `restart` without a node acts on).
+    async fn named_or_all(
+        &mut self,
+        sel: Option<&NodeSel>,
+        state: NodeState,
+    ) -> Result<Vec<u64>, String> {
+        match sel {
+            Some(sel) => Ok(vec![self.resolve(sel).await?]),
+            None => Ok(self
+                .local()?
+                .nodes
+                .iter()
+                .filter(|n| n.state == state)
+                .map(|n| n.id)
+                .collect()),
+        }
+    }
+
     fn local(&mut self) -> Result<&mut LocalCluster, String> {
         self.d
             .local
@@ -290,16 +303,7 @@ impl Running<'_, '_> {
                 Ok(format!("node {id} stopped (SIGSTOP)"))
             }
             Action::Resume { node } => {
-                let ids: Vec<u64> = match node {
-                    Some(sel) => vec![self.resolve(sel).await?],
-                    None => self
-                        .local()?
-                        .nodes
-                        .iter()
-                        .filter(|n| n.state == NodeState::Paused)
-                        .map(|n| n.id)
-                        .collect(),
-                };
+                let ids = self.named_or_all(node.as_ref(), NodeState::Paused).await?;
                 let mut done = Vec::new();
                 for id in ids {
                     done.push(self.revert(Revert::Resume(id)).await);
@@ -311,16 +315,7 @@ impl Running<'_, '_> {
                 })
             }
             Action::Restart { node } => {
-                let ids: Vec<u64> = match node {
-                    Some(sel) => vec![self.resolve(sel).await?],
-                    None => self
-                        .local()?
-                        .nodes
-                        .iter()
-                        .filter(|n| n.state == NodeState::Killed)
-                        .map(|n| n.id)
-                        .collect(),
-                };
+                let ids = self.named_or_all(node.as_ref(), NodeState::Killed).await?;
                 let mut done = Vec::new();
                 for id in ids {
                     self.load.set_rotation(id, false);
@@ -409,18 +404,9 @@ impl Running<'_, '_> {
                     }
                 }
                 .ok_or_else(|| "no node to send the command to".to_owned())?;
-                let out = tokio::process::Command::new(&self.d.exe)
-                    .args([
-                        "ctl",
-                        "--admin",
-                        &admin,
-                        "--token",
-                        &self.d.admin.token,
-                        "--json",
-                    ])
+                let out = spawn::ctl_command(&self.d.exe, &admin, &self.d.admin.token)
+                    .arg("--json")
                     .args(args)
-                    .env_remove("ZONEGATE_ADMIN")
-                    .env_remove("ZONEGATE_ADMIN_TOKEN")
                     .output()
                     .await
                     .map_err(|e| format!("cannot run zonegate ctl: {e}"))?;

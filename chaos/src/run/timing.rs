@@ -41,38 +41,22 @@ pub(super) fn timing(
         });
     let applied = history::applied_everywhere(ticks, s.version, s.first_seen_ms, nodes);
     // Traffic moved: the first answer routed with this version that
-    // entered the zone the decision moved and went where it says.
+    // entered the zone the decision moved and went where it says (out of
+    // the zone after a failover, into it after a failback).
+    let first_answer = |zone: &str, away: bool| {
+        samples
+            .iter()
+            .filter(|x| {
+                x.ok && x.version.is_some_and(|v| v >= s.version)
+                    && zone_of.get(&x.entry).is_some_and(|z| z == zone)
+                    && x.zone.as_deref().is_some_and(|z| (z != zone) == away)
+            })
+            .map(|x| x.t_ms + x.latency_ms as i64)
+            .min()
+    };
     let moved = match (&s.kind[..], &s.decision) {
-        ("failover", d) => {
-            let from = d["failover"]["from"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            samples
-                .iter()
-                .filter(|x| {
-                    x.ok && x.version.is_some_and(|v| v >= s.version)
-                        && zone_of.get(&x.entry) == Some(&from)
-                        && x.zone.as_deref().is_some_and(|z| z != from)
-                })
-                .map(|x| x.t_ms + x.latency_ms as i64)
-                .min()
-        }
-        ("failback", d) => {
-            let zone = d["failback"]["zone"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            samples
-                .iter()
-                .filter(|x| {
-                    x.ok && x.version.is_some_and(|v| v >= s.version)
-                        && zone_of.get(&x.entry) == Some(&zone)
-                        && x.zone.as_deref() == Some(zone.as_str())
-                })
-                .map(|x| x.t_ms + x.latency_ms as i64)
-                .min()
-        }
+        ("failover", d) => first_answer(d["failover"]["from"].as_str().unwrap_or_default(), true),
+        ("failback", d) => first_answer(d["failback"]["zone"].as_str().unwrap_or_default(), false),
         _ => None,
     };
     let rel = |t: Option<i64>| match (&since, t) {
