@@ -1,7 +1,8 @@
 //! The user guide (`docs/`, an mdBook) cannot drift from the code:
-//! the `zonegate ctl` reference is the CLI's own help, and every relative
+//! the `zonegate ctl` reference is the CLI's own help, every relative
 //! link in the guide, README.md and the ARCHITECTURE.md files points to a file that
-//! exists and, with `#anchor`, to a heading in it.
+//! exists and, with `#anchor`, to a heading in it, and no link of the
+//! built guide leaves it (the book holds docs/src only).
 //!
 //! `ZONEGATE_UPDATE_DOCS=1 cargo test --test docs` rewrites
 //! `docs/src/ctl.md` from the binary's help.
@@ -217,7 +218,7 @@ fn every_relative_link_in_the_docs_resolves() {
             }
             if let Some(anchor) = anchor {
                 if dest.extension().is_some_and(|x| x == "md")
-                    && !anchors(&read(&dest)).contains(anchor)
+                    && !anchors(&rendered(&dest)).contains(anchor)
                 {
                     broken.push(format!("{}: {target}: no such heading", doc.display()));
                 }
@@ -229,6 +230,116 @@ fn every_relative_link_in_the_docs_resolves() {
         "only {checked} links found: is the parser broken?"
     );
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+/// A page as mdBook renders it: each `{{#include PATH}}` or
+/// `{{#include PATH:ANCHOR}}` line replaced by the text it names.
+fn rendered(page: &Path) -> String {
+    let mut out = String::new();
+    for line in read(page).lines() {
+        let spec = line
+            .trim()
+            .strip_prefix("{{#include ")
+            .and_then(|rest| rest.strip_suffix("}}"));
+        match spec {
+            Some(spec) => {
+                let (file, anchor) = match spec.trim().split_once(':') {
+                    Some((f, a)) => (f, Some(a)),
+                    None => (spec.trim(), None),
+                };
+                let text = read(&page.parent().unwrap().join(file));
+                match anchor {
+                    Some(name) => out.push_str(&anchored(&text, name)),
+                    None => out.push_str(&text),
+                }
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The lines between `ANCHOR: name` and `ANCHOR_END: name` (mdBook's
+/// include anchors, e.g. in HTML comments).
+fn anchored(text: &str, name: &str) -> String {
+    let (start, end) = (format!("ANCHOR: {name} "), format!("ANCHOR_END: {name} "));
+    let marks = |l: &str, m: &str| format!("{} ", l.trim()).contains(m);
+    let lines: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !marks(l, &start))
+        .skip(1)
+        .take_while(|l| !marks(l, &end))
+        .collect();
+    assert!(
+        !lines.is_empty(),
+        "no text between ANCHOR: {name} and ANCHOR_END: {name}"
+    );
+    lines.join("\n")
+}
+
+/// The built book holds docs/src only: a link of a chapter (or of the text
+/// it includes) to a file outside docs/src is broken in the HTML, even
+/// when it resolves in the Markdown.
+#[test]
+fn no_link_in_the_built_guide_leaves_it() {
+    let src = root().join("docs/src").canonicalize().unwrap();
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for chapter in documents().into_iter().skip(5) {
+        for target in links(&rendered(&chapter)) {
+            if target.is_empty()
+                || target.starts_with('#')
+                || target.contains("://")
+                || target.starts_with("mailto:")
+            {
+                continue;
+            }
+            checked += 1;
+            let (file, anchor) = match target.split_once('#') {
+                Some((f, a)) => (f, Some(a)),
+                None => (target.as_str(), None),
+            };
+            let name = chapter.file_name().unwrap().to_string_lossy();
+            match src.join(file).canonicalize() {
+                Err(_) => broken.push(format!("{name}: {target}: no such file in docs/src")),
+                Ok(dest) if !dest.starts_with(&src) => broken.push(format!(
+                    "{name}: {target}: outside docs/src, so not in the built book \
+                     (link a chapter, or name the file without a link)"
+                )),
+                Ok(dest) => {
+                    if let Some(anchor) = anchor {
+                        if !anchors(&rendered(&dest)).contains(anchor) {
+                            broken.push(format!("{name}: {target}: no such heading"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        checked > 10,
+        "only {checked} links found: is the parser broken?"
+    );
+    assert!(
+        broken.is_empty(),
+        "links broken in the built guide:\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn included_text_is_cut_at_its_anchors() {
+    let text = "a\n<!-- ANCHOR: tour -->\nb\nc\n<!-- ANCHOR_END: tour -->\nd\n";
+    assert_eq!(anchored(text, "tour"), "b\nc");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("inc.md"), text).unwrap();
+    std::fs::write(
+        dir.path().join("page.md"),
+        "# P\n{{#include inc.md:tour}}\n",
+    )
+    .unwrap();
+    assert_eq!(rendered(&dir.path().join("page.md")), "# P\nb\nc\n");
 }
 
 #[test]
