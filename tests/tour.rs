@@ -202,6 +202,21 @@ async fn every_command_of_the_five_minute_tour_runs_against_the_demo() {
     let demo = Demo::start("error,openraft=off").await;
     let (data, admin) = (&demo.data, &demo.admin);
     let backend = demo.backends.first().expect("the demo prints its backends");
+    // A reader starts the tour once the demo has run a few seconds: the
+    // leader has zone scores, so `failover --from az-a` has a target.
+    let outlook = format!("{admin}/admin/v1/outlook");
+    eventually(
+        Duration::from_secs(60),
+        "a failover target for az-a",
+        || {
+            let (outlook, token) = (outlook.clone(), demo.admin_token.clone());
+            async move {
+                get_json(&outlook, Some(&token)).await["zones"]["az-a"]["failover_target"]
+                    .is_string()
+            }
+        },
+    )
+    .await;
     let bin = bin().display().to_string();
     let dir = tempfile::tempdir().unwrap();
     // Where the tour installs the bash completions.
@@ -242,7 +257,9 @@ async fn every_command_of_the_five_minute_tour_runs_against_the_demo() {
             eprintln!("skipped (no man): {line}");
             continue;
         }
+        let started = std::time::Instant::now();
         let (code, out, err) = sh(dir.path(), &format!("{prelude}{line}"), run_for).await;
+        let took = started.elapsed();
         assert_eq!(
             code, step.exit,
             "`{}` exited {code}, the tour says {}:\n{out}\n{err}",
@@ -259,28 +276,38 @@ async fn every_command_of_the_five_minute_tour_runs_against_the_demo() {
                 .map(str::to_owned);
             assert!(version.is_some(), "the failover prints its version: {out}");
         }
-        outputs.push((step.line.clone(), out));
+        outputs.push((step.line.clone(), out, took));
     }
     // What the tour says the reader sees.
     let said = |cmd: &str| {
         outputs
             .iter()
-            .find(|(l, _)| l.starts_with(cmd))
-            .map(|(_, out)| out.clone())
+            .find(|(l, _, _)| l.contains(cmd))
+            .map(|(_, out, took)| (out.clone(), *took))
             .unwrap_or_else(|| panic!("the tour runs `{cmd}`"))
     };
-    let first = said("curl -si");
+    let (first, _) = said("curl -si");
     assert!(
         first.contains("x-zonegate-zone") && first.contains("x-zonegate-decision-version"),
         "{first}"
     );
-    let burst = said("for i in $(seq 24)");
-    assert!(
-        burst.contains("200") && burst.contains("429"),
-        "over its quota, 429: {burst}"
-    );
-    assert!(said("zg status").contains("az-a"));
-    assert!(said("zonegate completions bash").is_empty());
+    // 24 requests over a burst of about 17 refilled at 200 a minute: a
+    // 429 comes when they are sent within about 2.5 s (a machine too busy
+    // for that refills the bucket as fast as curl starts).
+    let (burst, took) = said("for i in $(seq 24)");
+    assert!(burst.contains("200"), "{burst}");
+    if took < Duration::from_secs(2) {
+        assert!(
+            burst.contains("429"),
+            "over its quota in {took:?}, 429: {burst}"
+        );
+    } else {
+        eprintln!("the burst took {took:?}: 429 not required ({burst})");
+    }
+    let (limited, _) = said("| grep -i '^HTTP");
+    assert!(limited.contains("x-ratelimit-limit-requests"), "{limited}");
+    assert!(said("zg status").0.contains("az-a"));
+    assert!(said("zonegate completions bash").0.is_empty());
     assert!(std::fs::read_to_string(
         dir.path()
             .join(".local/share/bash-completion/completions/zonegate")
