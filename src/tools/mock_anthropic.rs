@@ -188,7 +188,7 @@ pub fn authenticate(
     headers: &HeaderMap,
     expect_key: Option<&str>,
     request_id: &str,
-) -> Result<(), Response<Bytes>> {
+) -> Result<(), Box<Response<Bytes>>> {
     if let Some(expected) = expect_key {
         let given = headers.get("x-api-key").map(HeaderValue::as_bytes);
         let message = match given {
@@ -197,12 +197,20 @@ pub fn authenticate(
             Some(_) => None,
         };
         if let Some(m) = message {
-            return Err(json_reply(401, &error_body(401, m, request_id), request_id));
+            return Err(Box::new(json_reply(
+                401,
+                &error_body(401, m, request_id),
+                request_id,
+            )));
         }
     }
     if !headers.contains_key("anthropic-version") {
         let m = "anthropic-version: header is required";
-        return Err(json_reply(400, &error_body(400, m, request_id), request_id));
+        return Err(Box::new(json_reply(
+            400,
+            &error_body(400, m, request_id),
+            request_id,
+        )));
     }
     Ok(())
 }
@@ -232,8 +240,14 @@ pub struct Tool {
 /// `max_tokens` or `messages`, a role other than `user`/`assistant`, an
 /// unknown top-level field, a temperature above 1, a prefill that ends
 /// in whitespace.
-pub fn parse_request(body: &[u8], request_id: &str) -> Result<Head, Response<Bytes>> {
-    parse(body).map_err(|m| json_reply(400, &error_body(400, &m, request_id), request_id))
+pub fn parse_request(body: &[u8], request_id: &str) -> Result<Head, Box<Response<Bytes>>> {
+    parse(body).map_err(|m| {
+        Box::new(json_reply(
+            400,
+            &error_body(400, &m, request_id),
+            request_id,
+        ))
+    })
 }
 
 fn parse(body: &[u8]) -> Result<Head, String> {
