@@ -59,7 +59,7 @@ mod stream;
 
 pub use super::TranslateError;
 pub use response::{response_at, Usage};
-pub use stream::Stream;
+pub use stream::{sse, Stream};
 
 /// Translates an OpenAI chat completions request body into an Anthropic
 /// Messages API request for `upstream_model`, with `default_max_tokens`

@@ -9,6 +9,18 @@ fn malformed(field: impl Into<String>, reason: impl Into<String>) -> TranslateEr
     TranslateError::new(field, reason)
 }
 
+/// The OpenAI SSE text of payloads as [`Stream::event`] returns them:
+/// `data: <payload>\n\n` each.
+pub fn sse(payloads: &[String]) -> String {
+    let mut out = String::with_capacity(payloads.iter().map(|p| p.len() + 8).sum());
+    for p in payloads {
+        out.push_str("data: ");
+        out.push_str(p);
+        out.push_str("\n\n");
+    }
+    out
+}
+
 /// Where the stream is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -193,6 +205,42 @@ impl Stream {
             // asks of clients ("handle unknown event types gracefully").
             _ => Ok(Vec::new()),
         }
+    }
+
+    /// [`Stream::event`] for one whole SSE event as it came off the wire
+    /// (what `dataplane::sse::events` yields: `event:` and `data:` lines,
+    /// comments, a blank line). Several `data:` lines join with a line
+    /// feed, as the SSE standard says; an event without data (a comment,
+    /// a keep-alive) gives nothing.
+    pub fn sse_event(&mut self, raw: &[u8]) -> Result<Vec<String>, TranslateError> {
+        let mut name: &[u8] = b"";
+        let mut data: Vec<u8> = Vec::new();
+        let mut lines = 0usize;
+        for line in raw.split(|&b| b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let (field, value) = match line.iter().position(|&b| b == b':') {
+                Some(at) => (&line[..at], &line[at + 1..]),
+                None => (line, &b""[..]),
+            };
+            let value = value.strip_prefix(b" ").unwrap_or(value);
+            match field {
+                b"event" => name = value,
+                b"data" => {
+                    if lines > 0 {
+                        data.push(b'\n');
+                    }
+                    data.extend_from_slice(value);
+                    lines += 1;
+                }
+                _ => {}
+            }
+        }
+        if lines == 0 {
+            return Ok(Vec::new());
+        }
+        let name = std::str::from_utf8(name)
+            .map_err(|_| malformed("event", "an event name that is not UTF-8"))?;
+        self.event(name, &data)
     }
 
     fn message_start(&mut self, data: &Value) -> Result<Vec<String>, TranslateError> {

@@ -841,6 +841,36 @@ mod never_panics {
             let mut stream = Stream::new_at("m", false, 0);
             let _ = stream.event("message_start", &bytes);
             let _ = stream.event("content_block_delta", &bytes);
+            let _ = stream.sse_event(&bytes);
         }
     }
+}
+
+#[test]
+fn whole_sse_events_are_read_off_the_wire() {
+    let mut stream = Stream::new_at("claude", false, 1_700_000_000);
+    let start = text_then_tool()[0].1.to_string();
+    let raw = format!(": a comment\r\nevent: message_start\r\ndata: {start}\r\n\r\n");
+    let out = stream.sse_event(raw.as_bytes()).unwrap();
+    assert_eq!(out.len(), 1);
+    assert_eq!(
+        serde_json::from_str::<Value>(&out[0]).unwrap(),
+        chunk(json!({"role": "assistant", "content": ""}), json!(null))
+    );
+    // Data split over two lines joins with a line feed (JSON allows it).
+    let raw = "event: content_block_start\ndata: {\"type\": \"content_block_start\", \"index\": 0,\ndata: \"content_block\": {\"type\": \"text\", \"text\": \"Hi\"}}\n\n";
+    let out = stream.sse_event(raw.as_bytes()).unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&out[0]).unwrap(),
+        chunk(json!({"content": "Hi"}), json!(null))
+    );
+    assert_eq!(stream.sse_event(b": keep-alive\n\n"), Ok(vec![]));
+    assert_eq!(
+        stream.sse_event(b"event: message_stop\ndata: {}\n\n"),
+        Ok(vec!["[DONE]".to_owned()])
+    );
+    assert_eq!(
+        sse(&["{}".to_owned(), "[DONE]".to_owned()]),
+        "data: {}\n\ndata: [DONE]\n\n"
+    );
 }
