@@ -53,11 +53,13 @@
 //! `upstream_credentials` (the gateway's key, not the client's), a too-long
 //! prompt → 400 `context_length_exceeded`.
 
+mod fast;
 mod request;
 mod response;
 mod stream;
 
 pub use super::TranslateError;
+pub use fast::{request_bytes, response_bytes};
 pub use response::{response_at, Usage};
 pub use stream::{sse, Stream};
 
