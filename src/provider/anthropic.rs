@@ -1,7 +1,11 @@
 //! Anthropic's Messages API behind OpenAI's chat completions: a request
-//! ([`request`]), its answer ([`response`]), its stream ([`Stream`]) and
-//! its errors ([`error`]). The guide's page `providers-anthropic.md` has
-//! the same tables for users.
+//! ([`request`]), its answer ([`response`]), its stream ([`Stream`], one
+//! event or one whole SSE event off the wire with [`Stream::sse_event`])
+//! and its errors ([`error`]). The request path calls the bytes-to-bytes
+//! [`request_bytes`] and [`response_bytes`]: the same translation without
+//! a `serde_json::Value` for the common shapes (a third of the
+//! instructions). The guide's page `providers-anthropic.md` has the same
+//! tables for users, and the costs.
 //!
 //! # Request fields (OpenAI → Anthropic)
 //!

@@ -68,6 +68,7 @@ struct SimpleRequest<'a> {
     temperature: Option<serde_json::Number>,
     top_p: Option<serde_json::Number>,
     stream: Option<bool>,
+    #[allow(dead_code)] // read to check its shape; `Stream` acts on it
     stream_options: Option<StreamOptions>,
     stop: Option<Value>,
     #[serde(borrow)]
@@ -208,12 +209,32 @@ struct Block<'a> {
     input: Option<Value>,
 }
 
+/// Anthropic's `usage`, typed (unknown fields such as `service_tier` are
+/// skipped; a count that is not an integer sends the body the long way).
 #[derive(Deserialize)]
-struct UsageIn {
+pub(super) struct UsageIn {
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
     cache_creation_input_tokens: Option<u64>,
     cache_read_input_tokens: Option<u64>,
+}
+
+impl Usage {
+    /// [`Usage::update`] from the typed fields.
+    pub(super) fn merge(&mut self, u: &UsageIn) {
+        if let Some(n) = u.input_tokens {
+            self.input_tokens = n;
+        }
+        if let Some(n) = u.output_tokens {
+            self.output_tokens = n;
+        }
+        if u.cache_creation_input_tokens.is_some() {
+            self.cache_creation_input_tokens = u.cache_creation_input_tokens;
+        }
+        if u.cache_read_input_tokens.is_some() {
+            self.cache_read_input_tokens = u.cache_read_input_tokens;
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -316,15 +337,13 @@ fn simple_response(body: &[u8], client_model: &str, created: u64) -> Option<Vec<
             _ => return None,
         }
     }
-    let usage = m.usage.map_or(Usage::default(), |u| Usage {
-        input_tokens: u.input_tokens.unwrap_or(0),
-        output_tokens: u.output_tokens.unwrap_or(0),
-        cache_creation_input_tokens: u.cache_creation_input_tokens,
-        cache_read_input_tokens: u.cache_read_input_tokens,
-    });
+    let mut usage = Usage::default();
+    if let Some(u) = &m.usage {
+        usage.merge(u);
+    }
     // OpenAI's content is null when the answer is only tool calls.
     let text = text.unwrap_or(Cow::Borrowed(""));
-    let content = (!(text.is_empty() && !tool_calls.is_empty())).then_some(text);
+    let content = (!text.is_empty() || tool_calls.is_empty()).then_some(text);
     let out = Completion {
         id: &m.id,
         object: "chat.completion",
