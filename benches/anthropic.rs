@@ -43,7 +43,7 @@ fn translate(c: &mut Criterion) {
                     .expect("the bench inputs translate");
             let r = anthropic::response_bytes(black_box(ANSWER.as_bytes()), "claude", 1)
                 .expect("the bench inputs translate");
-            up.len() + r.len()
+            up.body.len() + r.len()
         })
     });
     group.bench_function("stream_of_16_text_deltas", |b| {

@@ -63,7 +63,7 @@ mod response;
 mod stream;
 
 pub use super::TranslateError;
-pub use fast::{request_bytes, response_bytes};
+pub use fast::{request_bytes, response_bytes, Translated};
 pub use response::{response_at, Usage};
 pub use stream::{sse, Stream};
 

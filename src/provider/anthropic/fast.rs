@@ -22,19 +22,39 @@ fn not_json(e: serde_json::Error) -> TranslateError {
     TranslateError::new("body", format!("not JSON: {e}"))
 }
 
+/// A translated request: the upstream body, and what the answer's
+/// translation needs to know of the client's request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Translated {
+    /// The Messages API request body.
+    pub body: Vec<u8>,
+    /// The client asked for a stream (`stream: true`).
+    pub stream: bool,
+    /// The client asked for the usage chunk (`stream_options.include_usage`).
+    pub include_usage: bool,
+}
+
 /// [`super::request`] from the client's body bytes to the upstream body
-/// bytes: the same translation and the same refusals.
+/// bytes: the same translation and the same refusals, and the two flags
+/// the answer's translation needs (read in the same pass).
 pub fn request_bytes(
     body: &[u8],
     upstream_model: &str,
     default_max_tokens: u32,
-) -> Result<Vec<u8>, TranslateError> {
+) -> Result<Translated, TranslateError> {
     if let Some(out) = simple_request(body, upstream_model, default_max_tokens) {
         return Ok(out);
     }
     let v: Value = serde_json::from_slice(body).map_err(not_json)?;
     let out = super::request(&v, upstream_model, default_max_tokens)?;
-    serde_json::to_vec(&out).map_err(not_json)
+    Ok(Translated {
+        body: serde_json::to_vec(&out).map_err(not_json)?,
+        stream: v.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        include_usage: v
+            .pointer("/stream_options/include_usage")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+    })
 }
 
 /// [`super::response_at`] from the provider's body bytes to the client's.
@@ -68,7 +88,6 @@ struct SimpleRequest<'a> {
     temperature: Option<serde_json::Number>,
     top_p: Option<serde_json::Number>,
     stream: Option<bool>,
-    #[allow(dead_code)] // read to check its shape; `Stream` acts on it
     stream_options: Option<StreamOptions>,
     stop: Option<Value>,
     #[serde(borrow)]
@@ -78,7 +97,6 @@ struct SimpleRequest<'a> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct StreamOptions {
-    #[allow(dead_code)] // read to check it is a boolean
     include_usage: Option<bool>,
 }
 
@@ -121,7 +139,11 @@ struct Metadata<'a> {
     user_id: &'a str,
 }
 
-fn simple_request(body: &[u8], upstream_model: &str, default_max_tokens: u32) -> Option<Vec<u8>> {
+fn simple_request(
+    body: &[u8],
+    upstream_model: &str,
+    default_max_tokens: u32,
+) -> Option<Translated> {
     let req: SimpleRequest<'_> = serde_json::from_slice(body).ok()?;
     let mut system = None;
     let mut messages: Vec<Turn<'_>> = Vec::with_capacity(req.messages.len());
@@ -179,7 +201,14 @@ fn simple_request(body: &[u8], upstream_model: &str, default_max_tokens: u32) ->
         stream: req.stream,
         metadata: req.user.as_deref().map(|user_id| Metadata { user_id }),
     };
-    serde_json::to_vec(&out).ok()
+    Some(Translated {
+        body: serde_json::to_vec(&out).ok()?,
+        stream: req.stream.unwrap_or(false),
+        include_usage: req
+            .stream_options
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false),
+    })
 }
 
 /// The answer shapes the fast path takes: text and `tool_use` blocks.

@@ -232,8 +232,9 @@ impl Stream {
         }
         let data: Value = serde_json::from_slice(data)
             .map_err(|e| malformed("data", format!("an event's data is not JSON: {e}")))?;
-        // A relay that drops `event:` lines still leaves the data's `type`.
-        let kind = if event.is_empty() {
+        // A relay that drops `event:` lines still leaves the data's `type`
+        // (`message` is the SSE default name of an event without one).
+        let kind = if event.is_empty() || event == "message" {
             data.get("type").and_then(Value::as_str).unwrap_or("")
         } else {
             event

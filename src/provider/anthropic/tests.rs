@@ -741,11 +741,12 @@ fn contradictory_stream_events_are_errors_naming_the_field() {
 }
 
 #[test]
-fn unknown_events_and_a_missing_event_name_are_handled() {
+fn unknown_events_and_a_missing_or_default_event_name_are_handled() {
     let mut stream = Stream::new_at("claude", false, 1_700_000_000);
     let events: Vec<(&str, Value)> = text_then_tool()
         .into_iter()
-        .map(|(_, d)| ("", d))
+        .enumerate()
+        .map(|(i, (_, d))| (if i % 2 == 0 { "" } else { "message" }, d))
         .chain([("future_event", json!({"type": "future_event"}))])
         .collect();
     let got = run_stream(&mut stream, &events);
@@ -884,9 +885,17 @@ fn same_request(openai: &Value) {
     // the last bit, the same way on both paths.
     let bytes = openai.to_string();
     let slow = request(&serde_json::from_str(&bytes).unwrap(), "claude-up", 1024);
-    let fast = request_bytes(bytes.as_bytes(), "claude-up", 1024)
-        .map(|b| serde_json::from_slice::<Value>(&b).unwrap());
+    let fast = request_bytes(bytes.as_bytes(), "claude-up", 1024);
+    let flags = fast.as_ref().ok().map(|t| (t.stream, t.include_usage));
+    let fast = fast.map(|t| serde_json::from_slice::<Value>(&t.body).unwrap());
     assert_eq!(fast, slow, "{openai}");
+    if flags.is_some() {
+        let want = (
+            openai["stream"] == json!(true),
+            openai["stream_options"]["include_usage"] == json!(true),
+        );
+        assert_eq!(flags, Some(want), "{openai}");
+    }
 }
 
 fn same_response(anthropic: &Value) {
