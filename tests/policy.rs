@@ -1,0 +1,381 @@
+//! Traffic policy through the real binary: a tenant held to tagged
+//! backends never reaches another, and gets 503 `no_eligible_backend` when
+//! none is left; rules route a stable share of users (and a whole tenant)
+//! to another model; a shadow whose target errors or stalls never shows in
+//! the client's answer; and all of it changes through `ctl config apply` on
+//! a three-node cluster under load, and rolls back.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::*;
+use zonegate::config::sha256_hex;
+
+const NEW: &str = "qwen3-8b-instruct";
+
+fn tenant(name: &str, key: &str, extra: &str) -> String {
+    format!(
+        "[[tenants]]\nname = \"{name}\"\nkey_sha256 = \"{}\"\n{extra}\n\n",
+        sha256_hex(key)
+    )
+}
+
+fn tagged(m: &Mock, models: &[&str], tags: &str) -> String {
+    m.backend_toml(models)
+        .replacen("metrics_path", &format!("tags = {tags}\nmetrics_path"), 1)
+}
+
+async fn chat_as(
+    node: &NodeProcess,
+    key: &str,
+    body: Value,
+    user_header: Option<&str>,
+) -> reqwest::Response {
+    let mut req = client()
+        .post(format!("{}/v1/chat/completions", node.data))
+        .bearer_auth(key)
+        .json(&body);
+    if let Some(h) = user_header {
+        req = req.header("x-canary", h);
+    }
+    req.send().await.expect("gateway reachable")
+}
+
+fn body_for(model: &str, user: Option<&str>) -> Value {
+    let mut b = chat_body(16, false);
+    b["model"] = json!(model);
+    if let Some(u) = user {
+        b["user"] = json!(u);
+    }
+    b
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_require_tags_tenant_never_reaches_an_untagged_backend() {
+    let private = Mock::start("priv-1", "az-a", &[MODEL]).await;
+    let public = Mock::start("pub-1", "az-a", &[MODEL]).await;
+    let rest = format!(
+        "{}{}{}{}",
+        tenant(
+            "fin",
+            "fin-key",
+            "require_tags = [\"private\"]\nmodels = [\"qwen25-*\"]"
+        ),
+        tagged(&private, &[MODEL], "[\"private\", \"gpu-h100\"]"),
+        public.backend_toml(&[MODEL]),
+        "[health]\npassive_failures = 1000\n",
+    );
+    let node = NodeProcess::start("az-a", &rest).await;
+    for i in 0..30 {
+        let r = chat_as(
+            &node,
+            "fin-key",
+            body_for(MODEL, Some(&format!("u{i}"))),
+            None,
+        )
+        .await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers()["x-zonegate-backend"], "priv-1");
+    }
+    // A model outside the tenant's globs does not exist for it.
+    let r = chat_as(&node, "fin-key", body_for("other-model", None), None).await;
+    assert_eq!(r.status(), 404);
+    // The private backend fails: 503 no_eligible_backend, never the public one.
+    private
+        .faults(json!({"error_rate": 1.0, "error_status": 500}))
+        .await;
+    for _ in 0..10 {
+        let r = chat_as(&node, "fin-key", body_for(MODEL, None), None).await;
+        assert_eq!(r.status(), 503);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["code"], "no_eligible_backend", "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("tagged [private]"),
+            "{v}"
+        );
+    }
+    assert_eq!(
+        public.stats().await["requests"],
+        0,
+        "fin reached an untagged backend"
+    );
+    // Another tenant still uses both.
+    let r = node
+        .chat()
+        .json(&body_for(MODEL, None))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let rules = node.admin_get("/admin/v1/rules").await;
+    let fin = &rules["tenants"][1];
+    assert_eq!(fin["require_tags"], json!(["private"]), "{rules}");
+    assert_eq!(fin["reachable"][MODEL], json!(["priv-1"]), "{rules}");
+    node.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_routes_a_stable_share_of_users_and_a_whole_internal_tenant() {
+    let old = Mock::start("old-1", "az-a", &[MODEL]).await;
+    let new = Mock::start("new-1", "az-a", &[NEW]).await;
+    let rest = format!(
+        "{}{}{}\n[[rules]]\nname = \"internal-all\"\nmodel = \"{MODEL}\"\nmatch = {{ tenants = [\"internal\"] }}\nroute_to = \"{NEW}\"\n\n[[rules]]\nname = \"canary\"\nmodel = \"{MODEL}\"\nmatch = {{ headers = {{ \"x-canary\" = \"1\" }} }}\nroute_to = \"{NEW}\"\n\n[[rules]]\nname = \"qwen3-gray\"\nmodel = \"{MODEL}\"\npercent = 5.0\nroute_to = \"{NEW}\"\n",
+        tenant("internal", "internal-key", ""),
+        old.backend_toml(&[MODEL]),
+        new.backend_toml(&[NEW]),
+    );
+    let node = Arc::new(NodeProcess::start("az-a", &rest).await);
+    // Distinct users, 16 at a time.
+    let users = 4_000;
+    let mut tasks = tokio::task::JoinSet::new();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for _ in 0..16 {
+        let (node, next) = (Arc::clone(&node), Arc::clone(&next));
+        tasks.spawn(async move {
+            let mut gray = 0;
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= users {
+                    return gray;
+                }
+                let r = chat_as(
+                    &node,
+                    API_KEY,
+                    body_for(MODEL, Some(&format!("user-{i}"))),
+                    None,
+                )
+                .await;
+                assert_eq!(r.status(), 200);
+                let route = r.headers()["x-zonegate-route"].to_str().unwrap().to_owned();
+                if route.starts_with("rule:qwen3-gray") {
+                    assert_eq!(r.headers()["x-zonegate-backend"], "new-1");
+                    gray += 1;
+                }
+            }
+        });
+    }
+    let mut gray = 0;
+    while let Some(n) = tasks.join_next().await {
+        gray += n.unwrap();
+    }
+    let share = gray as f64 * 100.0 / users as f64;
+    println!("realised share of a 5 % rule over {users} distinct users: {share:.2} %");
+    assert!((4.0..=6.0).contains(&share), "{share} %");
+    let rules = node.admin_get("/admin/v1/rules").await;
+    let r = rules["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "qwen3-gray")
+        .unwrap()
+        .clone();
+    assert_eq!(r["matched"], gray, "{rules}");
+    assert_eq!(r["evaluated"], users, "{rules}");
+    let metrics = node.metrics().await;
+    assert_eq!(
+        metric_sum(
+            &metrics,
+            "zonegate_rule_matched_total",
+            &["rule=\"qwen3-gray\""]
+        ),
+        gray as f64
+    );
+    // 100 users x 10 requests: each user always on one side.
+    for u in 0..100 {
+        let mut sides = std::collections::BTreeSet::new();
+        for _ in 0..10 {
+            let r = chat_as(
+                &node,
+                API_KEY,
+                body_for(MODEL, Some(&format!("sticky-{u}"))),
+                None,
+            )
+            .await;
+            sides.insert(
+                r.headers()["x-zonegate-backend"]
+                    .to_str()
+                    .unwrap()
+                    .to_owned(),
+            );
+        }
+        assert_eq!(sides.len(), 1, "user sticky-{u} saw {sides:?}");
+    }
+    // The internal tenant: 100 %; a header match too.
+    for i in 0..30 {
+        let r = chat_as(
+            &node,
+            "internal-key",
+            body_for(MODEL, Some(&format!("i{i}"))),
+            None,
+        )
+        .await;
+        assert_eq!(
+            r.headers()["x-zonegate-route"]
+                .to_str()
+                .unwrap()
+                .split(',')
+                .next(),
+            Some("rule:internal-all")
+        );
+        assert_eq!(r.headers()["x-zonegate-backend"], "new-1");
+        let r = chat_as(
+            &node,
+            API_KEY,
+            body_for(MODEL, Some(&format!("c{i}"))),
+            Some("1"),
+        )
+        .await;
+        assert!(r.headers()["x-zonegate-route"]
+            .to_str()
+            .unwrap()
+            .starts_with("rule:canary"));
+    }
+    let (code, out, err) = ctl(&node.admin, &["rules"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("qwen3-gray") && out.contains("5.0%"), "{out}");
+    let (code, out, err) = ctl(
+        &node.admin,
+        &[
+            "explain", "--model", MODEL, "--tenant", "internal", "--user", "x",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("rule: internal-all"), "{out}");
+    Arc::try_unwrap(node).ok().expect("tasks done").kill().await;
+}
+
+/// p99 and successes of `n` requests, 8 at a time.
+async fn run_load(node: &Arc<NodeProcess>, n: usize) -> (Duration, usize) {
+    let mut tasks = tokio::task::JoinSet::new();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for _ in 0..8 {
+        let (node, next) = (Arc::clone(node), Arc::clone(&next));
+        tasks.spawn(async move {
+            let mut out = Vec::new();
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= n {
+                    return out;
+                }
+                let t = Instant::now();
+                let r = chat_as(
+                    &node,
+                    API_KEY,
+                    body_for(MODEL, Some(&format!("s-{i}"))),
+                    None,
+                )
+                .await;
+                out.push((t.elapsed(), r.status().is_success()));
+            }
+        });
+    }
+    let mut all = Vec::new();
+    while let Some(v) = tasks.join_next().await {
+        all.extend(v.unwrap());
+    }
+    let ok = all.iter().filter(|(_, ok)| *ok).count();
+    let mut lat: Vec<Duration> = all.into_iter().map(|(d, _)| d).collect();
+    lat.sort();
+    (lat[(lat.len() * 99 / 100).min(lat.len() - 1)], ok)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_whose_target_fails_or_stalls_never_touches_the_client() {
+    let primary = Mock::start("prim-1", "az-a", &[MODEL]).await;
+    let target = Mock::start("cand-1", "az-a", &[NEW]).await;
+    let backends = format!(
+        "{}{}",
+        primary.backend_toml(&[MODEL]),
+        target.backend_toml(&[NEW])
+    );
+    let plain = Arc::new(NodeProcess::start("az-a", &backends).await);
+    let shadow = format!(
+        "{backends}[[shadows]]\nname = \"qwen3-shadow\"\nmodel = \"{MODEL}\"\nto = \"{NEW}\"\npercent = 10.0\nmax_in_flight = 8\ntimeout = \"20s\"\n"
+    );
+    let shadowed = Arc::new(NodeProcess::start("az-a", &shadow).await);
+    let n = 400;
+    // The target answers 500.
+    target
+        .faults(json!({"error_rate": 1.0, "error_status": 500}))
+        .await;
+    let (base_p99, base_ok) = run_load(&plain, n).await;
+    let before = primary.stats().await["requests"].as_u64().unwrap();
+    let (p99, ok) = run_load(&shadowed, n).await;
+    let got = target.stats().await["requests"].as_u64().unwrap();
+    println!(
+        "shadow 500s: client p99 {p99:?} vs {base_p99:?} without (ratio {:.2}); success {ok}/{n} vs {base_ok}/{n}; target got {got}/{n}",
+        p99.as_secs_f64() / base_p99.as_secs_f64()
+    );
+    assert_eq!((ok, base_ok), (n, n));
+    assert!(
+        p99 < base_p99 * 3 + Duration::from_millis(200),
+        "{p99:?} vs {base_p99:?}"
+    );
+    assert!(
+        (n as u64 * 8 / 100..=n as u64 * 12 / 100).contains(&got),
+        "target got {got} of {n}"
+    );
+    assert!(primary.stats().await["requests"].as_u64().unwrap() - before >= n as u64);
+    eventually(
+        Duration::from_secs(20),
+        "the failures are compared",
+        || async {
+            let v = shadowed.admin_get("/admin/v1/shadows/qwen3-shadow").await;
+            v["compared"] == got && v["errors"] == got
+        },
+    )
+    .await;
+    let v = shadowed.admin_get("/admin/v1/shadows/qwen3-shadow").await;
+    assert_eq!(v["disagreements"][0]["shadow_status"], 500, "{v}");
+    assert_eq!(v["disagreements"][0]["primary_status"], 200, "{v}");
+    // Health is untouched by the copies' failures: the primary's state is
+    // the one the node without the shadow sees, and the target, whose
+    // copies all failed, took no passive failure.
+    let state = |v: &Value, name: &str| {
+        let b = v["backends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["name"] == name)
+            .unwrap()
+            .clone();
+        (b["state"].clone(), b["health_state"].clone())
+    };
+    let with = shadowed.admin_get("/admin/v1/backends").await;
+    let without = plain.admin_get("/admin/v1/backends").await;
+    assert_eq!(state(&with, "prim-1"), state(&without, "prim-1"), "{with}");
+    assert_eq!(state(&with, "cand-1").0, "up", "{with}");
+    // The target stalls past the run: the client does not wait for it,
+    // and at most max_in_flight copies run.
+    target
+        .faults(json!({"error_rate": 0.0, "latency_ms": 10_000}))
+        .await;
+    let (base_p99, _) = run_load(&plain, n).await;
+    let (p99, ok) = run_load(&shadowed, n).await;
+    println!(
+        "shadow 10 s: client p99 {p99:?} vs {base_p99:?} without (ratio {:.2}); success {ok}/{n}",
+        p99.as_secs_f64() / base_p99.as_secs_f64()
+    );
+    assert_eq!(ok, n);
+    assert!(
+        p99 < base_p99 * 3 + Duration::from_millis(200),
+        "{p99:?} vs {base_p99:?}"
+    );
+    let v = shadowed.admin_get("/admin/v1/shadows").await;
+    let s = &v["shadows"][0];
+    assert!(s["in_flight"].as_u64().unwrap() <= 8, "{v}");
+    assert!(s["skipped_in_flight"].as_u64().unwrap() > 0, "{v}");
+    let (code, out, err) = ctl(&shadowed.admin, &["shadows", "qwen3-shadow"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("last disagreements"), "{out}");
+    for n in [plain, shadowed] {
+        Arc::try_unwrap(n).ok().expect("tasks done").kill().await;
+    }
+}
