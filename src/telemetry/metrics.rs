@@ -207,8 +207,8 @@ metrics! {
     shadow_comparisons: IntCounterVec = "zonegate_shadow_comparisons_total", "Primary and shadow pairs compared, by result (agree, disagree)", ["shadow", "result"];
     /// Time to first byte of each side of a pair.
     shadow_first_byte: HistogramVec = "zonegate_shadow_first_byte_seconds", "Time to the first byte of the primary and of its shadow copy (side)", ["shadow", "side"];
-    /// Token-set Jaccard similarity of pairs that both answered 2xx.
-    shadow_similarity: HistogramVec = "zonegate_shadow_similarity_ratio", "Token-set Jaccard similarity of a primary answer and its shadow's (0-1)", ["shadow"];
+    /// Mean token-set Jaccard similarity of recent pairs that both answered 2xx.
+    shadow_similarity: GaugeVec = "zonegate_shadow_similarity_ratio", "Mean token-set Jaccard similarity of the shadow's last 1024 compared 2xx pairs (0-1)", ["shadow"];
     retry_budget_exhausted: IntCounterVec = "zonegate_retry_budget_exhausted_total", "Retries refused by the retry budget", ["model"];
     fallbacks: IntCounterVec = "zonegate_fallbacks_total", "Requests served by a fallback (model or cross-zone)", ["kind", "class"];
     stream_aborts: IntCounterVec = "zonegate_stream_aborts_total", "Upstream streams that broke after the first byte, by reason", ["model", "backend", "reason"];

@@ -538,9 +538,6 @@ fn record(
             .with_label_values(&[name, "shadow"])
             .observe(s.as_secs_f64());
     }
-    if let Some(s) = c.similarity {
-        m.shadow_similarity.with_label_values(&[name]).observe(s);
-    }
     let disagreement = c.disagrees();
     m.shadow_comparisons
         .with_label_values(&[
@@ -562,6 +559,10 @@ fn record(
         r.compared += 1;
         push(&mut r.latency_delta_s, c.latency_delta_s, SAMPLES);
         push(&mut r.similarity, c.similarity, SAMPLES);
+        if c.similarity.is_some() {
+            let mean = r.similarity.iter().sum::<f64>() / r.similarity.len() as f64;
+            m.shadow_similarity.with_label_values(&[name]).set(mean);
+        }
         match disagreement {
             None => r.agreed += 1,
             Some(reason) => {
