@@ -278,7 +278,7 @@ async fn run_load(node: &Arc<NodeProcess>, n: usize) -> (Duration, usize) {
     }
     let mut all = Vec::new();
     while let Some(v) = tasks.join_next().await {
-        all.extend(v.unwrap());
+        all.extend(v.expect("load task"));
     }
     let ok = all.iter().filter(|(_, ok)| *ok).count();
     let mut lat: Vec<Duration> = all.into_iter().map(|(d, _)| d).collect();
