@@ -61,8 +61,10 @@ fn body_for(model: &str, user: Option<&str>) -> Value {
 async fn a_require_tags_tenant_never_reaches_an_untagged_backend() {
     let private = Mock::start("priv-1", "az-a", &[MODEL]).await;
     let public = Mock::start("pub-1", "az-a", &[MODEL]).await;
+    // A private fallback model outside fin's globs: skipped for fin.
+    let other = Mock::start("priv-other", "az-a", &["other-model"]).await;
     let rest = format!(
-        "{}{}{}{}",
+        "{}{}{}{}{}",
         tenant(
             "fin",
             "fin-key",
@@ -70,7 +72,8 @@ async fn a_require_tags_tenant_never_reaches_an_untagged_backend() {
         ),
         tagged(&private, &[MODEL], "[\"private\", \"gpu-h100\"]"),
         public.backend_toml(&[MODEL]),
-        "[health]\npassive_failures = 1000\n",
+        tagged(&other, &["other-model"], "[\"private\"]"),
+        format!("[health]\npassive_failures = 1000\n\n[[models]]\nname = \"{MODEL}\"\nfallback = [\"other-model\"]\n"),
     );
     let node = NodeProcess::start("az-a", &rest).await;
     for i in 0..30 {
@@ -113,6 +116,12 @@ async fn a_require_tags_tenant_never_reaches_an_untagged_backend() {
     assert!(
         private_stats["requests_by_tenant"]["fin"].as_u64() >= Some(31),
         "{private_stats}"
+    );
+    let other_stats = other.stats().await;
+    assert_eq!(
+        other_stats["requests_by_tenant"]["fin"],
+        Value::Null,
+        "fin reached a fallback outside its models: {other_stats}"
     );
     // Another tenant still uses both.
     let r = node
