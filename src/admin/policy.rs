@@ -21,11 +21,19 @@ use crate::dataplane::error::error_body;
 use crate::dataplane::policy::{eligible, rules};
 use crate::node::gateway::Gateway;
 
-/// The share a rule took of the requests that met its match, in percent.
-fn realised(rule: &Rule, gw: &Gateway) -> (u64, u64, Option<f64>) {
-    let h = rules::handles(rule, &gw.metrics);
-    let (e, m) = (h.evaluated.get(), h.matched.get());
-    (e, m, (e > 0).then(|| m as f64 * 100.0 / e as f64))
+fn share(e: u64, m: u64) -> Option<f64> {
+    (e > 0).then(|| (m as f64 * 100.0 / e as f64 * 100.0).round() / 100.0)
+}
+
+/// The requests that met a rule's match and those it took under this
+/// config version, and the share in percent.
+fn realised(rule: &Rule) -> (u64, u64, Option<f64>) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (e, m) = (
+        rule.counts.evaluated.load(Relaxed),
+        rule.counts.matched.load(Relaxed),
+    );
+    (e, m, share(e, m))
 }
 
 /// `GET /admin/v1/rules`.
@@ -36,7 +44,9 @@ pub async fn rules(State(gw): State<Arc<Gateway>>) -> Response {
         .rules
         .iter()
         .map(|r| {
-            let (evaluated, matched, share) = realised(r, &gw);
+            let (evaluated, matched, now) = realised(r);
+            let h = rules::handles(r, &gw.metrics);
+            let (e, m) = (h.evaluated.get(), h.matched.get());
             json!({
                 "name": r.name,
                 "model": r.model,
@@ -48,7 +58,8 @@ pub async fn rules(State(gw): State<Arc<Gateway>>) -> Response {
                 "route_to": r.route_to,
                 "evaluated": evaluated,
                 "matched": matched,
-                "realised_percent": share.map(|s| (s * 100.0).round() / 100.0),
+                "realised_percent": now,
+                "since_start": {"evaluated": e, "matched": m, "realised_percent": share(e, m)},
             })
         })
         .collect();
@@ -57,7 +68,7 @@ pub async fn rules(State(gw): State<Arc<Gateway>>) -> Response {
         "config_version": cfg.config_version,
         "rules": list,
         "tenants": tenants(&cfg),
-        "note": "evaluated and matched count this node's requests since it started; sum zonegate_rule_*_total across nodes for the cluster",
+        "note": "evaluated, matched and realised_percent count this node's requests under this config version (since_start: since the node started); sum zonegate_rule_*_total across nodes for the cluster",
     }))
     .into_response()
 }

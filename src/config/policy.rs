@@ -144,6 +144,16 @@ pub struct Rule {
     pub salt: u64,
     /// `zonegate_rule_{evaluated,matched}_total{rule}`, made on first use.
     pub handles: OnceLock<RuleHandles>,
+    /// The same counts under this config version only (the realised share
+    /// of the percent now configured, not a blend with earlier ones).
+    pub counts: Arc<RuleCounts>,
+}
+
+/// A rule's requests under one config version.
+#[derive(Debug, Default)]
+pub struct RuleCounts {
+    pub evaluated: std::sync::atomic::AtomicU64,
+    pub matched: std::sync::atomic::AtomicU64,
 }
 
 /// A rule's counters.
@@ -298,6 +308,7 @@ impl Validator<'_> {
                 threshold: threshold(percent),
                 route_to: r.route_to,
                 handles: OnceLock::new(),
+                counts: Arc::default(),
             });
         }
         let mut shadows = Vec::with_capacity(raw.shadows.len());

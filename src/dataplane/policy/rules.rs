@@ -94,10 +94,13 @@ pub fn select<'c, 'h>(
         user(),
         |m| super::allows_model(cfg, tenant_index, m),
         |rule, took| {
+            use std::sync::atomic::Ordering::Relaxed;
             let h = handles(rule, metrics);
             h.evaluated.inc();
+            rule.counts.evaluated.fetch_add(1, Relaxed);
             if took {
                 h.matched.inc();
+                rule.counts.matched.fetch_add(1, Relaxed);
             }
         },
     )
