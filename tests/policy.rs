@@ -64,7 +64,7 @@ async fn a_require_tags_tenant_never_reaches_an_untagged_backend() {
     // A private fallback model outside fin's globs: skipped for fin.
     let other = Mock::start("priv-other", "az-a", &["other-model"]).await;
     let rest = format!(
-        "{}{}{}{}{}",
+        "{}{}{}{}[health]\npassive_failures = 1000\n\n[[models]]\nname = \"{MODEL}\"\nfallback = [\"other-model\"]\n",
         tenant(
             "fin",
             "fin-key",
@@ -73,7 +73,6 @@ async fn a_require_tags_tenant_never_reaches_an_untagged_backend() {
         tagged(&private, &[MODEL], "[\"private\", \"gpu-h100\"]"),
         public.backend_toml(&[MODEL]),
         tagged(&other, &["other-model"], "[\"private\"]"),
-        format!("[health]\npassive_failures = 1000\n\n[[models]]\nname = \"{MODEL}\"\nfallback = [\"other-model\"]\n"),
     );
     let node = NodeProcess::start("az-a", &rest).await;
     for i in 0..30 {
