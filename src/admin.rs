@@ -9,6 +9,7 @@ mod dashboard;
 mod explain;
 mod members;
 mod outlook;
+mod policy;
 mod quotas;
 
 use std::sync::Arc;
@@ -42,6 +43,9 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/admin/v1/outlook", get(outlook::outlook))
         .route("/admin/v1/explain", get(explain::explain))
         .route("/admin/v1/quotas", get(quotas::quotas))
+        .route("/admin/v1/rules", get(policy::rules))
+        .route("/admin/v1/shadows", get(policy::shadows))
+        .route("/admin/v1/shadows/{name}", get(policy::shadow))
         .route("/admin/v1/config", get(config::show).post(config::apply))
         .route("/admin/v1/backends", get(backends))
         .route("/admin/v1/events", get(events))

@@ -4,6 +4,7 @@
 pub mod config;
 pub mod ctl;
 pub mod members;
+pub mod policy;
 
 use std::path::Path;
 

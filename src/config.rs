@@ -18,6 +18,7 @@ mod cluster;
 mod health;
 mod models;
 mod node;
+pub mod policy;
 mod quota;
 mod raw;
 #[cfg(test)]
@@ -147,6 +148,8 @@ pub struct Config {
     /// Per tenant, in the order of `tenants`: how much of a minute's
     /// allocation its buckets admit at once (`quota.burst`).
     pub tenant_bursts: Vec<Duration>,
+    /// Traffic policy: rules, shadows, tenants' models and tags.
+    pub policy: policy::PolicyConfig,
 }
 
 /// `[cluster]`: Raft timing and readiness.

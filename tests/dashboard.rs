@@ -291,6 +291,13 @@ async fn dashboard_in_headless_chromium_shows_zones_leader_scores_and_fails_over
             "token never in the URL: {s}"
         );
         assert_eq!(s["stored"], VIEWER_TOKEN, "{s}");
+        // The traffic policy tables: no rule or shadow, the tenant with any model.
+        browser.wait_for(
+            "the policy tables",
+            "document.querySelector('#rules tbody').textContent.includes('no rules') && \
+             document.querySelector('#shadows tbody').textContent.includes('no shadows') && \
+             document.querySelector('#tenants tbody').textContent.includes('deptA')",
+        );
         // After a reload the stored token signs in again, and trend lines draw.
         browser.navigate(&page);
         browser.wait_for(

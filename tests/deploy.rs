@@ -593,6 +593,30 @@ const NOT_ON_A_TEST_NODE: &[(&str, &str)] = &[
         "zonegate_failover_auto_decisions_total",
         "only on a leader that proposed automatically",
     ),
+    (
+        "zonegate_rule_matched_total",
+        "only with [[rules]] (tests/policy.rs)",
+    ),
+    (
+        "zonegate_rule_evaluated_total",
+        "only with [[rules]] (tests/policy.rs)",
+    ),
+    (
+        "zonegate_shadow_requests_total",
+        "only with [[shadows]] (tests/policy.rs)",
+    ),
+    (
+        "zonegate_shadow_comparisons_total",
+        "only with [[shadows]] (tests/policy.rs)",
+    ),
+    (
+        "zonegate_shadow_similarity_ratio",
+        "only with [[shadows]] (tests/policy.rs)",
+    ),
+    (
+        "zonegate_shadow_first_byte_seconds",
+        "only with [[shadows]] (tests/policy.rs)",
+    ),
 ];
 
 /// The Grafana board parses, names its datasource as a variable, and every

@@ -142,6 +142,8 @@ pub struct Plan {
     pub removed: BTreeMap<String, Vec<String>>,
     pub sections: Vec<String>,
     pub rules: Vec<Tripped>,
+    /// Tenants whose reachable backends shrink, by the backends they lose.
+    pub tenants_shrunk: BTreeMap<String, Vec<String>>,
 }
 
 /// Pure: the changes from `old` to `new` and the rules they trip, given
@@ -193,6 +195,9 @@ pub fn plan(old: &Config, new: &Config, view: &ClusterView, recent: &BTreeSet<St
             });
         }
     }
+    let (tripped, shrunk) = super::policy::plan(old, new, &serving);
+    p.rules.extend(tripped);
+    p.tenants_shrunk = shrunk;
     for t in old.tenants.iter().filter(|t| recent.contains(&*t.name)) {
         let kept = new
             .tenants

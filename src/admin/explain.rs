@@ -34,6 +34,10 @@ pub struct ExplainQuery {
     /// The zone the request enters at (default: this node's).
     zone: Option<String>,
     max_tokens: Option<u64>,
+    /// Traffic policy: the tenant, its user and one `name:value` header.
+    tenant: Option<String>,
+    user: Option<String>,
+    header: Option<String>,
 }
 
 /// `GET /admin/v1/explain`.
@@ -120,6 +124,7 @@ pub async fn explain(State(gw): State<Arc<Gateway>>, Query(q): Query<ExplainQuer
         "withheld_zones": plan.withheld,
         "zones": zones,
         "fallback_models": model.cfg.fallback,
+        "rule": super::policy::explain_rule(&cfg, q.tenant.as_deref(), q.user.as_deref(), q.header.as_deref(), &q.model),
         "note": "the session's home is read from this node's pin table; the prompt is taken as small",
     }))
     .into_response()

@@ -75,6 +75,12 @@ pub enum Verb {
     /// The replicated routing config: show, diff, apply, rollback, history
     /// (src/cli/config.rs).
     Config(super::config::ConfigCmd),
+    /// Traffic rules: configured against realised share; tenants' allowed
+    /// models and tags (src/cli/policy.rs).
+    Rules,
+    /// Shadow traffic: copies, agreement, latency delta; with a NAME, its
+    /// last disagreements (src/cli/policy.rs).
+    Shadows(super::policy::ShadowsCmd),
     /// Follow the cluster live: redraws status every interval on a
     /// terminal, else prints one line per change. Ctrl-C stops it.
     Watch {
@@ -98,6 +104,15 @@ pub enum Verb {
         /// The request's max_tokens (none: a long request).
         #[arg(long)]
         max_tokens: Option<u64>,
+        /// The tenant, for the traffic rule the request would match.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// The user (session or `user`) the rule's share is decided by.
+        #[arg(long)]
+        user: Option<String>,
+        /// One request header, `name:value`, for rules that match headers.
+        #[arg(long)]
+        header: Option<String>,
     },
 }
 
@@ -159,6 +174,11 @@ pub async fn run(
     let api = Api::new(admin, token, json_out)?;
     if let Verb::Config(c) = verb {
         return super::config::run(&api, json_out, c).await;
+    }
+    match verb {
+        Verb::Rules => return super::policy::run(&api, json_out, None).await,
+        Verb::Shadows(c) => return super::policy::run(&api, json_out, Some(c)).await,
+        _ => {}
     }
     let look = render::Look::for_stdout();
     match verb {
@@ -485,9 +505,18 @@ fn request_of(verb: &Verb) -> (reqwest::Method, String, Option<Value>) {
             session,
             zone,
             max_tokens,
+            tenant,
+            user,
+            header,
         } => {
             let mut path = format!("/admin/v1/explain?model={}", query(model));
-            for (k, v) in [("session", session.clone()), ("zone", zone.clone())] {
+            for (k, v) in [
+                ("session", session.clone()),
+                ("zone", zone.clone()),
+                ("tenant", tenant.clone()),
+                ("user", user.clone()),
+                ("header", header.clone()),
+            ] {
                 if let Some(v) = v {
                     path.push_str(&format!("&{k}={}", query(&v)));
                 }
@@ -503,7 +532,7 @@ fn request_of(verb: &Verb) -> (reqwest::Method, String, Option<Value>) {
 }
 
 /// Percent-encodes a query value (everything but unreserved characters).
-fn query(v: &str) -> String {
+pub(crate) fn query(v: &str) -> String {
     v.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {

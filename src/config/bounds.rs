@@ -270,6 +270,36 @@ pub(super) const REL_WEIGHT: Bound<f64> = Bound {
     why: "weights are relative to each other",
 };
 /// The bounded-load factor.
+/// `[[rules]]` per config.
+pub(super) const RULES: Bound<u64> = Bound {
+    min: 0,
+    max: 1_000,
+    why: "the rules for a request's model are checked on every request",
+};
+/// `[[shadows]]` per config.
+pub(super) const SHADOWS: Bound<u64> = Bound {
+    min: 0,
+    max: 100,
+    why: "each keeps a comparison ring in every node's memory",
+};
+/// A rule's or shadow's share of requests.
+pub(super) const PERCENT: Bound<f64> = Bound {
+    min: 0.0,
+    max: 100.0,
+    why: "a share of requests, in percent",
+};
+/// Shadow copies of one shadow in flight on a node.
+pub(super) const SHADOW_IN_FLIGHT: Bound<u64> = Bound {
+    min: 1,
+    max: 10_000,
+    why: "each copy holds a connection and a body in memory",
+};
+/// A shadow copy's own deadline.
+pub(super) const SHADOW_TIMEOUT: Bound<Duration> = Bound {
+    min: ms(100),
+    max: secs(HOUR),
+    why: "a copy holds a connection and its slot this long",
+};
 pub(super) const LOAD_FACTOR: Bound<f64> = Bound {
     min: 1.0,
     max: 100.0,
@@ -422,6 +452,17 @@ capacity = 8
 [[models]]
 name = "m"
 fallback = ["s"]
+
+[[rules]]
+name = "r"
+model = "m"
+route_to = "s"
+match = {{ tenants = ["deptA"] }}
+
+[[shadows]]
+name = "sh"
+model = "m"
+to = "s"
 
 [[prompt_tiers]]
 min_bytes = 100

@@ -40,6 +40,10 @@ pub(super) struct RawConfig {
     pub(super) prompt_tiers: Vec<RawPromptTier>,
     #[serde(default)]
     pub(super) quotas: quota::RawQuotas,
+    #[serde(default)]
+    pub(super) rules: Vec<policy::RawRule>,
+    #[serde(default)]
+    pub(super) shadows: Vec<policy::RawShadow>,
 }
 
 #[derive(Deserialize)]
@@ -119,6 +123,9 @@ pub(super) struct RawTenant {
     pub(super) priority: Priority,
     pub(super) quota: Option<quota::RawLimits>,
     pub(super) zone_share: Option<BTreeMap<String, f64>>,
+    pub(super) models: Option<Vec<String>>,
+    #[serde(default)]
+    pub(super) require_tags: Vec<String>,
 }
 
 pub(super) fn default_priority() -> Priority {
@@ -141,6 +148,8 @@ pub(super) struct RawBackend {
     pub(super) model_names: BTreeMap<String, String>,
     pub(super) tls: Option<RawBackendTls>,
     pub(super) capacity: Option<u32>,
+    #[serde(default)]
+    pub(super) tags: Vec<String>,
 }
 
 pub(super) fn one() -> u32 {

@@ -25,6 +25,8 @@ pub const REPLICATED: &[&str] = &[
     "zones",
     "failover",
     "quotas",
+    "rules",
+    "shadows",
 ];
 
 fn table(file: &str, text: &str) -> Result<Table, ConfigError> {

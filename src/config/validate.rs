@@ -13,7 +13,7 @@ use super::raw::*;
 use super::*;
 
 impl Validator<'_> {
-    pub(super) fn validate(&self, raw: RawConfig) -> Result<Config, ConfigError> {
+    pub(super) fn validate(&self, mut raw: RawConfig) -> Result<Config, ConfigError> {
         let mut node = self.node(raw.node)?;
         let mut raw_cluster = raw.cluster;
         let cluster = self.cluster(&mut raw_cluster)?;
@@ -33,6 +33,12 @@ impl Validator<'_> {
             .iter_mut()
             .map(|t| (t.quota.take(), t.zone_share.take()))
             .collect();
+        let raw_policy = super::policy::RawPolicy::take(
+            &mut raw_tenants,
+            &mut raw.backends,
+            std::mem::take(&mut raw.rules),
+            std::mem::take(&mut raw.shadows),
+        );
         for (key, n, b) in [
             ("tenants", raw_tenants.len(), bounds::TENANTS),
             ("backends", raw.backends.len(), bounds::BACKENDS),
@@ -72,6 +78,7 @@ impl Validator<'_> {
         let retry = self.retry(raw.retry)?;
         let models = self.models(raw.models, &backends, retry.connect_timeout)?;
         let health = self.health(raw.health, &models)?;
+        let policy = self.policy(raw_policy, &tenants, &backends, &models)?;
         let affinity = AffinityConfig {
             zone_pin: raw.affinity.zone_pin.unwrap_or(true),
             pin_ttl: self.duration(
@@ -181,6 +188,7 @@ impl Validator<'_> {
             members,
             cluster,
             fallback_order,
+            policy,
         })
     }
 }

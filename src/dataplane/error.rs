@@ -58,6 +58,9 @@ pub enum ApiError {
     /// Every model that could answer is below the tier the request needs.
     #[error("{0}")]
     NoCapableModel(String),
+    /// The tenant's `require_tags` left no backend that could answer.
+    #[error("{0}")]
+    NoEligibleBackend(String),
     #[error("internal error: {0}")]
     Internal(String),
     /// A backend's 400 `context_length_exceeded`, passed on as it sent it
@@ -78,7 +81,8 @@ impl ApiError {
             ApiError::ZoneUnavailable(_)
             | ApiError::NoBackend { .. }
             | ApiError::NotReady(_)
-            | ApiError::NoCapableModel(_) => StatusCode::SERVICE_UNAVAILABLE,
+            | ApiError::NoCapableModel(_)
+            | ApiError::NoEligibleBackend(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::AllBusy { .. } | ApiError::RateLimited { .. } => {
                 StatusCode::TOO_MANY_REQUESTS
             }
@@ -128,6 +132,7 @@ impl ApiError {
             ApiError::UpstreamTimeout { .. } => "upstream_timeout",
             ApiError::NotReady(_) => "not_ready",
             ApiError::NoCapableModel(_) => "no_capable_model",
+            ApiError::NoEligibleBackend(_) => "no_eligible_backend",
             ApiError::Internal(_) => "internal_error",
             ApiError::ContextLength(_) => "context_length_exceeded",
         }

@@ -33,6 +33,7 @@ use crate::dataplane::auth;
 use crate::dataplane::balance::hash_key;
 use crate::dataplane::error::ApiError;
 use crate::dataplane::forward;
+use crate::dataplane::policy;
 use crate::dataplane::quota::{self, Admission, Ask};
 use crate::dataplane::request::{classify, ClientHeaders, RequestClass, RequestMeta};
 use crate::node::gateway::Gateway;
@@ -209,29 +210,51 @@ async fn serve(
     )
     .await
     .map_err(|e| (None, e))?;
-    let meta = RequestMeta::parse(&body).map_err(|e| (None, e))?;
+    let mut meta = RequestMeta::parse(&body).map_err(|e| (None, e))?;
     let routes = gw.routes.load();
-    let primary = routes.model(&meta.model).ok_or_else(|| {
-        let asked = match bounded_label(&meta.model) {
-            all if all.len() == meta.model.len() => all.to_owned(),
-            cut => format!("{cut}…"),
-        };
-        (
-            Some(UNKNOWN_MODEL.to_owned()),
-            ApiError::ModelNotFound(asked),
-        )
-    })?;
+    // Traffic policy: a model the tenant may not use does not exist for
+    // it; a rule may answer the request with another model.
+    let allowed = policy::allows_model(cfg, caller.index, &meta.model);
+    let user = || policy_user(&caller.tenant.name, headers, &meta);
+    let rule = allowed
+        .then(|| {
+            let header = |n: &http::HeaderName| headers.get(n);
+            let who = (&*caller.tenant.name, caller.index);
+            policy::rules::select(cfg, &gw.metrics, who, &meta.model, header, user)
+        })
+        .flatten();
+    let asked = rule.map(|r| std::mem::replace(&mut meta.model, r.route_to.clone()));
+    let meta = meta;
+    // The model the body names, which the backend's copy is rewritten from.
+    let body_model: &str = asked.as_deref().unwrap_or(&meta.model);
+    let primary = routes
+        .model(&meta.model)
+        .filter(|_| allowed)
+        .ok_or_else(|| {
+            let asked = match bounded_label(&meta.model) {
+                all if all.len() == meta.model.len() => all.to_owned(),
+                cut => format!("{cut}…"),
+            };
+            (
+                Some(UNKNOWN_MODEL.to_owned()),
+                ApiError::ModelNotFound(asked),
+            )
+        })?;
     // From here on the model is one the routes know.
     let failed = |e| (Some(meta.model.clone()), e);
     let deadline = tokio::time::Instant::from_std(started + primary.cfg.timeouts.total);
     let client = (target.path(), headers);
-    let facts = RequestFacts::new(gw, cfg, (caller, view), client, &meta, body.len(), deadline);
+    let mut facts = RequestFacts::new(gw, cfg, (caller, view), client, &meta, body.len(), deadline);
+    facts.rule = rule.map(|r| Arc::clone(&r.name));
     // One reading for the quota stage and the first pick.
     let admitted_at = Instant::now();
     let now_ns = crate::clock::ns_at(admitted_at);
     let admission = admit(gw, &facts, &meta, body.len(), now_ns).map_err(failed)?;
+    let shadows = start_shadows(gw, cfg, &facts, body_model, target, headers, &body, &meta);
     let min_tier = chain::min_tier(headers, body.len(), &cfg.prompt_tiers).map_err(failed)?;
-    let (models, skipped) = chain::model_chain(cfg, &routes, primary, min_tier);
+    let (mut models, skipped) = chain::model_chain(cfg, &routes, primary, min_tier);
+    // A fallback the tenant may not use is skipped.
+    models.retain(|(m, _)| policy::allows_model(cfg, caller.index, &m.cfg.name));
     if models.is_empty() {
         return Err(failed(chain::no_capable_model(
             &meta.model,
@@ -243,12 +266,27 @@ async fn serve(
         target,
         headers,
         body: &body,
-        model: &meta.model,
+        model: body_model,
     };
     let mut attempts = Attempts::default();
+    // The backends the tenant's tags rule out count as tried from the start.
+    let excluded = policy::eligible::exclude(cfg, caller.index, &routes, &mut attempts.tried);
     let chain = models.clone();
     let first = Some(admitted_at);
-    match attempts::forward_chain(gw, &routes, &facts, chain, &out, &mut attempts, first).await {
+    let result =
+        attempts::forward_chain(gw, &routes, &facts, chain, &out, &mut attempts, first).await;
+    if !shadows.is_empty() {
+        shadows.primary(policy::shadow::Primary {
+            status: result.as_ref().map_or(0, |w| w.committed.status.as_u16()),
+            first_byte: admitted_at.elapsed(),
+            body: result
+                .as_ref()
+                .ok()
+                .filter(|w| w.committed.rest.is_none())
+                .and_then(|w| w.committed.first.clone()),
+        });
+    }
+    match result {
         Ok(winner) => {
             let count = attempts.count;
             let continuer = Continuer::for_stream(gw, &out, &meta, &models, &facts, attempts);
@@ -259,17 +297,64 @@ async fn serve(
         Err(gave_up) => {
             let blocked = gave_up.withheld_zones && facts.class == RequestClass::Long;
             let a = &attempts;
-            Err(failed(
-                if !a.budget_exhausted && !blocked && !skipped.is_empty() {
-                    // Only models below the required tier could still have
-                    // answered: say so rather than answer worse than asked.
-                    chain::no_capable_after(&meta.model, min_tier, &skipped, a)
-                } else {
-                    attempts::final_error(&meta.model, a, blocked)
-                },
-            ))
+            let e = if !a.budget_exhausted && !blocked && !skipped.is_empty() {
+                // Only models below the required tier could still have
+                // answered: say so rather than answer worse than asked.
+                chain::no_capable_after(&meta.model, min_tier, &skipped, a)
+            } else {
+                attempts::final_error(&meta.model, a, blocked)
+            };
+            Err(failed(policy::eligible::explain(
+                cfg,
+                caller.index,
+                excluded,
+                e,
+            )))
         }
     }
+}
+
+/// The hash a rule's or shadow's share is decided by: tenant and user
+/// (the session, else the body's `user`, else the client's request id,
+/// else a fresh random draw).
+fn policy_user(tenant: &str, headers: &ClientHeaders, meta: &RequestMeta) -> u64 {
+    match session_key(headers, meta) {
+        Some(key) => policy::rules::user_hash(tenant, key.as_bytes()),
+        None => match headers.get(&forward::names::REQUEST_ID) {
+            Some(id) => policy::rules::user_hash(tenant, id),
+            None => fastrand::u64(..),
+        },
+    }
+}
+
+/// The shadow stage, right after admission: copies of a sampled request
+/// start in the background (nothing when no shadow names the model).
+#[allow(clippy::too_many_arguments)]
+fn start_shadows(
+    gw: &Arc<Gateway>,
+    cfg: &Arc<Config>,
+    facts: &RequestFacts,
+    body_model: &str,
+    target: &PathAndQuery,
+    headers: &ClientHeaders,
+    body: &Bytes,
+    meta: &RequestMeta,
+) -> policy::shadow::Pending {
+    if cfg.policy.shadows.is_empty() {
+        return policy::shadow::Pending::default();
+    }
+    let ask = policy::shadow::Ask {
+        tenant_index: facts.tenant_index,
+        tenant: &facts.tenant,
+        model: body_model,
+        user: policy_user(&facts.tenant, headers, meta),
+        path: target.as_str(),
+        headers,
+        body,
+        stream: meta.stream,
+        request_id: facts.request_id.as_bytes(),
+    };
+    policy::shadow::start(gw, cfg, &ask)
 }
 
 /// The quota stage: the tenant's allocation on this node, the model's
@@ -334,6 +419,8 @@ struct RequestFacts {
     /// the requested model's `total_timeout` from arrival.
     deadline: tokio::time::Instant,
     decision_version: u64,
+    /// The traffic rule that routed the request (`x-zonegate-route`).
+    rule: Option<Arc<str>>,
 }
 
 impl RequestFacts {
@@ -368,6 +455,7 @@ impl RequestFacts {
             deadline,
             decision_version: view.decision_version,
             view,
+            rule: None,
         }
     }
 }

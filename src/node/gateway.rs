@@ -56,6 +56,8 @@ pub struct Gateway {
     /// The last committed config version this node could not apply, while
     /// it routes with an older one (cleared when a later one applies).
     config_failure: parking_lot::Mutex<Option<ApplyFailure>>,
+    /// Shadow copies in flight and their comparison records, by shadow.
+    pub shadows: crate::dataplane::policy::Shadows,
 }
 
 /// A committed config version a node could not apply: it keeps routing
@@ -166,6 +168,7 @@ impl Gateway {
         }
         Ok(Self {
             config_failure: parking_lot::Mutex::new(None),
+            shadows: Default::default(),
             quotas: ArcSwap::from_pointee(quotas),
             routes: ArcSwap::from_pointee(routes),
             view,

@@ -197,6 +197,18 @@ metrics! {
     /// Time from sending to a backend until its first body byte.
     first_byte: HistogramVec = "zonegate_forward_first_byte_seconds", "Time to a backend's first body byte", ["model", "backend"];
     retries: IntCounterVec = "zonegate_forward_retries_total", "Attempts after the first, per model", ["model"];
+    /// Requests that reached a rule and met its `match` (the share's base).
+    rule_evaluated: IntCounterVec = "zonegate_rule_evaluated_total", "Requests that reached a traffic rule and met its match (the base of its percent)", ["rule"];
+    /// ...of which the rule routed (its percent took them).
+    rule_matched: IntCounterVec = "zonegate_rule_matched_total", "Requests a traffic rule routed to its route_to model", ["rule"];
+    /// Shadow copies by outcome.
+    shadow_requests: IntCounterVec = "zonegate_shadow_requests_total", "Shadow copies by outcome (ok, error, timeout, skipped_in_flight, skipped_quota, no_backend)", ["shadow", "outcome"];
+    /// Compared pairs.
+    shadow_comparisons: IntCounterVec = "zonegate_shadow_comparisons_total", "Primary and shadow pairs compared, by result (agree, disagree)", ["shadow", "result"];
+    /// Time to first byte of each side of a pair.
+    shadow_first_byte: HistogramVec = "zonegate_shadow_first_byte_seconds", "Time to the first byte of the primary and of its shadow copy (side)", ["shadow", "side"];
+    /// Mean token-set Jaccard similarity of recent pairs that both answered 2xx.
+    shadow_similarity: GaugeVec = "zonegate_shadow_similarity_ratio", "Mean token-set Jaccard similarity of the shadow's last 1024 compared 2xx pairs (0-1)", ["shadow"];
     retry_budget_exhausted: IntCounterVec = "zonegate_retry_budget_exhausted_total", "Retries refused by the retry budget", ["model"];
     fallbacks: IntCounterVec = "zonegate_fallbacks_total", "Requests served by a fallback (model or cross-zone)", ["kind", "class"];
     stream_aborts: IntCounterVec = "zonegate_stream_aborts_total", "Upstream streams that broke after the first byte, by reason", ["model", "backend", "reason"];

@@ -213,7 +213,13 @@ struct Mock {
     health_checks: AtomicU64,
     in_flight: Arc<AtomicU64>,
     seq: AtomicU64,
+    /// Inference requests by the client's `x-tenant` header (passed on by
+    /// the gateway as it came), for tests of who reached which backend.
+    by_tenant: Mutex<std::collections::BTreeMap<String, u64>>,
 }
+
+/// Distinct `x-tenant` values counted; later ones count as `(other)`.
+const MAX_TENANT_KEYS: usize = 100;
 
 /// A running mock backend.
 pub struct MockHandle {
@@ -261,6 +267,7 @@ pub async fn start(opts: MockOptions) -> std::io::Result<MockHandle> {
         health_checks: AtomicU64::new(0),
         in_flight: Arc::new(AtomicU64::new(0)),
         seq: AtomicU64::new(0),
+        by_tenant: Mutex::new(Default::default()),
     });
     let task = tokio::spawn(accept_loop(listener, Arc::clone(&mock)));
     Ok(MockHandle { addr, mock, task })
@@ -418,6 +425,16 @@ impl Mock {
         let inference = method == Method::POST && path.starts_with("/v1/");
         if inference {
             self.requests.fetch_add(1, Ordering::Relaxed);
+            if let Some(t) = req.headers().get("x-tenant") {
+                let t = String::from_utf8_lossy(t.as_bytes()).into_owned();
+                let mut counts = self.by_tenant.lock();
+                let key = if counts.len() < MAX_TENANT_KEYS || counts.contains_key(&t) {
+                    t
+                } else {
+                    "(other)".to_owned()
+                };
+                *counts.entry(key).or_default() += 1;
+            }
         }
         if faults.reset && (inference || path == "/health") {
             return Err(std::io::Error::new(
@@ -484,6 +501,7 @@ impl Mock {
                 "name": self.opts.name,
                 "zone": self.opts.zone,
                 "requests": self.requests.load(Ordering::Relaxed),
+                "requests_by_tenant": *self.by_tenant.lock(),
                 "health_checks": self.health_checks.load(Ordering::Relaxed),
                 "in_flight": self.in_flight.load(Ordering::Relaxed),
             }),

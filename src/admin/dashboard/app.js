@@ -105,14 +105,17 @@ async function signIn(token) {
 async function refresh() {
   clearTimeout(timer);
   try {
-    const [cluster, backends, decisions, events] = await Promise.all([
+    const [cluster, backends, decisions, events, rules, shadows] = await Promise.all([
       api('/admin/v1/cluster'),
       api('/admin/v1/backends'),
       api('/admin/v1/decisions?limit=15'),
       api('/admin/v1/events'),
+      api('/admin/v1/rules'),
+      api('/admin/v1/shadows'),
     ]);
     renderCluster(cluster);
     renderBackends(backends);
+    renderPolicy(rules, shadows);
     renderDecisions(decisions.decisions || []);
     renderEvents((events.events || []).slice(0, 15));
     const s = $('status');
@@ -217,6 +220,28 @@ function renderBackends(b) {
       el('td', {}, x.ejections));
   });
   $('backends').tBodies[0].replaceChildren(...rows);
+}
+
+function dash(v) { return v == null ? '-' : String(v); }
+
+function rows(id, list, cells, empty) {
+  const body = list.map((x) => el('tr', {}, ...cells(x).map((c) => el('td', {}, dash(c)))));
+  const cols = $(id).tHead.rows[0].cells.length;
+  $(id).tBodies[0].replaceChildren(...(body.length ? body : [el('tr', {}, el('td', { class: 'muted', colspan: String(cols) }, empty))]));
+}
+
+// Traffic policy: rules (configured against realised share on this node),
+// shadows (agreement, latency delta, similarity) and tenants' eligibility.
+function renderPolicy(r, s) {
+  rows('rules', r.rules || [], (x) => [x.name, x.model, x.route_to,
+    (x.match.tenants || []).join(', ') || 'any', x.percent, x.realised_percent,
+    x.matched + ' / ' + x.evaluated], 'no rules');
+  rows('shadows', s.shadows || [], (x) => [x.name, x.model + ' → ' + x.to, x.percent, x.sent,
+    x.skipped_in_flight + x.skipped_quota + x.no_backend, x.ok + ' / ' + x.errors + ' / ' + x.timeouts,
+    x.agreement, x.latency_delta_s.p50, x.similarity.p50], 'no shadows');
+  rows('tenants', r.tenants || [], (x) => [x.name, x.models ? x.models.join(', ') : 'any',
+    (x.require_tags || []).join(', ') || '-',
+    Object.entries(x.reachable || {}).map(([m, b]) => m + ': ' + b.join(', ')).join('; ')], 'no tenants');
 }
 
 function renderDecisions(list) {

@@ -242,6 +242,9 @@ fn explain(v: &Value) -> String {
     if !fallbacks.is_empty() {
         let _ = writeln!(out, "fallback models: {}", fallbacks.join(" → "));
     }
+    if let Some(rule) = v["rule"]["rule"].as_str() {
+        let _ = writeln!(out, "rule: {rule} → {}", s(&v["rule"]["route_to"]));
+    }
     let mut list = Vec::new();
     if let Some(zones) = v["zones"].as_array() {
         for (i, z) in zones.iter().enumerate() {

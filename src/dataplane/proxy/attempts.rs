@@ -199,6 +199,13 @@ pub(super) async fn forward_chain<'a>(
                                         .context_fallback
                                         .iter()
                                         .filter_map(|name| routes.model(name))
+                                        .filter(|m| {
+                                            crate::dataplane::policy::allows_model(
+                                                &req.cfg,
+                                                req.tenant_index,
+                                                &m.cfg.name,
+                                            )
+                                        })
                                         .map(|m| (m, Link::ContextFallback)),
                                 );
                                 out_of_context = true;

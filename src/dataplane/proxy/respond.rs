@@ -62,6 +62,9 @@ fn served(
             .with_label_values(&[w.link.metric_kind(), class])
             .inc();
     }
+    if let Some(rule) = &req.rule {
+        route = Cow::Owned(format!("rule:{rule}, {route}"));
+    }
     if attempts > 1 {
         route
             .to_mut()
