@@ -167,8 +167,7 @@ async fn decisions_and_status_show_utc_times_with_ages_and_json_keeps_epoch_ms()
         assert!(at.is_some_and(|t| t > 1_600_000_000_000), "{args:?}: {v}");
     }
 
-    // --token after the verb too (--admin comes before it: `members add
-    // --admin` is the new member's address); without --admin: usage, 2.
+    // --token after the verb too; without --admin: usage, 2.
     let out = tokio::process::Command::new(bin())
         .args(["ctl", "--admin", &admin, "decisions", "--json"])
         .args(["--token", ADMIN_TOKEN])
@@ -405,4 +404,53 @@ async fn completions_and_man_page_come_from_the_cli_definition() {
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains(want), "{args:?} lacks {want}");
     }
+}
+
+/// `zonegate ARGS…` without a terminal and without the caller's admin
+/// environment; returns (exit code, stdout, stderr).
+async fn zonegate(args: &[&str]) -> (i32, String, String) {
+    let out = tokio::process::Command::new(bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .env_remove("ZONEGATE_ADMIN")
+        .env_remove("ZONEGATE_ADMIN_TOKEN")
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_or_missing_admin_token_is_named_as_such_with_its_own_exit_code() {
+    let mock = Mock::start("m1", "az-a", &[MODEL]).await;
+    let node = NodeProcess::start("az-a", &mock.backend_toml(&[MODEL])).await;
+    let admin = node.admin.as_str();
+    for args in [
+        &["ctl", "--admin", admin, "--token", "wrong", "status"][..],
+        &["ctl", "--admin", admin, "--token", "wrong", "members"][..],
+        &["ctl", "--admin", admin, "status"][..],
+        &["ctl", "--admin", admin, "backends"][..],
+    ] {
+        let (code, out, err) = zonegate(args).await;
+        assert_eq!(code, 4, "{args:?}: {err}{out}");
+        let given = args.contains(&"--token");
+        let want = if given {
+            "admin token rejected"
+        } else {
+            "no admin token given"
+        };
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(
+            err.contains("--token or ZONEGATE_ADMIN_TOKEN"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("API key"), "data-plane words: {err}");
+    }
+    let (code, _, err) =
+        zonegate(&["ctl", "--admin", admin, "--token", ADMIN_TOKEN, "status"]).await;
+    assert_eq!(code, 0, "{err}");
 }

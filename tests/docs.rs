@@ -72,13 +72,8 @@ fn ctl_reference() -> String {
         "<!-- Generated from the CLI's help by tests/docs.rs \
          (ZONEGATE_UPDATE_DOCS=1 cargo test --test docs); do not edit. -->\n\n",
     );
+    // The exit codes are in `ctl --help` itself.
     render_ctl(&mut out, &mut vec!["ctl".to_owned()]);
-    out.push_str(
-        "Exit codes: 0 done; 1 refused (a safety rule, or nothing was written, \
-         e.g. no leader); 2 bad usage, or nothing was sent (unreachable); 3 outcome \
-         unknown: the write may have committed, check `zonegate ctl decisions` (the 504 \
-         answer names the version to look for).\n",
-    );
     out
 }
 
