@@ -39,8 +39,10 @@ pub struct ExplainQuery {
 /// `GET /admin/v1/explain`.
 pub async fn explain(State(gw): State<Arc<Gateway>>, Query(q): Query<ExplainQuery>) -> Response {
     let routes = gw.routes.load();
-    let Some(model) = routes.model(&q.model) else {
-        let msg = format!("model `{}` is not configured on this node", q.model);
+    let cfg = gw.cfg_arc();
+    let aliased = || cfg.model_of_alias(&q.model).and_then(|m| routes.model(m));
+    let Some(model) = routes.model(&q.model).or_else(aliased) else {
+        let msg = crate::dataplane::proxy::unknown_model(&cfg, &routes, &q.model).to_string();
         return (
             StatusCode::NOT_FOUND,
             Json(error_body(&msg, "invalid_request_error", "model_not_found")),

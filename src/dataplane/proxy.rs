@@ -9,6 +9,9 @@ mod attempts;
 mod chain;
 mod continuation;
 mod respond;
+mod unknown;
+
+pub(crate) use unknown::unknown_model;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -209,18 +212,25 @@ async fn serve(
     )
     .await
     .map_err(|e| (None, e))?;
-    let meta = RequestMeta::parse(&body).map_err(|e| (None, e))?;
+    let mut meta = RequestMeta::parse(&body).map_err(|e| (None, e))?;
     let routes = gw.routes.load();
-    let primary = routes.model(&meta.model).ok_or_else(|| {
-        let asked = match bounded_label(&meta.model) {
-            all if all.len() == meta.model.len() => all.to_owned(),
-            cut => format!("{cut}…"),
-        };
-        (
-            Some(UNKNOWN_MODEL.to_owned()),
-            ApiError::ModelNotFound(asked),
-        )
-    })?;
+    // What the client named: the body keeps it unless a backend must see
+    // another name (an alias is rewritten to the model's own).
+    let requested = meta.model.clone();
+    let primary = match routes.model(&meta.model) {
+        Some(p) => p,
+        None => {
+            let aliased = cfg
+                .model_of_alias(&meta.model)
+                .and_then(|m| routes.model(m));
+            let Some(p) = aliased else {
+                let e = unknown::unknown_model(cfg, &routes, &meta.model);
+                return Err((Some(UNKNOWN_MODEL.to_owned()), e));
+            };
+            meta.model = p.cfg.name.clone();
+            p
+        }
+    };
     // From here on the model is one the routes know.
     let failed = |e| (Some(meta.model.clone()), e);
     let deadline = tokio::time::Instant::from_std(started + primary.cfg.timeouts.total);
@@ -243,7 +253,7 @@ async fn serve(
         target,
         headers,
         body: &body,
-        model: &meta.model,
+        model: &requested,
     };
     let mut attempts = Attempts::default();
     let chain = models.clone();
