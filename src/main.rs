@@ -15,7 +15,8 @@ use zonegate::telemetry::{self, LogFormat};
     about = "Multi-zone, active-active AI inference gateway"
 )]
 struct Cli {
-    /// Log format on stderr.
+    /// Log format on stderr (text has colour only on a terminal, never
+    /// with NO_COLOR set).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
     /// Exit when standard input closes: a parent (the demo, a test) that

@@ -86,3 +86,54 @@ fn a_model_alias_may_not_shadow_a_served_model_or_another_alias() {
     .unwrap();
     assert_eq!(ok.model_of_alias("A-1"), Some("a"));
 }
+
+/// `serve`'s log as a file holds it: `(text log, json log)`, each read
+/// once the node announced itself.
+async fn serve_logs(extra: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!("{}", base_toml("az-a", &dir.path().join("data"), ""))
+        + "[[backends]]\nname = \"b\"\nzone = \"az-a\"\nurl = \"http://127.0.0.1:9\"\nmodels = [\"m\"]\n";
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, config).unwrap();
+    let log = dir.path().join("node.log");
+    let mut child = tokio::process::Command::new(bin())
+        .args(["serve", "--config"])
+        .arg(&path)
+        .args(extra)
+        .env("RUST_LOG", "info,openraft=off")
+        .env_remove("NO_COLOR")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    eventually(
+        std::time::Duration::from_secs(60),
+        "the node to log that it serves",
+        || {
+            let log = log.clone();
+            async move { std::fs::read_to_string(&log).is_ok_and(|t| t.contains("node serving")) }
+        },
+    )
+    .await;
+    let _ = child.kill().await;
+    std::fs::read_to_string(&log).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_writes_no_colour_codes_into_a_log_file_and_json_with_log_format_json() {
+    let text = serve_logs(&[]).await;
+    assert!(text.contains("node serving"), "{text}");
+    assert!(
+        !text.contains('\x1b'),
+        "colour codes in a log file:\n{text:?}"
+    );
+
+    let json = serve_logs(&["--log-format", "json"]).await;
+    for line in json.lines().filter(|l| !l.trim().is_empty()) {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(v["level"].is_string(), "{line}");
+    }
+    assert!(json.contains("\"node serving\""), "{json}");
+}
