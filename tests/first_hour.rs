@@ -91,7 +91,7 @@ fn a_model_alias_may_not_shadow_a_served_model_or_another_alias() {
 /// once the node announced itself.
 async fn serve_logs(extra: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();
-    let config = format!("{}", base_toml("az-a", &dir.path().join("data"), ""))
+    let config = base_toml("az-a", &dir.path().join("data"), "")
         + "[[backends]]\nname = \"b\"\nzone = \"az-a\"\nurl = \"http://127.0.0.1:9\"\nmodels = [\"m\"]\n";
     let path = dir.path().join("gateway.toml");
     std::fs::write(&path, config).unwrap();
