@@ -21,7 +21,9 @@ pub use render::{human_ms, render, when};
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum Verb {
     /// Cluster status: leader, term, decision version, zones (with what the
-    /// automation will do next), nodes, and the last decision.
+    /// automation will do next, and when dwell lets it), per-zone traffic
+    /// (asked of the leader: requests/s, share, errors), nodes, and the
+    /// last decision.
     #[command(
         after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 status\n  zonegate ctl status --admin https://gw-a.internal:9090 --json"
     )]
@@ -32,7 +34,8 @@ pub enum Verb {
     )]
     Backends,
     /// Tenants' quotas: global limits, zone shares, each node's allocation
-    /// (overflow after a failover), this node's usage, decision version.
+    /// (overflow after a failover, and why a node holds another zone's),
+    /// this node's usage, decision version.
     #[command(after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 quotas")]
     Quotas,
     /// The decision history, newest first: zone decisions (failover,
@@ -228,6 +231,22 @@ pub async fn run(
             Ok(())
         }
         Verb::Watch { interval } => watch::run(&api, interval, json_out, &look).await,
+        Verb::Quotas if !json_out => {
+            let mut v = api
+                .call(reqwest::Method::GET, "/admin/v1/quotas", None)
+                .await?;
+            // Each node's zone and each zone's state say why a node holds
+            // another zone's allocation (best effort).
+            if let Ok(c) = api
+                .quiet()
+                .call(reqwest::Method::GET, "/admin/v1/cluster", None)
+                .await
+            {
+                v["cluster"] = c;
+            }
+            print!("{}", render::render_with(&Verb::Quotas, &v, &look));
+            Ok(())
+        }
         Verb::Failover { from, to, opts } => {
             let (to, chosen) = match to {
                 Some(to) => (to, false),
