@@ -314,3 +314,85 @@ fn no_document_calls_a_feature_unbuilt_with_a_phrase_for_the_future() {
         found.join("\n")
     );
 }
+
+/// The `N.NN×` ratios of a text, as written.
+fn ratios(text: &str) -> Vec<String> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    for (i, _) in text.match_indices('×') {
+        let mut start = i;
+        while start > 0 && (b[start - 1].is_ascii_digit() || b[start - 1] == b'.') {
+            start -= 1;
+        }
+        if start < i {
+            out.push(text[start..i].to_owned());
+        }
+    }
+    out
+}
+
+/// One performance story: every ratio the README and the comparison page
+/// state is the Performance chapter's "Where it stands", which agrees with
+/// the chapter's latest measurement.
+#[test]
+fn the_readme_and_the_comparison_tell_the_performance_chapters_story() {
+    let perf = read(&root().join("docs/src/performance.md"));
+    let stands = perf
+        .split("\n\n")
+        .find(|p| p.starts_with("Where it stands"))
+        .expect("performance.md has a \"Where it stands\" paragraph");
+    let stands_ratios = ratios(stands);
+    for f in ["README.md", "docs/src/compared.md"] {
+        let text = read(&root().join(f));
+        assert!(!text.contains("not met"), "{f} keeps an old verdict");
+        for r in ratios(&text) {
+            assert!(
+                stands_ratios.contains(&r),
+                "{f} says {r}×, which performance.md's \"Where it stands\" does not"
+            );
+        }
+    }
+    let flat = perf.split_whitespace().collect::<Vec<_>>().join(" ");
+    for line in [
+        "**1.04×, 1.06×, 1.06×, 1.04×**",
+        "**0.51×, 0.93×, 0.84×, 0.97×**",
+    ] {
+        assert!(stands.contains(line), "Where it stands lacks {line}");
+        assert!(
+            flat.matches(line).count() >= 2,
+            "no measurement in performance.md says {line}"
+        );
+    }
+}
+
+/// The vLLM page's config is one a node accepts.
+#[test]
+fn the_vllm_pages_config_is_valid() {
+    let page = read(&root().join("docs/src/vllm.md"));
+    let toml: Vec<&str> = page
+        .split("```toml\n")
+        .skip(1)
+        .filter_map(|b| b.split("```").next())
+        .collect();
+    assert!(!toml.is_empty(), "docs/src/vllm.md has no config");
+    let node = "[node]\nid = 1\nzone = \"az-a\"\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\ndata_dir = \"d\"\n\n";
+    for block in toml {
+        let cfg = zonegate::config::Config::parse("vllm.md", &format!("{node}{block}"))
+            .unwrap_or_else(|e| panic!("{e}\n{block}"));
+        assert_eq!(
+            cfg.model_of_alias("Qwen/Qwen2.5-7B-Instruct"),
+            Some("qwen25-7b-instruct")
+        );
+    }
+}
+
+/// Cargo.toml says Apache-2.0; the repository carries its text.
+#[test]
+fn the_license_file_is_the_apache_2_0_text_cargo_toml_names() {
+    let cargo = read(&root().join("Cargo.toml"));
+    assert!(cargo.contains("license = \"Apache-2.0\""));
+    let license = read(&root().join("LICENSE"));
+    assert!(license.trim_start().starts_with("Apache License"));
+    assert!(license.contains("Version 2.0, January 2004"));
+    assert!(license.contains("END OF TERMS AND CONDITIONS"));
+}
