@@ -106,3 +106,63 @@ async fn the_tours_fault_step_shows_the_ejection_and_undoes_the_fault() {
     assert_eq!(faults["error_rate"], 0.0, "the fault is undone: {faults}");
     let _ = child.kill().await;
 }
+
+/// `bash -c script`'s (exit ok, stdout + stderr), within four minutes.
+async fn run_bash(script: &str) -> (bool, String) {
+    let out = tokio::time::timeout(
+        Duration::from_secs(240),
+        tokio::process::Command::new("bash")
+            .args(["-c", script])
+            .output(),
+    )
+    .await
+    .expect("the tour's commands end")
+    .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tours_requests_quota_and_failover_steps_do_what_the_readme_says() {
+    let (mut child, data, admin, _) = demo().await;
+    let local = |s: String| {
+        s.replace("http://127.0.0.1:8080", &data)
+            .replace("http://127.0.0.1:9090", &admin)
+    };
+
+    // A chat completion and a stream.
+    let (ok, out) = run_bash(&local(readme_block("In another\nterminal:"))).await;
+    assert!(ok, "{out}");
+    let lower = out.to_lowercase();
+    assert!(lower.contains("x-zonegate-backend:"), "{out}");
+    assert!(out.contains("data: [DONE]"), "{out}");
+
+    // Over the quota: 429 with the rate-limit headers.
+    let (ok, out) = run_bash(&local(readme_block("Over its quota"))).await;
+    assert!(ok, "{out}");
+    assert!(out.contains("429"), "{out}");
+    assert!(out.to_lowercase().contains("x-ratelimit-"), "{out}");
+
+    // Failover and back with `zg`, the binary in place of `cargo run`.
+    let script = local(readme_block("Fail a zone over and back"))
+        .replace("cargo run --release -q --", &bin().display().to_string())
+        .replace("zg watch  ", "zg watch & sleep 3; kill $!  ");
+    let (_, out) = run_bash(&format!("shopt -s expand_aliases\n{script}")).await;
+    for want in [
+        "target_not_active",
+        "soft_limit",
+        "failover",
+        "effective zone",
+        "az-b",
+    ] {
+        assert!(out.contains(want), "the tour lacks {want:?}:\n{out}");
+    }
+    assert!(!out.contains("model_not_found"), "{out}");
+    let _ = child.kill().await;
+}
