@@ -454,3 +454,44 @@ async fn a_wrong_or_missing_admin_token_is_named_as_such_with_its_own_exit_code(
         zonegate(&["ctl", "--admin", admin, "--token", ADMIN_TOKEN, "status"]).await;
     assert_eq!(code, 0, "{err}");
 }
+
+/// "Did traffic move?" needs no curl: `status` shows each zone's share of
+/// the requests every node reported to the leader, asked of any node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_per_zone_traffic_from_the_leaders_reports_even_asked_of_a_follower() {
+    let cluster = TestCluster::start(1, "[failover]\nperiod = \"1s\"\n").await;
+    let leader = cluster.leader().await;
+    let follower = cluster
+        .running()
+        .find(|n| n.admin != cluster.node(leader).admin)
+        .unwrap()
+        .admin
+        .clone();
+    let out = Arc::new(parking_lot::Mutex::new(String::new()));
+    eventually(
+        Duration::from_secs(60),
+        "status on a follower to show per-zone traffic",
+        || {
+            let chats: Vec<_> = cluster.running().map(|n| n.chat()).collect();
+            let (follower, out) = (follower.clone(), Arc::clone(&out));
+            async move {
+                for c in chats {
+                    let _ = c.json(&chat_body(4, false)).send().await;
+                }
+                let (code, text, _) = ctl(&follower, &["status"]).await;
+                let seen = code == 0
+                    && text.contains("ZONE  REQ/S  SHARE  ERRORS  TIMEOUTS")
+                    && ZONES.iter().any(|z| {
+                        text.lines()
+                            .any(|l| l.starts_with(z) && l.contains('%') && !l.contains(" 0%"))
+                    });
+                *out.lock() = text;
+                seen
+            }
+        },
+    )
+    .await;
+    assert!(out
+        .lock()
+        .contains("traffic (every node's report to the leader"));
+}

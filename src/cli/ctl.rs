@@ -303,7 +303,40 @@ async fn status_of(api: &Api) -> anyhow::Result<Value> {
     {
         v["last_decision"] = d["decisions"][0].clone();
     }
+    if v["outlook"].is_object() && v["outlook"]["traffic"].is_null() {
+        if let Some(t) = leaders_traffic(api, &v).await {
+            v["outlook"]["traffic"] = t;
+        }
+    }
     Ok(v)
+}
+
+/// Per-zone traffic lives on the leader (every node reports to it): asked
+/// of a follower, `status` asks the leader's admin API (its address from
+/// the membership, this URL's scheme), best effort.
+async fn leaders_traffic(api: &Api, v: &Value) -> Option<Value> {
+    let leader = v["leader"].as_u64()?;
+    let members = api
+        .quiet()
+        .call(reqwest::Method::GET, "/admin/v1/members", None)
+        .await
+        .ok()?;
+    let addr = members["members"]
+        .as_array()?
+        .iter()
+        .find(|m| m["id"].as_u64() == Some(leader))?["admin_addr"]
+        .as_str()?
+        .to_owned();
+    let scheme = api.admin.split("://").next().unwrap_or("http");
+    let at_leader = Api {
+        admin: format!("{scheme}://{addr}"),
+        ..api.quiet()
+    };
+    let o = at_leader
+        .call(reqwest::Method::GET, "/admin/v1/outlook", None)
+        .await
+        .ok()?;
+    Some(o["traffic"].clone()).filter(|t| t.is_object())
 }
 
 /// The zone the leader's detector would fail `from` over to now.
