@@ -339,10 +339,34 @@ pub fn committed(
         s(&v["version"])
     );
     let version = v["version"].as_u64().unwrap_or(0);
+    if let Some(moved) = moved(kind, zones) {
+        let _ = writeln!(out, "moved: {moved}");
+        let _ = writeln!(
+            out,
+            "next: with tenant quotas, the leader rebalances them in a decision of its own (version {} or later: `zonegate ctl decisions --all`); `zonegate ctl status` shows traffic per zone",
+            version.saturating_add(1)
+        );
+    }
     if let Some(undo) = undo(kind, zones, changes, version) {
         let _ = writeln!(out, "undo: {}", look.paint("1", &undo));
     }
     out
+}
+
+/// What a committed zone decision moved, in words.
+fn moved(kind: &str, zones: &Value) -> Option<String> {
+    match kind {
+        "failover" => Some(format!(
+            "traffic homed in {} now goes to {}",
+            zones["from"].as_str()?,
+            zones["to"].as_str()?
+        )),
+        "failback" => {
+            let z = zones["zone"].as_str()?;
+            Some(format!("{z} serves its own traffic again"))
+        }
+        _ => None,
+    }
 }
 
 /// The safety rules an operator's zone decision is checked against.
@@ -848,6 +872,25 @@ mod tests {
         assert!(out.contains("quota overflow: none"), "{out}");
         let out = dry_run("failover", &zones, &v(None), None, &look);
         assert!(!out.contains("quota overflow"), "{out}");
+    }
+
+    #[test]
+    fn a_committed_failover_says_what_moved_and_what_comes_next() {
+        let zones = json!({"from": "az-a", "to": "az-b"});
+        let out = committed(
+            "failover",
+            &zones,
+            &json!({"kind": "failover", "version": 2}),
+            &Value::Null,
+            None,
+            &Look::plain(0),
+        );
+        assert!(
+            out.contains("moved: traffic homed in az-a now goes to az-b"),
+            "{out}"
+        );
+        assert!(out.contains("the leader rebalances them"), "{out}");
+        assert!(out.contains("version 3 or later"), "{out}");
     }
 
     #[test]
