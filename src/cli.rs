@@ -1,32 +1,13 @@
 //! The operators' command line: `zonegate ctl` (`ctl`, tables in
-//! `render`) and `zonegate check-config`.
+//! `render`) and `zonegate check-config` (`check`).
 
+pub mod check;
 pub mod config;
 pub mod ctl;
 pub mod members;
 pub mod policy;
 
-use std::path::Path;
-
-use crate::config::Config;
-
-/// `zonegate check-config FILE`: validates the file (every key within its
-/// bound, the route table within the cost cap) and says what it holds, or
-/// fails with the file, key and reason.
-pub fn check_config(file: &Path) -> anyhow::Result<()> {
-    let cfg = Config::load(file)?;
-    // What the node would build from it, within the same cost cap.
-    crate::dataplane::routing::Routes::try_build(&cfg, None)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-    println!(
-        "{}: ok ({} backends, {} models, {} tenants)",
-        file.display(),
-        cfg.backends.len(),
-        cfg.models.len(),
-        cfg.tenants.len()
-    );
-    Ok(())
-}
+pub use check::check_config;
 
 /// Env var naming a PEM file of CA certificates the command line trusts
 /// for `https://` admin URLs, besides the system's roots.

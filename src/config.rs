@@ -256,6 +256,9 @@ pub struct ModelConfig {
     /// `limits`: per-zone rpm/tpm that protect the backends (unlimited when
     /// not set).
     pub limits: Limits,
+    /// Other names clients may send for this model (e.g. the name a vLLM
+    /// server answered to before zonegate fronted it).
+    pub aliases: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -435,6 +438,14 @@ pub struct AdminToken {
 }
 
 impl Config {
+    /// The logical model `name` is an alias of (`[[models]] aliases`).
+    pub fn model_of_alias(&self, name: &str) -> Option<&str> {
+        self.models
+            .iter()
+            .find(|m| m.aliases.iter().any(|a| a == name))
+            .map(|m| m.name.as_str())
+    }
+
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let file = path.display().to_string();

@@ -15,7 +15,8 @@ use zonegate::telemetry::{self, LogFormat};
     about = "Multi-zone, active-active AI inference gateway"
 )]
 struct Cli {
-    /// Log format on stderr.
+    /// Log format on stderr (text has colour only on a terminal, never
+    /// with NO_COLOR set).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
     /// Exit when standard input closes: a parent (the demo, a test) that
@@ -25,6 +26,16 @@ struct Cli {
     #[command(subcommand)]
     command: Command,
 }
+
+/// `ctl --help`'s tail: what the exit codes mean, and a first command.
+const CTL_AFTER_HELP: &str = "Exit codes: 0 done; 1 refused (a safety rule, or nothing was written, e.g. \
+no leader); 2 bad usage, or nothing was sent (unreachable); 3 outcome unknown: the write may have \
+committed, check `zonegate ctl decisions`; 4 admin token missing or rejected.
+
+Examples:
+  zonegate ctl --admin http://127.0.0.1:9090 --token \"$TOKEN\" status
+  zonegate ctl failover --from az-b --dry-run --admin https://gw-a.internal:9090
+  export ZONEGATE_ADMIN=http://127.0.0.1:9090 ZONEGATE_ADMIN_TOKEN=...   # then: zonegate ctl status";
 
 #[derive(Subcommand)]
 enum Command {
@@ -53,11 +64,11 @@ enum Command {
         admin_listen: String,
     },
     /// Operate a cluster through its admin API.
+    #[command(after_help = CTL_AFTER_HELP)]
     Ctl {
         /// Admin URL of any node, e.g. http://127.0.0.1:9090 (required;
-        /// before the verb: `ctl members add --admin ADDR` names the new
-        /// member's admin address).
-        #[arg(long, env = "ZONEGATE_ADMIN")]
+        /// before or after the verb).
+        #[arg(long, global = true, env = "ZONEGATE_ADMIN")]
         admin: Option<String>,
         /// Admin bearer token.
         #[arg(
@@ -117,7 +128,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let (args, warning) =
+        zonegate::cli::members::legacy_member_admin(std::env::args_os().collect());
+    if let Some(w) = warning {
+        eprintln!("zonegate: {w}");
+    }
+    let cli = Cli::parse_from(args);
     // Generated from the CLI definition, before any runtime or logging.
     match cli.command {
         Command::Completions { shell } => {
@@ -239,6 +255,105 @@ mod tests {
 
     /// Every flag and argument of every command says what it is for
     /// (`--help`, the completions and the man page all show it).
+    fn ctl_verbs(cmd: &clap::Command, path: &str, out: &mut Vec<(String, clap::Command)>) {
+        for sub in cmd.get_subcommands() {
+            let path = format!("{path} {}", sub.get_name());
+            out.push((path.clone(), sub.clone()));
+            ctl_verbs(sub, &path, out);
+        }
+    }
+
+    /// Every `ctl` verb shows an Examples section, and no help names a
+    /// source file (help is for operators, not for the code's readers).
+    #[test]
+    fn every_ctl_verb_has_examples_and_no_help_names_a_source_file() {
+        let mut cmd = <Cli as clap::CommandFactory>::command();
+        cmd.build();
+        let ctl = cmd.find_subcommand("ctl").unwrap().clone();
+        let mut verbs = vec![("ctl".to_owned(), ctl.clone())];
+        ctl_verbs(&ctl, "ctl", &mut verbs);
+        for (path, mut verb) in verbs {
+            if path.ends_with(" help") || path.contains(" help ") {
+                continue;
+            }
+            let help = verb.render_long_help().to_string();
+            assert!(
+                help.contains("Examples:\n  zonegate ctl"),
+                "`zonegate {path} --help` has no Examples section (add \
+                 #[command(after_help = \"Examples:\\n  zonegate ctl ...\")]):\n{help}"
+            );
+            assert!(
+                !help.contains("src/"),
+                "{path}: a source path in help:\n{help}"
+            );
+            assert!(
+                help.contains("--admin"),
+                "{path}: --admin not in help:\n{help}"
+            );
+        }
+    }
+
+    /// `--admin` and `--token` go where hands put them: after the verb too.
+    #[test]
+    fn admin_and_token_are_accepted_after_the_verb() {
+        for args in [
+            &[
+                "zonegate",
+                "ctl",
+                "status",
+                "--admin",
+                "http://n1:9090",
+                "--token",
+                "t",
+            ][..],
+            &[
+                "zonegate",
+                "ctl",
+                "--admin",
+                "http://n1:9090",
+                "status",
+                "--token",
+                "t",
+            ][..],
+            &[
+                "zonegate",
+                "ctl",
+                "members",
+                "list",
+                "--admin",
+                "http://n1:9090",
+                "--token",
+                "t",
+            ][..],
+        ] {
+            let cli = Cli::try_parse_from(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            let Command::Ctl { admin, token, .. } = cli.command else {
+                panic!("{args:?}: not ctl");
+            };
+            assert_eq!(admin.as_deref(), Some("http://n1:9090"), "{args:?}");
+            assert_eq!(token.as_deref(), Some("t"), "{args:?}");
+        }
+        let args = [
+            "zonegate", "ctl", "members", "add", "--id", "4", "--zone", "az-a",
+        ];
+        let args: Vec<&str> = args
+            .into_iter()
+            .chain([
+                "--raft",
+                "r:1",
+                "--member-admin",
+                "a:1",
+                "--admin",
+                "http://n1:9090",
+            ])
+            .collect();
+        let cli = Cli::try_parse_from(args).unwrap();
+        let Command::Ctl { admin, .. } = cli.command else {
+            panic!("not ctl");
+        };
+        assert_eq!(admin.as_deref(), Some("http://n1:9090"));
+    }
+
     #[test]
     fn every_argument_has_help() {
         fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {

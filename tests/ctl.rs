@@ -161,8 +161,7 @@ async fn decisions_and_status_show_utc_times_with_ages_and_json_keeps_epoch_ms()
         assert!(at.is_some_and(|t| t > 1_600_000_000_000), "{args:?}: {v}");
     }
 
-    // --token after the verb too (--admin comes before it: `members add
-    // --admin` is the new member's address); without --admin: usage, 2.
+    // --token after the verb too; without --admin: usage, 2.
     let out = tokio::process::Command::new(bin())
         .args(["ctl", "--admin", &admin, "decisions", "--json"])
         .args(["--token", ADMIN_TOKEN])
@@ -397,4 +396,94 @@ async fn completions_and_man_page_come_from_the_cli_definition() {
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains(want), "{args:?} lacks {want}");
     }
+}
+
+/// `zonegate ARGS…` without a terminal and without the caller's admin
+/// environment; returns (exit code, stdout, stderr).
+async fn zonegate(args: &[&str]) -> (i32, String, String) {
+    let out = tokio::process::Command::new(bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .env_remove("ZONEGATE_ADMIN")
+        .env_remove("ZONEGATE_ADMIN_TOKEN")
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_or_missing_admin_token_is_named_as_such_with_its_own_exit_code() {
+    let mock = Mock::start("m1", "az-a", &[MODEL]).await;
+    let node = NodeProcess::start("az-a", &mock.backend_toml(&[MODEL])).await;
+    let admin = node.admin.as_str();
+    for args in [
+        &["ctl", "--admin", admin, "--token", "wrong", "status"][..],
+        &["ctl", "--admin", admin, "--token", "wrong", "members"][..],
+        &["ctl", "--admin", admin, "status"][..],
+        &["ctl", "--admin", admin, "backends"][..],
+    ] {
+        let (code, out, err) = zonegate(args).await;
+        assert_eq!(code, 4, "{args:?}: {err}{out}");
+        let given = args.contains(&"--token");
+        let want = if given {
+            "admin token rejected"
+        } else {
+            "no admin token given"
+        };
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(
+            err.contains("--token or ZONEGATE_ADMIN_TOKEN"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("API key"), "data-plane words: {err}");
+    }
+    let (code, _, err) =
+        zonegate(&["ctl", "--admin", admin, "--token", ADMIN_TOKEN, "status"]).await;
+    assert_eq!(code, 0, "{err}");
+}
+
+/// "Did traffic move?" needs no curl: `status` shows each zone's share of
+/// the requests every node reported to the leader, asked of any node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_per_zone_traffic_from_the_leaders_reports_even_asked_of_a_follower() {
+    let cluster = TestCluster::start(1, "[failover]\nperiod = \"1s\"\n").await;
+    let leader = cluster.leader().await;
+    let follower = cluster
+        .running()
+        .find(|n| n.admin != cluster.node(leader).admin)
+        .unwrap()
+        .admin
+        .clone();
+    let out = Arc::new(parking_lot::Mutex::new(String::new()));
+    eventually(
+        Duration::from_secs(60),
+        "status on a follower to show per-zone traffic",
+        || {
+            let chats: Vec<_> = cluster.running().map(|n| n.chat()).collect();
+            let (follower, out) = (follower.clone(), Arc::clone(&out));
+            async move {
+                for c in chats {
+                    let _ = c.json(&chat_body(4, false)).send().await;
+                }
+                let (code, text, _) = ctl(&follower, &["status"]).await;
+                let seen = code == 0
+                    && text.contains("ZONE  REQ/S  SHARE  ERRORS  TIMEOUTS")
+                    && ZONES.iter().any(|z| {
+                        text.lines()
+                            .any(|l| l.starts_with(z) && l.contains('%') && !l.contains(" 0%"))
+                    });
+                *out.lock() = text;
+                seen
+            }
+        },
+    )
+    .await;
+    assert!(out
+        .lock()
+        .contains("traffic (every node's report to the leader"));
 }

@@ -52,6 +52,7 @@ fn steps(text: &str) -> Vec<Step> {
     let mut out = Vec::new();
     let mut in_sh = false;
     let mut pending = String::new();
+    let mut depth = 0usize;
     for line in text.lines() {
         if line.trim_start().starts_with("```") {
             in_sh = !in_sh && line.trim() == "```sh";
@@ -62,6 +63,19 @@ fn steps(text: &str) -> Vec<Step> {
         }
         if let Some(head) = line.strip_suffix('\\') {
             pending.push_str(head);
+            continue;
+        }
+        // A `for …; do` … `done` loop is one command, its lines kept.
+        let opens = |l: &str| l.trim_end().ends_with("; do") || l.trim_end().ends_with("; then");
+        let closes = |l: &str| matches!(l.trim(), "done" | "fi");
+        if opens(line) {
+            depth += 1;
+        } else if closes(line) && depth > 0 {
+            depth -= 1;
+        }
+        if depth > 0 {
+            pending.push_str(line);
+            pending.push('\n');
             continue;
         }
         let whole = format!("{pending}{line}");
@@ -101,6 +115,15 @@ fn alias_as_function(line: &str) -> Option<String> {
     let (name, value) = rest.split_once('=')?;
     let value = value.trim_matches('\'');
     Some(format!("{name}() {{ {value} \"$@\"; }}"))
+}
+
+/// `NAME=value` with nothing after it: a shell variable for later lines.
+fn is_assignment(line: &str) -> bool {
+    line.split_once('=').is_some_and(|(name, value)| {
+        !name.is_empty()
+            && name.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
+            && !value.contains(' ')
+    })
 }
 
 fn curl_installed() -> bool {
@@ -167,6 +190,12 @@ fn the_tours_commands_are_read_with_their_expected_exits() {
             },
         ]
     );
+    let looped = "```sh\nB=http://x\nfor i in $(seq 2); do\n  curl $B \\\n    -d c\ndone\n```\n";
+    assert_eq!(
+        steps(looped).iter().map(|s| s.line.as_str()).collect::<Vec<_>>(),
+        vec!["B=http://x", "for i in $(seq 2); do\n  curl $B     -d c\ndone"]
+    );
+    assert!(is_assignment("B=http://127.0.0.1:PORT") && !is_assignment("zg x --y=2"));
     assert_eq!(
         alias_as_function("alias zg='a b --c d'").as_deref(),
         Some("zg() { a b --c d \"$@\"; }")
@@ -239,6 +268,12 @@ async fn every_command_of_the_five_minute_tour_runs_against_the_demo() {
             prelude.push('\n');
             continue;
         }
+        // `B=…`: a variable the next commands use.
+        if is_assignment(&line) {
+            prelude.push_str(&line);
+            prelude.push('\n');
+            continue;
+        }
         // The tour's `--if-version 2` is the version its failover printed
         // ("say 2").
         if let Some(v) = &version {
@@ -306,6 +341,23 @@ async fn every_command_of_the_five_minute_tour_runs_against_the_demo() {
     }
     let (limited, _) = said("| grep -i '^HTTP");
     assert!(limited.contains("x-ratelimit-limit-requests"), "{limited}");
+    // The fault step: who answered each request, then the ejection's
+    // event and counter, then the fault undone.
+    let (fault_loop, _) = said("for i in $(seq 200)");
+    assert!(
+        fault_loop.to_lowercase().contains("x-zonegate-backend:"),
+        "the loop prints who served each request:\n{fault_loop}"
+    );
+    let event = outputs
+        .iter()
+        .find(|(l, _, _)| l.starts_with("curl -s http://127.0.0.1:9090/admin/v1/events"))
+        .map(|(_, out, _)| out.clone())
+        .expect("the tour shows the events");
+    assert!(event.contains("\"ejected_"), "the event is shown: {event}");
+    let (ejections, _) = said("zonegate_backend_ejections_total");
+    assert!(ejections.contains("zonegate_backend_ejections_total{"), "{ejections}");
+    let faults = get_json(&format!("{backend}/mock/faults"), None).await;
+    assert_eq!(faults["error_rate"], 0.0, "the fault is undone: {faults}");
     assert!(said("zg status").0.contains("az-a"));
     assert!(said("zonegate completions bash").0.is_empty());
     assert!(std::fs::read_to_string(

@@ -349,6 +349,9 @@ pub struct Assessment {
     /// A zone that should fail over but has no healthy active target.
     pub no_target: Option<ZoneId>,
     pub proposal: Option<Proposal>,
+    /// Requests the reporters sent to each zone in the period its health
+    /// describes: where traffic goes (operators ask "did it move?").
+    pub requests: BTreeMap<ZoneId, u64>,
 }
 
 /// One reporter's window: its zone and observations by period end.
@@ -507,6 +510,7 @@ impl Detector {
             .filter(|e| *e > 0)
             .collect();
         let mut runs = BTreeMap::new();
+        let mut requests = BTreeMap::new();
         let health: Vec<ZoneHealth> = zones
             .keys()
             .map(|zone| {
@@ -514,8 +518,9 @@ impl Detector {
                     .iter()
                     .map(|e| self.score(cfg, zone, *e, newest, now_ms))
                     .collect();
-                let (health, run) = zone_runs(cfg, zone, &scores, newest);
+                let (health, run, sent) = zone_runs(cfg, zone, &scores, newest);
                 runs.insert(zone.clone(), run);
+                requests.insert(zone.clone(), sent);
                 health
             })
             .collect();
@@ -528,6 +533,7 @@ impl Detector {
             zones: health,
             no_target: None,
             proposal: None,
+            requests,
         };
         if out.fail_static {
             return out;
@@ -620,7 +626,7 @@ fn zone_runs(
     zone: &ZoneId,
     scores: &[PeriodScore],
     newest: u64,
-) -> (ZoneHealth, Runs) {
+) -> (ZoneHealth, Runs, u64) {
     // The newest period may lack reports still in flight: when it says
     // nothing, the one before speaks for now.
     let skip = usize::from(scores.first().is_some_and(|s| s.score.is_none()));
@@ -658,7 +664,7 @@ fn zone_runs(
         silent: c.silent,
         period_end_ms: c.score.map(|_| c.period_end_ms),
     };
-    (health, runs)
+    (health, runs, c.requests)
 }
 
 /// The failover target for `from`: the first eligible zone of its

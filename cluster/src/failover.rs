@@ -69,6 +69,10 @@ pub struct FailoverStatus {
     pub zones: Vec<ZoneHealth>,
     /// End of the period `zones` describe.
     pub period_end_ms: Option<u64>,
+    /// On the leader: requests sent to each zone in that period, from
+    /// every node's report (empty on a follower).
+    #[serde(default)]
+    pub zone_requests: BTreeMap<ZoneId, u64>,
     /// The latest assessment found every zone below the cutoff.
     pub fail_static: bool,
     /// Periods assessed in fail static on this node (while leading).
@@ -203,7 +207,9 @@ impl Failover {
 
     fn stop_leading(&self) {
         if lock(&self.detector).take().is_some() {
-            lock(&self.status).assessed_here = false;
+            let mut status = lock(&self.status);
+            status.assessed_here = false;
+            status.zone_requests.clear();
         }
     }
 
@@ -265,6 +271,7 @@ impl Failover {
         let mut status = lock(&self.status);
         status.assessed_here = true;
         status.zones = assessment.zones.clone();
+        status.zone_requests = assessment.requests.clone();
         status.period_end_ms = Some(assessment.period_end_ms);
         if assessment.fail_static {
             status.fail_static_periods += 1;

@@ -23,6 +23,8 @@ use zonegate_cluster::ZoneId;
 use crate::clock::unix_s;
 use crate::dataplane::balance::hash_key;
 use crate::dataplane::error::error_body;
+use crate::dataplane::policy::allows_model;
+use crate::dataplane::proxy::unknown_model;
 use crate::dataplane::request::{classify, RequestMeta};
 use crate::dataplane::routing::plan_zones;
 use crate::node::gateway::Gateway;
@@ -43,8 +45,13 @@ pub struct ExplainQuery {
 /// `GET /admin/v1/explain`.
 pub async fn explain(State(gw): State<Arc<Gateway>>, Query(q): Query<ExplainQuery>) -> Response {
     let routes = gw.routes.load();
-    let Some(model) = routes.model(&q.model) else {
-        let msg = format!("model `{}` is not configured on this node", q.model);
+    let cfg = gw.cfg_arc();
+    let aliased = || cfg.model_of_alias(&q.model).and_then(|m| routes.model(m));
+    let Some(model) = routes.model(&q.model).or_else(aliased) else {
+        let tenant = (q.tenant.as_deref())
+            .and_then(|t| cfg.tenants.iter().position(|x| *x.name == *t));
+        let may_use = |m: &str| tenant.is_none_or(|i| allows_model(&cfg, i, m));
+        let msg = unknown_model(&cfg, &routes, &q.model, &may_use).to_string();
         return (
             StatusCode::NOT_FOUND,
             Json(error_body(&msg, "invalid_request_error", "model_not_found")),

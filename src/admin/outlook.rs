@@ -42,7 +42,49 @@ pub async fn outlook(State(gw): State<Arc<Gateway>>) -> Json<Value> {
         auto_failed_over: state.auto_failed_over().len(),
         now_ms: unix_ms(),
     };
-    Json(assess(&input))
+    let mut v = assess(&input);
+    if status.assessed_here {
+        v["traffic"] = traffic(
+            &status.zones,
+            &status.zone_requests,
+            millis(input.cfg.period),
+        );
+    }
+    Json(v)
+}
+
+/// Where traffic went in the period the leader assessed last, from every
+/// node's report: per zone the requests, requests/s, share of all requests
+/// and the gateway error and timeout rates. Only the leader has it.
+pub fn traffic(health: &[ZoneHealth], requests: &BTreeMap<ZoneId, u64>, period_ms: u64) -> Value {
+    let total: u64 = requests.values().sum();
+    let zones: serde_json::Map<String, Value> = requests
+        .iter()
+        .map(|(zone, n)| {
+            let h = health.iter().find(|h| &h.zone == zone);
+            let per_s = if period_ms == 0 {
+                0.0
+            } else {
+                *n as f64 * 1000.0 / period_ms as f64
+            };
+            let share = if total == 0 {
+                0.0
+            } else {
+                *n as f64 / total as f64
+            };
+            (
+                zone.to_string(),
+                json!({
+                    "requests": n,
+                    "requests_per_s": per_s,
+                    "share": share,
+                    "gw_error_rate": h.and_then(|h| h.gw_error_rate),
+                    "timeout_rate": h.and_then(|h| h.timeout_rate),
+                }),
+            )
+        })
+        .collect();
+    json!({"period_ms": period_ms, "zones": zones})
 }
 
 /// Everything [`assess`] reads; no clock, no I/O.
@@ -241,6 +283,36 @@ mod tests {
             auto_failed_over: 0,
             now_ms: 100_000,
         })
+    }
+
+    #[test]
+    fn traffic_gives_each_zone_its_rate_share_and_errors() {
+        let (a, b) = (ZoneId::new("az-a"), ZoneId::new("az-b"));
+        let mut h = zonegate_cluster::ZoneHealth {
+            zone: a.clone(),
+            score: Some(0.9),
+            gw_error_rate: Some(0.25),
+            timeout_rate: Some(0.0),
+            gpu_health: Some(1.0),
+            bad_periods: 0,
+            good_periods: 3,
+            reporters: 3,
+            silent: false,
+            period_end_ms: Some(2_000),
+        };
+        let mut hb = h.clone();
+        hb.zone = b.clone();
+        hb.gw_error_rate = None;
+        h.timeout_rate = Some(0.5);
+        let requests = BTreeMap::from([(a, 30), (b, 10)]);
+        let v = traffic(&[h, hb], &requests, 2_000);
+        assert_eq!(v["zones"]["az-a"]["requests_per_s"], 15.0);
+        assert_eq!(v["zones"]["az-a"]["share"], 0.75);
+        assert_eq!(v["zones"]["az-a"]["gw_error_rate"], 0.25);
+        assert_eq!(v["zones"]["az-b"]["share"], 0.25);
+        assert!(v["zones"]["az-b"]["gw_error_rate"].is_null());
+        let none = traffic(&[], &BTreeMap::from([(ZoneId::new("az-a"), 0)]), 0);
+        assert_eq!(none["zones"]["az-a"]["share"], 0.0);
     }
 
     #[test]

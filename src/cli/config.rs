@@ -24,6 +24,9 @@ pub struct ConfigCmd {
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum ConfigOp {
     /// Print the TOML of the current (or a kept) config version.
+    #[command(
+        after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 config show\n  zonegate ctl --admin http://127.0.0.1:9090 config show --version 3 > v3.toml"
+    )]
     Show {
         /// A kept version instead of the current one.
         #[arg(long)]
@@ -32,12 +35,18 @@ pub enum ConfigOp {
     /// A readable diff of FILE's replicated sections against the current
     /// config (FILE may be a whole node file: only its replicated sections
     /// count).
+    #[command(
+        after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 config diff gateway.toml"
+    )]
     Diff {
         /// The config file to compare (a node file or replicated sections).
         file: PathBuf,
     },
     /// Validate FILE on the leader and commit its replicated sections as
     /// the next config version.
+    #[command(
+        after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 config apply gateway.toml --dry-run\n  zonegate ctl --admin http://127.0.0.1:9090 config apply gateway.toml --if-version 4 --reason 'add az-c backends'"
+    )]
     Apply {
         /// The config file to apply (a node file or replicated sections).
         file: PathBuf,
@@ -45,6 +54,9 @@ pub enum ConfigOp {
         opts: ApplyOpts,
     },
     /// Commit a copy of kept version V as the next config version.
+    #[command(
+        after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 config rollback --to 3 --dry-run\n  zonegate ctl --admin http://127.0.0.1:9090 config rollback --to 3 --reason 'v4 broke routing'"
+    )]
     Rollback {
         /// The kept version whose config becomes the next version.
         #[arg(long = "to")]
@@ -53,6 +65,9 @@ pub enum ConfigOp {
         opts: ApplyOpts,
     },
     /// The kept config versions, newest first.
+    #[command(
+        after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 config history"
+    )]
     History,
 }
 

@@ -5,7 +5,8 @@
 //! Exit codes (DESIGN §5): 0 done; 1 refused (a safety rule, or a definite
 //! "nothing was written" such as no leader); 2 bad usage, or the admin API
 //! could not be reached before anything was sent; 3 outcome unknown (a
-//! write that may have committed: check `zonegate ctl decisions`).
+//! write that may have committed: check `zonegate ctl decisions`); 4 the
+//! admin token was missing or rejected (nothing was done).
 
 use std::time::Duration;
 
@@ -20,15 +21,28 @@ pub use render::{human_ms, render, when};
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum Verb {
     /// Cluster status: leader, term, decision version, zones (with what the
-    /// automation will do next), nodes, and the last decision.
+    /// automation will do next, and when dwell lets it), per-zone traffic
+    /// (asked of the leader: requests/s, share, errors), nodes, and the
+    /// last decision.
+    #[command(
+        after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 status\n  zonegate ctl status --admin https://gw-a.internal:9090 --json"
+    )]
     Status,
     /// Backends as this node sees them.
+    #[command(
+        after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 backends\n  zonegate ctl backends --json | jq '.backends[] | select(.state != \"healthy\")'"
+    )]
     Backends,
     /// Tenants' quotas: global limits, zone shares, each node's allocation
-    /// (overflow after a failover), this node's usage, decision version.
+    /// (overflow after a failover, and why a node holds another zone's),
+    /// this node's usage, decision version.
+    #[command(after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 quotas")]
     Quotas,
     /// The decision history, newest first: zone decisions (failover,
     /// failback, freeze, unfreeze); `--all` adds the quota rebalances.
+    #[command(
+        after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 decisions --limit 5\n  zonegate ctl decisions --all --json"
+    )]
     Decisions {
         /// How many decisions to show.
         #[arg(long, default_value_t = 20)]
@@ -39,6 +53,9 @@ pub enum Verb {
         all: bool,
     },
     /// Move the traffic homed in one zone to another.
+    #[command(
+        after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 failover --from az-b --dry-run\n  zonegate ctl --admin http://127.0.0.1:9090 failover --from az-b --to az-a --reason 'az-b GPUs failing' --yes"
+    )]
     Failover {
         /// The zone whose traffic moves away.
         #[arg(long)]
@@ -51,6 +68,9 @@ pub enum Verb {
         opts: DecideOpts,
     },
     /// Give a failed-over zone its own traffic back.
+    #[command(
+        after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 failback --zone az-b --dry-run\n  zonegate ctl --admin http://127.0.0.1:9090 failback --zone az-b --reason 'az-b repaired' --yes"
+    )]
     Failback {
         /// The failed-over zone that takes its own traffic back.
         #[arg(long)]
@@ -59,21 +79,32 @@ pub enum Verb {
         opts: DecideOpts,
     },
     /// Stop automatic decisions (operators still decide).
+    #[command(
+        after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 freeze --reason 'maintenance in az-c'"
+    )]
     Freeze {
         /// Why, for the decision history and the audit log.
         #[arg(long)]
         reason: Option<String>,
     },
     /// Allow automatic decisions again.
+    #[command(
+        after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 unfreeze --reason 'maintenance done'"
+    )]
     Unfreeze {
         /// Why, for the decision history and the audit log.
         #[arg(long)]
         reason: Option<String>,
     },
-    /// Members: list, add, remove, promote, readdress (src/cli/members.rs).
+    /// Members: list, add, remove, promote, readdress.
+    #[command(
+        after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 members\n  zonegate ctl --admin http://127.0.0.1:9090 members add --id 4 --zone az-a --raft 10.0.1.4:7070 --member-admin 10.0.1.4:9090 --role voter"
+    )]
     Members(super::members::Members),
-    /// The replicated routing config: show, diff, apply, rollback, history
-    /// (src/cli/config.rs).
+    /// The replicated routing config: show, diff, apply, rollback, history.
+    #[command(
+        after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 config show\n  zonegate ctl --admin http://127.0.0.1:9090 config apply gateway.toml --dry-run"
+    )]
     Config(super::config::ConfigCmd),
     /// Traffic rules: configured against realised share; tenants' allowed
     /// models and tags (src/cli/policy.rs).
@@ -83,6 +114,9 @@ pub enum Verb {
     Shadows(super::policy::ShadowsCmd),
     /// Follow the cluster live: redraws status every interval on a
     /// terminal, else prints one line per change. Ctrl-C stops it.
+    #[command(
+        after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 watch\n  zonegate ctl watch --interval 5 >> incident.log"
+    )]
     Watch {
         /// Seconds between polls.
         #[arg(long, default_value_t = 1.0)]
@@ -90,6 +124,9 @@ pub enum Verb {
     },
     /// How a node would route a request now, without sending it: the
     /// effective zone and why, candidate backends, fallbacks.
+    #[command(
+        after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 explain --model qwen25-7b-instruct --max-tokens 256\n  zonegate ctl explain --model qwen25-7b-instruct --session user-42 --zone az-b"
+    )]
     Explain {
         /// The model the request names.
         #[arg(long)]
@@ -149,6 +186,30 @@ pub const EXIT_REFUSED: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 /// A write that may have committed.
 pub const EXIT_OUTCOME_UNKNOWN: u8 = 3;
+/// The admin API did not accept the token (none given, or a wrong one):
+/// nothing was done.
+pub const EXIT_AUTH: u8 = 4;
+
+/// A 401 from the admin API in the operator's words: which token, and
+/// where to pass one. `None` for any other status.
+pub(crate) fn token_refused(
+    status: reqwest::StatusCode,
+    admin: &str,
+    token_given: bool,
+) -> Option<anyhow::Error> {
+    if status != reqwest::StatusCode::UNAUTHORIZED {
+        return None;
+    }
+    let what = if token_given {
+        format!("admin token rejected by {admin}")
+    } else {
+        format!("no admin token given; {admin} needs one")
+    };
+    Some(fail(
+        EXIT_AUTH,
+        format!("{what} (pass --token or ZONEGATE_ADMIN_TOKEN); nothing was done"),
+    ))
+}
 
 /// The process exit code for an error `run` returned (1 for any other).
 pub fn exit_code(e: &anyhow::Error) -> u8 {
@@ -190,6 +251,22 @@ pub async fn run(
             Ok(())
         }
         Verb::Watch { interval } => watch::run(&api, interval, json_out, &look).await,
+        Verb::Quotas if !json_out => {
+            let mut v = api
+                .call(reqwest::Method::GET, "/admin/v1/quotas", None)
+                .await?;
+            // Each node's zone and each zone's state say why a node holds
+            // another zone's allocation (best effort).
+            if let Ok(c) = api
+                .quiet()
+                .call(reqwest::Method::GET, "/admin/v1/cluster", None)
+                .await
+            {
+                v["cluster"] = c;
+            }
+            print!("{}", render::render_with(&Verb::Quotas, &v, &look));
+            Ok(())
+        }
         Verb::Failover { from, to, opts } => {
             let (to, chosen) = match to {
                 Some(to) => (to, false),
@@ -246,7 +323,40 @@ async fn status_of(api: &Api) -> anyhow::Result<Value> {
     {
         v["last_decision"] = d["decisions"][0].clone();
     }
+    if v["outlook"].is_object() && v["outlook"]["traffic"].is_null() {
+        if let Some(t) = leaders_traffic(api, &v).await {
+            v["outlook"]["traffic"] = t;
+        }
+    }
     Ok(v)
+}
+
+/// Per-zone traffic lives on the leader (every node reports to it): asked
+/// of a follower, `status` asks the leader's admin API (its address from
+/// the membership, this URL's scheme), best effort.
+async fn leaders_traffic(api: &Api, v: &Value) -> Option<Value> {
+    let leader = v["leader"].as_u64()?;
+    let members = api
+        .quiet()
+        .call(reqwest::Method::GET, "/admin/v1/members", None)
+        .await
+        .ok()?;
+    let addr = members["members"]
+        .as_array()?
+        .iter()
+        .find(|m| m["id"].as_u64() == Some(leader))?["admin_addr"]
+        .as_str()?
+        .to_owned();
+    let scheme = api.admin.split("://").next().unwrap_or("http");
+    let at_leader = Api {
+        admin: format!("{scheme}://{addr}"),
+        ..api.quiet()
+    };
+    let o = at_leader
+        .call(reqwest::Method::GET, "/admin/v1/outlook", None)
+        .await
+        .ok()?;
+    Some(o["traffic"].clone()).filter(|t| t.is_object())
 }
 
 /// The zone the leader's detector would fail `from` over to now.
@@ -419,6 +529,9 @@ impl Api {
             }
         };
         let status = resp.status();
+        if let Some(refused) = token_refused(status, admin, self.token.is_some()) {
+            return Err(refused);
+        }
         let text = match resp.text().await {
             Ok(text) => text,
             Err(e) if writes => {

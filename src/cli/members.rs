@@ -2,13 +2,13 @@
 //! one step at a time (`add`, `remove`, `promote`, `readdress`) through
 //! `GET|POST /admin/v1/members`. Exit codes as every `ctl` verb: 0 done,
 //! 1 refused by a rule (its name is printed), 2 bad usage or unreachable
-//! before sending, 3 outcome unknown.
+//! before sending, 3 outcome unknown, 4 admin token missing or rejected.
 
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::ctl::{CtlFailure, EXIT_OUTCOME_UNKNOWN, EXIT_REFUSED, EXIT_USAGE};
+use super::ctl::{token_refused, CtlFailure, EXIT_OUTCOME_UNKNOWN, EXIT_REFUSED, EXIT_USAGE};
 
 /// `ctl members [VERB]`; without a verb, the list.
 #[derive(Debug, Clone, clap::Args)]
@@ -21,9 +21,15 @@ pub struct Members {
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum MembersOp {
     /// List members with role, addresses, match index and lag.
+    #[command(
+        after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 members list\n  zonegate ctl members list --json"
+    )]
     List,
     /// Add a new member (a voter or witness is added as a learner first,
     /// then promoted once caught up). Node ids are never reused.
+    #[command(
+        after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 members add --id 4 --zone az-a --raft 10.0.1.4:7070 --member-admin 10.0.1.4:9090\n  zonegate ctl --admin http://127.0.0.1:9090 members add --id 5 --zone az-d --raft 10.0.4.5:7070 --member-admin 10.0.4.5:9090 --role voter"
+    )]
     Add {
         /// Its node id (never one the cluster used before).
         #[arg(long)]
@@ -34,27 +40,37 @@ pub enum MembersOp {
         /// `host:port` of its Raft listener.
         #[arg(long)]
         raft: String,
-        /// `host:port` of its admin API.
-        #[arg(long)]
-        admin: String,
+        /// `host:port` of its admin API (`--admin` before this release;
+        /// `--admin` is now the admin URL of the node you talk to).
+        #[arg(long = "member-admin")]
+        member_admin: String,
         /// Its role once caught up.
         #[arg(long, value_parser = ["voter", "learner", "witness"], default_value = "learner")]
         role: String,
     },
     /// Remove a member (refused if it would lose quorum or leave a zone
     /// without the voter its topology requires).
+    #[command(
+        after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 members remove --id 3"
+    )]
     Remove {
         /// The member's node id.
         #[arg(long)]
         id: u64,
     },
     /// Make a caught-up learner a voter.
+    #[command(
+        after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 members promote --id 4"
+    )]
     Promote {
         /// The learner's node id.
         #[arg(long)]
         id: u64,
     },
     /// Change a member's Raft and admin addresses.
+    #[command(
+        after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 members readdress --id 2 --raft 10.0.2.9:7070 --member-admin 10.0.2.9:9090"
+    )]
     Readdress {
         /// The member's node id.
         #[arg(long)]
@@ -63,8 +79,8 @@ pub enum MembersOp {
         #[arg(long)]
         raft: String,
         /// Its new `host:port` for the admin API.
-        #[arg(long)]
-        admin: String,
+        #[arg(long = "member-admin")]
+        member_admin: String,
     },
 }
 
@@ -76,15 +92,19 @@ pub fn request_of(m: &Members) -> (reqwest::Method, String, Option<Value>) {
             id,
             zone,
             raft,
-            admin,
+            member_admin,
             role,
         } => Some(json!({"op": "add", "member": {
-            "id": id, "zone": zone, "raft_addr": raft, "admin_addr": admin, "role": role,
+            "id": id, "zone": zone, "raft_addr": raft, "admin_addr": member_admin, "role": role,
         }})),
         MembersOp::Remove { id } => Some(json!({"op": "remove", "id": id})),
         MembersOp::Promote { id } => Some(json!({"op": "promote", "id": id})),
-        MembersOp::Readdress { id, raft, admin } => Some(json!({
-            "op": "readdress", "id": id, "raft_addr": raft, "admin_addr": admin,
+        MembersOp::Readdress {
+            id,
+            raft,
+            member_admin,
+        } => Some(json!({
+            "op": "readdress", "id": id, "raft_addr": raft, "admin_addr": member_admin,
         })),
     };
     let method = if body.is_some() {
@@ -93,6 +113,47 @@ pub fn request_of(m: &Members) -> (reqwest::Method, String, Option<Value>) {
         reqwest::Method::GET
     };
     (method, "/admin/v1/members".into(), body)
+}
+
+/// The old spelling of `members add|readdress --member-admin`, kept for
+/// one release: before `--admin` became the node's admin URL everywhere,
+/// these two verbs took the new member's admin address as `--admin`.
+/// Rewrites the first `--admin` after `members add|readdress` (when
+/// `--member-admin` is not given too) and says so in a warning.
+pub fn legacy_member_admin(
+    mut args: Vec<std::ffi::OsString>,
+) -> (Vec<std::ffi::OsString>, Option<String>) {
+    let pos = |args: &[std::ffi::OsString], from: usize, want: &[&str]| {
+        args.iter()
+            .skip(from)
+            .position(|a| a.to_str().is_some_and(|a| want.contains(&a)))
+            .map(|i| i + from)
+    };
+    let Some(op) = pos(&args, 0, &["ctl"])
+        .and_then(|c| pos(&args, c + 1, &["members"]))
+        .and_then(|m| pos(&args, m + 1, &["add", "readdress"]))
+    else {
+        return (args, None);
+    };
+    let after = &args[op + 1..];
+    let spelled = |a: &std::ffi::OsString, flag: &str| {
+        a.to_str()
+            .is_some_and(|a| a == flag || a.starts_with(&format!("{flag}=")))
+    };
+    if after.iter().any(|a| spelled(a, "--member-admin")) {
+        return (args, None);
+    }
+    let Some(i) = after.iter().position(|a| spelled(a, "--admin")) else {
+        return (args, None);
+    };
+    let old = args[op + 1 + i].to_string_lossy().into_owned();
+    args[op + 1 + i] = old.replacen("--admin", "--member-admin", 1).into();
+    let verb = args[op].to_string_lossy().into_owned();
+    let warning = format!(
+        "warning: `ctl members {verb} --admin ADDR` is now `--member-admin ADDR` (the old \
+         spelling is accepted until the next release); `--admin` names the node you talk to"
+    );
+    (args, Some(warning))
 }
 
 fn fail(exit: u8, message: String) -> anyhow::Error {
@@ -133,6 +194,9 @@ pub async fn run(
         }
     };
     let status = resp.status();
+    if let Some(refused) = token_refused(status, admin, token.is_some()) {
+        return Err(refused);
+    }
     let text = resp.text().await.unwrap_or_default();
     let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
     if !status.is_success() {
@@ -248,6 +312,48 @@ mod tests {
         assert!(t.contains("voter (leader)"), "{t}");
         assert!(t.contains("4   az-a  learner"), "{t}");
         assert!(t.contains("differs"), "{t}");
+    }
+
+    #[test]
+    fn members_add_admin_is_read_as_member_admin_with_a_warning() {
+        let os = |v: &[&str]| -> Vec<std::ffi::OsString> { v.iter().map(|s| s.into()).collect() };
+        let (args, warning) = legacy_member_admin(os(&[
+            "zonegate",
+            "ctl",
+            "--admin",
+            "http://n1:9090",
+            "members",
+            "add",
+            "--id",
+            "4",
+            "--admin",
+            "10.0.0.4:9090",
+        ]));
+        assert_eq!(args[2], "--admin", "the global flag before the verb stays");
+        assert_eq!(args[8], "--member-admin");
+        assert!(warning.is_some_and(|w| w.contains("--member-admin")));
+        let (args, _) = legacy_member_admin(os(&[
+            "zonegate",
+            "ctl",
+            "members",
+            "readdress",
+            "--admin=10.0.0.4:9090",
+        ]));
+        assert_eq!(args[4], "--member-admin=10.0.0.4:9090");
+        // The new spelling: `--admin` after the verb is the node's URL.
+        let new = os(&[
+            "zonegate",
+            "ctl",
+            "members",
+            "add",
+            "--member-admin",
+            "a:1",
+            "--admin",
+            "http://n1",
+        ]);
+        assert_eq!(legacy_member_admin(new.clone()), (new, None));
+        let other = os(&["zonegate", "ctl", "status", "--admin", "http://n1"]);
+        assert_eq!(legacy_member_admin(other.clone()), (other, None));
     }
 
     #[test]

@@ -272,8 +272,20 @@ impl Validator<'_> {
                 self.int(&format!("{key}.tier"), Some(t), t, bounds::TIER)?;
             }
             let limits = self.model_limits(&format!("{key}.limits"), m.limits)?;
+            for (j, a) in m.aliases.iter().enumerate() {
+                let taken = served.contains(&a.as_str())
+                    || out.iter().any(|o| o.aliases.contains(a))
+                    || m.aliases[..j].contains(a);
+                if a.is_empty() || taken {
+                    return Err(self.err(
+                        format!("{key}.aliases[{j}]"),
+                        format!("`{a}` is empty, a served model's name or another alias"),
+                    ));
+                }
+            }
             out.push(ModelConfig {
                 limits,
+                aliases: m.aliases,
                 name: m.name,
                 balance: m.balance,
                 fallback: m.fallback,
@@ -311,6 +323,7 @@ impl Validator<'_> {
                     continuation: Continuation::default(),
                     tier: None,
                     limits: Limits::default(),
+                    aliases: Vec::new(),
                 });
             }
         }

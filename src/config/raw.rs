@@ -181,6 +181,8 @@ pub(super) struct RawModel {
     pub(super) continuation: Continuation,
     pub(super) tier: Option<u32>,
     pub(super) limits: Option<quota::RawModelLimits>,
+    #[serde(default)]
+    pub(super) aliases: Vec<String>,
 }
 
 #[derive(Deserialize, Default)]

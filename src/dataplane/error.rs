@@ -16,6 +16,10 @@ pub enum ApiError {
     WrongKey,
     #[error("the model `{0}` does not exist")]
     ModelNotFound(String),
+    /// `model_not_found` with what to send instead (a near-miss name, or
+    /// the models the key may use).
+    #[error("the model `{model}` does not exist{hint}")]
+    UnknownModel { model: String, hint: String },
     #[error("unknown path {0}")]
     UnknownPath(String),
     #[error("method {0} is not allowed here")]
@@ -74,7 +78,9 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) | ApiError::ContextLength(_) => StatusCode::BAD_REQUEST,
             ApiError::MissingKey | ApiError::WrongKey => StatusCode::UNAUTHORIZED,
-            ApiError::ModelNotFound(_) | ApiError::UnknownPath(_) => StatusCode::NOT_FOUND,
+            ApiError::ModelNotFound(_)
+            | ApiError::UnknownModel { .. }
+            | ApiError::UnknownPath(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
@@ -100,6 +106,7 @@ impl ApiError {
             ApiError::BadRequest(_)
             | ApiError::ContextLength(_)
             | ApiError::ModelNotFound(_)
+            | ApiError::UnknownModel { .. }
             | ApiError::UnknownPath(_)
             | ApiError::MethodNotAllowed(_)
             | ApiError::PayloadTooLarge(_)
@@ -118,7 +125,7 @@ impl ApiError {
             ApiError::BadRequest(_) => "invalid_request",
             ApiError::MissingKey => "missing_api_key",
             ApiError::WrongKey => "invalid_api_key",
-            ApiError::ModelNotFound(_) => "model_not_found",
+            ApiError::ModelNotFound(_) | ApiError::UnknownModel { .. } => "model_not_found",
             ApiError::UnknownPath(_) => "unknown_url",
             ApiError::MethodNotAllowed(_) => "method_not_allowed",
             ApiError::PayloadTooLarge(_) => "payload_too_large",

@@ -9,6 +9,9 @@ mod attempts;
 mod chain;
 mod continuation;
 mod respond;
+mod unknown;
+
+pub(crate) use unknown::unknown_model;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -212,6 +215,14 @@ async fn serve(
     .map_err(|e| (None, e))?;
     let mut meta = RequestMeta::parse(&body).map_err(|e| (None, e))?;
     let routes = gw.routes.load();
+    // What the client named: the body keeps it and the backend's copy is
+    // rewritten from it. An alias (`[[models]] aliases`) stands for its model.
+    let requested = meta.model.clone();
+    if routes.model(&meta.model).is_none() {
+        if let Some(m) = cfg.model_of_alias(&meta.model) {
+            meta.model = m.to_owned();
+        }
+    }
     // Traffic policy: a model the tenant may not use does not exist for
     // it; a rule may answer the request with another model.
     let allowed = policy::allows_model(cfg, caller.index, &meta.model);
@@ -223,23 +234,15 @@ async fn serve(
             policy::rules::select(cfg, &gw.metrics, who, &meta.model, header, user)
         })
         .flatten();
-    let asked = rule.map(|r| std::mem::replace(&mut meta.model, r.route_to.clone()));
+    if let Some(r) = rule {
+        meta.model = r.route_to.clone();
+    }
     let meta = meta;
-    // The model the body names, which the backend's copy is rewritten from.
-    let body_model: &str = asked.as_deref().unwrap_or(&meta.model);
-    let primary = routes
-        .model(&meta.model)
-        .filter(|_| allowed)
-        .ok_or_else(|| {
-            let asked = match bounded_label(&meta.model) {
-                all if all.len() == meta.model.len() => all.to_owned(),
-                cut => format!("{cut}…"),
-            };
-            (
-                Some(UNKNOWN_MODEL.to_owned()),
-                ApiError::ModelNotFound(asked),
-            )
-        })?;
+    let Some(primary) = routes.model(&meta.model).filter(|_| allowed) else {
+        let may_use = |m: &str| policy::allows_model(cfg, caller.index, m);
+        let e = unknown::unknown_model(cfg, &routes, &requested, &may_use);
+        return Err((Some(UNKNOWN_MODEL.to_owned()), e));
+    };
     // From here on the model is one the routes know.
     let failed = |e| (Some(meta.model.clone()), e);
     let deadline = tokio::time::Instant::from_std(started + primary.cfg.timeouts.total);
@@ -250,7 +253,7 @@ async fn serve(
     let admitted_at = Instant::now();
     let now_ns = crate::clock::ns_at(admitted_at);
     let admission = admit(gw, &facts, &meta, body.len(), now_ns).map_err(failed)?;
-    let shadows = start_shadows(gw, cfg, &facts, body_model, target, headers, &body, &meta);
+    let shadows = start_shadows(gw, cfg, &facts, &requested, target, headers, &body, &meta);
     let min_tier = chain::min_tier(headers, body.len(), &cfg.prompt_tiers).map_err(failed)?;
     let (mut models, skipped) = chain::model_chain(cfg, &routes, primary, min_tier);
     // A fallback the tenant may not use is skipped.
@@ -266,7 +269,7 @@ async fn serve(
         target,
         headers,
         body: &body,
-        model: body_model,
+        model: &requested,
     };
     let mut attempts = Attempts::default();
     // The backends the tenant's tags rule out count as tried from the start.

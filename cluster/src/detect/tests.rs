@@ -436,6 +436,17 @@ fn scores_weight_rates_by_requests_and_average_gpu_health() {
     assert!((h.score.unwrap() - 0.54).abs() < 1e-9, "{h:?}");
 }
 
+/// `ctl status` shows where traffic goes: each zone's requests over every
+/// reporter, in the period its health describes.
+#[test]
+fn the_assessment_counts_each_zones_requests_over_reporters() {
+    let (d, now) = detector_from(&[[0.9, 0.9, 0.9], [0.9, 0.9, 0.9]], &cfg());
+    let a = d.assess(&cfg(), &active(), now);
+    for zone in ZONES {
+        assert_eq!(a.requests.get(&z(zone)), Some(&10), "{zone}: {a:?}");
+    }
+}
+
 #[test]
 fn an_idle_zone_is_scored_by_its_backends() {
     let c = cfg();

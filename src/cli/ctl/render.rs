@@ -129,6 +129,9 @@ fn status(v: &Value, look: &Look) -> String {
     ));
     if let Some(zs) = outlook["zones"].as_object() {
         for (name, z) in zs {
+            if let Some(line) = dwell_words(name, &v["zones"][name.as_str()], z) {
+                let _ = writeln!(out, "  {name}: {line}");
+            }
             if let Some(next) = z["next"].as_str() {
                 let line = if z["bad_periods"].as_u64().unwrap_or(0) > 0 {
                     look.warn(next)
@@ -139,6 +142,7 @@ fn status(v: &Value, look: &Look) -> String {
             }
         }
     }
+    out.push_str(&traffic(&outlook["traffic"]));
     let nodes = rows(&v["nodes"], |n| {
         let leader = if n["leader"] == true { "*" } else { "" };
         // A node whose view is older than a few election timeouts routes
@@ -338,10 +342,34 @@ pub fn committed(
         s(&v["version"])
     );
     let version = v["version"].as_u64().unwrap_or(0);
+    if let Some(moved) = moved(kind, zones) {
+        let _ = writeln!(out, "moved: {moved}");
+        let _ = writeln!(
+            out,
+            "next: with tenant quotas, the leader rebalances them in a decision of its own (version {} or later: `zonegate ctl decisions --all`); `zonegate ctl status` shows traffic per zone",
+            version.saturating_add(1)
+        );
+    }
     if let Some(undo) = undo(kind, zones, changes, version) {
         let _ = writeln!(out, "undo: {}", look.paint("1", &undo));
     }
     out
+}
+
+/// What a committed zone decision moved, in words.
+fn moved(kind: &str, zones: &Value) -> Option<String> {
+    match kind {
+        "failover" => Some(format!(
+            "traffic homed in {} now goes to {}",
+            zones["from"].as_str()?,
+            zones["to"].as_str()?
+        )),
+        "failback" => {
+            let z = zones["zone"].as_str()?;
+            Some(format!("{z} serves its own traffic again"))
+        }
+        _ => None,
+    }
 }
 
 /// The safety rules an operator's zone decision is checked against.
@@ -378,6 +406,54 @@ fn undo(kind: &str, zones: &Value, changes: &Value, version: u64) -> Option<Stri
         }
         _ => None,
     }
+}
+
+/// The dwell in words: what it holds back (the automation), and what it
+/// does not (operators).
+fn dwell_words(name: &str, st: &Value, outlook: &Value) -> Option<String> {
+    let ms = outlook["dwell_left_ms"].as_u64().filter(|ms| *ms > 0)?;
+    let what = if st["status"] == "failed_over" {
+        format!("automatic failback of {name}")
+    } else {
+        format!("automatic decisions on {name}")
+    };
+    Some(format!(
+        "{what} allowed in {} (dwell after the last decision); operators may act now",
+        human_ms(ms)
+    ))
+}
+
+/// Per-zone traffic from the leader's reports, or nothing when the node
+/// asked is not the leader.
+fn traffic(t: &Value) -> String {
+    let Some(zones) = t["zones"].as_object().filter(|z| !z.is_empty()) else {
+        return String::new();
+    };
+    let pct = |v: &Value| {
+        v.as_f64()
+            .map_or("-".into(), |x| format!("{:.1}%", x * 100.0))
+    };
+    let list: Vec<Vec<String>> = zones
+        .iter()
+        .map(|(zone, z)| {
+            vec![
+                zone.clone(),
+                z["requests_per_s"]
+                    .as_f64()
+                    .map_or("-".into(), |x| format!("{x:.1}")),
+                format!("{:.0}%", z["share"].as_f64().unwrap_or(0.0) * 100.0),
+                pct(&z["gw_error_rate"]),
+                pct(&z["timeout_rate"]),
+            ]
+        })
+        .collect();
+    let period = t["period_ms"].as_u64().map_or("-".into(), human_ms);
+    format!(
+        "
+traffic (every node's report to the leader, last {period} period):
+{}",
+        table(&["ZONE", "REQ/S", "SHARE", "ERRORS", "TIMEOUTS"], &list)
+    )
 }
 
 fn zone_row(name: &str, st: &Value, outlook: &Value) -> Vec<String> {
@@ -530,7 +606,45 @@ fn quotas(v: &Value) -> String {
             out.push_str(&format!("{}\n", s(&o["line"])));
         }
     }
+    out.push_str(&foreign_allocations(v));
     out
+}
+
+/// Why a node holds another zone's allocation: its own zone failed over
+/// there, so the traffic entering it is answered by that zone's backends.
+/// Node zones and zone states come from `v["cluster"]` (added by `ctl`).
+fn foreign_allocations(v: &Value) -> String {
+    let node_zone = |id: &Value| {
+        v["cluster"]["nodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|n| n["id"] == *id)
+            .and_then(|n| n["zone"].as_str())
+    };
+    let mut lines = std::collections::BTreeSet::new();
+    for t in v["tenants"].as_array().into_iter().flatten() {
+        for z in t["zones"].as_array().into_iter().flatten() {
+            let zone = z["zone"].as_str().unwrap_or("-");
+            for n in z["nodes"].as_array().into_iter().flatten() {
+                let Some(home) = node_zone(&n["node"]).filter(|h| *h != zone) else {
+                    continue;
+                };
+                let st = &v["cluster"]["zones"][home];
+                let why = if st["status"] == "failed_over" && st["target"] == zone {
+                    format!("{home}, failed over to {zone}")
+                } else {
+                    home.to_owned()
+                };
+                lines.insert(format!(
+                    "node {} ({why}) holds {zone}'s allocation in {}: the traffic entering it is answered in {zone}\n",
+                    s(&n["node"]),
+                    s(&z["mode"]),
+                ));
+            }
+        }
+    }
+    lines.into_iter().collect()
 }
 
 fn decisions(v: &Value, look: &Look) -> String {
@@ -680,6 +794,57 @@ mod tests {
         );
     }
 
+    #[test]
+    fn status_says_what_dwell_holds_back_and_where_traffic_goes() {
+        let v = json!({
+            "zones": {"az-a": {"status": "failed_over", "target": "az-b"}, "az-b": {"status": "active"}},
+            "outlook": {
+                "zones": {"az-a": {"dwell_left_ms": 56_000}, "az-b": {"dwell_left_ms": 0}},
+                "traffic": {"period_ms": 2000, "zones": {
+                    "az-a": {"requests_per_s": 0.0, "share": 0.0, "gw_error_rate": null, "timeout_rate": null},
+                    "az-b": {"requests_per_s": 12.5, "share": 1.0, "gw_error_rate": 0.02, "timeout_rate": 0.0}
+                }}
+            }
+        });
+        let out = render(&Verb::Status, &v);
+        assert!(
+            out.contains("az-a: automatic failback of az-a allowed in 56s (dwell after the last decision); operators may act now"),
+            "{out}"
+        );
+        assert!(!out.contains("az-b: automatic"), "{out}");
+        assert!(
+            out.contains("ZONE  REQ/S  SHARE  ERRORS  TIMEOUTS"),
+            "{out}"
+        );
+        assert!(out.contains("az-b  12.5   100%   2.0%    0.0%"), "{out}");
+    }
+
+    #[test]
+    fn quotas_say_why_a_node_holds_another_zones_allocation() {
+        let v = json!({
+            "node": 1, "zone": "az-a", "decision_version": 3,
+            "tenants": [{"tenant": "deptA", "priority": "P0", "limited": true, "global": {"rpm": 600},
+                "zones": [{"zone": "az-b", "share": 0.5, "mode": "soft_limit",
+                           "nodes": [{"node": 1, "limits": {"rpm": 300}}, {"node": 2, "limits": {"rpm": 300}}]}],
+                "overflow": [], "usage": {}}],
+            "cluster": {
+                "zones": {"az-a": {"status": "failed_over", "target": "az-b"}, "az-b": {"status": "active"}},
+                "nodes": [{"id": 1, "zone": "az-a"}, {"id": 2, "zone": "az-b"}]
+            }
+        });
+        let out = render(&Verb::Quotas, &v);
+        assert!(
+            out.contains(
+                "node 1 (az-a, failed over to az-b) holds az-b's allocation in soft_limit"
+            ),
+            "{out}"
+        );
+        assert!(
+            !out.contains("node 2 ("),
+            "a node in its own zone needs no line: {out}"
+        );
+    }
+
     /// A failover's dry run names the tenants whose quota would overflow
     /// into the target, says so when none would, and says nothing when
     /// the leader sent no quota lines (an older version).
@@ -710,6 +875,25 @@ mod tests {
         assert!(out.contains("quota overflow: none"), "{out}");
         let out = dry_run("failover", &zones, &v(None), None, &look);
         assert!(!out.contains("quota overflow"), "{out}");
+    }
+
+    #[test]
+    fn a_committed_failover_says_what_moved_and_what_comes_next() {
+        let zones = json!({"from": "az-a", "to": "az-b"});
+        let out = committed(
+            "failover",
+            &zones,
+            &json!({"kind": "failover", "version": 2}),
+            &Value::Null,
+            None,
+            &Look::plain(0),
+        );
+        assert!(
+            out.contains("moved: traffic homed in az-a now goes to az-b"),
+            "{out}"
+        );
+        assert!(out.contains("the leader rebalances them"), "{out}");
+        assert!(out.contains("version 3 or later"), "{out}");
     }
 
     #[test]
