@@ -25,7 +25,7 @@ mod source_files {
 
     /// The source folders held to the limit, from the workspace root.
     /// (`cluster/src` and `chaos/src` are to join once split.)
-    const ROOTS: &[&str] = &["src", "net/src"];
+    const ROOTS: &[&str] = &["src", "net/src", "cluster/src"];
 
     pub(super) const MAX_LINES: usize = 1_000;
 

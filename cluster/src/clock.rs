@@ -1,5 +1,5 @@
 //! Wall-clock and duration helpers shared by the run-time modules. Pure
-//! cores (`state`, `detect`) never call [`now_ms`]: they are handed `now`.
+//! cores (`state`, `detect`) never call [`unix_ms`]: they are handed `now`.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -14,7 +14,7 @@ pub(crate) fn millis(d: Duration) -> u64 {
 
 /// Milliseconds since the Unix epoch: the leader's stamp on a command, the
 /// reporters' period ends. A clock before 1970 reads as 0.
-pub(crate) fn now_ms() -> u64 {
+pub(crate) fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(millis)

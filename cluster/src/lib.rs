@@ -28,6 +28,7 @@ pub mod state;
 pub mod store;
 pub mod types;
 pub mod view;
+mod zone;
 
 pub use command::{
     AutoLimits, Command, Decision, Origin, Outcome, RejectRule, Rejection, Response,

@@ -34,7 +34,7 @@ pub use zonegate_net::sign::SIGNATURE_HEADER;
 use zonegate_net::sign::{self, Call, KeyRing, SignError};
 use zonegate_net::tls::MemberTls;
 
-use crate::clock::now_ms;
+use crate::clock::unix_ms;
 use crate::codec::{self, Bounded};
 use crate::detect::Report;
 use crate::failover::{ReportAck, SendReport};
@@ -321,7 +321,7 @@ impl PeerClient {
             path,
             node: from,
         };
-        let signature = sign::sign_call(&self.net.keys, call, &body, now_ms());
+        let signature = sign::sign_call(&self.net.keys, call, &body, unix_ms());
         let mut req = client
             .post(format!("{scheme}://{}{path}", self.addr))
             .header(SIGNATURE_HEADER, signature.header())
@@ -374,7 +374,7 @@ impl PeerClient {
             answering,
             &signature.nonce,
             &answer_digest_input(&bytes, &id, &joined),
-            now_ms(),
+            unix_ms(),
         )
         .map_err(|source| TransportError::Unsigned { to, source })?;
         if let Some(identity) = self.net.identity.as_ref().filter(|_| adopt_identity) {
@@ -488,7 +488,7 @@ mod tests {
                     node: 2,
                 };
                 let signed = answer_digest_input(&body, "", "");
-                let sig = sign::sign_answer(keys().signer(), 200, me, &nonce, &signed, now_ms());
+                let sig = sign::sign_answer(keys().signer(), 200, me, &nonce, &signed, unix_ms());
                 ([(SIGNATURE_HEADER, sig.header())], body)
             }
         });

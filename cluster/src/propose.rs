@@ -12,7 +12,7 @@ use openraft::ServerState;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::clock::{leader_clock, millis, now_ms};
+use crate::clock::{leader_clock, millis, unix_ms};
 use crate::command::{Command, Outcome, RejectRule, Rejection};
 use crate::state::{ClusterState, Preview};
 use crate::types::alias::{Raft, RaftMetrics};
@@ -209,7 +209,7 @@ impl Proposer {
         // The leader's wall clock (for the history and the wall-clock dwell
         // rule) and its monotonic clock (for the dwell clock).
         let me = self.raft.metrics().borrow().id;
-        let cmd = cmd.clocked(now_ms(), leader_clock(me));
+        let cmd = cmd.clocked(unix_ms(), leader_clock(me));
         let check_version = self.dry_run(&cmd).await?;
         // Until Raft has the entry nothing is written: a failure here is
         // what it says. From then on, only an answer from Raft is a fact.

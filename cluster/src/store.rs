@@ -446,7 +446,7 @@ fn probe(
     };
     let written = (|| -> std::io::Result<()> {
         durable.fault().before_flush()?;
-        let stamp = crate::clock::now_ms().to_be_bytes();
+        let stamp = crate::clock::unix_ms().to_be_bytes();
         meta.insert(KEY_PROBE, &stamp).map_err(sled_io)?;
         db.flush().map_err(sled_io)?;
         durable.sync_now()

@@ -25,7 +25,7 @@ use super::wire::{
     NODE_HEADER, PATH_APPEND, PATH_ELECT, PATH_HELLO, PATH_PREVOTE, PATH_REJOIN, PATH_REPORT,
     PATH_SNAPSHOT, PATH_VOTE,
 };
-use crate::clock::now_ms;
+use crate::clock::unix_ms;
 use crate::codec::{self, Bounded};
 use crate::detect::Report;
 use crate::failover::Failover;
@@ -328,7 +328,7 @@ async fn receive(
     };
     let signed = service
         .verifier
-        .check_head(signature, call, now_ms())
+        .check_head(signature, call, unix_ms())
         .map_err(Refusal::Signature)?;
     let sender = sender
         .filter(|s| service.members.contains(*s))
@@ -399,7 +399,7 @@ impl RaftService {
             me,
             &call.nonce,
             &digest_input,
-            now_ms(),
+            unix_ms(),
         );
         if let Ok(v) = HeaderValue::from_str(&signature.header()) {
             parts.headers.insert(SIGNATURE_HEADER, v);
@@ -560,7 +560,7 @@ async fn report(State(service): State<Arc<RaftService>>, req: Request) -> Respon
             leading_term,
             &zone,
             &report,
-            now_ms(),
+            unix_ms(),
         )))
     })
     .await
