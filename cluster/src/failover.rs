@@ -18,7 +18,7 @@ use openraft::ServerState;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::clock::{leader_clock, unix_ms};
+use crate::clock::{leader_clock, unix_ms, unix_ms_on};
 use crate::command::{
     AutoLimits, Command, Decision, Origin, RejectRule, Rejection, MAX_EVIDENCE_BYTES,
 };
@@ -375,7 +375,8 @@ impl<S: SendReport> ReportLoop<S> {
             (m.current_leader, leading_term(&m))
         };
         if term.is_some() {
-            self.failover.receive(term, &self.zone, &report, unix_ms());
+            self.failover
+                .receive(term, &self.zone, &report, unix_ms_on(self.failover.me));
             return;
         }
         let Some(leader) = leader else { return };
@@ -461,7 +462,7 @@ impl<P: Propose> LeadLoop<P> {
                 self.failover.stop_leading();
                 continue;
             };
-            let now = unix_ms();
+            let now = unix_ms_on(self.failover.me);
             let state = self.state_rx.borrow().clone();
             let assessment = self.failover.assess(term, &config, &state, now);
             logged.no_target(&assessment.no_target);

@@ -24,6 +24,9 @@ pub mod quota;
 mod roster;
 #[cfg(test)]
 mod samples;
+#[cfg(feature = "sim")]
+#[doc(hidden)]
+pub mod sim;
 pub mod state;
 pub mod store;
 pub mod types;

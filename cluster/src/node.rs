@@ -165,7 +165,7 @@ pub struct ClusterNode {
     liveness: StoreLiveness,
     identity: Arc<Identity>,
     network: Network,
-    leader_contact: Arc<Mutex<Option<std::time::Instant>>>,
+    leader_contact: Arc<Mutex<Option<tokio::time::Instant>>>,
     election_timeout_max: Duration,
     roster: Roster,
     /// One membership change at a time from this node.
@@ -273,6 +273,10 @@ impl ClusterNode {
         .with_prevote_window(timing.election_timeout_max);
         let leader_contact = service.leader_contact();
         let app = server::router(Arc::new(service));
+        #[cfg(feature = "sim")]
+        if let Some(net) = crate::sim::net() {
+            net.serve(node_id, app.clone());
+        }
         let proposer = Proposer {
             raft: raft.clone(),
             propose_timeout: timing.propose_timeout,

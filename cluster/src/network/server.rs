@@ -25,7 +25,7 @@ use super::wire::{
     NODE_HEADER, PATH_APPEND, PATH_ELECT, PATH_HELLO, PATH_PREVOTE, PATH_REJOIN, PATH_REPORT,
     PATH_SNAPSHOT, PATH_VOTE,
 };
-use crate::clock::unix_ms;
+use crate::clock::unix_ms_on;
 use crate::codec::{self, Bounded};
 use crate::detect::Report;
 use crate::failover::Failover;
@@ -46,7 +46,7 @@ pub struct RaftService {
     failover: Option<Arc<Failover>>,
     identity: Option<Arc<Identity>>,
     /// When an append from a current leader last arrived.
-    leader_contact: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
+    leader_contact: Arc<std::sync::Mutex<Option<tokio::time::Instant>>>,
     /// A pre-vote is refused while this node heard from a live leader
     /// within this long (`election_timeout_max`).
     prevote_window: std::time::Duration,
@@ -83,7 +83,7 @@ impl RaftService {
 
     /// When this node last accepted an append from a leader of the
     /// current term (the follower's "heard from a leader").
-    pub(crate) fn leader_contact(&self) -> Arc<std::sync::Mutex<Option<std::time::Instant>>> {
+    pub(crate) fn leader_contact(&self) -> Arc<std::sync::Mutex<Option<tokio::time::Instant>>> {
         self.leader_contact.clone()
     }
 
@@ -328,7 +328,7 @@ async fn receive(
     };
     let signed = service
         .verifier
-        .check_head(signature, call, unix_ms())
+        .check_head(signature, call, unix_ms_on(service.node_id))
         .map_err(Refusal::Signature)?;
     let sender = sender
         .filter(|s| service.members.contains(*s))
@@ -399,7 +399,7 @@ impl RaftService {
             me,
             &call.nonce,
             &digest_input,
-            unix_ms(),
+            unix_ms_on(self.node_id),
         );
         if let Ok(v) = HeaderValue::from_str(&signature.header()) {
             parts.headers.insert(SIGNATURE_HEADER, v);
@@ -494,7 +494,7 @@ async fn append(State(service): State<Arc<RaftService>>, req: Request) -> Respon
         let result = service.raft.append_entries(rpc).await;
         if matches!(&result, Ok(r) if !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_)))
         {
-            *crate::lock::lock(&service.leader_contact) = Some(std::time::Instant::now());
+            *crate::lock::lock(&service.leader_contact) = Some(tokio::time::Instant::now());
         }
         Ok(reply(&result))
     })
@@ -560,7 +560,7 @@ async fn report(State(service): State<Arc<RaftService>>, req: Request) -> Respon
             leading_term,
             &zone,
             &report,
-            unix_ms(),
+            unix_ms_on(service.node_id),
         )))
     })
     .await
