@@ -8,6 +8,8 @@
 //! - `ZONEGATE_SIM_SEEDS=0..1000 cargo test -p zonegate-cluster --test sim
 //!   -- --nocapture seeds`: a range; ends with
 //!   `seeds: N, violations: V, runs/s: R`.
+//! - `ZONEGATE_SIM_FOR=600` with a range: stop starting seeds after 600
+//!   s of wall time (`cluster/sim-soak` runs as many seeds as fit).
 //! - `ZONEGATE_SIM_SEED=42 cargo test -p zonegate-cluster --test sim --
 //!   --nocapture seeds`: replay one seed, printing its fault schedule.
 
@@ -28,9 +30,11 @@ use std::time::Instant;
 
 use world::{Options, Report};
 
-/// The seeds `cargo test` runs. Seeds found failing on the way are kept
-/// here as regression cases (none so far).
-const FIXED_SEEDS: std::ops::Range<u64> = 1..9;
+/// The seeds `cargo test` runs: 1–8, then the seeds that failed on the
+/// way, kept as regression cases. 199 and 240: two nodes led term 3 in
+/// turn, which openraft's `(term, node id)` leader ids allow; the checker
+/// now holds the run to that rule (see `check::one_leader_per_vote`).
+const FIXED_SEEDS: &[u64] = &[1, 2, 3, 4, 5, 6, 7, 8, 199, 240];
 
 /// Seeds the planted bug runs under; the checker must flag at least one.
 const BUG_SEEDS: std::ops::Range<u64> = 1..9;
@@ -60,12 +64,24 @@ fn parse_range(text: &str) -> Option<std::ops::Range<u64>> {
 }
 
 /// Run `seeds`; print every failing seed and one summary line.
-fn run_all(seeds: std::ops::Range<u64>, opts: &Options, verbose: bool) -> (u64, Vec<Report>) {
+fn run_all(
+    seeds: impl IntoIterator<Item = u64>,
+    opts: &Options,
+    verbose: bool,
+) -> (u64, Vec<Report>) {
     let started = Instant::now();
+    let budget = std::env::var("ZONEGATE_SIM_FOR")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .map(std::time::Duration::from_secs);
     let mut runs = 0u64;
     let mut failed = Vec::new();
     let mut converge = Vec::new();
     for seed in seeds {
+        if budget.is_some_and(|b| started.elapsed() >= b) {
+            eprintln!("time budget spent: stopped before seed {seed}");
+            break;
+        }
         let r = world::run(seed, opts);
         runs += 1;
         if let Some(ms) = r.converged_ms {
@@ -116,16 +132,19 @@ fn run_all(seeds: std::ops::Range<u64>, opts: &Options, verbose: bool) -> (u64, 
 /// every run must break no rule.
 #[test]
 fn seeds() {
-    let (seeds, verbose) = match (
+    let (seeds, verbose): (Box<dyn Iterator<Item = u64>>, bool) = match (
         std::env::var("ZONEGATE_SIM_SEED"),
         std::env::var("ZONEGATE_SIM_SEEDS"),
     ) {
-        (Ok(one), _) => (parse_range(&one).expect("ZONEGATE_SIM_SEED=<n>"), true),
+        (Ok(one), _) => (
+            Box::new(parse_range(&one).expect("ZONEGATE_SIM_SEED=<n>")),
+            true,
+        ),
         (_, Ok(range)) => (
-            parse_range(&range).expect("ZONEGATE_SIM_SEEDS=<start>..<end>"),
+            Box::new(parse_range(&range).expect("ZONEGATE_SIM_SEEDS=<start>..<end>")),
             false,
         ),
-        _ => (FIXED_SEEDS, false),
+        _ => (Box::new(FIXED_SEEDS.iter().copied()), false),
     };
     let (runs, failed) = run_all(seeds, &Options::default(), verbose);
     assert!(runs > 0, "no seeds in the range");

@@ -81,6 +81,9 @@ pub fn run(seed: u64, opts: &Options) -> Report {
 
 struct Slot {
     member: Member,
+    /// Its `[[cluster.members]]`: the original members, plus itself when
+    /// it joined later.
+    bootstrap: Vec<Member>,
     node: Option<Arc<ClusterNode>>,
     incarnation: u32,
     restart_at: Option<tokio::time::Instant>,
@@ -99,7 +102,13 @@ struct World {
     rng: Rng,
     faults: Vec<String>,
     ops: u64,
+    /// Membership changes draw from their own stream, so adding them left
+    /// the other draws of a seed as they were.
+    member_rng: Rng,
 }
+
+/// The id of the member the operator adds during a run.
+const JOINER: NodeId = 100;
 
 fn z(name: &str) -> ZoneId {
     ZoneId::new(name)
@@ -178,6 +187,7 @@ async fn run_async(seed: u64, opts: Options) -> Report {
             .map(|m| {
                 let slot = Slot {
                     member: m.clone(),
+                    bootstrap: members.clone(),
                     node: None,
                     incarnation: 0,
                     restart_at: None,
@@ -208,6 +218,7 @@ async fn run_async(seed: u64, opts: Options) -> Report {
         rng,
         faults: Vec::new(),
         ops: 0,
+        member_rng: Rng::new(seed ^ 0x6D65_6D62_6572_7321),
     };
     let ids: Vec<NodeId> = world.slots.keys().copied().collect();
     for id in &ids {
@@ -268,12 +279,13 @@ impl World {
         slot.incarnation += 1;
         let incarnation = slot.incarnation;
         let member = slot.member.clone();
+        let bootstrap = slot.bootstrap.clone();
         sim::restart(id);
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
         let config = ClusterConfig {
             node_id: id,
             zone: member.zone.clone(),
-            members: self.members.clone(),
+            members: bootstrap,
             data_dir: self.dir.join(format!("node-{id}")),
             secret: SECRET.into(),
             tls: None,
@@ -428,6 +440,7 @@ impl World {
         let end = start + Duration::from_millis(chaos_ms);
         let mut next_fault = start + Duration::from_millis(self.rng.between(500, 2_000));
         let mut next_op = start + Duration::from_millis(self.rng.between(500, 1_000));
+        let mut next_member = start + Duration::from_millis(self.member_rng.between(1_000, 6_000));
         loop {
             let now = tokio::time::Instant::now();
             if now >= end {
@@ -448,6 +461,10 @@ impl World {
                 self.inject(start).await;
                 next_fault = now + Duration::from_millis(self.rng.between(300, 2_500));
             }
+            if now >= next_member {
+                self.membership(start).await;
+                next_member = now + Duration::from_millis(self.member_rng.between(1_000, 6_000));
+            }
             if now >= next_op {
                 self.client_op();
                 next_op = now + Duration::from_millis(self.rng.between(50, 700));
@@ -456,7 +473,7 @@ impl World {
                 .slots
                 .values()
                 .filter_map(|s| s.restart_at)
-                .chain([next_fault, next_op, end])
+                .chain([next_fault, next_op, next_member, end])
                 .min()
                 .unwrap_or(end);
             tokio::time::sleep_until(wake).await;
@@ -614,20 +631,6 @@ impl World {
         let history = self.history.clone();
         let nodes: BTreeMap<NodeId, Arc<ClusterNode>> = live.into_iter().collect();
         let kind = self.rng.below(20);
-        if kind == 0 {
-            let Some(m) = self.rng.pick(&self.members).cloned() else {
-                return;
-            };
-            let change = MemberChange::Readdress {
-                id: m.id,
-                raft_addr: format!("127.0.0.1:{}", 20_000 + self.rng.below(10_000)),
-                admin_addr: m.admin_addr.clone(),
-            };
-            tokio::spawn(async move {
-                let _ = node.change_members(change).await;
-            });
-            return;
-        }
         if kind <= 2 {
             let config_version = seen.config_version() + 1;
             let toml = format!("# sim config {reason}\n");
@@ -668,6 +671,73 @@ impl World {
         });
     }
 
+    /// The operator's membership changes, at the leader: a new member
+    /// (`JOINER`, configured as a voter) is started and added (as a
+    /// learner first), then promoted; otherwise a member is readdressed.
+    async fn membership(&mut self, start: tokio::time::Instant) {
+        let Some(leader) = self.leader() else { return };
+        let Some(node) = self.slots.get(&leader).and_then(|s| s.node.clone()) else {
+            return;
+        };
+        let membership = node.raft_metrics().borrow().membership_config.clone();
+        let membership = membership.membership();
+        let change = if !self.slots.contains_key(&JOINER) {
+            let zone = z(ZONES[self.member_rng.below(3) as usize]);
+            let member = Member {
+                id: JOINER,
+                zone,
+                raft_addr: format!("127.0.0.1:{}", 17000 + JOINER),
+                admin_addr: format!("127.0.0.1:{}", 18000 + JOINER),
+                role: Role::Voter,
+            };
+            let mut bootstrap = self.members.clone();
+            bootstrap.push(member.clone());
+            let slot = Slot {
+                member: member.clone(),
+                bootstrap,
+                node: None,
+                incarnation: 0,
+                restart_at: None,
+            };
+            self.slots.insert(JOINER, slot);
+            self.start(JOINER).await;
+            MemberChange::Add { member }
+        } else if membership.get_node(&JOINER).is_none() {
+            let member = self.slots[&JOINER].member.clone();
+            MemberChange::Add { member }
+        } else if !membership.voter_ids().any(|v| v == JOINER) {
+            MemberChange::Promote { id: JOINER }
+        } else {
+            let Some(m) = self.member_rng.pick(&self.members).cloned() else {
+                return;
+            };
+            MemberChange::Readdress {
+                id: m.id,
+                raft_addr: format!("127.0.0.1:{}", 20_000 + self.member_rng.below(10_000)),
+                admin_addr: m.admin_addr.clone(),
+            }
+        };
+        self.fault(start, format!("membership at leader {leader}: {change:?}"));
+        tokio::spawn(async move {
+            let _ = node.change_members(change).await;
+        });
+    }
+
+    /// The members of the applied membership, as the leader (else any
+    /// live node) knows it.
+    fn in_membership(&self) -> BTreeSet<NodeId> {
+        let live = self.live();
+        let from = self
+            .leader()
+            .and_then(|l| live.iter().find(|(i, _)| *i == l))
+            .or_else(|| live.first());
+        let Some((_, node)) = from else {
+            return BTreeSet::new();
+        };
+        let m = node.raft_metrics().borrow().membership_config.clone();
+        m.membership().nodes().map(|(id, _)| *id).collect()
+    }
+
     /// Every fault ends: links, weather, clocks, zones; down nodes restart.
     async fn heal(&mut self) {
         self.net.heal();
@@ -702,8 +772,10 @@ impl World {
                 }
             }
             if committed {
+                let members = self.in_membership();
                 let applied: BTreeSet<_> = live
                     .iter()
+                    .filter(|(id, _)| members.contains(id))
                     .map(|(_, n)| {
                         let m = n.raft_metrics().borrow().clone();
                         let v = n.view().borrow().clone();
@@ -722,9 +794,10 @@ impl World {
     /// Record each node's final applied log and stop every node.
     async fn finish(&mut self) {
         let live = self.live();
+        let members = self.in_membership();
         {
             let mut h = lock(&self.history);
-            for (id, node) in &live {
+            for (id, node) in live.iter().filter(|(id, _)| members.contains(id)) {
                 let state = node.state_snapshot();
                 let log: Vec<Entry> = state
                     .all_decisions(HISTORY_LIMIT * 2)
