@@ -101,6 +101,7 @@ fn run_all(
                 eprintln!("  fault at {f}");
             }
             eprintln!("  leaders (term, node): {:?}", r.leaders);
+            eprintln!("  answers: {:?}", r.outcomes);
         }
         if !r.violations.is_empty() {
             print_failure(&r);
@@ -146,6 +147,12 @@ fn seeds() {
         ),
         _ => (Box::new(FIXED_SEEDS.iter().copied()), false),
     };
+    if verbose && std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let (runs, failed) = run_all(seeds, &Options::default(), verbose);
     assert!(runs > 0, "no seeds in the range");
     let bad: Vec<u64> = failed.iter().map(|r| r.seed).collect();

@@ -31,6 +31,8 @@ pub struct Options {
     pub converge_bound_ms: u64,
     /// Switch the planted bug on (feature `sim-bug-ack-before-commit`).
     pub bug: bool,
+    /// Inject faults (off: the client and membership changes only).
+    pub faults: bool,
 }
 
 impl Default for Options {
@@ -39,6 +41,7 @@ impl Default for Options {
             chaos_ms: 20_000,
             converge_bound_ms: 30_000,
             bug: false,
+            faults: std::env::var_os("ZONEGATE_SIM_NO_FAULTS").is_none(),
         }
     }
 }
@@ -56,6 +59,8 @@ pub struct Report {
     pub messages: u64,
     /// `(term, node)` of every leadership seen, in order.
     pub leaders: Vec<(u64, NodeId)>,
+    /// How the client's operations were answered, by kind.
+    pub outcomes: BTreeMap<String, u64>,
 }
 
 const SECRET: &str = "sim-cluster-secret";
@@ -105,6 +110,12 @@ struct World {
     /// Membership changes draw from their own stream, so adding them left
     /// the other draws of a seed as they were.
     member_rng: Rng,
+    /// How the client's operations were answered, by kind.
+    outcomes: Arc<Mutex<BTreeMap<String, u64>>>,
+    /// When the current link faults and weather end (each lasts 0.5–4 s).
+    calm_at: Option<tokio::time::Instant>,
+    /// Clock jumps to undo, and when.
+    unjump: Vec<(tokio::time::Instant, NodeId)>,
 }
 
 /// The id of the member the operator adds during a run.
@@ -219,12 +230,15 @@ async fn run_async(seed: u64, opts: Options) -> Report {
         faults: Vec::new(),
         ops: 0,
         member_rng: Rng::new(seed ^ 0x6D65_6D62_6572_7321),
+        outcomes: Arc::default(),
+        calm_at: None,
+        unjump: Vec::new(),
     };
     let ids: Vec<NodeId> = world.slots.keys().copied().collect();
     for id in &ids {
         world.start(*id).await;
     }
-    world.chaos(opts.chaos_ms).await;
+    world.chaos(opts.chaos_ms, opts.faults).await;
     let healed = tokio::time::Instant::now();
     world.heal().await;
     let converged = world.converge(opts.converge_bound_ms).await;
@@ -235,6 +249,7 @@ async fn run_async(seed: u64, opts: Options) -> Report {
     history.convergence_bound_ms = opts.converge_bound_ms;
     let violations = check::check(&history);
     let acked = history.acks.len();
+    let outcomes = lock(&world.outcomes).clone();
     let history = history;
     drop(dir);
     Report {
@@ -247,7 +262,12 @@ async fn run_async(seed: u64, opts: Options) -> Report {
         faults: world.faults,
         messages: net.delivered(),
         leaders: history.leaders.clone(),
+        outcomes,
     }
+}
+
+fn now_plus(ms: u64) -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_millis(ms)
 }
 
 fn millis(d: Duration) -> u64 {
@@ -435,7 +455,7 @@ impl World {
         }
     }
 
-    async fn chaos(&mut self, chaos_ms: u64) {
+    async fn chaos(&mut self, chaos_ms: u64, faults: bool) {
         let start = tokio::time::Instant::now();
         let end = start + Duration::from_millis(chaos_ms);
         let mut next_fault = start + Duration::from_millis(self.rng.between(500, 2_000));
@@ -457,8 +477,26 @@ impl World {
                 self.reconnect(id);
                 self.start(id).await;
             }
+            if self.calm_at.is_some_and(|t| t <= now) {
+                self.calm_at = None;
+                self.calm_links();
+                self.fault(start, "links and weather calm".into());
+            }
+            let jumps: Vec<NodeId> = self
+                .unjump
+                .iter()
+                .filter(|(t, _)| *t <= now)
+                .map(|(_, n)| *n)
+                .collect();
+            self.unjump.retain(|(t, _)| *t > now);
+            for node in jumps {
+                sim::set_skew(node, 0);
+                self.fault(start, format!("clock of node {node} set right"));
+            }
             if now >= next_fault {
-                self.inject(start).await;
+                if faults {
+                    self.inject(start).await;
+                }
                 next_fault = now + Duration::from_millis(self.rng.between(300, 2_500));
             }
             if now >= next_member {
@@ -466,17 +504,41 @@ impl World {
                 next_member = now + Duration::from_millis(self.member_rng.between(1_000, 6_000));
             }
             if now >= next_op {
-                self.client_op();
+                // Operators act concurrently now and then: a burst of two
+                // or three operations at once.
+                let burst = if self.rng.chance(30) {
+                    self.rng.between(2, 3)
+                } else {
+                    1
+                };
+                for _ in 0..burst {
+                    self.client_op();
+                }
                 next_op = now + Duration::from_millis(self.rng.between(50, 700));
             }
             let wake = self
                 .slots
                 .values()
                 .filter_map(|s| s.restart_at)
+                .chain(self.calm_at)
+                .chain(self.unjump.iter().map(|(t, _)| *t))
                 .chain([next_fault, next_op, next_member, end])
                 .min()
                 .unwrap_or(end);
             tokio::time::sleep_until(wake).await;
+        }
+    }
+
+    /// End the link faults and the weather; a down node's own links stay
+    /// cut until it restarts.
+    fn calm_links(&self) {
+        self.net.heal();
+        for (id, slot) in &self.slots {
+            if slot.node.is_none() {
+                for o in self.slots.keys() {
+                    self.net.cut(*id, *o);
+                }
+            }
         }
     }
 
@@ -487,6 +549,9 @@ impl World {
     }
 
     async fn inject(&mut self, start: tokio::time::Instant) {
+        if self.calm_at.is_none() {
+            self.calm_at = Some(now_plus(self.rng.between(500, 4_000)));
+        }
         let ids: Vec<NodeId> = self.slots.keys().copied().collect();
         let voters: Vec<NodeId> = self
             .members
@@ -532,15 +597,7 @@ impl World {
                 }
             }
             4 => {
-                self.net.heal();
-                for id in &ids {
-                    if self.slots[id].node.is_none() {
-                        // A down node's own links stay cut until it restarts.
-                        for o in &ids {
-                            self.net.cut(*id, *o);
-                        }
-                    }
-                }
+                self.calm_links();
                 self.fault(start, "heal links".into());
             }
             5 | 6 => {
@@ -579,10 +636,14 @@ impl World {
                     self.rng.below(240_000) as i64 - 120_000
                 };
                 sim::set_skew(node, skew);
+                if skew.unsigned_abs() > 2_000 {
+                    let back = self.rng.between(1_000, 5_000);
+                    self.unjump.push((now_plus(back), node));
+                }
                 self.fault(start, format!("clock of node {node} set {skew:+}ms off"));
             }
             8 => {
-                let loss = self.rng.below(300_000);
+                let loss = self.rng.below(150_000);
                 let base = self.rng.below(30);
                 let jitter = self.rng.below(150);
                 self.net.set_weather(loss, base, jitter);
@@ -639,8 +700,11 @@ impl World {
                 toml: toml.clone().into(),
             };
             let cmd = Command::decide(decision, "sim", reason);
+            let outcomes = self.outcomes.clone();
             tokio::spawn(async move {
-                if send(&nodes, &node, cmd).await.is_ok() {
+                let answer = send(&nodes, &node, cmd).await;
+                tally(&outcomes, &answer);
+                if answer.is_ok() {
                     lock(&history).acks.push(Ack::Config {
                         config_version,
                         toml,
@@ -660,8 +724,11 @@ impl World {
         if let Some(v) = if_version {
             cmd = cmd.if_version(v);
         }
+        let outcomes = self.outcomes.clone();
         tokio::spawn(async move {
-            if let Ok(applied) = send(&nodes, &node, cmd).await {
+            let answer = send(&nodes, &node, cmd).await;
+            tally(&outcomes, &answer);
+            if let Ok(applied) = answer {
                 lock(&history).acks.push(Ack::Decision {
                     reason,
                     version: applied.version,
@@ -821,6 +888,22 @@ impl World {
             self.crash(id).await;
         }
     }
+}
+
+/// Count an answer by its kind (`ok`, `rejected:<rule>`, `no_leader`...).
+fn tally(
+    outcomes: &Mutex<BTreeMap<String, u64>>,
+    answer: &Result<zonegate_cluster::Applied, ProposeError>,
+) {
+    let kind = match answer {
+        Ok(_) => "ok".to_string(),
+        Err(ProposeError::Rejected { rule, .. }) => format!("rejected:{}", rule.name()),
+        Err(ProposeError::NotLeader { .. }) => "not_leader".into(),
+        Err(ProposeError::NoLeader) => "no_leader".into(),
+        Err(ProposeError::OutcomeUnknown(_)) => "outcome_unknown".into(),
+        Err(ProposeError::Fatal(_)) => "fatal".into(),
+    };
+    *lock(outcomes).entry(kind).or_default() += 1;
 }
 
 /// Propose `cmd` at `node`; forward once to the leader it names.
