@@ -153,7 +153,13 @@ fn seeds() {
             .with_writer(std::io::stderr)
             .try_init();
     }
-    let (runs, failed) = run_all(seeds, &Options::default(), verbose);
+    // `ZONEGATE_SIM_BUG=1`: run the range with the planted bug, to see
+    // how often the checker catches it (the test then fails, as it should).
+    let opts = Options {
+        bug: std::env::var_os("ZONEGATE_SIM_BUG").is_some(),
+        ..Options::default()
+    };
+    let (runs, failed) = run_all(seeds, &opts, verbose);
     assert!(runs > 0, "no seeds in the range");
     let bad: Vec<u64> = failed.iter().map(|r| r.seed).collect();
     assert!(bad.is_empty(), "seeds with violations: {bad:?}");
