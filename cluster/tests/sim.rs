@@ -52,6 +52,20 @@ fn print_failure(r: &Report) {
     }
 }
 
+/// This process's CPU time so far (user + system), from /proc; `None`
+/// where there is none. The machine is shared: CPU per run says more
+/// than runs per wall-clock second.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) close with ')'.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let user: f64 = fields.get(11)?.parse().ok()?;
+    let system: f64 = fields.get(12)?.parse().ok()?;
+    // Clock ticks; 100 per second on Linux.
+    Some((user + system) / 100.0)
+}
+
 /// Parse `A..B` (or a single seed `A`).
 fn parse_range(text: &str) -> Option<std::ops::Range<u64>> {
     match text.split_once("..") {
@@ -70,6 +84,7 @@ fn run_all(
     verbose: bool,
 ) -> (u64, Vec<Report>) {
     let started = Instant::now();
+    let cpu_start = cpu_seconds();
     let budget = std::env::var("ZONEGATE_SIM_FOR")
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
@@ -121,6 +136,12 @@ fn run_all(
         p(0.99),
         converge.last()
     );
+    if let (Some(a), Some(b)) = (cpu_start, cpu_seconds()) {
+        eprintln!(
+            "cpu: {:.2} s per run (user + system, this process)",
+            (b - a) / (runs.max(1) as f64)
+        );
+    }
     eprintln!(
         "seeds: {runs}, violations: {}, runs/s: {:.2}",
         failed.iter().map(|r| r.violations.len()).sum::<usize>(),
