@@ -8,7 +8,8 @@
 //! nonce. A `200` body is the bincode of `Result<Response, RaftError<E>>`:
 //! a Raft-level refusal is a valid answer, not a transport failure. `401`
 //! means a missing, bad, stale or replayed signature, `403` a sender that
-//! is not a member, does not match the RPC's vote, or (mutual TLS) whose
+//! is not a member (but a leader with a committed vote that appends or
+//! sends a snapshot), does not match the RPC's vote, or (mutual TLS) whose
 //! certificate does not name it.
 
 pub mod fault;

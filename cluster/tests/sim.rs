@@ -34,7 +34,23 @@ use world::{Options, Report};
 /// way, kept as regression cases. 199 and 240: two nodes led term 3 in
 /// turn, which openraft's `(term, node id)` leader ids allow; the checker
 /// now holds the run to that rule (see `check::one_leader_per_vote`).
-const FIXED_SEEDS: &[u64] = &[1, 2, 3, 4, 5, 6, 7, 8, 199, 240];
+/// 1109: see `a_lagging_node_follows_a_leader_added_after_its_log_ends`.
+const FIXED_SEEDS: &[u64] = &[1, 2, 3, 4, 5, 6, 7, 8, 199, 240, 1109];
+
+/// Seed 1109 found it: the learner's clock jumped, so it refused appends
+/// while node 100 was added and then elected; back in time, it refused
+/// node 100's appends as "not a member" (it had not received the entry
+/// that added it, and only the leader could send it), and never caught
+/// up. Appends and snapshots from a sender with a committed vote now pass
+/// (`network::server::beyond_our_log`).
+#[test]
+fn a_lagging_node_follows_a_leader_added_after_its_log_ends() {
+    let r = world::run(1109, &Options::default());
+    if !r.violations.is_empty() {
+        print_failure(&r);
+    }
+    assert!(r.violations.is_empty(), "seed 1109: {:?}", r.violations);
+}
 
 /// Seeds the planted bug runs under; the checker must flag at least one.
 const BUG_SEEDS: std::ops::Range<u64> = 1..9;

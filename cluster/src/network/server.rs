@@ -5,7 +5,10 @@
 //! signature, or from a node that is not a member (or, with mutual TLS,
 //! whose certificate does not name it), is refused before its body is
 //! read; one whose vote names another node than the sender is answered
-//! before the Raft node sees it. Either way it changes nothing.
+//! before the Raft node sees it. Either way it changes nothing. The one
+//! non-member heard: a leader whose committed vote names it, appending
+//! or sending a snapshot (a member added after this node's log ends; see
+//! `beyond_our_log`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -290,6 +293,9 @@ impl IntoResponse for Refusal {
 /// is bound to, and its body.
 struct Received {
     sender: NodeId,
+    /// Whether this node knows the sender as a member. Only appends and
+    /// snapshots come from senders it does not (see [`beyond_our_log`]).
+    member: bool,
     nonce: String,
     /// The key the call was signed with; its answer is signed with it too.
     kid: String,
@@ -330,9 +336,11 @@ async fn receive(
         .verifier
         .check_head(signature, call, unix_ms_on(service.node_id))
         .map_err(Refusal::Signature)?;
-    let sender = sender
-        .filter(|s| service.members.contains(*s))
-        .ok_or(Refusal::UnknownSender)?;
+    let sender = sender.ok_or(Refusal::UnknownSender)?;
+    let member = service.members.contains(sender);
+    if !member && !matches!(path, PATH_APPEND | PATH_SNAPSHOT) {
+        return Err(Refusal::UnknownSender);
+    }
     if service.mutual_tls {
         let named = parts
             .extensions
@@ -354,6 +362,7 @@ async fn receive(
     sign::check_body(&signed, &body).map_err(Refusal::Signature)?;
     Ok(Received {
         sender,
+        member,
         nonce: signed.nonce,
         kid: signed.kid,
         path,
@@ -405,6 +414,23 @@ impl RaftService {
             parts.headers.insert(SIGNATURE_HEADER, v);
         }
         Response::from_parts(parts, axum::body::Body::from(body))
+    }
+}
+
+/// A sender this node does not know as a member may still be the leader:
+/// a member added by a membership entry this node has not received yet
+/// (it was cut off or down while the member joined). Refusing it would
+/// leave this node behind for good, since only the leader can send it
+/// that entry. So an append or a snapshot from an unknown sender passes
+/// when its vote is committed (a quorum elected it, and voters refuse
+/// candidates they do not know) and names it; openraft then checks the
+/// vote against this node's as for any leader. Node ids are never
+/// reused, and a removed member cannot win a new committed vote.
+fn beyond_our_log(call: &Received, vote: &Vote) -> Result<(), Refusal> {
+    if call.member || (vote.is_committed() && vote.leader_id().voted_for() == Some(call.sender)) {
+        Ok(())
+    } else {
+        Err(Refusal::UnknownSender)
     }
 }
 
@@ -490,6 +516,7 @@ async fn serve_call<T: Bounded>(
 async fn append(State(service): State<Arc<RaftService>>, req: Request) -> Response {
     serve_call(&service, req, PATH_APPEND, async |call, rpc: AppendEntriesRequest| {
         check_vote(call.sender, &rpc.vote)?;
+        beyond_our_log(call, &rpc.vote)?;
         admit(&service, call.sender, &call.headers).await?;
         let result = service.raft.append_entries(rpc).await;
         if matches!(&result, Ok(r) if !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_)))
@@ -520,6 +547,7 @@ async fn snapshot(State(service): State<Arc<RaftService>>, req: Request) -> Resp
         PATH_SNAPSHOT,
         async |call, rpc: InstallSnapshotRequest| {
             check_vote(call.sender, &rpc.vote)?;
+            beyond_our_log(call, &rpc.vote)?;
             admit(&service, call.sender, &call.headers).await?;
             Ok(reply(&service.raft.install_snapshot(rpc).await))
         },
