@@ -10,7 +10,7 @@
 //! - the network: [`Net`] carries each signed RPC (the same headers and
 //!   bytes as over HTTP) to the peer's own axum router in-process, with
 //!   whatever loss, delay and partition the simulation decides;
-//! - the wall clock ([`crate::clock::unix_ms`] and friends): the runtime's
+//! - the wall clock (`clock::unix_ms` and `unix_ms_on`): the runtime's
 //!   paused clock from a fixed epoch, plus a per-node skew and jumps;
 //! - the monotonic leader clock: per node incarnation, on the paused clock;
 //! - randomness (election timeouts, cluster ids): one seeded generator.

@@ -31,7 +31,7 @@ pub struct Timing {
     pub election_timeout_min: Duration,
     pub election_timeout_max: Duration,
     /// How long `propose` waits for its entry to apply before answering
-    /// [`ProposeError::OutcomeUnknown`].
+    /// [`ProposeError::OutcomeUnknown`](crate::ProposeError::OutcomeUnknown).
     pub propose_timeout: Duration,
     /// Log compaction: a snapshot every this many applied entries; half as
     /// many entries stay in the log behind it, so a briefly lagging
