@@ -113,7 +113,21 @@ fn run_all(
             eprintln!("time budget spent: stopped before seed {seed}");
             break;
         }
-        let r = world::run(seed, opts);
+        // A panic (a node that cannot start or stop) fails the seed, which
+        // still prints itself.
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| world::run(seed, opts)));
+        let r = match run {
+            Ok(r) => r,
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                zonegate_cluster::sim::uninstall();
+                Report::panicked(seed, what)
+            }
+        };
         runs += 1;
         if let Some(ms) = r.converged_ms {
             converge.push(ms);

@@ -104,6 +104,8 @@ pub enum Violation {
     NoConvergence {
         bound_ms: u64,
     },
+    /// The run itself panicked (a node could not start or stop).
+    Panicked(String),
 }
 
 impl fmt::Display for Violation {
@@ -153,6 +155,7 @@ impl fmt::Display for Violation {
                 "node {} at version {}: tenant {}'s {} allocations sum to {} over its global quota {}",
                 q.node, q.version, q.tenant, q.unit, q.sum, q.global
             ),
+            Violation::Panicked(what) => write!(f, "the run panicked: {what}"),
             Violation::NoConvergence { bound_ms } => write!(
                 f,
                 "the nodes did not converge (same applied log, a write committed) within {bound_ms} ms of the heal"

@@ -63,6 +63,24 @@ pub struct Report {
     pub outcomes: BTreeMap<String, u64>,
 }
 
+impl Report {
+    /// A run that panicked: one violation saying why.
+    pub fn panicked(seed: u64, what: String) -> Self {
+        Self {
+            seed,
+            layout: "unknown",
+            violations: vec![Violation::Panicked(what)],
+            converged_ms: None,
+            ops: 0,
+            acked: 0,
+            faults: Vec::new(),
+            messages: 0,
+            leaders: Vec::new(),
+            outcomes: BTreeMap::new(),
+        }
+    }
+}
+
 const SECRET: &str = "sim-cluster-secret";
 const TENANT: &str = "t1";
 const ZONES: [&str; 3] = ["az-a", "az-b", "az-c"];
