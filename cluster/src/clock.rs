@@ -1,5 +1,5 @@
 //! Wall-clock and duration helpers shared by the run-time modules. Pure
-//! cores (`state`, `detect`) never call [`now_ms`]: they are handed `now`.
+//! cores (`state`, `detect`) never call [`unix_ms`]: they are handed `now`.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -14,11 +14,26 @@ pub(crate) fn millis(d: Duration) -> u64 {
 
 /// Milliseconds since the Unix epoch: the leader's stamp on a command, the
 /// reporters' period ends. A clock before 1970 reads as 0.
-pub(crate) fn now_ms() -> u64 {
+pub(crate) fn unix_ms() -> u64 {
+    #[cfg(feature = "sim")]
+    if let Some(now) = crate::sim::unix_ms(None) {
+        return now;
+    }
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(millis)
         .unwrap_or(0)
+}
+
+/// [`unix_ms`] as node `node` reads it: the same clock (the simulation
+/// gives each node its own skew).
+pub(crate) fn unix_ms_on(node: NodeId) -> u64 {
+    #[cfg(feature = "sim")]
+    if let Some(now) = crate::sim::unix_ms(Some(node)) {
+        return now;
+    }
+    let _ = node;
+    unix_ms()
 }
 
 /// This process's monotonic origin and its boot value, fixed at the first
@@ -43,6 +58,14 @@ fn origin() -> &'static (Instant, u64) {
 /// The leader's [`LeaderClock`] stamp for a command it proposes now: its
 /// id, this process's boot value, and milliseconds on the monotonic clock.
 pub(crate) fn leader_clock(node: NodeId) -> LeaderClock {
+    #[cfg(feature = "sim")]
+    if let Some((boot, mono_ms)) = crate::sim::leader_clock(node) {
+        return LeaderClock {
+            node,
+            boot,
+            mono_ms,
+        };
+    }
     let (start, boot) = origin();
     LeaderClock {
         node,

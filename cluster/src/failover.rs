@@ -18,7 +18,7 @@ use openraft::ServerState;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::clock::{leader_clock, now_ms};
+use crate::clock::{leader_clock, unix_ms, unix_ms_on};
 use crate::command::{
     AutoLimits, Command, Decision, Origin, RejectRule, Rejection, MAX_EVIDENCE_BYTES,
 };
@@ -320,7 +320,7 @@ async fn next_tick(
     period_ms: u64,
     offset_ms: u64,
 ) -> Option<u64> {
-    let now = now_ms();
+    let now = unix_ms();
     let boundary = (now / period_ms + 1) * period_ms;
     let wait = Duration::from_millis(boundary + offset_ms - now);
     tokio::select! {
@@ -382,7 +382,8 @@ impl<S: SendReport> ReportLoop<S> {
             (m.current_leader, leading_term(&m))
         };
         if term.is_some() {
-            self.failover.receive(term, &self.zone, &report, now_ms());
+            self.failover
+                .receive(term, &self.zone, &report, unix_ms_on(self.failover.me));
             return;
         }
         let Some(leader) = leader else { return };
@@ -468,7 +469,7 @@ impl<P: Propose> LeadLoop<P> {
                 self.failover.stop_leading();
                 continue;
             };
-            let now = now_ms();
+            let now = unix_ms_on(self.failover.me);
             let state = self.state_rx.borrow().clone();
             let assessment = self.failover.assess(term, &config, &state, now);
             logged.no_target(&assessment.no_target);
@@ -618,7 +619,8 @@ impl<P: Propose> LeadLoop<P> {
         tracing::info!(decision = ?proposal.decision, reason = proposal.reason, "proposing automatic decision");
         match self.proposer.propose(cmd).await {
             Ok(applied) => {
-                let latency = Duration::from_millis(now_ms().saturating_sub(proposal.first_bad_ms));
+                let latency =
+                    Duration::from_millis(unix_ms().saturating_sub(proposal.first_bad_ms));
                 let mut status = lock(&self.failover.status);
                 status.auto_applied += 1;
                 if matches!(proposal.decision, Decision::Failover { .. }) {

@@ -24,10 +24,14 @@ pub mod quota;
 mod roster;
 #[cfg(test)]
 mod samples;
+#[cfg(feature = "sim")]
+#[doc(hidden)]
+pub mod sim;
 pub mod state;
 pub mod store;
 pub mod types;
 pub mod view;
+mod zone;
 
 pub use command::{
     AutoLimits, Command, Decision, Origin, Outcome, RejectRule, Rejection, Response,

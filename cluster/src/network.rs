@@ -8,7 +8,8 @@
 //! nonce. A `200` body is the bincode of `Result<Response, RaftError<E>>`:
 //! a Raft-level refusal is a valid answer, not a transport failure. `401`
 //! means a missing, bad, stale or replayed signature, `403` a sender that
-//! is not a member, does not match the RPC's vote, or (mutual TLS) whose
+//! is not a member (but a leader with a committed vote that appends or
+//! sends a snapshot), does not match the RPC's vote, or (mutual TLS) whose
 //! certificate does not name it.
 
 pub mod fault;
@@ -34,7 +35,9 @@ pub use zonegate_net::sign::SIGNATURE_HEADER;
 use zonegate_net::sign::{self, Call, KeyRing, SignError};
 use zonegate_net::tls::MemberTls;
 
-use crate::clock::now_ms;
+#[cfg(test)]
+use crate::clock::unix_ms;
+use crate::clock::unix_ms_on;
 use crate::codec::{self, Bounded};
 use crate::detect::Report;
 use crate::failover::{ReportAck, SendReport};
@@ -74,6 +77,10 @@ pub enum TransportError {
     Unsigned { to: NodeId, source: SignError },
     #[error("TLS towards node {to}: {reason}")]
     Tls { to: NodeId, reason: String },
+    /// The simulation's network (feature `sim`) did not deliver it.
+    #[cfg(feature = "sim")]
+    #[error("simulated network towards node {to}: {reason}")]
+    Simulated { to: NodeId, reason: String },
 }
 
 /// openraft's network factory. Every call is signed with this node's Raft
@@ -306,6 +313,46 @@ impl PeerClient {
                 return Err(TransportError::Cut { from, to });
             }
         }
+        let call = Call {
+            method: "POST",
+            path,
+            node: from,
+        };
+        let signature = sign::sign_call(&self.net.keys, call, &body, unix_ms_on(from));
+        #[cfg(feature = "sim")]
+        if let Some(net) = crate::sim::net() {
+            let answer = self.post_sim(net, path, body, &signature, ttl, cap).await?;
+            return self.accept(path, &signature, answer, adopt_identity).await;
+        }
+        let answer = self.post_http(path, body, &signature, ttl, cap).await?;
+        self.accept(path, &signature, answer, adopt_identity).await
+    }
+
+    /// The request's headers: who sends it, its signature, and this
+    /// node's cluster identity.
+    fn headers(&self, signature: &sign::Signature) -> Vec<(&'static str, String)> {
+        let mut headers = vec![
+            (SIGNATURE_HEADER, signature.header()),
+            (NODE_HEADER, self.net.node_id.to_string()),
+        ];
+        if let Some(identity) = &self.net.identity {
+            let (id, joined) = identity.headers();
+            headers.push((CLUSTER_HEADER, id));
+            headers.push((JOINED_HEADER, joined));
+        }
+        headers
+    }
+
+    /// POST the signed call over HTTP(S); its answer, read up to `cap`.
+    async fn post_http(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+        signature: &sign::Signature,
+        ttl: Duration,
+        cap: usize,
+    ) -> Result<RawAnswer, TransportError> {
+        let to = self.target;
         let http = |source| TransportError::Http {
             to,
             addr: self.addr.clone(),
@@ -316,22 +363,13 @@ impl PeerClient {
             .transport
             .client(to)
             .map_err(|reason| TransportError::Tls { to, reason })?;
-        let call = Call {
-            method: "POST",
-            path,
-            node: from,
-        };
-        let signature = sign::sign_call(&self.net.keys, call, &body, now_ms());
         let mut req = client
             .post(format!("{scheme}://{}{path}", self.addr))
-            .header(SIGNATURE_HEADER, signature.header())
-            .header(NODE_HEADER, from.to_string())
             .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
             .timeout(ttl)
             .body(body);
-        if let Some(identity) = &self.net.identity {
-            let (id, joined) = identity.headers();
-            req = req.header(CLUSTER_HEADER, id).header(JOINED_HEADER, joined);
+        for (name, value) in self.headers(signature) {
+            req = req.header(name, value);
         }
         let resp = req.send().await.map_err(http)?;
         let status = resp.status().as_u16();
@@ -362,6 +400,96 @@ impl PeerClient {
                     source: codec::CodecError::TooLarge { len, limit: cap },
                 },
             })?;
+        Ok(RawAnswer {
+            status,
+            id,
+            joined,
+            signed,
+            bytes,
+        })
+    }
+
+    /// The same call through the simulation's network (feature `sim`):
+    /// the same headers and bytes, to the peer's router in-process.
+    #[cfg(feature = "sim")]
+    async fn post_sim(
+        &self,
+        net: Arc<dyn crate::sim::Net>,
+        path: &str,
+        body: Vec<u8>,
+        signature: &sign::Signature,
+        ttl: Duration,
+        cap: usize,
+    ) -> Result<RawAnswer, TransportError> {
+        let to = self.target;
+        let unreachable = |reason: String| TransportError::Simulated { to, reason };
+        let mut req = axum::http::Request::post(path)
+            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream");
+        for (name, value) in self.headers(signature) {
+            req = req.header(name, value);
+        }
+        let req = req
+            .body(axum::body::Body::from(body))
+            .map_err(|e| unreachable(e.to_string()))?;
+        let (parts, body) = net
+            .exchange(self.net.node_id, to, req, ttl)
+            .await
+            .map_err(unreachable)?
+            .into_parts();
+        let status = parts.status.as_u16();
+        if matches!(status, 400 | 401 | 403 | 404 | 413) {
+            return Err(TransportError::Refused { to, status });
+        }
+        let header = |name: &str| {
+            parts
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let (id, joined, signed) = (
+            header(CLUSTER_HEADER),
+            header(JOINED_HEADER),
+            header(SIGNATURE_HEADER),
+        );
+        let limit = cap.max(ANSWER_HEAD);
+        let bytes = axum::body::to_bytes(body, limit)
+            .await
+            .map_err(|_| TransportError::Body {
+                to,
+                source: codec::CodecError::TooLarge {
+                    len: limit.saturating_add(1),
+                    limit: cap,
+                },
+            })?
+            .to_vec();
+        Ok(RawAnswer {
+            status,
+            id,
+            joined,
+            signed,
+            bytes,
+        })
+    }
+
+    /// Check an answer's signature (bound to this call's nonce) and, for
+    /// Raft RPCs, its cluster identity.
+    async fn accept(
+        &self,
+        path: &str,
+        signature: &sign::Signature,
+        answer: RawAnswer,
+        adopt_identity: bool,
+    ) -> Result<(u16, String, String, Vec<u8>), TransportError> {
+        let (from, to) = (self.net.node_id, self.target);
+        let RawAnswer {
+            status,
+            id,
+            joined,
+            signed,
+            bytes,
+        } = answer;
         let answering = Call {
             method: "POST",
             path,
@@ -374,7 +502,7 @@ impl PeerClient {
             answering,
             &signature.nonce,
             &answer_digest_input(&bytes, &id, &joined),
-            now_ms(),
+            unix_ms_on(from),
         )
         .map_err(|source| TransportError::Unsigned { to, source })?;
         if let Some(identity) = self.net.identity.as_ref().filter(|_| adopt_identity) {
@@ -387,6 +515,15 @@ impl PeerClient {
         }
         Ok((status, id, joined, bytes))
     }
+}
+
+/// An answer as it came back, before its signature is checked.
+struct RawAnswer {
+    status: u16,
+    id: String,
+    joined: String,
+    signed: String,
+    bytes: Vec<u8>,
 }
 
 /// Room for a refusal's text when the answer type itself is empty.
@@ -488,7 +625,7 @@ mod tests {
                     node: 2,
                 };
                 let signed = answer_digest_input(&body, "", "");
-                let sig = sign::sign_answer(keys().signer(), 200, me, &nonce, &signed, now_ms());
+                let sig = sign::sign_answer(keys().signer(), 200, me, &nonce, &signed, unix_ms());
                 ([(SIGNATURE_HEADER, sig.header())], body)
             }
         });

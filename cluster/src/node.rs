@@ -22,7 +22,6 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::clock::millis;
 use crate::command::{Command, Rejection};
 use crate::detect::{FailoverConfig, FailoverConfigError, ZoneHealth};
 use crate::failover::{Failover, FailoverStatus, LeadLoop, ObservationSource, ReportLoop};
@@ -30,7 +29,7 @@ use crate::identity::Identity;
 use crate::lock::lock;
 use crate::members::{effective_role, MemberChange, MemberInfo, MemberRefusal, Situation, Step};
 use crate::network::server::{self, RaftService};
-use crate::network::{FaultTable, Network, ReportClient};
+use crate::network::{Network, ReportClient};
 use crate::prevote::Campaigns;
 pub use crate::propose::{Applied, ProposeError};
 use crate::propose::{Propose, Proposer};
@@ -44,95 +43,12 @@ use zonegate_net::listen::{self, ListenConfig, Stats};
 use zonegate_net::sign::{KeyRing, Purpose};
 use zonegate_net::tls::MemberTls;
 
-/// Raft timers and the log-compaction cadence. The defaults elect a new leader within about 1.4 s of the
-/// old one dying on loopback, inside the 2 s budget:
-///
-/// - openraft 0.9 lets a follower campaign only after the leader lease
-///   (= `election_timeout_max`, 600 ms) plus its own random election timeout
-///   (300–600 ms) have passed without a heartbeat, checked on a tick of
-///   1.5 × heartbeat (150 ms): 0.9–1.35 s. One loopback vote round adds a
-///   few ms.
-/// - Heartbeats every 100 ms give a healthy leader six chances per lease, so
-///   a busy 2-core host that stalls a task for a few hundred ms does not
-///   trigger a spurious election.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Timing {
-    pub heartbeat: Duration,
-    pub election_timeout_min: Duration,
-    pub election_timeout_max: Duration,
-    /// How long `propose` waits for its entry to apply before answering
-    /// [`ProposeError::OutcomeUnknown`].
-    pub propose_timeout: Duration,
-    /// Log compaction: a snapshot every this many applied entries; half as
-    /// many entries stay in the log behind it, so a briefly lagging
-    /// follower catches up from the log rather than a snapshot.
-    pub snapshot_every_logs: u64,
-}
+mod config;
+mod join;
 
-impl Default for Timing {
-    fn default() -> Self {
-        Self {
-            heartbeat: Duration::from_millis(100),
-            election_timeout_min: Duration::from_millis(300),
-            election_timeout_max: Duration::from_millis(600),
-            propose_timeout: Duration::from_secs(5),
-            snapshot_every_logs: 5000,
-        }
-    }
-}
-
-/// Where the Raft RPC server listens.
-#[derive(Debug)]
-pub enum RaftListen {
-    /// An already bound listener (tests bind 127.0.0.1:0 first, so the
-    /// address is known before the cluster config is written).
-    Listener(std::net::TcpListener),
-    /// An address to bind.
-    Addr(SocketAddr),
-}
-
-/// Everything one node needs to join the cluster. `members` is the same on
-/// every node. `Debug` never prints the secret.
-pub struct ClusterConfig {
-    pub node_id: NodeId,
-    /// This node's zone; must match its entry in `members`.
-    pub zone: ZoneId,
-    pub members: Vec<Member>,
-    /// Holds the sled store (`raft.sled`); reused across restarts.
-    pub data_dir: PathBuf,
-    /// The cluster secret (a comma-separated list while rotating: the
-    /// first signs, any verifies). Raft calls are signed with a key
-    /// derived from it; it is never sent.
-    pub secret: String,
-    /// Mutual TLS between members: this member's certificate and key, and
-    /// the cluster CA (`client_ca`) peers must chain to.
-    pub tls: Option<zonegate_net::tls::TlsFiles>,
-    /// The Raft listener's connection budget and timeouts.
-    pub limits: zonegate_net::listen::Limits,
-    pub raft_listen: RaftListen,
-    pub timing: Timing,
-    /// Test hook: when set, RPCs on links it blocks are dropped.
-    pub faults: Option<Arc<FaultTable>>,
-    /// `zonegate serve --rejoin`: this node lost its store; catch up as a
-    /// learner, then be promoted to its configured role.
-    pub rejoin: bool,
-}
-
-impl std::fmt::Debug for ClusterConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClusterConfig")
-            .field("node_id", &self.node_id)
-            .field("zone", &self.zone)
-            .field("members", &self.members)
-            .field("data_dir", &self.data_dir)
-            .field("secret", &"<redacted>")
-            .field("raft_listen", &self.raft_listen)
-            .field("timing", &self.timing)
-            .field("faults", &self.faults.is_some())
-            .field("rejoin", &self.rejoin)
-            .finish()
-    }
-}
+use config::{bind, raft_config, validate};
+pub use config::{ClusterConfig, RaftListen, Timing, MAX_PAYLOAD_ENTRIES};
+use join::{check_identity, keep_learners, rejoin_loop, Pristine, HELLO_TIMEOUT};
 
 /// Why a membership change did not (knowingly) happen.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -249,7 +165,7 @@ pub struct ClusterNode {
     liveness: StoreLiveness,
     identity: Arc<Identity>,
     network: Network,
-    leader_contact: Arc<Mutex<Option<std::time::Instant>>>,
+    leader_contact: Arc<Mutex<Option<tokio::time::Instant>>>,
     election_timeout_max: Duration,
     roster: Roster,
     /// One membership change at a time from this node.
@@ -263,78 +179,8 @@ pub struct ClusterNode {
     fatal: watch::Receiver<Option<Fatal>>,
 }
 
-/// The most entries in one append RPC.
-pub const MAX_PAYLOAD_ENTRIES: u64 = 64;
-
 /// How long `shutdown` waits for the store to close.
 const STORE_CLOSE_WAIT: Duration = Duration::from_secs(10);
-
-fn validate(config: &ClusterConfig) -> Result<BTreeMap<NodeId, Member>, ClusterError> {
-    let invalid = |m: String| Err(ClusterError::InvalidConfig(m));
-    let mut members = BTreeMap::new();
-    for m in &config.members {
-        if members.insert(m.id, m.clone()).is_some() {
-            return invalid(format!("member id {} appears twice", m.id));
-        }
-        if m.zone.as_str().is_empty() {
-            return invalid(format!("member {} has an empty zone", m.id));
-        }
-    }
-    let Some(me) = members.get(&config.node_id) else {
-        return invalid(format!(
-            "node id {} is not among the members",
-            config.node_id
-        ));
-    };
-    if me.zone != config.zone {
-        return invalid(format!(
-            "node {} is in zone {} but the members list says {}",
-            config.node_id, config.zone, me.zone
-        ));
-    }
-    if !members.values().any(|m| m.role.votes()) {
-        return invalid("no voter or witness among the members".into());
-    }
-    if config.secret.is_empty() {
-        return invalid("the cluster secret is empty".into());
-    }
-    let t = &config.timing;
-    if t.snapshot_every_logs == 0 {
-        return invalid("timing.snapshot_every_logs must be at least 1".into());
-    }
-    if !(t.heartbeat < t.election_timeout_min && t.election_timeout_min < t.election_timeout_max) {
-        return invalid(format!(
-            "timing needs heartbeat < election_timeout_min < election_timeout_max, got {:?} / {:?} / {:?}",
-            t.heartbeat, t.election_timeout_min, t.election_timeout_max
-        ));
-    }
-    Ok(members)
-}
-
-async fn bind(listen: RaftListen) -> Result<tokio::net::TcpListener, ClusterError> {
-    match listen {
-        RaftListen::Listener(l) => {
-            let addr = l
-                .local_addr()
-                .map(|a| a.to_string())
-                .unwrap_or_else(|_| "pre-bound listener".into());
-            let err = |source| ClusterError::Listen {
-                addr: addr.clone(),
-                source,
-            };
-            l.set_nonblocking(true).map_err(err)?;
-            tokio::net::TcpListener::from_std(l).map_err(err)
-        }
-        RaftListen::Addr(addr) => {
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|source| ClusterError::Listen {
-                    addr: addr.to_string(),
-                    source,
-                })
-        }
-    }
-}
 
 impl ClusterNode {
     /// The Raft listener's counters.
@@ -427,6 +273,10 @@ impl ClusterNode {
         .with_prevote_window(timing.election_timeout_max);
         let leader_contact = service.leader_contact();
         let app = server::router(Arc::new(service));
+        #[cfg(feature = "sim")]
+        if let Some(net) = crate::sim::net() {
+            net.serve(node_id, app.clone());
+        }
         let proposer = Proposer {
             raft: raft.clone(),
             propose_timeout: timing.propose_timeout,
@@ -532,57 +382,6 @@ impl ClusterNode {
         node.tasks_lock().push(tokio::spawn(keeper));
         tracing::info!(node_id, zone = %node.zone, role = role.name(), %raft_addr, "cluster node started");
         Ok(node)
-    }
-
-    /// The lowest-id voting member forms the cluster, once: only while its
-    /// store is pristine, and always with the same voter set.
-    /// `may_form` is false once members answered with a cluster id: a
-    /// node without a store then waits to be contacted, it never forms a
-    /// second cluster.
-    async fn initialize_if_first(&self, may_form: bool) -> Result<(), ClusterError> {
-        let voters: BTreeMap<NodeId, Member> = self
-            .members
-            .iter()
-            .filter(|(_, m)| m.role.votes())
-            .map(|(id, m)| (*id, m.clone()))
-            .collect();
-        if voters.keys().next() != Some(&self.id) {
-            return Ok(());
-        }
-        let initialized = self
-            .raft
-            .is_initialized()
-            .await
-            .map_err(|e| ClusterError::Raft(e.to_string()))?;
-        if initialized {
-            if self.identity.cluster_id().is_none() {
-                // A store from before cluster ids: give the cluster one.
-                let id = self
-                    .identity
-                    .form()
-                    .await
-                    .map_err(|e| ClusterError::Identity(e.to_string()))?;
-                tracing::info!(cluster_id = %id, "gave the existing cluster an id");
-            }
-            return Ok(());
-        }
-        if !may_form {
-            return Ok(());
-        }
-        let cluster_id = self
-            .identity
-            .form()
-            .await
-            .map_err(|e| ClusterError::Identity(e.to_string()))?;
-        match self.raft.initialize(voters).await {
-            Ok(()) => {
-                tracing::info!(node_id = self.id, %cluster_id, "formed the cluster");
-                Ok(())
-            }
-            // Someone already wrote a log here: the cluster exists.
-            Err(RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => Ok(()),
-            Err(e) => Err(ClusterError::Raft(e.to_string())),
-        }
     }
 
     fn tasks_lock(&self) -> std::sync::MutexGuard<'_, Vec<JoinHandle<()>>> {
@@ -1123,217 +922,8 @@ fn bootstrap_differences(
     out
 }
 
-/// What the start-up identity check found.
-#[derive(Debug, PartialEq, Eq)]
-enum Pristine {
-    /// No cluster is known yet: the lowest-id voter may form it.
-    MayForm,
-    /// A cluster exists (this node holds its id, or members answered
-    /// with one): never form another.
-    Exists,
-}
-
-/// The start-up half of the amnesia check (the run-time half is in
-/// [`Identity::on_request`]). A node without a store asks every member
-/// for its cluster id: if one knows this node held the id, its store was
-/// lost, and it starts only with `--rejoin`. A node with a store checks
-/// that the members it reaches name the same cluster.
-async fn check_identity(
-    network: &Network,
-    identity: &Identity,
-    members: &BTreeMap<NodeId, Member>,
-    me: NodeId,
-    rejoin: bool,
-) -> Result<Pristine, ClusterError> {
-    let mut asks = tokio::task::JoinSet::new();
-    for m in members.values().filter(|m| m.id != me) {
-        let (network, id, addr) = (network.clone(), m.id, m.raft_addr.clone());
-        asks.spawn(async move {
-            let answer = network
-                .post_empty(id, &addr, crate::network::PATH_HELLO, HELLO_TIMEOUT)
-                .await;
-            (id, answer)
-        });
-    }
-    let answers: Vec<(NodeId, String, BTreeSet<NodeId>)> = asks
-        .join_all()
-        .await
-        .into_iter()
-        .filter_map(|(id, a)| match a {
-            Ok((200, cluster, joined)) if !cluster.is_empty() => Some((
-                id,
-                cluster,
-                joined.split(',').filter_map(|s| s.parse().ok()).collect(),
-            )),
-            _ => None,
-        })
-        .collect();
-    if let Some(ours) = identity.cluster_id() {
-        if let Some((peer, theirs, _)) = answers.iter().find(|(_, c, _)| *c != ours) {
-            return Err(ClusterError::Identity(format!(
-                "this node's store belongs to cluster {ours} but member {peer} is in cluster {theirs}: the data_dir is from another cluster. Fix: point node.data_dir at this cluster's store, or move it away and start with `zonegate serve --rejoin`"
-            )));
-        }
-        if rejoin {
-            tracing::info!("--rejoin ignored: this node holds its store (cluster {ours})");
-        }
-        return Ok(Pristine::Exists);
-    }
-    if rejoin {
-        identity
-            .set_rejoining(true)
-            .await
-            .map_err(|e| ClusterError::Identity(e.to_string()))?;
-        tracing::info!(
-            "rejoining: a learner until caught up, then promoted to its configured role"
-        );
-        return Ok(Pristine::Exists);
-    }
-    if let Some((peer, cluster, _)) = answers.iter().find(|(_, _, j)| j.contains(&me)) {
-        return Err(ClusterError::Identity(format!(
-            "node {me} lost its Raft state: its data_dir holds none, but member {peer} knows it as a member of cluster {cluster} that held Raft state before. Refusing to start with an empty store (acknowledged decisions could be lost). Fix: restore its data_dir if you can; otherwise start it with `zonegate serve --rejoin` (it catches up as a learner and is then promoted to its configured role)"
-        )));
-    }
-    Ok(if answers.is_empty() {
-        Pristine::MayForm
-    } else {
-        Pristine::Exists
-    })
-}
-
-/// How long the start-up check waits for each member's answer.
-const HELLO_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// On a rejoining node: ask the leader, every half second, for the next
-/// step (made a learner, then promoted once caught up) until this node
-/// is back in its configured role; then it may vote and campaign again.
-async fn rejoin_loop(
-    raft: Raft,
-    identity: Arc<Identity>,
-    network: Network,
-    members: Arc<BTreeMap<NodeId, Member>>,
-    me: NodeId,
-    mut stop: watch::Receiver<bool>,
-) {
-    let configured_votes = members.get(&me).is_some_and(|m| m.role.votes());
-    let mut was_learner = false;
-    loop {
-        let (leader, is_voter, is_learner) = {
-            let m = raft.metrics().borrow().clone();
-            let membership = m.membership_config.membership();
-            let is_voter = membership.voter_ids().any(|id| id == me);
-            let is_learner = !is_voter && membership.get_node(&me).is_some();
-            (m.current_leader, is_voter, is_learner)
-        };
-        was_learner |= is_learner;
-        let done = if configured_votes {
-            was_learner && is_voter
-        } else {
-            is_learner
-        };
-        if done {
-            if identity.set_rejoining(false).await.is_ok() {
-                tracing::info!(node_id = me, "rejoined: back in its configured role");
-                return;
-            }
-        } else if let Some((to, addr)) = leader
-            .filter(|l| *l != me)
-            .and_then(|l| members.get(&l).map(|m| (l, m.raft_addr.clone())))
-        {
-            if let Err(e) = network
-                .post_empty(to, &addr, crate::network::PATH_REJOIN, HELLO_TIMEOUT)
-                .await
-            {
-                tracing::debug!(error = %e, "rejoin request failed; retrying");
-            }
-        }
-        tokio::select! {
-            _ = stop.wait_for(|s| *s) => return,
-            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-        }
-    }
-}
-
-/// openraft's settings from [`Timing`].
-fn raft_config(timing: &Timing) -> Result<openraft::Config, ClusterError> {
-    openraft::Config {
-        cluster_name: "zonegate".into(),
-        heartbeat_interval: millis(timing.heartbeat),
-        election_timeout_min: millis(timing.election_timeout_min),
-        election_timeout_max: millis(timing.election_timeout_max),
-        // Keep snapshot chunks well under the RPC body limit.
-        snapshot_max_chunk_size: 1024 * 1024,
-        // With every entry bounded (`Command::validate`), a batch of this
-        // many entries stays far below the append decode limit and the
-        // RPC body limit, so a lagging follower can always catch up.
-        max_payload_entries: MAX_PAYLOAD_ENTRIES,
-        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(timing.snapshot_every_logs),
-        max_in_snapshot_log_to_keep: timing.snapshot_every_logs / 2,
-        // Elections are driven by `crate::prevote` (a pre-vote round
-        // first), never by openraft's own timer.
-        enable_elect: false,
-        ..Default::default()
-    }
-    .validate()
-    .map_err(|e| ClusterError::InvalidConfig(e.to_string()))
-}
-
 /// The Raft listener's counters (one node per process).
 pub static RAFT_LISTENER: std::sync::LazyLock<Arc<Stats>> = std::sync::LazyLock::new(Arc::default);
-
-/// On the leader, add configured learners missing from the membership, one
-/// change at a time; retried while any is missing.
-async fn keep_learners(
-    raft: Raft,
-    identity: Arc<Identity>,
-    me: NodeId,
-    learners: Vec<Member>,
-    mut stop: watch::Receiver<bool>,
-) {
-    if learners.is_empty() {
-        return;
-    }
-    let mut metrics = raft.metrics();
-    loop {
-        let missing = {
-            let m = metrics.borrow_and_update();
-            let leading = m.state == ServerState::Leader && m.current_leader == Some(me);
-            // A learner that held the cluster's state and is missing was
-            // removed by an operator (`ctl members remove`): not re-added.
-            let joined = identity.current().joined;
-            leading
-                .then(|| {
-                    learners
-                        .iter()
-                        .filter(|l| !joined.contains(&l.id))
-                        .find(|l| m.membership_config.membership().get_node(&l.id).is_none())
-                        .cloned()
-                })
-                .flatten()
-        };
-        if let Some(learner) = missing {
-            match raft.add_learner(learner.id, learner.clone(), false).await {
-                Ok(_) => {
-                    tracing::info!(learner = learner.id, zone = %learner.zone, "learner added");
-                    continue;
-                }
-                Err(e) => {
-                    // E.g. another membership change in progress: retry
-                    // after a pause rather than spin.
-                    tracing::debug!(learner = learner.id, error = %e, "adding learner failed");
-                    tokio::select! {
-                        _ = stop.wait_for(|s| *s) => return,
-                        _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
-                    }
-                }
-            }
-        }
-        tokio::select! {
-            _ = stop.wait_for(|s| *s) => return,
-            changed = metrics.changed() => if changed.is_err() { return },
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {

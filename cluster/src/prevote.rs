@@ -37,10 +37,11 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use openraft::ServerState;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::identity::Identity;
 use crate::lock::lock;
@@ -132,6 +133,11 @@ impl Tally {
 fn random_between(min: Duration, max: Duration) -> Duration {
     use std::hash::{BuildHasher, Hasher};
     let spread = max.saturating_sub(min).as_millis();
+    #[cfg(feature = "sim")]
+    if let Some(r) = crate::sim::random() {
+        let r = u128::from(r) % spread.saturating_add(1);
+        return min + Duration::from_millis(u64::try_from(r).unwrap_or(0));
+    }
     // A fresh `RandomState` is seeded anew; the clock adds variety.
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
@@ -154,7 +160,7 @@ pub(crate) struct Driver {
     pub election_timeout_min: Duration,
     pub election_timeout_max: Duration,
     /// When this node last accepted an append from a leader.
-    pub contact: Arc<Mutex<Option<std::time::Instant>>>,
+    pub contact: Arc<Mutex<Option<Instant>>>,
     pub campaigns: Campaigns,
     pub stop: watch::Receiver<bool>,
 }

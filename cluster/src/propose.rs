@@ -12,7 +12,7 @@ use openraft::ServerState;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::clock::{leader_clock, millis, now_ms};
+use crate::clock::{leader_clock, millis, unix_ms_on};
 use crate::command::{Command, Outcome, RejectRule, Rejection};
 use crate::state::{ClusterState, Preview};
 use crate::types::alias::{Raft, RaftMetrics};
@@ -209,7 +209,7 @@ impl Proposer {
         // The leader's wall clock (for the history and the wall-clock dwell
         // rule) and its monotonic clock (for the dwell clock).
         let me = self.raft.metrics().borrow().id;
-        let cmd = cmd.clocked(now_ms(), leader_clock(me));
+        let cmd = cmd.clocked(unix_ms_on(me), leader_clock(me));
         let check_version = self.dry_run(&cmd).await?;
         // Until Raft has the entry nothing is written: a failure here is
         // what it says. From then on, only an answer from Raft is a fact.
@@ -219,6 +219,16 @@ impl Proposer {
             .await
             .map_err(|e| ProposeError::Fatal(e.to_string()))?;
         let started = tokio::time::Instant::now();
+        // The planted bug (feature `sim-bug-ack-before-commit`, switched
+        // on by the simulation's test of its checker): acknowledge once
+        // the entry is in the leader's log, before any quorum has it.
+        #[cfg(feature = "sim-bug-ack-before-commit")]
+        if crate::sim::bug() {
+            drop(answer);
+            return Ok(Applied {
+                version: check_version,
+            });
+        }
         let answer = tokio::time::timeout(self.propose_timeout, answer).await;
         let unknown = |why| {
             ProposeError::OutcomeUnknown(Unconfirmed {

@@ -14,7 +14,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::view::{NodeId, ZoneId, ZoneStatus};
+use crate::zone::{NodeId, ZoneId, ZoneStatus};
 
 /// Tenant priority: P0 is never starved, P2 yields first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

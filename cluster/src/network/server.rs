@@ -5,7 +5,10 @@
 //! signature, or from a node that is not a member (or, with mutual TLS,
 //! whose certificate does not name it), is refused before its body is
 //! read; one whose vote names another node than the sender is answered
-//! before the Raft node sees it. Either way it changes nothing.
+//! before the Raft node sees it. Either way it changes nothing. The one
+//! non-member heard: a leader whose committed vote names it, appending
+//! or sending a snapshot (a member added after this node's log ends; see
+//! `beyond_our_log`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,7 +28,7 @@ use super::wire::{
     NODE_HEADER, PATH_APPEND, PATH_ELECT, PATH_HELLO, PATH_PREVOTE, PATH_REJOIN, PATH_REPORT,
     PATH_SNAPSHOT, PATH_VOTE,
 };
-use crate::clock::now_ms;
+use crate::clock::unix_ms_on;
 use crate::codec::{self, Bounded};
 use crate::detect::Report;
 use crate::failover::Failover;
@@ -46,7 +49,7 @@ pub struct RaftService {
     failover: Option<Arc<Failover>>,
     identity: Option<Arc<Identity>>,
     /// When an append from a current leader last arrived.
-    leader_contact: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
+    leader_contact: Arc<std::sync::Mutex<Option<tokio::time::Instant>>>,
     /// A pre-vote is refused while this node heard from a live leader
     /// within this long (`election_timeout_max`).
     prevote_window: std::time::Duration,
@@ -83,7 +86,7 @@ impl RaftService {
 
     /// When this node last accepted an append from a leader of the
     /// current term (the follower's "heard from a leader").
-    pub(crate) fn leader_contact(&self) -> Arc<std::sync::Mutex<Option<std::time::Instant>>> {
+    pub(crate) fn leader_contact(&self) -> Arc<std::sync::Mutex<Option<tokio::time::Instant>>> {
         self.leader_contact.clone()
     }
 
@@ -290,6 +293,9 @@ impl IntoResponse for Refusal {
 /// is bound to, and its body.
 struct Received {
     sender: NodeId,
+    /// Whether this node knows the sender as a member. Only appends and
+    /// snapshots come from senders it does not (see [`beyond_our_log`]).
+    member: bool,
     nonce: String,
     /// The key the call was signed with; its answer is signed with it too.
     kid: String,
@@ -328,11 +334,13 @@ async fn receive(
     };
     let signed = service
         .verifier
-        .check_head(signature, call, now_ms())
+        .check_head(signature, call, unix_ms_on(service.node_id))
         .map_err(Refusal::Signature)?;
-    let sender = sender
-        .filter(|s| service.members.contains(*s))
-        .ok_or(Refusal::UnknownSender)?;
+    let sender = sender.ok_or(Refusal::UnknownSender)?;
+    let member = service.members.contains(sender);
+    if !member && !matches!(path, PATH_APPEND | PATH_SNAPSHOT) {
+        return Err(Refusal::UnknownSender);
+    }
     if service.mutual_tls {
         let named = parts
             .extensions
@@ -354,6 +362,7 @@ async fn receive(
     sign::check_body(&signed, &body).map_err(Refusal::Signature)?;
     Ok(Received {
         sender,
+        member,
         nonce: signed.nonce,
         kid: signed.kid,
         path,
@@ -399,12 +408,29 @@ impl RaftService {
             me,
             &call.nonce,
             &digest_input,
-            now_ms(),
+            unix_ms_on(self.node_id),
         );
         if let Ok(v) = HeaderValue::from_str(&signature.header()) {
             parts.headers.insert(SIGNATURE_HEADER, v);
         }
         Response::from_parts(parts, axum::body::Body::from(body))
+    }
+}
+
+/// A sender this node does not know as a member may still be the leader:
+/// a member added by a membership entry this node has not received yet
+/// (it was cut off or down while the member joined). Refusing it would
+/// leave this node behind for good, since only the leader can send it
+/// that entry. So an append or a snapshot from an unknown sender passes
+/// when its vote is committed (a quorum elected it, and voters refuse
+/// candidates they do not know) and names it; openraft then checks the
+/// vote against this node's as for any leader. Node ids are never
+/// reused, and a removed member cannot win a new committed vote.
+fn beyond_our_log(call: &Received, vote: &Vote) -> Result<(), Refusal> {
+    if call.member || (vote.is_committed() && vote.leader_id().voted_for() == Some(call.sender)) {
+        Ok(())
+    } else {
+        Err(Refusal::UnknownSender)
     }
 }
 
@@ -490,11 +516,12 @@ async fn serve_call<T: Bounded>(
 async fn append(State(service): State<Arc<RaftService>>, req: Request) -> Response {
     serve_call(&service, req, PATH_APPEND, async |call, rpc: AppendEntriesRequest| {
         check_vote(call.sender, &rpc.vote)?;
+        beyond_our_log(call, &rpc.vote)?;
         admit(&service, call.sender, &call.headers).await?;
         let result = service.raft.append_entries(rpc).await;
         if matches!(&result, Ok(r) if !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_)))
         {
-            *crate::lock::lock(&service.leader_contact) = Some(std::time::Instant::now());
+            *crate::lock::lock(&service.leader_contact) = Some(tokio::time::Instant::now());
         }
         Ok(reply(&result))
     })
@@ -520,6 +547,7 @@ async fn snapshot(State(service): State<Arc<RaftService>>, req: Request) -> Resp
         PATH_SNAPSHOT,
         async |call, rpc: InstallSnapshotRequest| {
             check_vote(call.sender, &rpc.vote)?;
+            beyond_our_log(call, &rpc.vote)?;
             admit(&service, call.sender, &call.headers).await?;
             Ok(reply(&service.raft.install_snapshot(rpc).await))
         },
@@ -560,7 +588,7 @@ async fn report(State(service): State<Arc<RaftService>>, req: Request) -> Respon
             leading_term,
             &zone,
             &report,
-            now_ms(),
+            unix_ms_on(service.node_id),
         )))
     })
     .await

@@ -1,0 +1,153 @@
+//! Hooks for the deterministic simulation (`cluster/tests/sim.rs`),
+//! compiled only with the test-only feature `sim` (the crate's own
+//! dev-dependency turns it on for its tests; no release build has it).
+//!
+//! Inert until [`install`]: the hooks are per thread, and the simulation
+//! runs every node on one current-thread runtime on the test's thread, so
+//! other tests in the same process (and every production path) see none of
+//! it. Installed, they replace exactly four things:
+//!
+//! - the network: [`Net`] carries each signed RPC (the same headers and
+//!   bytes as over HTTP) to the peer's own axum router in-process, with
+//!   whatever loss, delay and partition the simulation decides;
+//! - the wall clock (`clock::unix_ms` and `unix_ms_on`): the runtime's
+//!   paused clock from a fixed epoch, plus a per-node skew and jumps;
+//! - the monotonic leader clock: per node incarnation, on the paused clock;
+//! - randomness (election timeouts, cluster ids): one seeded generator.
+//!
+//! and, under `sim-bug-ack-before-commit` only, switch on a planted bug
+//! the safety checker must catch.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::time::Duration;
+
+use crate::view::NodeId;
+
+/// An RPC's answer in flight.
+pub type Answer = Pin<Box<dyn Future<Output = Result<axum::response::Response, String>> + Send>>;
+
+/// The simulated network.
+pub trait Net: Send + Sync + 'static {
+    /// Node `node`'s Raft RPC router is up (again, after a restart).
+    fn serve(&self, node: NodeId, router: axum::Router);
+    /// Carry one RPC from `from` to `to` and bring its answer back within
+    /// `ttl`; `Err` is an unreachable peer (a cut link, a down node, a
+    /// lost message).
+    fn exchange(
+        &self,
+        from: NodeId,
+        to: NodeId,
+        request: axum::http::Request<axum::body::Body>,
+        ttl: Duration,
+    ) -> Answer;
+}
+
+struct Sim {
+    net: std::sync::Arc<dyn Net>,
+    origin: tokio::time::Instant,
+    epoch_ms: u64,
+    /// Wall-clock offset per node (skew), in ms; applies on top of `jump`.
+    skew: BTreeMap<NodeId, i64>,
+    /// Each node's current incarnation: its boot value and monotonic origin.
+    boots: BTreeMap<NodeId, (u64, tokio::time::Instant)>,
+    rng: u64,
+    bug: bool,
+}
+
+thread_local! {
+    static SIM: RefCell<Option<Rc<RefCell<Sim>>>> = const { RefCell::new(None) };
+}
+
+fn with<T>(f: impl FnOnce(&mut Sim) -> T) -> Option<T> {
+    let sim = SIM.with(|s| s.borrow().clone())?;
+    let mut sim = sim.borrow_mut();
+    Some(f(&mut sim))
+}
+
+/// Install the simulation on this thread: call inside the current-thread
+/// runtime (paused clock) that runs the nodes. `epoch_ms` is the wall
+/// clock at the runtime's start.
+pub fn install(net: std::sync::Arc<dyn Net>, seed: u64, epoch_ms: u64) {
+    let sim = Sim {
+        net,
+        origin: tokio::time::Instant::now(),
+        epoch_ms,
+        skew: BTreeMap::new(),
+        boots: BTreeMap::new(),
+        rng: seed ^ 0x9E37_79B9_7F4A_7C15,
+        bug: false,
+    };
+    SIM.with(|s| *s.borrow_mut() = Some(Rc::new(RefCell::new(sim))));
+}
+
+/// Remove the simulation from this thread.
+pub fn uninstall() {
+    SIM.with(|s| *s.borrow_mut() = None);
+}
+
+/// Set node `node`'s wall clock `offset_ms` away from the true time (a
+/// jump when changed during a run).
+pub fn set_skew(node: NodeId, offset_ms: i64) {
+    with(|s| s.skew.insert(node, offset_ms));
+}
+
+/// Node `node` restarts: a new process, so a new boot value and monotonic
+/// origin for its leader clock.
+pub fn restart(node: NodeId) {
+    with(|s| s.boots.remove(&node));
+}
+
+/// Switch the planted bug on (only with `sim-bug-ack-before-commit`).
+pub fn plant_bug(on: bool) {
+    with(|s| s.bug = on);
+}
+
+/// splitmix64: small, seeded, good enough for timeouts and ids.
+fn next(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+pub(crate) fn net() -> Option<std::sync::Arc<dyn Net>> {
+    with(|s| s.net.clone())
+}
+
+/// The simulated wall clock of `node` (`None`: the true time, no skew).
+pub(crate) fn unix_ms(node: Option<NodeId>) -> Option<u64> {
+    with(|s| {
+        let elapsed = crate::clock::millis(s.origin.elapsed());
+        let now = s.epoch_ms.saturating_add(elapsed);
+        let skew = node.and_then(|n| s.skew.get(&n).copied()).unwrap_or(0);
+        now.saturating_add_signed(skew)
+    })
+}
+
+/// `node`'s boot value and milliseconds on its monotonic clock.
+pub(crate) fn leader_clock(node: NodeId) -> Option<(u64, u64)> {
+    with(|s| {
+        if !s.boots.contains_key(&node) {
+            let boot = next(&mut s.rng);
+            s.boots.insert(node, (boot, tokio::time::Instant::now()));
+        }
+        let (boot, start) = s.boots[&node];
+        (boot, crate::clock::millis(start.elapsed()))
+    })
+}
+
+/// The next seeded random number.
+pub(crate) fn random() -> Option<u64> {
+    with(|s| next(&mut s.rng))
+}
+
+/// Whether the planted bug is on.
+#[cfg(feature = "sim-bug-ack-before-commit")]
+pub(crate) fn bug() -> bool {
+    with(|s| s.bug).unwrap_or(false)
+}

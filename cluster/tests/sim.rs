@@ -1,0 +1,250 @@
+//! The deterministic simulation of the whole control plane (see
+//! cluster/ARCHITECTURE.md, "Simulation"): real `ClusterNode`s on a
+//! simulated network and paused clock, faults from a seed, a safety
+//! checker over every run's history.
+//!
+//! - `cargo test -p zonegate-cluster --test sim`: a fixed seed set, the
+//!   checker's own tests and the planted bug's.
+//! - `ZONEGATE_SIM_SEEDS=0..1000 cargo test -p zonegate-cluster --test sim
+//!   -- --nocapture seeds`: a range; ends with
+//!   `seeds: N, violations: V, runs/s: R`.
+//! - `ZONEGATE_SIM_FOR=600` with a range: stop starting seeds after 600
+//!   s of wall time (`cluster/sim-soak` runs as many seeds as fit).
+//! - `ZONEGATE_SIM_SEED=42 cargo test -p zonegate-cluster --test sim --
+//!   --nocapture seeds`: replay one seed, printing its fault schedule.
+
+// clippy's allow-unwrap-in-tests covers `#[test]` functions, not the
+// helpers of an integration test file; here a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "sim/check.rs"]
+mod check;
+#[path = "sim/net.rs"]
+mod net;
+#[path = "sim/rng.rs"]
+mod rng;
+#[path = "sim/world.rs"]
+mod world;
+
+use std::time::Instant;
+
+use world::{Options, Report};
+
+/// The seeds `cargo test` runs: 1–8, then the seeds that failed on the
+/// way, kept as regression cases. 199 and 240: two nodes led term 3 in
+/// turn, which openraft's `(term, node id)` leader ids allow; the checker
+/// now holds the run to that rule (see `check::one_leader_per_vote`).
+/// 1109: see `a_lagging_node_follows_a_leader_added_after_its_log_ends`.
+const FIXED_SEEDS: &[u64] = &[1, 2, 3, 4, 5, 6, 7, 8, 199, 240, 1109];
+
+/// Seed 1109 found it: the learner's clock jumped, so it refused appends
+/// while node 100 was added and then elected; back in time, it refused
+/// node 100's appends as "not a member" (it had not received the entry
+/// that added it, and only the leader could send it), and never caught
+/// up. Appends and snapshots from a sender with a committed vote now pass
+/// (`network::server::beyond_our_log`).
+#[test]
+fn a_lagging_node_follows_a_leader_added_after_its_log_ends() {
+    let r = world::run(1109, &Options::default());
+    if !r.violations.is_empty() {
+        print_failure(&r);
+    }
+    assert!(r.violations.is_empty(), "seed 1109: {:?}", r.violations);
+}
+
+/// Seeds the planted bug runs under; the checker must flag at least one.
+const BUG_SEEDS: std::ops::Range<u64> = 1..9;
+
+fn print_failure(r: &Report) {
+    eprintln!(
+        "seed {} FAILED ({}; replay: ZONEGATE_SIM_SEED={} cargo test -p zonegate-cluster --test sim -- --nocapture seeds)",
+        r.seed, r.layout, r.seed
+    );
+    for v in &r.violations {
+        eprintln!("  violation: {v}");
+    }
+    for f in &r.faults {
+        eprintln!("  fault at {f}");
+    }
+}
+
+/// This process's CPU time so far (user + system), from /proc; `None`
+/// where there is none. The machine is shared: CPU per run says more
+/// than runs per wall-clock second.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) close with ')'.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let user: f64 = fields.get(11)?.parse().ok()?;
+    let system: f64 = fields.get(12)?.parse().ok()?;
+    // Clock ticks; 100 per second on Linux.
+    Some((user + system) / 100.0)
+}
+
+/// Parse `A..B` (or a single seed `A`).
+fn parse_range(text: &str) -> Option<std::ops::Range<u64>> {
+    match text.split_once("..") {
+        Some((a, b)) => Some(a.trim().parse().ok()?..b.trim().parse().ok()?),
+        None => {
+            let a: u64 = text.trim().parse().ok()?;
+            Some(a..a.checked_add(1)?)
+        }
+    }
+}
+
+/// Run `seeds`; print every failing seed and one summary line.
+fn run_all(
+    seeds: impl IntoIterator<Item = u64>,
+    opts: &Options,
+    verbose: bool,
+) -> (u64, Vec<Report>) {
+    let started = Instant::now();
+    let cpu_start = cpu_seconds();
+    let budget = std::env::var("ZONEGATE_SIM_FOR")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .map(std::time::Duration::from_secs);
+    let mut runs = 0u64;
+    let mut failed = Vec::new();
+    let mut converge = Vec::new();
+    for seed in seeds {
+        if budget.is_some_and(|b| started.elapsed() >= b) {
+            eprintln!("time budget spent: stopped before seed {seed}");
+            break;
+        }
+        // A panic (a node that cannot start or stop) fails the seed, which
+        // still prints itself.
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| world::run(seed, opts)));
+        let r = match run {
+            Ok(r) => r,
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                zonegate_cluster::sim::uninstall();
+                Report::panicked(seed, what)
+            }
+        };
+        runs += 1;
+        if let Some(ms) = r.converged_ms {
+            converge.push(ms);
+        }
+        if verbose {
+            eprintln!(
+                "seed {seed}: {} | {} ops, {} acknowledged, {} messages, converged after {:?} ms, {} violations",
+                r.layout,
+                r.ops,
+                r.acked,
+                r.messages,
+                r.converged_ms,
+                r.violations.len()
+            );
+            for f in &r.faults {
+                eprintln!("  fault at {f}");
+            }
+            eprintln!("  leaders (term, node): {:?}", r.leaders);
+            eprintln!("  answers: {:?}", r.outcomes);
+        }
+        if !r.violations.is_empty() {
+            print_failure(&r);
+            failed.push(r);
+        }
+    }
+    let secs = started.elapsed().as_secs_f64().max(1e-9);
+    converge.sort_unstable();
+    let p = |q: f64| {
+        converge
+            .get(((converge.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+    };
+    eprintln!(
+        "liveness: time to converge after heal (simulated ms): median {:?}, p99 {:?}, max {:?}",
+        p(0.5),
+        p(0.99),
+        converge.last()
+    );
+    if let (Some(a), Some(b)) = (cpu_start, cpu_seconds()) {
+        eprintln!(
+            "cpu: {:.2} s per run (user + system, this process)",
+            (b - a) / (runs.max(1) as f64)
+        );
+    }
+    eprintln!(
+        "seeds: {runs}, violations: {}, runs/s: {:.2}",
+        failed.iter().map(|r| r.violations.len()).sum::<usize>(),
+        runs as f64 / secs
+    );
+    (runs, failed)
+}
+
+/// The fixed seed set (or `ZONEGATE_SIM_SEEDS` / `ZONEGATE_SIM_SEED`):
+/// every run must break no rule.
+#[test]
+fn seeds() {
+    let (seeds, verbose): (Box<dyn Iterator<Item = u64>>, bool) = match (
+        std::env::var("ZONEGATE_SIM_SEED"),
+        std::env::var("ZONEGATE_SIM_SEEDS"),
+    ) {
+        (Ok(one), _) => (
+            Box::new(parse_range(&one).expect("ZONEGATE_SIM_SEED=<n>")),
+            true,
+        ),
+        (_, Ok(range)) => (
+            Box::new(parse_range(&range).expect("ZONEGATE_SIM_SEEDS=<start>..<end>")),
+            false,
+        ),
+        _ => (Box::new(FIXED_SEEDS.iter().copied()), false),
+    };
+    if verbose && std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+    // `ZONEGATE_SIM_BUG=1`: run the range with the planted bug, to see
+    // how often the checker catches it (the test then fails, as it should).
+    let opts = Options {
+        bug: std::env::var_os("ZONEGATE_SIM_BUG").is_some(),
+        ..Options::default()
+    };
+    let (runs, failed) = run_all(seeds, &opts, verbose);
+    assert!(runs > 0, "no seeds in the range");
+    let bad: Vec<u64> = failed.iter().map(|r| r.seed).collect();
+    assert!(bad.is_empty(), "seeds with violations: {bad:?}");
+}
+
+/// Proof that the checker can fail: with the planted bug (a decision
+/// acknowledged once it is in the leader's log, before it commits), the
+/// fixed seed set reports a violation.
+#[test]
+fn the_planted_ack_before_commit_bug_is_caught() {
+    let opts = Options {
+        bug: true,
+        ..Options::default()
+    };
+    let caught = BUG_SEEDS.map(|seed| world::run(seed, &opts)).find(|r| {
+        r.violations.iter().any(|v| {
+            matches!(
+                v,
+                check::Violation::AckLost { .. } | check::Violation::StaleCas { .. }
+            )
+        })
+    });
+    let Some(r) = caught else {
+        panic!("the checker missed the planted bug on seeds {BUG_SEEDS:?}");
+    };
+    eprintln!("planted bug caught on seed {}:", r.seed);
+    for v in r.violations.iter().take(3) {
+        eprintln!("  {v}");
+    }
+}
+
+#[test]
+fn seed_ranges_parse() {
+    assert_eq!(parse_range("3..10"), Some(3..10));
+    assert_eq!(parse_range("7"), Some(7..8));
+    assert_eq!(parse_range("x..1"), None);
+}

@@ -1,0 +1,533 @@
+//! The safety checker: a pure function from one run's history to the rules
+//! it broke. Safety is asserted (every violation fails the seed); liveness
+//! (time to converge after the faults heal) is measured and must stay
+//! within a generous bound.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+pub type NodeId = u64;
+
+/// One applied decision as the checker compares it: its version and what
+/// identifies it (kind, actor, reason, the leader's stamp).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub version: u64,
+    pub kind: String,
+    pub key: String,
+}
+
+/// What the client was told: committed and applied as this version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ack {
+    /// A zone decision (failover, failback, freeze, unfreeze); `reason`
+    /// is unique per operation, `if_version` its compare-and-set guard.
+    Decision {
+        reason: String,
+        version: u64,
+        if_version: Option<u64>,
+    },
+    /// A replicated config, applied as `config_version`.
+    Config { config_version: u64, toml: String },
+}
+
+/// One node's quota allocation table of one tenant and unit under one
+/// applied view: what its nodes' allocations add up to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuotaSeen {
+    pub node: NodeId,
+    pub version: u64,
+    pub tenant: String,
+    pub unit: &'static str,
+    pub sum: u64,
+    pub global: u64,
+}
+
+/// Everything one run recorded.
+#[derive(Clone, Debug, Default)]
+pub struct History {
+    /// `(term, node)`: `node` reported itself leader in `term`, in the
+    /// order the nodes reported it.
+    pub leaders: Vec<(u64, NodeId)>,
+    /// `(node, incarnation, decision version)`, in the order the node
+    /// applied them.
+    pub versions: Vec<(NodeId, u32, u64)>,
+    pub acks: Vec<Ack>,
+    /// Each node's applied decision log at the end (both histories).
+    pub finals: BTreeMap<NodeId, Vec<Entry>>,
+    /// Each node's config history at the end: version → TOML.
+    pub final_configs: BTreeMap<NodeId, BTreeMap<u64, String>>,
+    pub quota: Vec<QuotaSeen>,
+    /// Simulated ms from the heal until every node applied the same log
+    /// and a client write committed; `None`: not within the bound.
+    pub converged_ms: Option<u64>,
+    pub convergence_bound_ms: u64,
+}
+
+/// A broken rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Violation {
+    /// openraft's leader id is `(term, node id)`, ordered: a later leader
+    /// in one term must have the higher node id (see `one_leader_per_vote`).
+    LeaderIdWentBack {
+        term: u64,
+        earlier: NodeId,
+        later: NodeId,
+    },
+    AckLost {
+        node: NodeId,
+        reason: String,
+        version: u64,
+        found: Option<String>,
+    },
+    Diverged {
+        version: u64,
+        a: NodeId,
+        b: NodeId,
+    },
+    VersionWentBack {
+        node: NodeId,
+        from: u64,
+        to: u64,
+    },
+    StaleCas {
+        reason: String,
+        if_version: u64,
+        version: u64,
+        between: u64,
+    },
+    ConfigLost {
+        node: NodeId,
+        config_version: u64,
+    },
+    QuotaOverGlobal(QuotaSeen),
+    NoConvergence {
+        bound_ms: u64,
+    },
+    /// The run itself panicked (a node could not start or stop).
+    Panicked(String),
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Violation::LeaderIdWentBack {
+                term,
+                earlier,
+                later,
+            } => write!(
+                f,
+                "node {later} became leader in term {term} after node {earlier} had: a lower leader id won later"
+            ),
+            Violation::AckLost {
+                node,
+                reason,
+                version,
+                found,
+            } => write!(
+                f,
+                "acknowledged decision {reason:?} (version {version}) is not in node {node}'s applied log (found there: {found:?})"
+            ),
+            Violation::Diverged { version, a, b } => {
+                write!(f, "nodes {a} and {b} applied different decisions as version {version}")
+            }
+            Violation::VersionWentBack { node, from, to } => {
+                write!(f, "node {node}'s decision version went back from {from} to {to}")
+            }
+            Violation::StaleCas {
+                reason,
+                if_version,
+                version,
+                between,
+            } => write!(
+                f,
+                "compare-and-set {reason:?} made against version {if_version} succeeded as version {version}, but zone decision {between} came between"
+            ),
+            Violation::ConfigLost {
+                node,
+                config_version,
+            } => write!(
+                f,
+                "acknowledged config version {config_version} is not in node {node}'s config history"
+            ),
+            Violation::QuotaOverGlobal(q) => write!(
+                f,
+                "node {} at version {}: tenant {}'s {} allocations sum to {} over its global quota {}",
+                q.node, q.version, q.tenant, q.unit, q.sum, q.global
+            ),
+            Violation::Panicked(what) => write!(f, "the run panicked: {what}"),
+            Violation::NoConvergence { bound_ms } => write!(
+                f,
+                "the nodes did not converge (same applied log, a write committed) within {bound_ms} ms of the heal"
+            ),
+        }
+    }
+}
+
+/// Every rule `h` breaks, in a stable order.
+pub fn check(h: &History) -> Vec<Violation> {
+    let mut out = Vec::new();
+    one_leader_per_vote(h, &mut out);
+    acks_kept(h, &mut out);
+    logs_agree(h, &mut out);
+    versions_monotonic(h, &mut out);
+    cas_never_stale(h, &mut out);
+    quota_within_global(h, &mut out);
+    if h.converged_ms.is_none_or(|ms| ms > h.convergence_bound_ms) {
+        out.push(Violation::NoConvergence {
+            bound_ms: h.convergence_bound_ms,
+        });
+    }
+    out
+}
+
+/// At most one leader per vote. openraft 0.9 built without its
+/// `single-term-leader` feature (as here) identifies a leader by
+/// `(term, node id)`, compared in that order, and a voter grants only a
+/// vote at least as high as the last it granted: two candidates may each
+/// win the same term in turn (seed 199 found it), but only in increasing
+/// node-id order, and each `(term, node)` leads once. A lower id winning
+/// a term after a higher one would mean a quorum granted a lower vote.
+fn one_leader_per_vote(h: &History, out: &mut Vec<Violation>) {
+    let mut highest: BTreeMap<u64, NodeId> = BTreeMap::new();
+    let mut seen: BTreeSet<(u64, NodeId)> = BTreeSet::new();
+    for (term, node) in &h.leaders {
+        if !seen.insert((*term, *node)) {
+            continue;
+        }
+        match highest.get(term) {
+            Some(earlier) if earlier > node => out.push(Violation::LeaderIdWentBack {
+                term: *term,
+                earlier: *earlier,
+                later: *node,
+            }),
+            _ => {
+                highest.insert(*term, *node);
+            }
+        }
+    }
+}
+
+fn at(log: &[Entry], version: u64) -> Option<&Entry> {
+    log.iter().find(|e| e.version == version)
+}
+
+fn acks_kept(h: &History, out: &mut Vec<Violation>) {
+    for ack in &h.acks {
+        match ack {
+            Ack::Decision {
+                reason, version, ..
+            } => {
+                for (node, log) in &h.finals {
+                    let found = at(log, *version);
+                    if found.is_none_or(|e| !e.key.contains(&format!("|{reason}|"))) {
+                        out.push(Violation::AckLost {
+                            node: *node,
+                            reason: reason.clone(),
+                            version: *version,
+                            found: found.map(|e| e.key.clone()),
+                        });
+                    }
+                }
+            }
+            Ack::Config {
+                config_version,
+                toml,
+            } => {
+                for (node, configs) in &h.final_configs {
+                    if configs.get(config_version) != Some(toml) {
+                        out.push(Violation::ConfigLost {
+                            node: *node,
+                            config_version: *config_version,
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Same version, same decision, on every pair of nodes (each log is a
+/// prefix of the longer one where both still hold entries).
+fn logs_agree(h: &History, out: &mut Vec<Violation>) {
+    let nodes: Vec<(&NodeId, &Vec<Entry>)> = h.finals.iter().collect();
+    for (i, (a, la)) in nodes.iter().enumerate() {
+        for (b, lb) in nodes.iter().skip(i + 1) {
+            for e in la.iter() {
+                if let Some(f) = at(lb, e.version) {
+                    if f.key != e.key {
+                        out.push(Violation::Diverged {
+                            version: e.version,
+                            a: **a,
+                            b: **b,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    let mut configs: BTreeMap<u64, (NodeId, &String)> = BTreeMap::new();
+    for (node, history) in &h.final_configs {
+        for (v, toml) in history {
+            match configs.get(v) {
+                Some((other, t)) if *t != toml => out.push(Violation::Diverged {
+                    version: *v,
+                    a: *other,
+                    b: *node,
+                }),
+                Some(_) => {}
+                None => {
+                    configs.insert(*v, (*node, toml));
+                }
+            }
+        }
+    }
+}
+
+/// A node never shows a lower decision version than it showed before,
+/// across restarts too: the store persists the applied state before it
+/// publishes the view.
+fn versions_monotonic(h: &History, out: &mut Vec<Violation>) {
+    let mut last: BTreeMap<NodeId, u64> = BTreeMap::new();
+    for (node, _, version) in &h.versions {
+        if let Some(prev) = last.insert(*node, *version) {
+            if *version < prev {
+                out.push(Violation::VersionWentBack {
+                    node: *node,
+                    from: prev,
+                    to: *version,
+                });
+            }
+        }
+    }
+}
+
+/// A compare-and-set against version `v` that succeeded as `w`: nothing
+/// but quota rebalances came between (the rule `stale_version`).
+fn cas_never_stale(h: &History, out: &mut Vec<Violation>) {
+    for ack in &h.acks {
+        let Ack::Decision {
+            reason,
+            version,
+            if_version: Some(v),
+        } = ack
+        else {
+            continue;
+        };
+        let between = h
+            .finals
+            .values()
+            .flat_map(|log| log.iter())
+            .filter(|e| e.version > *v && e.version < *version)
+            .find(|e| e.kind != "quota_rebalance")
+            .map(|e| e.version);
+        let stale = if *version <= *v { Some(*v) } else { between };
+        if let Some(between) = stale {
+            out.push(Violation::StaleCas {
+                reason: reason.clone(),
+                if_version: *v,
+                version: *version,
+                between,
+            });
+        }
+    }
+}
+
+fn quota_within_global(h: &History, out: &mut Vec<Violation>) {
+    for q in &h.quota {
+        if q.sum > q.global {
+            out.push(Violation::QuotaOverGlobal(q.clone()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(version: u64, kind: &str, reason: &str) -> Entry {
+        Entry {
+            version,
+            kind: kind.into(),
+            key: format!("{kind}|sim|{reason}|0"),
+        }
+    }
+
+    /// Three nodes that agree, one leader per term, two acknowledged
+    /// decisions (one a compare-and-set across a rebalance), a config,
+    /// quotas within bounds, converged quickly.
+    fn good() -> History {
+        let log = vec![
+            entry(1, "freeze", "op-1"),
+            entry(2, "quota_rebalance", "rebalance"),
+            entry(3, "failover", "op-2"),
+        ];
+        let configs: BTreeMap<u64, String> = [(1, "a".to_string())].into();
+        History {
+            leaders: vec![(1, 1), (1, 1), (2, 2), (3, 2)],
+            versions: vec![(1, 0, 0), (1, 0, 1), (1, 1, 1), (1, 1, 3), (2, 0, 3)],
+            acks: vec![
+                Ack::Decision {
+                    reason: "op-1".into(),
+                    version: 1,
+                    if_version: None,
+                },
+                Ack::Decision {
+                    reason: "op-2".into(),
+                    version: 3,
+                    if_version: Some(1),
+                },
+                Ack::Config {
+                    config_version: 1,
+                    toml: "a".into(),
+                },
+            ],
+            finals: [(1, log.clone()), (2, log.clone()), (3, log[..2].to_vec())].into(),
+            final_configs: [(1, configs.clone()), (2, configs.clone()), (3, configs)].into(),
+            quota: vec![QuotaSeen {
+                node: 1,
+                version: 2,
+                tenant: "t".into(),
+                unit: "rpm",
+                sum: 100,
+                global: 100,
+            }],
+            converged_ms: Some(1500),
+            convergence_bound_ms: 30_000,
+        }
+    }
+
+    #[test]
+    fn a_good_history_breaks_no_rule() {
+        let mut h = good();
+        // Node 3 lags by one (a prefix): still fine, except that the
+        // acknowledged op-2 must be everywhere at the end.
+        h.finals.insert(3, h.finals[&1].clone());
+        assert_eq!(check(&h), vec![]);
+    }
+
+    #[test]
+    fn a_lower_leader_id_winning_a_term_after_a_higher_one_is_caught() {
+        let mut h = good();
+        h.finals.insert(3, h.finals[&1].clone());
+        // Node 3 after node 2 in term 2 is a higher vote: allowed.
+        h.leaders.push((2, 3));
+        assert_eq!(check(&h), vec![]);
+        // Node 1 after node 3 in term 2 is not.
+        h.leaders.push((2, 1));
+        assert_eq!(
+            check(&h),
+            vec![Violation::LeaderIdWentBack {
+                term: 2,
+                earlier: 3,
+                later: 1
+            }]
+        );
+    }
+
+    #[test]
+    fn an_acknowledged_decision_missing_or_replaced_on_a_node_is_caught() {
+        let h = good();
+        // Node 3 lacks version 3 at the end.
+        assert!(matches!(
+            check(&h).as_slice(),
+            [Violation::AckLost {
+                node: 3,
+                version: 3,
+                found: None,
+                ..
+            }]
+        ));
+        let mut h = good();
+        let mut other = h.finals[&1].clone();
+        other[2] = entry(3, "failback", "op-9");
+        h.finals.insert(3, other);
+        let v = check(&h);
+        assert!(
+            v.iter()
+                .any(|v| matches!(v, Violation::AckLost { node: 3, .. })),
+            "{v:?}"
+        );
+        assert!(
+            v.iter()
+                .any(|v| matches!(v, Violation::Diverged { version: 3, .. })),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn diverging_logs_are_caught_even_without_an_ack() {
+        let mut h = good();
+        h.acks.clear();
+        let mut other = h.finals[&1].clone();
+        other[0] = entry(1, "unfreeze", "op-7");
+        h.finals.insert(2, other);
+        assert_eq!(
+            check(&h),
+            vec![
+                Violation::Diverged {
+                    version: 1,
+                    a: 1,
+                    b: 2
+                },
+                Violation::Diverged {
+                    version: 1,
+                    a: 2,
+                    b: 3
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn a_version_going_back_even_across_a_restart_is_caught() {
+        let mut h = good();
+        h.finals.insert(3, h.finals[&1].clone());
+        h.versions.push((1, 2, 2));
+        assert_eq!(
+            check(&h),
+            vec![Violation::VersionWentBack {
+                node: 1,
+                from: 3,
+                to: 2
+            }]
+        );
+    }
+
+    #[test]
+    fn a_compare_and_set_across_a_zone_decision_is_caught() {
+        let mut h = good();
+        h.finals.insert(3, h.finals[&1].clone());
+        for log in h.finals.values_mut() {
+            log[1] = entry(2, "failback", "op-3");
+        }
+        assert_eq!(
+            check(&h),
+            vec![Violation::StaleCas {
+                reason: "op-2".into(),
+                if_version: 1,
+                version: 3,
+                between: 2
+            }]
+        );
+    }
+
+    #[test]
+    fn a_lost_config_over_quota_and_no_convergence_are_caught() {
+        let mut h = good();
+        h.finals.insert(3, h.finals[&1].clone());
+        h.final_configs.insert(2, BTreeMap::new());
+        h.quota[0].sum = 101;
+        h.converged_ms = None;
+        let v = check(&h);
+        assert!(v.contains(&Violation::ConfigLost {
+            node: 2,
+            config_version: 1
+        }));
+        assert!(v
+            .iter()
+            .any(|v| matches!(v, Violation::QuotaOverGlobal(q) if q.sum == 101)));
+        assert!(v.contains(&Violation::NoConvergence { bound_ms: 30_000 }));
+        assert_eq!(v.len(), 3, "{v:?}");
+    }
+}

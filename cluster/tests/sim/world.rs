@@ -1,0 +1,940 @@
+//! One simulated run from one seed: the real `ClusterNode`s (openraft, the
+//! state machine, the sled store in a per-run temp dir, reporters and the
+//! detector) on one current-thread runtime with tokio's paused clock, the
+//! simulated network, a client, and faults drawn from the seed. Then the
+//! faults heal, the run waits for convergence and hands its history to
+//! the checker.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::ServerState;
+use zonegate_cluster::quota::{allocate, Limits as Quota, Priority, RebalancePlan, TenantQuota};
+use zonegate_cluster::{
+    sim, ClusterConfig, ClusterNode, Command, Decision, FailoverConfig, Member, MemberChange,
+    NodeId, ProposeError, RaftListen, Role, TenantDemand, Timing, ZoneId, ZoneObservation,
+    HISTORY_LIMIT,
+};
+
+use super::check::{self, Ack, Entry, History, QuotaSeen, Violation};
+use super::net::SimNet;
+use super::rng::Rng;
+
+/// What one run does.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Simulated ms of faults and client operations before the heal.
+    pub chaos_ms: u64,
+    /// Simulated ms the nodes get to converge after the heal.
+    pub converge_bound_ms: u64,
+    /// Switch the planted bug on (feature `sim-bug-ack-before-commit`).
+    pub bug: bool,
+    /// Inject faults (off: the client and membership changes only).
+    pub faults: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            chaos_ms: 20_000,
+            converge_bound_ms: 30_000,
+            bug: false,
+            faults: std::env::var_os("ZONEGATE_SIM_NO_FAULTS").is_none(),
+        }
+    }
+}
+
+/// What one run found.
+#[derive(Debug)]
+pub struct Report {
+    pub seed: u64,
+    pub layout: &'static str,
+    pub violations: Vec<Violation>,
+    pub converged_ms: Option<u64>,
+    pub ops: u64,
+    pub acked: usize,
+    pub faults: Vec<String>,
+    pub messages: u64,
+    /// `(term, node)` of every leadership seen, in order.
+    pub leaders: Vec<(u64, NodeId)>,
+    /// How the client's operations were answered, by kind.
+    pub outcomes: BTreeMap<String, u64>,
+}
+
+impl Report {
+    /// A run that panicked: one violation saying why.
+    pub fn panicked(seed: u64, what: String) -> Self {
+        Self {
+            seed,
+            layout: "unknown",
+            violations: vec![Violation::Panicked(what)],
+            converged_ms: None,
+            ops: 0,
+            acked: 0,
+            faults: Vec::new(),
+            messages: 0,
+            leaders: Vec::new(),
+            outcomes: BTreeMap::new(),
+        }
+    }
+}
+
+const SECRET: &str = "sim-cluster-secret";
+const TENANT: &str = "t1";
+const ZONES: [&str; 3] = ["az-a", "az-b", "az-c"];
+/// The wall clock at the start of every run (2026-01-01), plus up to a day
+/// from the seed.
+const EPOCH_MS: u64 = 1_767_225_600_000;
+
+/// Run seed `seed` to the end on a fresh runtime; never panics on a
+/// violation (the caller decides).
+pub fn run(seed: u64, opts: &Options) -> Report {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime");
+    let report = rt.block_on(run_async(seed, opts.clone()));
+    sim::uninstall();
+    drop(rt);
+    report
+}
+
+struct Slot {
+    member: Member,
+    /// Its `[[cluster.members]]`: the original members, plus itself when
+    /// it joined later.
+    bootstrap: Vec<Member>,
+    node: Option<Arc<ClusterNode>>,
+    incarnation: u32,
+    restart_at: Option<tokio::time::Instant>,
+}
+
+struct World {
+    net: Arc<SimNet>,
+    members: Vec<Member>,
+    slots: BTreeMap<NodeId, Slot>,
+    dir: PathBuf,
+    history: Arc<Mutex<History>>,
+    zone_bad: Arc<Mutex<BTreeSet<ZoneId>>>,
+    demand: Arc<Mutex<BTreeMap<NodeId, u64>>>,
+    tenant: TenantQuota,
+    serving: Vec<(NodeId, ZoneId)>,
+    rng: Rng,
+    faults: Vec<String>,
+    ops: u64,
+    /// Membership changes draw from their own stream, so adding them left
+    /// the other draws of a seed as they were.
+    member_rng: Rng,
+    /// How the client's operations were answered, by kind.
+    outcomes: Arc<Mutex<BTreeMap<String, u64>>>,
+    /// When the current link faults and weather end (each lasts 0.5–4 s).
+    calm_at: Option<tokio::time::Instant>,
+    /// Clock jumps to undo, and when.
+    unjump: Vec<(tokio::time::Instant, NodeId)>,
+}
+
+/// The id of the member the operator adds during a run.
+const JOINER: NodeId = 100;
+
+fn z(name: &str) -> ZoneId {
+    ZoneId::new(name)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Where run directories go: memory-backed when the machine has it, so
+/// the store's flushes cost no disk.
+fn scratch() -> PathBuf {
+    let shm = PathBuf::from("/dev/shm");
+    if shm.is_dir() {
+        shm
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+async fn run_async(seed: u64, opts: Options) -> Report {
+    let mut rng = Rng::new(seed);
+    let net = SimNet::new(seed);
+    sim::install(net.clone(), seed, EPOCH_MS + rng.below(86_400_000));
+    sim::plant_bug(opts.bug);
+    let (layout, roles): (&'static str, Vec<(&str, Role)>) = if rng.chance(70) {
+        (
+            "3 voters + learner",
+            vec![
+                (ZONES[0], Role::Voter),
+                (ZONES[1], Role::Voter),
+                (ZONES[2], Role::Voter),
+                (ZONES[0], Role::Learner),
+            ],
+        )
+    } else {
+        (
+            "4 voters + witness + learner",
+            vec![
+                (ZONES[0], Role::Voter),
+                (ZONES[1], Role::Voter),
+                (ZONES[2], Role::Voter),
+                (ZONES[0], Role::Voter),
+                (ZONES[1], Role::Witness),
+                (ZONES[2], Role::Learner),
+            ],
+        )
+    };
+    let members: Vec<Member> = roles
+        .iter()
+        .enumerate()
+        .map(|(i, (zone, role))| {
+            let id = i as NodeId + 1;
+            Member {
+                id,
+                zone: z(zone),
+                raft_addr: format!("127.0.0.1:{}", 17000 + id),
+                admin_addr: format!("127.0.0.1:{}", 18000 + id),
+                role: *role,
+            }
+        })
+        .collect();
+    let dir = tempfile::Builder::new()
+        .prefix("zonegate-sim-")
+        .tempdir_in(scratch())
+        .expect("a temp dir");
+    let serving = members
+        .iter()
+        .filter(|m| m.role.serves())
+        .map(|m| (m.id, m.zone.clone()))
+        .collect();
+    let mut world = World {
+        net: net.clone(),
+        slots: members
+            .iter()
+            .map(|m| {
+                let slot = Slot {
+                    member: m.clone(),
+                    bootstrap: members.clone(),
+                    node: None,
+                    incarnation: 0,
+                    restart_at: None,
+                };
+                (m.id, slot)
+            })
+            .collect(),
+        members,
+        dir: dir.path().to_path_buf(),
+        history: Arc::default(),
+        zone_bad: Arc::default(),
+        demand: Arc::default(),
+        tenant: TenantQuota {
+            tenant: TENANT.into(),
+            priority: Priority::P1,
+            global: Quota {
+                rpm: Some(6000),
+                tpm: Some(1_000_000),
+                concurrency: Some(97),
+            },
+            shares: ZONES
+                .iter()
+                .zip([0.5, 0.3, 0.2])
+                .map(|(n, s)| (z(n), s))
+                .collect(),
+        },
+        serving,
+        rng,
+        faults: Vec::new(),
+        ops: 0,
+        member_rng: Rng::new(seed ^ 0x6D65_6D62_6572_7321),
+        outcomes: Arc::default(),
+        calm_at: None,
+        unjump: Vec::new(),
+    };
+    let ids: Vec<NodeId> = world.slots.keys().copied().collect();
+    for id in &ids {
+        world.start(*id).await;
+    }
+    world.chaos(opts.chaos_ms, opts.faults).await;
+    let healed = tokio::time::Instant::now();
+    world.heal().await;
+    let converged = world.converge(opts.converge_bound_ms).await;
+    let converged_ms = converged.then(|| millis(healed.elapsed()));
+    world.finish().await;
+    let mut history = lock(&world.history).clone();
+    history.converged_ms = converged_ms;
+    history.convergence_bound_ms = opts.converge_bound_ms;
+    let violations = check::check(&history);
+    let acked = history.acks.len();
+    let outcomes = lock(&world.outcomes).clone();
+    let history = history;
+    drop(dir);
+    Report {
+        seed,
+        layout,
+        violations,
+        converged_ms,
+        ops: world.ops,
+        acked,
+        faults: world.faults,
+        messages: net.delivered(),
+        leaders: history.leaders.clone(),
+        outcomes,
+    }
+}
+
+fn now_plus(ms: u64) -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_millis(ms)
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl World {
+    fn fault(&mut self, at: tokio::time::Instant, what: String) {
+        self.faults
+            .push(format!("{:>6}ms {what}", millis(at.elapsed())));
+    }
+
+    fn live(&self) -> Vec<(NodeId, Arc<ClusterNode>)> {
+        self.slots
+            .iter()
+            .filter_map(|(id, s)| s.node.clone().map(|n| (*id, n)))
+            .collect()
+    }
+
+    fn leader(&self) -> Option<NodeId> {
+        self.live().into_iter().find_map(|(id, n)| {
+            let m = n.raft_metrics().borrow().clone();
+            (m.state == ServerState::Leader).then_some(id)
+        })
+    }
+
+    async fn start(&mut self, id: NodeId) {
+        let slot = self.slots.get_mut(&id).expect("a member");
+        slot.incarnation += 1;
+        let incarnation = slot.incarnation;
+        let member = slot.member.clone();
+        let bootstrap = slot.bootstrap.clone();
+        sim::restart(id);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let config = ClusterConfig {
+            node_id: id,
+            zone: member.zone.clone(),
+            members: bootstrap,
+            data_dir: self.dir.join(format!("node-{id}")),
+            secret: SECRET.into(),
+            tls: None,
+            limits: zonegate_net::listen::Limits::with_max(64),
+            raft_listen: RaftListen::Listener(listener),
+            timing: Timing {
+                propose_timeout: Duration::from_secs(3),
+                ..Timing::default()
+            },
+            faults: None,
+            rejoin: false,
+        };
+        let node = match ClusterNode::start(config).await {
+            Ok(n) => Arc::new(n),
+            Err(e) => panic!("node {id} did not start: {e}"),
+        };
+        let failover = FailoverConfig {
+            auto_failback: true,
+            dwell: Duration::from_secs(10),
+            ..FailoverConfig::default()
+        };
+        node.set_failover_config(failover)
+            .expect("a valid failover config");
+        let bad = self.zone_bad.clone();
+        let zones: Vec<ZoneId> = ZONES.iter().map(|n| z(n)).collect();
+        node.set_observation_source(Arc::new(move || {
+            let bad = lock(&bad);
+            zones
+                .iter()
+                .map(|zone| {
+                    let sick = bad.contains(zone);
+                    ZoneObservation {
+                        zone: zone.clone(),
+                        gw_error_rate: if sick { 0.6 } else { 0.0 },
+                        timeout_rate: if sick { 0.4 } else { 0.0 },
+                        gpu_health: if sick { 0.1 } else { 1.0 },
+                        requests: 200,
+                    }
+                })
+                .collect()
+        }));
+        let demand = self.demand.clone();
+        node.set_demand_source(Arc::new(move || {
+            let offered = lock(&demand).get(&id).copied().unwrap_or(100);
+            vec![TenantDemand {
+                tenant: TENANT.into(),
+                offered,
+                admitted: offered,
+            }]
+        }));
+        node.set_rebalance_plan(RebalancePlan {
+            tenants: vec![self.tenant.clone()],
+            nodes: self.serving.clone(),
+            node_floor: 0.1,
+            drift_threshold: 0.05,
+            interval_ms: 2_000,
+        });
+        self.watch(id, incarnation, &node);
+        let slot = self.slots.get_mut(&id).expect("a member");
+        slot.node = Some(node);
+        slot.restart_at = None;
+    }
+
+    /// Record every leadership, every applied version and every quota
+    /// table this incarnation of `id` shows.
+    fn watch(&self, id: NodeId, incarnation: u32, node: &ClusterNode) {
+        let mut metrics = node.raft_metrics();
+        let history = self.history.clone();
+        tokio::spawn(async move {
+            let mut last = None;
+            loop {
+                {
+                    let m = metrics.borrow_and_update();
+                    if m.state == ServerState::Leader {
+                        let term = m.current_term;
+                        if last != Some(term) {
+                            last = Some(term);
+                            lock(&history).leaders.push((term, id));
+                        }
+                    }
+                }
+                if metrics.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+        let mut view = node.view();
+        let history = self.history.clone();
+        let tenant = self.tenant.clone();
+        let serving = self.serving.clone();
+        tokio::spawn(async move {
+            let mut seen = None;
+            loop {
+                let v = view.borrow_and_update().clone();
+                if seen != Some(v.decision_version) {
+                    seen = Some(v.decision_version);
+                    let (allocations, _) =
+                        allocate(&tenant, &v.zones, &serving, v.quota.get(TENANT));
+                    let mut h = lock(&history);
+                    h.versions.push((id, incarnation, v.decision_version));
+                    for (unit, global) in [
+                        ("rpm", tenant.global.rpm),
+                        ("tpm", tenant.global.tpm),
+                        ("concurrency", tenant.global.concurrency),
+                    ] {
+                        let Some(global) = global else { continue };
+                        let pick = |l: &Quota| match unit {
+                            "rpm" => l.rpm,
+                            "tpm" => l.tpm,
+                            _ => l.concurrency,
+                        };
+                        let sum = allocations
+                            .iter()
+                            .filter_map(|a| pick(&a.limits))
+                            .fold(0u64, u64::saturating_add);
+                        h.quota.push(QuotaSeen {
+                            node: id,
+                            version: v.decision_version,
+                            tenant: TENANT.into(),
+                            unit,
+                            sum,
+                            global,
+                        });
+                    }
+                }
+                if view.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// A crash: the node falls silent at once (no process answers, it sends
+    /// nothing), then its tasks and store stop. The store made every entry
+    /// durable before acknowledging it, so this is what a killed process
+    /// leaves behind (a power loss is not simulated).
+    async fn crash(&mut self, id: NodeId) {
+        let Some(node) = self.slots.get_mut(&id).and_then(|s| s.node.take()) else {
+            return;
+        };
+        self.net.set_down(id, true);
+        for other in self.slots.keys() {
+            self.net.cut(id, *other);
+        }
+        if let Err(e) = node.shutdown().await {
+            panic!("node {id} did not stop: {e}");
+        }
+    }
+
+    async fn chaos(&mut self, chaos_ms: u64, faults: bool) {
+        let start = tokio::time::Instant::now();
+        let end = start + Duration::from_millis(chaos_ms);
+        let mut next_fault = start + Duration::from_millis(self.rng.between(500, 2_000));
+        let mut next_op = start + Duration::from_millis(self.rng.between(500, 1_000));
+        let mut next_member = start + Duration::from_millis(self.member_rng.between(1_000, 6_000));
+        loop {
+            let now = tokio::time::Instant::now();
+            if now >= end {
+                return;
+            }
+            let restarts: Vec<NodeId> = self
+                .slots
+                .iter()
+                .filter(|(_, s)| s.restart_at.is_some_and(|t| t <= now))
+                .map(|(id, _)| *id)
+                .collect();
+            for id in restarts {
+                self.fault(start, format!("restart node {id}"));
+                self.reconnect(id);
+                self.start(id).await;
+            }
+            if self.calm_at.is_some_and(|t| t <= now) {
+                self.calm_at = None;
+                self.calm_links();
+                self.fault(start, "links and weather calm".into());
+            }
+            let jumps: Vec<NodeId> = self
+                .unjump
+                .iter()
+                .filter(|(t, _)| *t <= now)
+                .map(|(_, n)| *n)
+                .collect();
+            self.unjump.retain(|(t, _)| *t > now);
+            for node in jumps {
+                sim::set_skew(node, 0);
+                self.fault(start, format!("clock of node {node} set right"));
+            }
+            if now >= next_fault {
+                if faults {
+                    self.inject(start).await;
+                }
+                next_fault = now + Duration::from_millis(self.rng.between(300, 2_500));
+            }
+            if now >= next_member {
+                self.membership(start).await;
+                next_member = now + Duration::from_millis(self.member_rng.between(1_000, 6_000));
+            }
+            if now >= next_op {
+                // Operators act concurrently now and then: a burst of two
+                // or three operations at once.
+                let burst = if self.rng.chance(30) {
+                    self.rng.between(2, 3)
+                } else {
+                    1
+                };
+                for _ in 0..burst {
+                    self.client_op();
+                }
+                next_op = now + Duration::from_millis(self.rng.between(50, 700));
+            }
+            let wake = self
+                .slots
+                .values()
+                .filter_map(|s| s.restart_at)
+                .chain(self.calm_at)
+                .chain(self.unjump.iter().map(|(t, _)| *t))
+                .chain([next_fault, next_op, next_member, end])
+                .min()
+                .unwrap_or(end);
+            tokio::time::sleep_until(wake).await;
+        }
+    }
+
+    /// End the link faults and the weather; a down node's own links stay
+    /// cut until it restarts.
+    fn calm_links(&self) {
+        self.net.heal();
+        for (id, slot) in &self.slots {
+            if slot.node.is_none() {
+                for o in self.slots.keys() {
+                    self.net.cut(*id, *o);
+                }
+            }
+        }
+    }
+
+    /// Restore the links of a node that comes back (the rest of the
+    /// partition stays as it was).
+    fn reconnect(&self, id: NodeId) {
+        self.net.set_down(id, false);
+    }
+
+    async fn inject(&mut self, start: tokio::time::Instant) {
+        if self.calm_at.is_none() {
+            self.calm_at = Some(now_plus(self.rng.between(500, 4_000)));
+        }
+        let ids: Vec<NodeId> = self.slots.keys().copied().collect();
+        let voters: Vec<NodeId> = self
+            .members
+            .iter()
+            .filter(|m| m.role.votes())
+            .map(|m| m.id)
+            .collect();
+        match self.rng.below(10) {
+            0 | 1 => {
+                let mut a = Vec::new();
+                let mut b = Vec::new();
+                for id in &ids {
+                    if self.rng.chance(50) {
+                        a.push(*id);
+                    } else {
+                        b.push(*id);
+                    }
+                }
+                self.net.partition(&a, &b);
+                self.fault(start, format!("partition {a:?} | {b:?}"));
+            }
+            2 => {
+                if let Some(l) = self.leader() {
+                    let others: Vec<NodeId> = ids.iter().copied().filter(|i| *i != l).collect();
+                    self.net.partition(&[l], &others);
+                    self.fault(start, format!("isolate leader {l}"));
+                }
+            }
+            3 => {
+                let from = self.leader().or_else(|| self.rng.pick(&ids).copied());
+                if let Some(from) = from {
+                    if self.rng.chance(50) {
+                        for to in ids.iter().filter(|i| **i != from) {
+                            self.net.cut(from, *to);
+                        }
+                        self.fault(start, format!("one-way: {from} -> all cut"));
+                    } else {
+                        for to in ids.iter().filter(|i| **i != from) {
+                            self.net.cut(*to, from);
+                        }
+                        self.fault(start, format!("one-way: all -> {from} cut"));
+                    }
+                }
+            }
+            4 => {
+                self.calm_links();
+                self.fault(start, "heal links".into());
+            }
+            5 | 6 => {
+                let down: Vec<NodeId> = self
+                    .slots
+                    .iter()
+                    .filter(|(_, s)| s.node.is_none())
+                    .map(|(i, _)| *i)
+                    .collect();
+                let down_voters = down.iter().filter(|i| voters.contains(i)).count();
+                let victim = if self.rng.chance(40) {
+                    self.leader()
+                } else {
+                    self.rng.pick(&ids).copied()
+                };
+                let Some(victim) = victim.filter(|v| !down.contains(v)) else {
+                    return;
+                };
+                if voters.contains(&victim) && (down_voters + 1) * 2 >= voters.len() {
+                    return;
+                }
+                let back = self.rng.between(300, 5_000);
+                self.fault(start, format!("crash node {victim}, restart in {back}ms"));
+                self.crash(victim).await;
+                if let Some(s) = self.slots.get_mut(&victim) {
+                    s.restart_at = Some(tokio::time::Instant::now() + Duration::from_millis(back));
+                }
+            }
+            7 => {
+                let Some(&node) = self.rng.pick(&ids) else {
+                    return;
+                };
+                let skew = if self.rng.chance(70) {
+                    self.rng.below(4_000) as i64 - 2_000
+                } else {
+                    self.rng.below(240_000) as i64 - 120_000
+                };
+                sim::set_skew(node, skew);
+                if skew.unsigned_abs() > 2_000 {
+                    let back = self.rng.between(1_000, 5_000);
+                    self.unjump.push((now_plus(back), node));
+                }
+                self.fault(start, format!("clock of node {node} set {skew:+}ms off"));
+            }
+            8 => {
+                let loss = self.rng.below(150_000);
+                let base = self.rng.below(30);
+                let jitter = self.rng.below(150);
+                self.net.set_weather(loss, base, jitter);
+                self.fault(
+                    start,
+                    format!("weather: loss {}%, delay {base}+{jitter}ms", loss / 10_000),
+                );
+            }
+            _ => {
+                let Some(zone) = self.rng.pick(&ZONES).map(|n| z(n)) else {
+                    return;
+                };
+                let sick = self.rng.chance(50);
+                {
+                    let mut bad = lock(&self.zone_bad);
+                    if sick {
+                        bad.insert(zone.clone());
+                    } else {
+                        bad.remove(&zone);
+                    }
+                }
+                for (id, _) in self.serving.clone() {
+                    let d = self.rng.between(0, 500);
+                    lock(&self.demand).insert(id, d);
+                }
+                self.fault(start, format!("zone {zone} sick: {sick}; demand redrawn"));
+            }
+        }
+    }
+
+    /// One client operation, in its own task: a decision (sometimes a
+    /// compare-and-set against the version a random node shows), a config,
+    /// or a membership change, sent to a random live node and forwarded
+    /// once to the leader it names.
+    fn client_op(&mut self) {
+        let live = self.live();
+        let Some((_, node)) = self.rng.pick(&live).cloned() else {
+            return;
+        };
+        self.ops += 1;
+        let reason = format!("op-{}", self.ops);
+        let zones: Vec<ZoneId> = ZONES.iter().map(|n| z(n)).collect();
+        let a = zones[self.rng.below(3) as usize].clone();
+        let b = zones[self.rng.below(3) as usize].clone();
+        let seen = node.view().borrow().clone();
+        let history = self.history.clone();
+        let nodes: BTreeMap<NodeId, Arc<ClusterNode>> = live.into_iter().collect();
+        let kind = self.rng.below(20);
+        if kind <= 2 {
+            let config_version = seen.config_version() + 1;
+            let toml = format!("# sim config {reason}\n");
+            let decision = Decision::Config {
+                config_version,
+                toml: toml.clone().into(),
+            };
+            let cmd = Command::decide(decision, "sim", reason);
+            let outcomes = self.outcomes.clone();
+            tokio::spawn(async move {
+                let answer = send(&nodes, &node, cmd).await;
+                tally(&outcomes, &answer);
+                if answer.is_ok() {
+                    lock(&history).acks.push(Ack::Config {
+                        config_version,
+                        toml,
+                    });
+                }
+            });
+            return;
+        }
+        let decision = match kind {
+            3..=8 => Decision::Failover { from: a, to: b },
+            9..=13 => Decision::Failback { zone: a },
+            14..=16 => Decision::Freeze,
+            _ => Decision::Unfreeze,
+        };
+        let mut cmd = Command::decide(decision, "sim", reason.clone());
+        let if_version = self.rng.chance(50).then_some(seen.decision_version);
+        if let Some(v) = if_version {
+            cmd = cmd.if_version(v);
+        }
+        let outcomes = self.outcomes.clone();
+        tokio::spawn(async move {
+            let answer = send(&nodes, &node, cmd).await;
+            tally(&outcomes, &answer);
+            if let Ok(applied) = answer {
+                lock(&history).acks.push(Ack::Decision {
+                    reason,
+                    version: applied.version,
+                    if_version,
+                });
+            }
+        });
+    }
+
+    /// The operator's membership changes, at the leader: a new member
+    /// (`JOINER`, configured as a voter) is started and added (as a
+    /// learner first), then promoted; otherwise a member is readdressed.
+    async fn membership(&mut self, start: tokio::time::Instant) {
+        let Some(leader) = self.leader() else { return };
+        let Some(node) = self.slots.get(&leader).and_then(|s| s.node.clone()) else {
+            return;
+        };
+        let membership = node.raft_metrics().borrow().membership_config.clone();
+        let membership = membership.membership();
+        let change = if !self.slots.contains_key(&JOINER) {
+            let zone = z(ZONES[self.member_rng.below(3) as usize]);
+            let member = Member {
+                id: JOINER,
+                zone,
+                raft_addr: format!("127.0.0.1:{}", 17000 + JOINER),
+                admin_addr: format!("127.0.0.1:{}", 18000 + JOINER),
+                role: Role::Voter,
+            };
+            let mut bootstrap = self.members.clone();
+            bootstrap.push(member.clone());
+            let slot = Slot {
+                member: member.clone(),
+                bootstrap,
+                node: None,
+                incarnation: 0,
+                restart_at: None,
+            };
+            self.slots.insert(JOINER, slot);
+            self.start(JOINER).await;
+            MemberChange::Add { member }
+        } else if membership.get_node(&JOINER).is_none() {
+            let member = self.slots[&JOINER].member.clone();
+            MemberChange::Add { member }
+        } else if !membership.voter_ids().any(|v| v == JOINER) {
+            MemberChange::Promote { id: JOINER }
+        } else {
+            let Some(m) = self.member_rng.pick(&self.members).cloned() else {
+                return;
+            };
+            MemberChange::Readdress {
+                id: m.id,
+                raft_addr: format!("127.0.0.1:{}", 20_000 + self.member_rng.below(10_000)),
+                admin_addr: m.admin_addr.clone(),
+            }
+        };
+        self.fault(start, format!("membership at leader {leader}: {change:?}"));
+        tokio::spawn(async move {
+            let _ = node.change_members(change).await;
+        });
+    }
+
+    /// The members of the applied membership, as the leader (else any
+    /// live node) knows it.
+    fn in_membership(&self) -> BTreeSet<NodeId> {
+        let live = self.live();
+        let from = self
+            .leader()
+            .and_then(|l| live.iter().find(|(i, _)| *i == l))
+            .or_else(|| live.first());
+        let Some((_, node)) = from else {
+            return BTreeSet::new();
+        };
+        let m = node.raft_metrics().borrow().membership_config.clone();
+        m.membership().nodes().map(|(id, _)| *id).collect()
+    }
+
+    /// Every fault ends: links, weather, clocks, zones; down nodes restart.
+    async fn heal(&mut self) {
+        self.net.heal();
+        let ids: Vec<NodeId> = self.slots.keys().copied().collect();
+        for id in &ids {
+            sim::set_skew(*id, 0);
+        }
+        lock(&self.zone_bad).clear();
+        for id in ids {
+            if self.slots[&id].node.is_none() {
+                self.reconnect(id);
+                self.start(id).await;
+            }
+        }
+    }
+
+    /// Wait until a write commits and every node applied the same log.
+    async fn converge(&mut self, bound_ms: u64) -> bool {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(bound_ms);
+        let mut committed = false;
+        while tokio::time::Instant::now() < deadline {
+            let live = self.live();
+            if !committed {
+                if let Some(l) = self.leader() {
+                    let node = live.iter().find(|(i, _)| *i == l).map(|(_, n)| n.clone());
+                    if let Some(node) = node {
+                        let probe = Command::tick("sim-probe");
+                        let answer =
+                            tokio::time::timeout(Duration::from_secs(1), node.propose(probe));
+                        committed = matches!(answer.await, Ok(Ok(_)));
+                    }
+                }
+            }
+            if committed {
+                let members = self.in_membership();
+                let applied: BTreeSet<_> = live
+                    .iter()
+                    .filter(|(id, _)| members.contains(id))
+                    .map(|(_, n)| {
+                        let m = n.raft_metrics().borrow().clone();
+                        let v = n.view().borrow().clone();
+                        (m.last_applied, v.decision_version, v.config_version())
+                    })
+                    .collect();
+                if applied.len() == 1 {
+                    return true;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+
+    /// Record each node's final applied log and stop every node.
+    async fn finish(&mut self) {
+        let live = self.live();
+        let members = self.in_membership();
+        {
+            let mut h = lock(&self.history);
+            for (id, node) in live.iter().filter(|(id, _)| members.contains(id)) {
+                let state = node.state_snapshot();
+                let log: Vec<Entry> = state
+                    .all_decisions(HISTORY_LIMIT * 2)
+                    .into_iter()
+                    .map(|r| Entry {
+                        version: r.version,
+                        kind: r.kind.clone(),
+                        key: format!("{}|{}|{}|{}", r.kind, r.actor, r.reason, r.at_ms),
+                    })
+                    .collect();
+                h.finals.insert(*id, log);
+                let configs = state
+                    .configs()
+                    .into_iter()
+                    .map(|c| (c.version, c.toml.to_string()))
+                    .collect();
+                h.final_configs.insert(*id, configs);
+            }
+        }
+        for (id, _) in live {
+            self.crash(id).await;
+        }
+    }
+}
+
+/// Count an answer by its kind (`ok`, `rejected:<rule>`, `no_leader`...).
+fn tally(
+    outcomes: &Mutex<BTreeMap<String, u64>>,
+    answer: &Result<zonegate_cluster::Applied, ProposeError>,
+) {
+    let kind = match answer {
+        Ok(_) => "ok".to_string(),
+        Err(ProposeError::Rejected { rule, .. }) => format!("rejected:{}", rule.name()),
+        Err(ProposeError::NotLeader { .. }) => "not_leader".into(),
+        Err(ProposeError::NoLeader) => "no_leader".into(),
+        Err(ProposeError::OutcomeUnknown(_)) => "outcome_unknown".into(),
+        Err(ProposeError::Fatal(_)) => "fatal".into(),
+    };
+    *lock(outcomes).entry(kind).or_default() += 1;
+}
+
+/// Propose `cmd` at `node`; forward once to the leader it names.
+async fn send(
+    nodes: &BTreeMap<NodeId, Arc<ClusterNode>>,
+    node: &ClusterNode,
+    cmd: Command,
+) -> Result<zonegate_cluster::Applied, ProposeError> {
+    match node.propose(cmd.clone()).await {
+        Err(ProposeError::NotLeader { leader, .. }) => match nodes.get(&leader) {
+            Some(l) => l.propose(cmd).await,
+            None => Err(ProposeError::NoLeader),
+        },
+        other => other,
+    }
+}
