@@ -15,6 +15,7 @@ use zonegate_net::tls::{BackendTls, TlsFiles};
 
 mod bounds;
 mod cluster;
+pub mod cost;
 mod health;
 mod models;
 mod node;
@@ -147,6 +148,9 @@ pub struct Config {
     /// Per tenant, in the order of `tenants`: how much of a minute's
     /// allocation its buckets admit at once (`quota.burst`).
     pub tenant_bursts: Vec<Duration>,
+    /// Prices (`[[models]]`/`[[backends]]` `price`) and the tenants'
+    /// budgets (`[[tenants]] budget`, `on_budget`).
+    pub costs: cost::CostConfig,
 }
 
 /// `[cluster]`: Raft timing and readiness.

@@ -12,6 +12,7 @@ pub mod auth;
 pub mod backend;
 pub mod balance;
 pub mod connect;
+pub mod cost;
 pub mod error;
 pub mod forward;
 pub mod observe;

@@ -119,6 +119,8 @@ pub(super) struct RawTenant {
     pub(super) priority: Priority,
     pub(super) quota: Option<quota::RawLimits>,
     pub(super) zone_share: Option<BTreeMap<String, f64>>,
+    pub(super) budget: Option<super::cost::RawBudget>,
+    pub(super) on_budget: Option<super::cost::OnBudget>,
 }
 
 pub(super) fn default_priority() -> Priority {
@@ -141,6 +143,7 @@ pub(super) struct RawBackend {
     pub(super) model_names: BTreeMap<String, String>,
     pub(super) tls: Option<RawBackendTls>,
     pub(super) capacity: Option<u32>,
+    pub(super) price: Option<super::cost::RawPrice>,
 }
 
 pub(super) fn one() -> u32 {
@@ -172,6 +175,7 @@ pub(super) struct RawModel {
     pub(super) continuation: Continuation,
     pub(super) tier: Option<u32>,
     pub(super) limits: Option<quota::RawModelLimits>,
+    pub(super) price: Option<super::cost::RawPrice>,
 }
 
 #[derive(Deserialize, Default)]
