@@ -22,5 +22,6 @@ pub mod relay;
 pub mod request;
 pub mod retry;
 pub mod routing;
+pub mod spend;
 pub mod sse;
 pub mod upstream;

@@ -76,6 +76,7 @@ impl TenantLimiter {
             tenant: self.quota.tenant.clone(),
             offered: self.offered_now.swap(0, Ordering::Relaxed),
             admitted: self.admitted_now.swap(0, Ordering::Relaxed),
+            spend: Default::default(),
         }
     }
 
