@@ -10,6 +10,7 @@ mod explain;
 mod members;
 mod outlook;
 mod quotas;
+mod spend;
 
 use std::sync::Arc;
 
@@ -42,6 +43,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/admin/v1/outlook", get(outlook::outlook))
         .route("/admin/v1/explain", get(explain::explain))
         .route("/admin/v1/quotas", get(quotas::quotas))
+        .route("/admin/v1/spend", get(spend::spend))
         .route("/admin/v1/config", get(config::show).post(config::apply))
         .route("/admin/v1/backends", get(backends))
         .route("/admin/v1/events", get(events))

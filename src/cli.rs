@@ -4,6 +4,7 @@
 pub mod config;
 pub mod ctl;
 pub mod members;
+pub mod spend;
 
 use std::path::Path;
 

@@ -11,6 +11,7 @@ pub mod affinity;
 pub mod auth;
 pub mod backend;
 pub mod balance;
+pub mod budget;
 pub mod connect;
 pub mod cost;
 pub mod error;

@@ -82,6 +82,9 @@ pub enum Verb {
         #[arg(long, default_value_t = 1.0)]
         interval: f64,
     },
+    /// What tenants spent per model (and their budgets): this node's
+    /// answers; asked of the leader, the cluster's (src/cli/spend.rs).
+    Spend(super::spend::SpendCmd),
     /// How a node would route a request now, without sending it: the
     /// effective zone and why, candidate backends, fallbacks.
     Explain {
@@ -159,6 +162,9 @@ pub async fn run(
     let api = Api::new(admin, token, json_out)?;
     if let Verb::Config(c) = verb {
         return super::config::run(&api, json_out, c).await;
+    }
+    if let Verb::Spend(c) = verb {
+        return super::spend::run(&api, json_out, c).await;
     }
     let look = render::Look::for_stdout();
     match verb {
@@ -503,7 +509,7 @@ fn request_of(verb: &Verb) -> (reqwest::Method, String, Option<Value>) {
 }
 
 /// Percent-encodes a query value (everything but unreserved characters).
-fn query(v: &str) -> String {
+pub(crate) fn query(v: &str) -> String {
     v.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {

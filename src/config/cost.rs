@@ -91,6 +91,10 @@ pub struct CostConfig {
     /// Backend → its price (for every model it serves), overriding the
     /// model's.
     pub backends: HashMap<String, Price>,
+    /// Logical model → the highest price any of its backends charges
+    /// (its own, or a backend's override), per kind of token: what a
+    /// budget reserves at admission, before a backend is picked.
+    pub ceilings: HashMap<String, Price>,
     /// Per tenant, in the order of `tenants`.
     pub budgets: Vec<Budget>,
 }
@@ -103,6 +107,11 @@ impl CostConfig {
             .get(backend)
             .or_else(|| self.models.get(model))
             .copied()
+    }
+
+    /// The most a token of `model` may cost on any of its backends.
+    pub fn ceiling(&self, model: &str) -> Option<Price> {
+        self.ceilings.get(model).copied()
     }
 }
 
@@ -152,6 +161,22 @@ impl Validator<'_> {
             if let Some(p) = &b.price {
                 out.backends
                     .insert(b.name.clone(), price(format!("backends[{i}].price"), p)?);
+            }
+        }
+        for b in backends {
+            for m in &b.models {
+                let own = out.models.get(m).copied();
+                let over = out.backends.get(&b.name).copied().or(own);
+                let top = match (out.ceilings.get(m).copied().or(own), over) {
+                    (Some(a), Some(b)) => Some(Price {
+                        input_nanos: a.input_nanos.max(b.input_nanos),
+                        output_nanos: a.output_nanos.max(b.output_nanos),
+                    }),
+                    (a, b) => a.or(b),
+                };
+                if let Some(p) = top {
+                    out.ceilings.insert(m.clone(), p);
+                }
             }
         }
         for (i, t) in tenants.iter_mut().enumerate() {
@@ -230,6 +255,9 @@ mod tests {
         assert_eq!(costs.price("other", m), Some(Price::per_mtok(0.5, 1.5)));
         assert_eq!(costs.price("qwen-a1", m), Some(Price::per_mtok(1.0, 2.0)));
         assert_eq!(costs.price("other", "unpriced"), None);
+        // The admission ceiling is the dearest of the model and its backends.
+        assert_eq!(costs.ceiling(m), Some(Price::per_mtok(1.0, 2.0)));
+        assert_eq!(costs.ceiling("unpriced"), None);
         let b = costs.budgets[0];
         assert_eq!(b.per_day, Some(50_000_000_000));
         assert_eq!(b.per_month, Some(1_000_000_000_000));

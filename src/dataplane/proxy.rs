@@ -6,6 +6,7 @@
 //! that broke after bytes reached the client.
 
 mod attempts;
+mod budget;
 mod chain;
 mod continuation;
 mod respond;
@@ -225,13 +226,15 @@ async fn serve(
     let failed = |e| (Some(meta.model.clone()), e);
     let deadline = tokio::time::Instant::from_std(started + primary.cfg.timeouts.total);
     let client = (target.path(), headers);
-    let facts = RequestFacts::new(gw, cfg, (caller, view), client, &meta, body.len(), deadline);
+    let mut facts = RequestFacts::new(gw, cfg, (caller, view), client, &meta, body.len(), deadline);
+    facts.requested = Some(Arc::clone(&primary.name));
     // One reading for the quota stage and the first pick.
     let admitted_at = Instant::now();
     let now_ns = crate::clock::ns_at(admitted_at);
-    let admission = admit(gw, &facts, &meta, body.len(), now_ns).map_err(failed)?;
+    let mut admission = admit(gw, &facts, &meta, body.len(), now_ns).map_err(failed)?;
     let min_tier = chain::min_tier(headers, body.len(), &cfg.prompt_tiers).map_err(failed)?;
-    let (models, skipped) = chain::model_chain(cfg, &routes, primary, min_tier);
+    let (mut models, skipped) = chain::model_chain(cfg, &routes, primary, min_tier);
+    budget::admit(gw, &facts, &mut models, &mut admission, now_ms()).map_err(failed)?;
     if models.is_empty() {
         return Err(failed(chain::no_capable_model(
             &meta.model,
@@ -334,6 +337,9 @@ struct RequestFacts {
     /// the requested model's `total_timeout` from arrival.
     deadline: tokio::time::Instant,
     decision_version: u64,
+    /// The model the client named (once the routes know it): the
+    /// `model` label of `zonegate_model_answers_total`.
+    requested: Option<Arc<str>>,
 }
 
 impl RequestFacts {
@@ -368,6 +374,7 @@ impl RequestFacts {
             deadline,
             decision_version: view.decision_version,
             view,
+            requested: None,
         }
     }
 }
