@@ -15,7 +15,7 @@ use http::StatusCode;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::clock::now_ms;
+use crate::clock::unix_ms as now_ms;
 use crate::dataplane::cost::units;
 use crate::dataplane::error::error_body;
 use crate::dataplane::spend::{Line, KEEP_HOURS};

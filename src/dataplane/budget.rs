@@ -376,7 +376,7 @@ pub fn feed(
     node.set_budgets(
         Budgets::plan(cfg),
         Arc::new(move |_node, demand| {
-            let now = crate::clock::now_ms();
+            let now = crate::clock::unix_ms();
             for d in demand {
                 for (model, nanos) in &d.spend.models {
                     cluster.record_reported(&d.tenant, model, *nanos, now);

@@ -234,7 +234,14 @@ async fn serve(
     let mut admission = admit(gw, &facts, &meta, body.len(), now_ns).map_err(failed)?;
     let min_tier = chain::min_tier(headers, body.len(), &cfg.prompt_tiers).map_err(failed)?;
     let (mut models, skipped) = chain::model_chain(cfg, &routes, primary, min_tier);
-    budget::admit(gw, &facts, &mut models, &mut admission, now_ms()).map_err(failed)?;
+    budget::admit(
+        gw,
+        &facts,
+        &mut models,
+        &mut admission,
+        crate::clock::unix_ms(),
+    )
+    .map_err(failed)?;
     if models.is_empty() {
         return Err(failed(chain::no_capable_model(
             &meta.model,

@@ -171,7 +171,7 @@ impl Gateway {
             &cfg,
             &metrics,
             None,
-            crate::clock::now_ms(),
+            crate::clock::unix_ms(),
         ));
         let spend = Arc::new(crate::dataplane::spend::Ledger::default());
         let cluster_spend = Arc::new(crate::dataplane::spend::Ledger::default());
@@ -232,7 +232,7 @@ impl Gateway {
                 &cfg,
                 &self.metrics,
                 Some(&self.budgets.load()),
-                crate::clock::now_ms(),
+                crate::clock::unix_ms(),
             );
             Ok::<_, TooCostly>((routes, quotas, budgets))
         }));

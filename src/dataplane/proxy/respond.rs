@@ -429,9 +429,12 @@ impl Ending<'_> {
                     self.current.zone.as_str(),
                 ])
                 .inc_by(crate::dataplane::cost::units(cost));
-            self.gw
-                .spend
-                .record(&self.ctx.tenant, self.answered_by, cost, now_ms());
+            self.gw.spend.record(
+                &self.ctx.tenant,
+                self.answered_by,
+                cost,
+                crate::clock::unix_ms(),
+            );
         }
     }
 
