@@ -230,6 +230,8 @@ metrics! {
     /// Config weight × state multiplier × ramp, as the pickers see it.
     backend_effective_weight: GaugeVec = "zonegate_backend_effective_weight", "Config weight x state multiplier x slow-start/canary ramp", ["backend", "zone"];
     /// Every health event by kind (state changes included).
+    /// From a backend's ejection to its rejoin, as this node saw it.
+    ejection_duration: HistogramVec = "zonegate_backend_ejection_duration_seconds", "Time from a backend's ejection to its rejoin on this node, by zone", ["zone"];
     health_events: IntCounterVec = "zonegate_health_events_total", "Health events by kind (state changes, ejections, rejoins, panic, breaker)", ["kind"];
     /// 1 while a model's pool in a zone routes in panic mode.
     pool_panic: IntGaugeVec = "zonegate_pool_panic", "1 while a model's pool in a zone routes over all backends by score", ["model", "zone"];
