@@ -636,8 +636,9 @@ async fn grafana_board_queries_only_metrics_a_running_cluster_exports() {
     assert!(wanted.len() >= 30, "the board reads {wanted:?}");
 
     // A second tenant with a small quota, so the quota row has data.
+    // Priced, so the spend panel has data.
     let quota_tenant = format!(
-        "[[tenants]]\nname = \"limited\"\nkey_sha256 = \"{}\"\nquota = {{ rpm = 2 }}\n",
+        "[[tenants]]\nname = \"limited\"\nkey_sha256 = \"{}\"\nquota = {{ rpm = 2 }}\n\n[[models]]\nname = \"{MODEL}\"\nprice = {{ input_per_mtok = 0.5, output_per_mtok = 1.5 }}\n",
         zonegate::config::sha256_hex("limited-key")
     );
     let cluster = TestCluster::start(2, &quota_tenant).await;
