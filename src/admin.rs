@@ -11,6 +11,7 @@ mod members;
 mod outlook;
 mod policy;
 mod quotas;
+mod spend;
 
 use std::sync::Arc;
 
@@ -46,6 +47,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/admin/v1/rules", get(policy::rules))
         .route("/admin/v1/shadows", get(policy::shadows))
         .route("/admin/v1/shadows/{name}", get(policy::shadow))
+        .route("/admin/v1/spend", get(spend::spend))
         .route("/admin/v1/config", get(config::show).post(config::apply))
         .route("/admin/v1/backends", get(backends))
         .route("/admin/v1/events", get(events))

@@ -6,6 +6,7 @@ pub mod config;
 pub mod ctl;
 pub mod members;
 pub mod policy;
+pub mod spend;
 
 pub use check::check_config;
 

@@ -15,6 +15,7 @@ use zonegate_net::tls::{BackendTls, TlsFiles};
 
 mod bounds;
 mod cluster;
+pub mod cost;
 mod health;
 mod models;
 mod node;
@@ -150,6 +151,9 @@ pub struct Config {
     pub tenant_bursts: Vec<Duration>,
     /// Traffic policy: rules, shadows, tenants' models and tags.
     pub policy: policy::PolicyConfig,
+    /// Prices (`[[models]]`/`[[backends]]` `price`) and the tenants'
+    /// budgets (`[[tenants]] budget`, `on_budget`).
+    pub costs: cost::CostConfig,
 }
 
 /// `[cluster]`: Raft timing and readiness.

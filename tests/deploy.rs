@@ -660,7 +660,9 @@ async fn grafana_board_queries_only_metrics_a_running_cluster_exports() {
     assert!(wanted.len() >= 30, "the board reads {wanted:?}");
 
     // A second tenant with a small quota, so the quota row has data.
-    let quota_tenant = tenant_toml("limited", "limited-key", "P1", "quota = { rpm = 2 }");
+    // Priced, so the spend panel has data.
+    let quota_tenant = tenant_toml("limited", "limited-key", "P1", "quota = { rpm = 2 }")
+        + &format!("[[models]]\nname = \"{MODEL}\"\nprice = {{ input_per_mtok = 0.5, output_per_mtok = 1.5 }}\n");
     let cluster = TestCluster::start(2, &quota_tenant).await;
     cluster.leader().await;
     // Over its quota: admitted, then refused.

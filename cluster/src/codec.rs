@@ -98,8 +98,12 @@ pub const FORMAT_MAGIC: u8 = 0xFF;
 /// zone weights in their quota table; both decode every older layout by
 /// [`decoding_version`], also inside the store's `Applied`. `Command` and
 /// `Decision` gained variants appended last (`Stamped`; `Rebalance`,
-/// `Tick`), so older entries keep their bytes.
-pub const FORMAT_VERSION: u8 = 3;
+/// `Tick`), so older entries keep their bytes. Version 4 added budgets:
+/// `TenantDemand` carries the tenant's spend (so `Report` decodes its
+/// version 2–3 layout), `ClusterState` and `ClusterView` a budget table
+/// (their version 3 layouts convert), and `Decision` the variant
+/// `RebalanceWithBudgets`, appended last.
+pub const FORMAT_VERSION: u8 = 4;
 /// The oldest format version this build reads (0: unversioned).
 pub const OLDEST_READ_VERSION: u8 = 0;
 
@@ -283,8 +287,18 @@ bounded! {
     ClusterView => limits::STATE,
 }
 
-bounded_since! {
-    Report => limits::REPORT, before 2 as crate::detect::ReportV1,
+impl Bounded for Report {
+    const LIMIT: usize = limits::REPORT;
+    /// Versions 0–1 had no demand, 2–3 demand without spend.
+    fn decode_bounded(bytes: &[u8]) -> Result<Self, CodecError> {
+        match version_of(bytes) {
+            0 | 1 => decode_with_limit::<crate::detect::ReportV1, { limits::REPORT }>(bytes)
+                .map(Report::from),
+            2 | 3 => decode_with_limit::<crate::detect::ReportV3, { limits::REPORT }>(bytes)
+                .map(Report::from),
+            _ => decode_with_limit::<Report, { limits::REPORT }>(bytes),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::budget::BudgetTable;
 use crate::quota::{NodeWeights, QuotaWeights};
 use crate::view::{NodeId, ZoneId};
 
@@ -51,6 +52,15 @@ pub enum Decision {
     /// history record. A new leader ticks while a dwell runs so the time
     /// it measures counts from its first stamp.
     Tick,
+    /// The leader's rebalance with budgets (format 4): the quota weights
+    /// as [`Decision::Rebalance`] carries them, and every budgeted
+    /// tenant's grants per period and node with the spend recorded
+    /// (`crate::budget`). Kind `quota_rebalance`; written instead of
+    /// `Rebalance` while some tenant has a budget. Appended last.
+    RebalanceWithBudgets {
+        weights: QuotaWeights,
+        budgets: BudgetTable,
+    },
 }
 
 impl Decision {
@@ -61,7 +71,9 @@ impl Decision {
             Decision::Failback { .. } => "failback",
             Decision::Freeze => "freeze",
             Decision::Unfreeze => "unfreeze",
-            Decision::QuotaRebalance { .. } | Decision::Rebalance { .. } => "quota_rebalance",
+            Decision::QuotaRebalance { .. }
+            | Decision::Rebalance { .. }
+            | Decision::RebalanceWithBudgets { .. } => "quota_rebalance",
             Decision::Config { .. } => "config",
             Decision::Tick => "tick",
         }
@@ -76,6 +88,7 @@ impl Decision {
             | Decision::Unfreeze
             | Decision::QuotaRebalance { .. }
             | Decision::Rebalance { .. }
+            | Decision::RebalanceWithBudgets { .. }
             | Decision::Config { .. }
             | Decision::Tick => Vec::new(),
         }
@@ -86,7 +99,9 @@ impl Decision {
     pub fn is_rebalance(&self) -> bool {
         matches!(
             self,
-            Decision::QuotaRebalance { .. } | Decision::Rebalance { .. }
+            Decision::QuotaRebalance { .. }
+                | Decision::Rebalance { .. }
+                | Decision::RebalanceWithBudgets { .. }
         )
     }
 }
@@ -300,16 +315,24 @@ impl Command {
                 ));
             }
         }
-        let tenants: Vec<(&String, usize)> = match decision {
-            Decision::QuotaRebalance { weights } => {
-                weights.iter().map(|(t, w)| (t, w.len())).collect()
-            }
-            Decision::Rebalance { weights } => weights
-                .iter()
-                .map(|(t, w)| (t, w.zones.len() + w.nodes.len()))
-                .collect(),
-            _ => Vec::new(),
-        };
+        let tenants: Vec<(&String, usize)> =
+            match decision {
+                Decision::QuotaRebalance { weights } => {
+                    weights.iter().map(|(t, w)| (t, w.len())).collect()
+                }
+                Decision::Rebalance { weights } => weights
+                    .iter()
+                    .map(|(t, w)| (t, w.zones.len() + w.nodes.len()))
+                    .collect(),
+                Decision::RebalanceWithBudgets { weights, budgets } => weights
+                    .iter()
+                    .map(|(t, w)| (t, w.zones.len() + w.nodes.len()))
+                    .chain(budgets.iter().map(|(t, lines)| {
+                        (t, lines.values().map(|l| l.nodes.len()).sum::<usize>())
+                    }))
+                    .collect(),
+                _ => Vec::new(),
+            };
         if !tenants.is_empty() {
             let n: usize = tenants.iter().map(|(_, n)| n).sum();
             if n > MAX_QUOTA_WEIGHTS {

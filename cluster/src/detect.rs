@@ -65,6 +65,60 @@ pub struct TenantDemand {
     pub offered: u64,
     /// Requests admitted.
     pub admitted: u64,
+    /// What the tenant spent on this node (format 4; older reports read
+    /// as none).
+    #[serde(default)]
+    pub spend: DemandSpend,
+}
+
+/// One tenant's spend on one node, as its demand report carries it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DemandSpend {
+    /// Nano-units spent in the period, per answering model (the leader's
+    /// cluster-wide spend view sums them).
+    pub models: Vec<(String, u64)>,
+    /// Spend so far in each budget period (for the leader's budget split).
+    pub periods: crate::budget::PeriodSpend,
+}
+
+/// [`TenantDemand`] as format versions 2 and 3 laid it out (before spend).
+#[derive(Deserialize)]
+pub(crate) struct TenantDemandV3 {
+    tenant: String,
+    offered: u64,
+    admitted: u64,
+}
+
+/// [`Report`] as format versions 2 and 3 laid it out (demand without
+/// spend).
+#[derive(Deserialize)]
+pub(crate) struct ReportV3 {
+    node: NodeId,
+    period_end_ms: u64,
+    zones: Vec<ZoneObservation>,
+    history: Vec<PeriodObservations>,
+    demand: Vec<TenantDemandV3>,
+}
+
+impl From<ReportV3> for Report {
+    fn from(v: ReportV3) -> Self {
+        Self {
+            node: v.node,
+            period_end_ms: v.period_end_ms,
+            zones: v.zones,
+            history: v.history,
+            demand: v
+                .demand
+                .into_iter()
+                .map(|d| TenantDemand {
+                    tenant: d.tenant,
+                    offered: d.offered,
+                    admitted: d.admitted,
+                    spend: DemandSpend::default(),
+                })
+                .collect(),
+        }
+    }
 }
 
 /// [`Report`] as format versions 0 and 1 laid it out (before demand).

@@ -43,6 +43,10 @@ pub type ObservationSource = Arc<dyn Fn() -> Vec<ZoneObservation> + Send + Sync>
 /// tenant offered since the last call. It must not block.
 pub type DemandSource = Arc<dyn Fn() -> Vec<TenantDemand> + Send + Sync>;
 
+/// Where the leader hands the spend in each node's report (the data
+/// plane's cluster-wide spend view). It must not block.
+pub type SpendSink = Arc<dyn Fn(NodeId, &[TenantDemand]) + Send + Sync>;
+
 /// A node's demand is fresh for this many periods after its report's end;
 /// older, the node counts as silent (it keeps its weight).
 const DEMAND_FRESH_PERIODS: u64 = 3;
@@ -122,6 +126,10 @@ pub struct Failover {
     demand: Mutex<BTreeMap<NodeId, (u64, Vec<TenantDemand>)>>,
     /// On the leader: when it last proposed a rebalance (ms, wall clock).
     last_rebalance_ms: Mutex<u64>,
+    /// The tenants' budgets and the serving nodes, once the node set them.
+    budget_plan: Mutex<Option<crate::budget::BudgetPlan>>,
+    /// On the leader: where reports' spend goes.
+    spend_sink: Mutex<Option<SpendSink>>,
     /// On the leader: when each tenant last had traffic on any node (the
     /// end of the latest period a report showed it asking), for the
     /// config safety rule on tenant keys.
@@ -140,6 +148,8 @@ impl Failover {
             plan: Mutex::new(None),
             demand: Mutex::new(BTreeMap::new()),
             last_rebalance_ms: Mutex::new(0),
+            budget_plan: Mutex::new(None),
+            spend_sink: Mutex::new(None),
             tenant_seen: Mutex::new(BTreeMap::new()),
         }
     }
@@ -161,6 +171,27 @@ impl Failover {
 
     pub(crate) fn set_rebalance_plan(&self, plan: RebalancePlan) {
         *lock(&self.plan) = Some(plan);
+    }
+
+    pub(crate) fn set_budgets(&self, plan: crate::budget::BudgetPlan, sink: SpendSink) {
+        *lock(&self.budget_plan) = Some(plan);
+        *lock(&self.spend_sink) = Some(sink);
+    }
+
+    /// The spend of the fresh reports per node, tenant and period.
+    fn fresh_spend(
+        &self,
+        now_ms: u64,
+        period_ms: u64,
+    ) -> BTreeMap<NodeId, BTreeMap<String, crate::budget::PeriodSpend>> {
+        let oldest = now_ms.saturating_sub(DEMAND_FRESH_PERIODS * period_ms);
+        let demand = lock(&self.demand);
+        crate::budget::reported_spend(
+            demand
+                .iter()
+                .filter(|(_, (end, _))| *end >= oldest)
+                .map(|(n, (_, d))| (*n, d.as_slice())),
+        )
     }
 
     /// The fresh demand per node and tenant, as the rebalance reads it.
@@ -238,6 +269,12 @@ impl Failover {
             demand.insert(report.node, (report.period_end_ms, report.demand.clone()));
         }
         drop(demand);
+        if newer {
+            let sink = lock(&self.spend_sink).clone();
+            if let Some(sink) = sink {
+                sink(report.node, &report.demand);
+            }
+        }
         let mut seen = lock(&self.tenant_seen);
         for t in report.demand.iter().filter(|t| t.offered > 0) {
             let at = seen.entry(t.tenant.clone()).or_default();
@@ -560,9 +597,19 @@ impl<P: Propose> LeadLoop<P> {
             }
         }
         let demand = self.failover.fresh_demand(now, period_ms);
-        let Some(weights) =
-            quota::plan_rebalance(&plan, state.zones(), state.quota_weights(), &demand)
-        else {
+        let weights = quota::plan_rebalance(&plan, state.zones(), state.quota_weights(), &demand);
+        let budgets = lock(&self.failover.budget_plan)
+            .clone()
+            .filter(|b| !b.tenants.is_empty())
+            .map(|b| {
+                let spend = self.failover.fresh_spend(now, period_ms);
+                crate::budget::plan_budgets(&b, state.budgets(), &spend, now)
+            });
+        let Some(decision) = crate::budget::rebalance_decision(
+            weights,
+            budgets,
+            (state.quota_weights(), state.budgets()),
+        ) else {
             return;
         };
         *lock(&self.failover.last_rebalance_ms) = now;
@@ -575,7 +622,12 @@ impl<P: Propose> LeadLoop<P> {
             evidence.push_str(l);
             evidence.push('\n');
         }
-        let reason = if state.quota_weights().is_empty() {
+        let reason = if !matches!(decision, Decision::Rebalance { .. })
+            && lines.is_empty()
+            && !state.quota_weights().is_empty()
+        {
+            "budget grants and recorded spend".to_owned()
+        } else if state.quota_weights().is_empty() {
             "the first quota table".to_owned()
         } else if lines.is_empty() {
             "tenant demand moved past the drift threshold".to_owned()
@@ -586,7 +638,7 @@ impl<P: Propose> LeadLoop<P> {
             )
         };
         let mut cmd = Command::automatic(
-            Decision::Rebalance { weights },
+            decision,
             format!("rebalancer:{}", self.failover.me),
             reason,
             AutoLimits::default(),

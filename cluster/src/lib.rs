@@ -7,6 +7,7 @@
 //! invariants are in the `cluster/` section of the repository's
 //! ARCHITECTURE.md.
 
+pub mod budget;
 mod clock;
 pub mod codec;
 pub mod command;

@@ -530,6 +530,12 @@ impl ClusterNode {
         self.failover.set_rebalance_plan(plan);
     }
 
+    /// The tenants' budgets for the leader's split, and where the leader
+    /// hands the spend in reports (`crate::budget`).
+    pub fn set_budgets(&self, plan: crate::budget::BudgetPlan, sink: crate::failover::SpendSink) {
+        self.failover.set_budgets(plan, sink);
+    }
+
     /// Per-zone health: on the leader, its latest assessment; on a
     /// follower, the leader's latest assessment as returned for this node's
     /// last report (at most about one period old); empty before either.

@@ -138,6 +138,39 @@ pub(crate) fn every_command() -> Vec<Command> {
             "recovered",
         )
         .clocked(1_700_000_080_000, clock(2, 10_000)),
+        // Format 4: a rebalance with budgets.
+        Command::automatic(
+            Decision::RebalanceWithBudgets {
+                weights: crate::quota::QuotaWeights::new(),
+                budgets: [(
+                    "deptA".to_owned(),
+                    [(
+                        crate::budget::Period::Day,
+                        crate::budget::BudgetLine {
+                            period: 19_675,
+                            nodes: [(
+                                1,
+                                crate::budget::Grant {
+                                    granted: 5_000_000,
+                                    spent: 1_250_000,
+                                },
+                            )]
+                            .into_iter()
+                            .collect(),
+                        },
+                    )]
+                    .into_iter()
+                    .collect(),
+                )]
+                .into_iter()
+                .collect(),
+            },
+            "rebalancer:2",
+            "budget spend recorded",
+            AutoLimits::default(),
+        )
+        .if_version(8)
+        .clocked(1_700_000_085_000, clock(2, 15_000)),
     ]
 }
 
@@ -195,6 +228,12 @@ pub(crate) fn report() -> Report {
             tenant: "deptA".into(),
             offered: 120,
             admitted: 100,
+            spend: crate::detect::DemandSpend {
+                models: vec![("qwen".into(), 1_500_000)],
+                periods: [(crate::budget::Period::Day, (20_000, 9_000_000))]
+                    .into_iter()
+                    .collect(),
+            },
         }],
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::budget::BudgetTable;
 use crate::command::{
     AutoLimits, Command, Decision, Fields, LeaderClock, Origin, Outcome, RejectRule, Rejection,
 };
@@ -192,9 +193,47 @@ pub struct ClusterState {
     zone_version: u64,
     /// The dwell clock. Format 3.
     dwell: DwellClock,
+    /// The last rebalance's budget grants (`crate::budget`); empty before
+    /// the first. Format 4.
+    budgets: Arc<BudgetTable>,
 }
 
 /// [`ClusterState`]'s current layout, as derived; see its `Deserialize`.
+#[derive(Deserialize)]
+struct ClusterStateV4 {
+    zones: BTreeMap<ZoneId, ZoneStatus>,
+    decision_version: u64,
+    automation: Automation,
+    history: VecDeque<DecisionRecord>,
+    control: BTreeMap<ZoneId, ZoneControl>,
+    quota: Arc<QuotaWeights>,
+    config: VecDeque<ConfigRecord>,
+    rebalances: VecDeque<DecisionRecord>,
+    zone_version: u64,
+    dwell: DwellClock,
+    #[serde(default)]
+    budgets: Arc<BudgetTable>,
+}
+
+impl From<ClusterStateV4> for ClusterState {
+    fn from(v: ClusterStateV4) -> Self {
+        Self {
+            zones: v.zones,
+            decision_version: v.decision_version,
+            automation: v.automation,
+            history: v.history,
+            control: v.control,
+            quota: v.quota,
+            config: v.config,
+            rebalances: v.rebalances,
+            zone_version: v.zone_version,
+            dwell: v.dwell,
+            budgets: v.budgets,
+        }
+    }
+}
+
+/// [`ClusterState`] as format version 3 laid it out (before budgets).
 #[derive(Deserialize)]
 struct ClusterStateV3 {
     zones: BTreeMap<ZoneId, ZoneStatus>,
@@ -222,6 +261,7 @@ impl From<ClusterStateV3> for ClusterState {
             rebalances: v.rebalances,
             zone_version: v.zone_version,
             dwell: v.dwell,
+            budgets: Arc::default(),
         }
     }
 }
@@ -229,12 +269,13 @@ impl From<ClusterStateV3> for ClusterState {
 impl<'de> Deserialize<'de> for ClusterState {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         if d.is_human_readable() {
-            return ClusterStateV3::deserialize(d).map(Self::from);
+            return ClusterStateV4::deserialize(d).map(Self::from);
         }
         match crate::codec::decoding_version() {
             0 | 1 => ClusterStateV1::deserialize(d).map(Self::from),
             2 => ClusterStateV2::deserialize(d).map(Self::from),
-            _ => ClusterStateV3::deserialize(d).map(Self::from),
+            3 => ClusterStateV3::deserialize(d).map(Self::from),
+            _ => ClusterStateV4::deserialize(d).map(Self::from),
         }
     }
 }
@@ -306,6 +347,7 @@ impl From<ClusterStateV2> for ClusterState {
             rebalances: rebalances.into_iter().skip(skip).collect(),
             zone_version,
             dwell: DwellClock::default(),
+            budgets: Arc::default(),
         }
     }
 }
@@ -418,6 +460,7 @@ impl ClusterState {
             automation: self.automation,
             quota: Arc::clone(&self.quota),
             config: self.config.back().map(|c| (c.version, Arc::clone(&c.toml))),
+            budgets: Arc::clone(&self.budgets),
         }
     }
 
@@ -434,6 +477,11 @@ impl ClusterState {
     /// The last quota rebalance's weights (empty before the first).
     pub fn quota_weights(&self) -> &QuotaWeights {
         &self.quota
+    }
+
+    /// The last rebalance's budget grants (empty before the first).
+    pub fn budgets(&self) -> &BudgetTable {
+        &self.budgets
     }
 
     /// What `cmd` would change, or the rule that refuses it. Pure: the same
@@ -547,7 +595,9 @@ impl ClusterState {
             }
             // Weights change no zone; the data plane uses a group's weights
             // only when they cover exactly that group and sum to one.
-            Decision::QuotaRebalance { .. } | Decision::Rebalance { .. } => {}
+            Decision::QuotaRebalance { .. }
+            | Decision::Rebalance { .. }
+            | Decision::RebalanceWithBudgets { .. } => {}
             // Answered before the rules (see `check`).
             Decision::Tick => preview.version = self.decision_version,
             // A config is only ever the next config version: two operators
@@ -711,6 +761,10 @@ impl ClusterState {
             }
             Decision::Rebalance { weights } => {
                 self.quota = Arc::new(weights.clone());
+            }
+            Decision::RebalanceWithBudgets { weights, budgets } => {
+                self.quota = Arc::new(weights.clone());
+                self.budgets = Arc::new(budgets.clone());
             }
             Decision::Failover { .. }
             | Decision::Failback { .. }

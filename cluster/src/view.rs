@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::budget::BudgetTable;
 use crate::quota::{from_node_weights, NodeWeights, QuotaWeights};
 
 pub use crate::zone::{NodeId, ZoneId, ZoneStatus};
@@ -49,6 +50,9 @@ pub struct ClusterView {
     /// The replicated routing config: its version and TOML (the
     /// cluster-wide sections); `None` before the first. Format version 2.
     pub config: Option<(u64, Arc<str>)>,
+    /// The last rebalance's budget grants per tenant, period and node
+    /// (`crate::budget`); empty before the first. Format version 4.
+    pub budgets: Arc<BudgetTable>,
 }
 
 impl ClusterView {
@@ -61,7 +65,7 @@ impl ClusterView {
 /// [`ClusterView`]'s current layout, as derived (JSON written before a
 /// field existed reads it as empty).
 #[derive(Deserialize)]
-struct ClusterViewV3 {
+struct ClusterViewV4 {
     decision_version: u64,
     zones: BTreeMap<ZoneId, ZoneStatus>,
     #[serde(default)]
@@ -69,6 +73,18 @@ struct ClusterViewV3 {
     #[serde(default)]
     quota: Arc<QuotaWeights>,
     #[serde(default)]
+    config: Option<(u64, Arc<str>)>,
+    #[serde(default)]
+    budgets: Arc<BudgetTable>,
+}
+
+/// [`ClusterView`] as format version 3 laid it out (before budgets).
+#[derive(Deserialize)]
+struct ClusterViewV3 {
+    decision_version: u64,
+    zones: BTreeMap<ZoneId, ZoneStatus>,
+    automation: Automation,
+    quota: Arc<QuotaWeights>,
     config: Option<(u64, Arc<str>)>,
 }
 
@@ -108,9 +124,10 @@ impl<'de> Deserialize<'de> for ClusterView {
                     automation: v.automation,
                     quota: Arc::new(from_node_weights(&v.quota)),
                     config: v.config,
+                    budgets: Arc::default(),
                 }
             }
-            _ => {
+            3 => {
                 let v = ClusterViewV3::deserialize(d)?;
                 Self {
                     decision_version: v.decision_version,
@@ -118,6 +135,18 @@ impl<'de> Deserialize<'de> for ClusterView {
                     automation: v.automation,
                     quota: v.quota,
                     config: v.config,
+                    budgets: Arc::default(),
+                }
+            }
+            _ => {
+                let v = ClusterViewV4::deserialize(d)?;
+                Self {
+                    decision_version: v.decision_version,
+                    zones: v.zones,
+                    automation: v.automation,
+                    quota: v.quota,
+                    config: v.config,
+                    budgets: v.budgets,
                 }
             }
         })
@@ -132,6 +161,7 @@ impl From<ClusterViewV1> for ClusterView {
             automation: v.automation,
             quota: Arc::default(),
             config: None,
+            budgets: Arc::default(),
         }
     }
 }
@@ -148,6 +178,7 @@ impl ClusterView {
             automation: Automation::Auto,
             quota: Arc::default(),
             config: None,
+            budgets: Arc::default(),
         }
     }
 

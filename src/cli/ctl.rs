@@ -122,6 +122,9 @@ pub enum Verb {
         #[arg(long, default_value_t = 1.0)]
         interval: f64,
     },
+    /// What tenants spent per model (and their budgets): this node's
+    /// answers; asked of the leader, the cluster's (src/cli/spend.rs).
+    Spend(super::spend::SpendCmd),
     /// How a node would route a request now, without sending it: the
     /// effective zone and why, candidate backends, fallbacks.
     #[command(
@@ -239,6 +242,7 @@ pub async fn run(
     match verb {
         Verb::Rules => return super::policy::run(&api, json_out, None).await,
         Verb::Shadows(c) => return super::policy::run(&api, json_out, Some(c)).await,
+        Verb::Spend(c) => return super::spend::run(&api, json_out, c).await,
         _ => {}
     }
     let look = render::Look::for_stdout();

@@ -316,6 +316,19 @@ pub(super) const RATIO: Bound<f64> = Bound {
     max: 1.0,
     why: "a ratio",
 };
+/// A price per million tokens, in base units of the currency.
+pub(super) const PRICE: Bound<f64> = Bound {
+    min: 0.0,
+    max: 1_000_000.0,
+    why: "base units per million tokens; more than a million is a typo",
+};
+/// A budget per day or month, in base units of the currency (kept in
+/// nano-units as a 64-bit integer).
+pub(super) const BUDGET: Bound<f64> = Bound {
+    min: 0.000_001,
+    max: 1_000_000_000.0,
+    why: "base units of the currency; budgets are kept in nano-units",
+};
 pub(super) const QUEUE_DEPTH: Bound<f64> = Bound {
     min: 0.0,
     max: 1_000_000.0,

@@ -126,6 +126,8 @@ pub(super) struct RawTenant {
     pub(super) models: Option<Vec<String>>,
     #[serde(default)]
     pub(super) require_tags: Vec<String>,
+    pub(super) budget: Option<super::cost::RawBudget>,
+    pub(super) on_budget: Option<super::cost::OnBudget>,
 }
 
 pub(super) fn default_priority() -> Priority {
@@ -150,6 +152,7 @@ pub(super) struct RawBackend {
     pub(super) capacity: Option<u32>,
     #[serde(default)]
     pub(super) tags: Vec<String>,
+    pub(super) price: Option<super::cost::RawPrice>,
 }
 
 pub(super) fn one() -> u32 {
@@ -183,6 +186,7 @@ pub(super) struct RawModel {
     pub(super) limits: Option<quota::RawModelLimits>,
     #[serde(default)]
     pub(super) aliases: Vec<String>,
+    pub(super) price: Option<super::cost::RawPrice>,
 }
 
 #[derive(Deserialize, Default)]

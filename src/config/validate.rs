@@ -49,6 +49,7 @@ impl Validator<'_> {
                 return Err(self.err(key, format!("{n} entries, at most {} ({})", b.max, b.why)));
             }
         }
+        let costs = self.costs(&mut raw_tenants, &raw.backends, &raw.models)?;
         let tenants = self.tenants(raw_tenants)?;
         let backends = self.backends(raw.backends, witness)?;
         self.capacities(&backends)?;
@@ -173,6 +174,7 @@ impl Validator<'_> {
             quotas,
             tenant_quotas,
             tenant_bursts,
+            costs,
             prompt_tiers,
             failover,
             node,

@@ -53,6 +53,11 @@ pub enum ApiError {
         retry_after_s: u64,
         headers: Box<crate::dataplane::quota::headers::RateHeaders>,
     },
+    /// Over the tenant's budget (`dataplane::budget`): 429 with
+    /// `Retry-After` to the period's end (or, while the cluster still has
+    /// budget this node was not yet granted, to the next rebalance).
+    #[error("{message}")]
+    BudgetExceeded { message: String, retry_after_s: u64 },
     #[error("{message}")]
     UpstreamFailed { message: String },
     #[error("{message}")]
@@ -89,9 +94,9 @@ impl ApiError {
             | ApiError::NotReady(_)
             | ApiError::NoCapableModel(_)
             | ApiError::NoEligibleBackend(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::AllBusy { .. } | ApiError::RateLimited { .. } => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
+            ApiError::AllBusy { .. }
+            | ApiError::RateLimited { .. }
+            | ApiError::BudgetExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::CapacityExceeded { full: true, .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::CapacityExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::UpstreamFailed { .. } => StatusCode::BAD_GATEWAY,
@@ -113,6 +118,7 @@ impl ApiError {
             | ApiError::BodyTimeout(_) => "invalid_request_error",
             ApiError::MissingKey | ApiError::WrongKey => "authentication_error",
             ApiError::AllBusy { .. } => "rate_limit_error",
+            ApiError::BudgetExceeded { .. } => "insufficient_quota",
             ApiError::RateLimited { kind, .. } => kind,
             ApiError::CapacityExceeded { full: false, .. } => "rate_limit_error",
             _ => "server_error",
@@ -135,6 +141,7 @@ impl ApiError {
             ApiError::AllBusy { .. } => "backends_busy",
             ApiError::RateLimited { .. } => "rate_limit_exceeded",
             ApiError::CapacityExceeded { .. } => "capacity_exceeded",
+            ApiError::BudgetExceeded { .. } => "budget_exceeded",
             ApiError::UpstreamFailed { .. } => "upstream_error",
             ApiError::UpstreamTimeout { .. } => "upstream_timeout",
             ApiError::NotReady(_) => "not_ready",
@@ -149,7 +156,8 @@ impl ApiError {
         match self {
             ApiError::AllBusy { retry_after_s, .. }
             | ApiError::RateLimited { retry_after_s, .. }
-            | ApiError::CapacityExceeded { retry_after_s, .. } => Some((*retry_after_s).max(1)),
+            | ApiError::CapacityExceeded { retry_after_s, .. }
+            | ApiError::BudgetExceeded { retry_after_s, .. } => Some((*retry_after_s).max(1)),
             ApiError::ZoneUnavailable(_) | ApiError::NoBackend { .. } => Some(5),
             _ => None,
         }

@@ -6,6 +6,7 @@
 //! that broke after bytes reached the client.
 
 mod attempts;
+mod budget;
 mod chain;
 mod continuation;
 mod respond;
@@ -249,15 +250,24 @@ async fn serve(
     let client = (target.path(), headers);
     let mut facts = RequestFacts::new(gw, cfg, (caller, view), client, &meta, body.len(), deadline);
     facts.rule = rule.map(|r| Arc::clone(&r.name));
+    facts.requested = Some(Arc::clone(&primary.name));
     // One reading for the quota stage and the first pick.
     let admitted_at = Instant::now();
     let now_ns = crate::clock::ns_at(admitted_at);
-    let admission = admit(gw, &facts, &meta, body.len(), now_ns).map_err(failed)?;
+    let mut admission = admit(gw, &facts, &meta, body.len(), now_ns).map_err(failed)?;
     let shadows = start_shadows(gw, cfg, &facts, &requested, target, headers, &body, &meta);
     let min_tier = chain::min_tier(headers, body.len(), &cfg.prompt_tiers).map_err(failed)?;
     let (mut models, skipped) = chain::model_chain(cfg, &routes, primary, min_tier);
     // A fallback the tenant may not use is skipped.
     models.retain(|(m, _)| policy::allows_model(cfg, caller.index, &m.cfg.name));
+    budget::admit(
+        gw,
+        &facts,
+        &mut models,
+        &mut admission,
+        crate::clock::unix_ms(),
+    )
+    .map_err(failed)?;
     if models.is_empty() {
         return Err(failed(chain::no_capable_model(
             &meta.model,
@@ -424,6 +434,9 @@ struct RequestFacts {
     decision_version: u64,
     /// The traffic rule that routed the request (`x-zonegate-route`).
     rule: Option<Arc<str>>,
+    /// The model the client named (once the routes know it): the
+    /// `model` label of `zonegate_model_answers_total`.
+    requested: Option<Arc<str>>,
 }
 
 impl RequestFacts {
@@ -459,6 +472,7 @@ impl RequestFacts {
             decision_version: view.decision_version,
             view,
             rule: None,
+            requested: None,
         }
     }
 }

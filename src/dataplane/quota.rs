@@ -76,6 +76,7 @@ impl TenantLimiter {
             tenant: self.quota.tenant.clone(),
             offered: self.offered_now.swap(0, Ordering::Relaxed),
             admitted: self.admitted_now.swap(0, Ordering::Relaxed),
+            spend: Default::default(),
         }
     }
 
@@ -220,9 +221,21 @@ pub struct Admission {
     charged: Option<(Charge, Charge)>,
     /// When it was admitted (its headers' `now`).
     at: u64,
+    /// The tenant's budget reservation (`dataplane::budget`), settled to
+    /// the answer's cost.
+    pub budget: Option<crate::dataplane::budget::Hold>,
 }
 
 impl Admission {
+    /// The tokens estimated at admission (what an answer without `usage`
+    /// is priced from).
+    pub fn estimate(&self) -> crate::dataplane::cost::Estimate {
+        crate::dataplane::cost::Estimate {
+            prompt: self.prompt,
+            max_output: self.estimate.saturating_sub(self.prompt),
+        }
+    }
+
     /// Writes the tenant's `x-ratelimit-*` headers (nothing for an
     /// unlimited tenant) into a response's headers.
     pub fn write_headers(&self, out: &mut HeaderMap) {
@@ -519,6 +532,7 @@ impl Quotas {
             prompt: ask.body_len as u64 / BYTES_PER_TOKEN,
             charged: None,
             at: now,
+            budget: None,
         };
         if let Some(zone) = self.zones.get(ask.zone).filter(|z| z.total > 0) {
             let units = match ask.class {

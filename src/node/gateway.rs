@@ -43,6 +43,12 @@ pub struct Gateway {
     /// Tenants' allocations on this node, models' limits, zone capacity.
     /// The quota stage's state, rebuilt with the config.
     pub quotas: ArcSwap<crate::dataplane::quota::Quotas>,
+    /// Tenants' budgets on this node (rebuilt with the config, meters kept).
+    pub budgets: ArcSwap<crate::dataplane::budget::Budgets>,
+    /// What this node's answers cost, by the hour; on the leader `cluster_spend`
+    /// holds what the nodes reported.
+    pub spend: Arc<crate::dataplane::spend::Ledger>,
+    pub cluster_spend: Arc<crate::dataplane::spend::Ledger>,
     /// Decided once from config: checked on every request.
     witness: bool,
     /// Set from SIGTERM on: readiness fails, the drain has begun.
@@ -163,13 +169,25 @@ impl Gateway {
                 .set(0);
         }
         let quotas = crate::dataplane::quota::Quotas::new(&cfg, &view.borrow(), &metrics);
+        let budgets = Arc::new(crate::dataplane::budget::Budgets::new(
+            &cfg,
+            &metrics,
+            None,
+            crate::clock::unix_ms(),
+        ));
+        let spend = Arc::new(crate::dataplane::spend::Ledger::default());
+        let cluster_spend = Arc::new(crate::dataplane::spend::Ledger::default());
         if let Some(node) = &cluster {
             feed_rebalance(node, &quotas, &cfg);
+            crate::dataplane::budget::feed(node, &cfg, &quotas, &budgets, (&spend, &cluster_spend));
         }
         Ok(Self {
             config_failure: parking_lot::Mutex::new(None),
             shadows: Default::default(),
             quotas: ArcSwap::from_pointee(quotas),
+            budgets: ArcSwap::new(budgets),
+            spend,
+            cluster_spend,
             routes: ArcSwap::from_pointee(routes),
             view,
             metrics,
@@ -213,9 +231,15 @@ impl Gateway {
             let routes = Routes::try_build(&cfg, Some(&self.routes.load()))?;
             let quotas =
                 crate::dataplane::quota::Quotas::new(&cfg, &self.view.borrow(), &self.metrics);
-            Ok::<_, TooCostly>((routes, quotas))
+            let budgets = crate::dataplane::budget::Budgets::new(
+                &cfg,
+                &self.metrics,
+                Some(&self.budgets.load()),
+                crate::clock::unix_ms(),
+            );
+            Ok::<_, TooCostly>((routes, quotas, budgets))
         }));
-        let (routes, quotas) = match built {
+        let (routes, quotas, budgets) = match built {
             Ok(built) => built?,
             Err(panic) => {
                 let message = panic
@@ -226,9 +250,18 @@ impl Gateway {
                 return Err(ApplyError::Panicked(message));
             }
         };
+        let budgets = Arc::new(budgets);
         if let Some(node) = &self.cluster {
             feed_rebalance(node, &quotas, &cfg);
+            crate::dataplane::budget::feed(
+                node,
+                &cfg,
+                &quotas,
+                &budgets,
+                (&self.spend, &self.cluster_spend),
+            );
         }
+        self.budgets.store(budgets);
         self.pins
             .resize(cfg.affinity.pin_capacity, cfg.affinity.pin_ttl);
         self.config.store(Arc::clone(&cfg));

@@ -36,6 +36,9 @@ pub struct Event {
 #[derive(Debug, Default)]
 pub struct EventLog {
     events: Mutex<VecDeque<Event>>,
+    /// Ejected backends and when (ms on this process's clock), for
+    /// `zonegate_backend_ejection_duration_seconds` at their rejoin.
+    ejected: Mutex<std::collections::HashMap<String, u64>>,
 }
 
 impl EventLog {
@@ -54,9 +57,22 @@ impl EventLog {
                     crate::health::state::Cause::Score => "ejected_score",
                     crate::health::state::Cause::Passive => "ejected_passive",
                 };
+                self.ejected
+                    .lock()
+                    .entry(b.name.clone())
+                    .or_insert_with(crate::clock::now_ms);
                 (kind, None, Some(State::Down), true)
             }
-            Change::Rejoined => ("rejoined", Some(State::Down), None, true),
+            Change::Rejoined => {
+                if let Some(at) = self.ejected.lock().remove(&b.name) {
+                    let secs = crate::clock::now_ms().saturating_sub(at) as f64 / 1000.0;
+                    metrics
+                        .ejection_duration
+                        .with_label_values(&[zone])
+                        .observe(secs);
+                }
+                ("rejoined", Some(State::Down), None, true)
+            }
             Change::EjectionRefused => ("ejection_refused", None, Some(State::Unstable), true),
         };
         if listed {
@@ -143,5 +159,27 @@ impl EventLog {
             .take(limit)
             .cloned()
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::health::state::Cause;
+
+    #[test]
+    fn the_time_from_ejection_to_rejoin_is_observed_once_per_ejection() {
+        let cfg = Config::parse("t.toml", crate::config::tests::MINIMAL).unwrap();
+        let b = Backend::new(&cfg.backends[0], &cfg.health, 0);
+        let (log, metrics) = (EventLog::default(), Metrics::new());
+        log.backend(&metrics, &b, Change::Ejected(Cause::Score), "score");
+        // A second ejection while down keeps the first time.
+        log.backend(&metrics, &b, Change::Ejected(Cause::Passive), "passive");
+        log.backend(&metrics, &b, Change::Rejoined, "score recovered");
+        log.backend(&metrics, &b, Change::Rejoined, "again");
+        let h = metrics.ejection_duration.with_label_values(&["az-a"]);
+        assert_eq!(h.get_sample_count(), 1);
+        assert!(h.get_sample_sum() >= 0.0);
     }
 }

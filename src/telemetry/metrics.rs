@@ -9,8 +9,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
 use prometheus::{
-    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    CounterVec, Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 const LATENCY_BUCKETS: &[f64] = &[
@@ -27,6 +27,12 @@ trait Family: Collector + Clone + Sized + 'static {
 impl Family for IntCounterVec {
     fn build(name: &str, help: &str, labels: &[&str]) -> prometheus::Result<Self> {
         IntCounterVec::new(Opts::new(name, help), labels)
+    }
+}
+
+impl Family for CounterVec {
+    fn build(name: &str, help: &str, labels: &[&str]) -> prometheus::Result<Self> {
+        CounterVec::new(Opts::new(name, help), labels)
     }
 }
 
@@ -124,6 +130,7 @@ macro_rules! metrics {
 pub enum Kind {
     IntCounter,
     IntCounterVec,
+    CounterVec,
     IntGaugeVec,
     GaugeVec,
     HistogramVec,
@@ -135,7 +142,7 @@ impl Kind {
     /// The `# TYPE` word of the exposition format.
     pub fn prometheus_type(self) -> &'static str {
         match self {
-            Kind::IntCounter | Kind::IntCounterVec => "counter",
+            Kind::IntCounter | Kind::IntCounterVec | Kind::CounterVec => "counter",
             Kind::HistogramVec => "histogram",
             Kind::IntGaugeVec | Kind::GaugeVec | Kind::IntGauge | Kind::Gauge => "gauge",
         }
@@ -184,6 +191,15 @@ metrics! {
     ttft: HistogramVec = "zonegate_ttft_seconds", "Streaming requests: time from arrival to the first token chunk sent to the client", ["model"];
     /// Tokens from the backend's `usage` (kind `prompt` or `completion`).
     tokens: IntCounterVec = "zonegate_tokens_total", "Tokens reported in backends' usage, by tenant and kind (prompt, completion)", ["tenant", "model", "kind"];
+    /// What answered requests cost (`dataplane::cost`), in base units of
+    /// the config's currency, by the model and zone that answered.
+    spend: CounterVec = "zonegate_spend_total", "What answered requests cost on this node, in base units of the configured currency (e.g. USD), by tenant, answering model and zone", ["tenant", "model", "zone"];
+    /// Requests refused (or downgraded) for a tenant's budget.
+    budget_exceeded: IntCounterVec = "zonegate_budget_exceeded_total", "Requests over their tenant's budget on this node, by period (day, month) and action (rejected, cheapest)", ["tenant", "period", "action"];
+    /// A tenant's budget allocation left on this node.
+    budget_remaining: GaugeVec = "zonegate_budget_remaining", "What this node may still spend of a tenant's budget in the current period (its allocation from the leader less its spend), in base units of the currency", ["tenant", "period"];
+    /// Answers by how the answering model got into the request's chain.
+    model_answers: IntCounterVec = "zonegate_model_answers_total", "Answered requests by requested model and how the answering model was reached (primary, fallback, floor, context, budget)", ["model", "link"];
     /// Requests a tenant's quota admitted on this node.
     quota_admitted: IntCounterVec = "zonegate_quota_admitted_total", "Requests admitted by the tenant's quota on this node", ["tenant"];
     /// Requests refused by a quota or by capacity shedding, by reason.
@@ -226,6 +242,8 @@ metrics! {
     /// Config weight × state multiplier × ramp, as the pickers see it.
     backend_effective_weight: GaugeVec = "zonegate_backend_effective_weight", "Config weight x state multiplier x slow-start/canary ramp", ["backend", "zone"];
     /// Every health event by kind (state changes included).
+    /// From a backend's ejection to its rejoin, as this node saw it.
+    ejection_duration: HistogramVec = "zonegate_backend_ejection_duration_seconds", "Time from a backend's ejection to its rejoin on this node, by zone", ["zone"];
     health_events: IntCounterVec = "zonegate_health_events_total", "Health events by kind (state changes, ejections, rejoins, panic, breaker)", ["kind"];
     /// 1 while a model's pool in a zone routes in panic mode.
     pool_panic: IntGaugeVec = "zonegate_pool_panic", "1 while a model's pool in a zone routes over all backends by score", ["model", "zone"];

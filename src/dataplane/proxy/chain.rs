@@ -22,6 +22,9 @@ pub(super) enum Link {
     /// From a model's `context_fallback` list, after its
     /// `context_length_exceeded`.
     ContextFallback,
+    /// The cheapest model of the chain, for a tenant over its budget with
+    /// `on_budget = "cheapest"` (`proxy::budget`).
+    Budget,
 }
 
 impl Link {
@@ -31,6 +34,7 @@ impl Link {
             Link::Fallback => "fallback-model",
             Link::Floor => "floor-model",
             Link::ContextFallback => "context-fallback",
+            Link::Budget => "budget:cheapest",
         }
     }
 
@@ -40,6 +44,7 @@ impl Link {
             Link::Fallback => "model",
             Link::Floor => "floor_model",
             Link::ContextFallback => "context_model",
+            Link::Budget => "budget",
         }
     }
 }

@@ -62,6 +62,11 @@ fn served(
             .with_label_values(&[w.link.metric_kind(), class])
             .inc();
     }
+    if let Some(asked) = &req.requested {
+        m.model_answers
+            .with_label_values(&[asked, answer_link(w.link)])
+            .inc();
+    }
     if let Some(rule) = &req.rule {
         route = Cow::Owned(format!("rule:{rule}, {route}"));
     }
@@ -92,6 +97,17 @@ fn served(
         deadline: req.deadline,
     };
     (served, committed, w.guards)
+}
+
+/// The `link` label of `zonegate_model_answers_total`.
+fn answer_link(link: Link) -> &'static str {
+    match link {
+        Link::Primary => "primary",
+        Link::Fallback => "fallback",
+        Link::Floor => "floor",
+        Link::ContextFallback => "context",
+        Link::Budget => "budget",
+    }
 }
 
 /// Who served a request and how; becomes headers, metrics and the access line.
@@ -192,6 +208,7 @@ pub(super) fn respond(
             took: ttft,
             ttft,
             status,
+            earlier: &[],
         };
         let delivered = body.len() as u64;
         ending.report(
@@ -230,6 +247,7 @@ pub(super) fn respond(
         status,
         guards,
         continuer,
+        parts: crate::dataplane::cost::Parts::new(),
     };
     Answer {
         status,
@@ -286,6 +304,9 @@ struct Hooks {
     status: http::StatusCode,
     guards: (InFlight, PoolGuard),
     continuer: Option<Continuer>,
+    /// The parts of a continued answer before the current one, each with
+    /// its backend's price (`dataplane::cost`).
+    parts: crate::dataplane::cost::Parts,
 }
 
 impl RelayHooks for Hooks {
@@ -315,6 +336,16 @@ impl RelayHooks for Hooks {
                     metric
                         .with_label_values(&[&*self.ctx.model, "continued"])
                         .inc();
+                    // The part that broke off, priced by its backend.
+                    let before: u64 = self.parts.iter().map(|p| p.output).sum();
+                    self.parts.push(crate::dataplane::cost::Part {
+                        output: delivered.deltas.saturating_sub(before),
+                        price: self
+                            .gw
+                            .cfg()
+                            .costs
+                            .price(&self.current.name, &self.answered_by),
+                    });
                     self.current = next.backend;
                     self.answered_by = next.resumed.model.as_str().into();
                     self.guards = next.guards;
@@ -342,6 +373,7 @@ impl RelayHooks for Hooks {
             took: self.started.elapsed(),
             ttft: self.ttft,
             status: self.status,
+            earlier: &self.parts,
         };
         ending.report(&mut self.admission, end, continuations, usage, delivered);
     }
@@ -362,9 +394,53 @@ struct Ending<'a> {
     took: Duration,
     ttft: Duration,
     status: http::StatusCode,
+    /// The parts of a continued answer before the last.
+    earlier: &'a [crate::dataplane::cost::Part],
 }
 
 impl Ending<'_> {
+    /// What the answer cost (`dataplane::cost`): settled against the
+    /// tenant's budget, counted in `zonegate_spend_total` and this node's
+    /// spend ledger. An error answer without `usage` costs nothing.
+    fn spend(&self, admission: &mut Admission, usage: Option<Usage>, delivered: u64) {
+        let cost = if usage.is_none() && !self.status.is_success() {
+            0
+        } else {
+            let price = self
+                .gw
+                .cfg()
+                .costs
+                .price(&self.current.name, self.answered_by);
+            crate::dataplane::cost::answer_cost(
+                usage,
+                admission.estimate(),
+                delivered,
+                self.earlier,
+                price,
+            )
+        };
+        if let Some(hold) = admission.budget.as_mut() {
+            hold.settle(cost);
+        }
+        if cost > 0 {
+            self.gw
+                .metrics
+                .spend
+                .with_label_values(&[
+                    &self.ctx.tenant,
+                    self.answered_by,
+                    self.current.zone.as_str(),
+                ])
+                .inc_by(crate::dataplane::cost::units(cost));
+            self.gw.spend.record(
+                &self.ctx.tenant,
+                self.answered_by,
+                cost,
+                crate::clock::unix_ms(),
+            );
+        }
+    }
+
     /// The end, once: the tenant's tokens and quota settled from the
     /// usage (else from the bytes delivered), the outcome counted, the
     /// duration observed, the access line.
@@ -380,6 +456,7 @@ impl Ending<'_> {
             prompt.inc_by(u.prompt_tokens);
             completion.inc_by(u.completion_tokens);
         }
+        self.spend(admission, usage, delivered);
         admission.finish(
             usage.map(|u| u.prompt_tokens.saturating_add(u.completion_tokens)),
             delivered,
