@@ -372,6 +372,7 @@ impl World {
                 tenant: TENANT.into(),
                 offered,
                 admitted: offered,
+                spend: Default::default(),
             }]
         }));
         node.set_rebalance_plan(RebalancePlan {
