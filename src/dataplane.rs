@@ -15,6 +15,7 @@ pub mod connect;
 pub mod error;
 pub mod forward;
 pub mod observe;
+pub mod provider;
 pub mod proxy;
 pub mod quota;
 pub mod relay;

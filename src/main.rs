@@ -209,6 +209,8 @@ fn main() -> ExitCode {
                 name,
                 zone,
                 models,
+                provider,
+                expect_key,
             } => {
                 let name = name.unwrap_or_else(|| listen.to_string());
                 zonegate::tools::mock::run(zonegate::tools::mock::MockOptions {
@@ -216,6 +218,8 @@ fn main() -> ExitCode {
                     name,
                     zone,
                     models,
+                    provider,
+                    expect_key,
                 })
                 .await
             }

@@ -24,6 +24,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::json;
 use tokio::net::TcpListener;
 
+mod provider;
+
 type MockBody = BoxBody<Bytes, std::io::Error>;
 
 /// Faults in force; every field is set at run time by `POST /mock/faults`.
@@ -74,6 +76,9 @@ pub struct Faults {
     pub answer_salt: String,
     /// Faults apply only to requests for these models (empty: all).
     pub only_models: Vec<String>,
+    /// Answers carry OpenAI's `x-ratelimit-remaining-requests` with this
+    /// value (a provider mock's default is 9999).
+    pub ratelimit_remaining: Option<u64>,
 }
 
 impl Default for Faults {
@@ -100,6 +105,7 @@ impl Default for Faults {
             context_length_exceeded: false,
             answer_salt: String::new(),
             only_models: Vec::new(),
+            ratelimit_remaining: None,
         }
     }
 }
@@ -135,6 +141,8 @@ pub struct FaultsPatch {
     context_length_exceeded: Option<bool>,
     answer_salt: Option<String>,
     only_models: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "present")]
+    ratelimit_remaining: Option<Option<u64>>,
 }
 
 /// Tells "key absent" (outer `None`) from "key: null" (`Some(None)`).
@@ -190,7 +198,8 @@ impl Faults {
             reject_prefill,
             context_length_exceeded,
             answer_salt,
-            only_models
+            only_models,
+            ratelimit_remaining
         );
         Ok(())
     }
@@ -204,6 +213,11 @@ pub struct MockOptions {
     pub zone: Option<String>,
     /// Models it serves; empty means it answers for any model name.
     pub models: Vec<String>,
+    /// The provider whose wire format it speaks (`--provider`).
+    pub provider: crate::config::Provider,
+    /// The credential it expects in that provider's header
+    /// (`--expect-key`); anything else gets the provider's 401.
+    pub expect_key: Option<String>,
 }
 
 struct Mock {
@@ -213,6 +227,10 @@ struct Mock {
     health_checks: AtomicU64,
     in_flight: Arc<AtomicU64>,
     seq: AtomicU64,
+    /// Requests refused for their credential.
+    auth_failures: AtomicU64,
+    /// The headers of the last inference request.
+    last_headers: Mutex<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// A running mock backend.
@@ -261,6 +279,8 @@ pub async fn start(opts: MockOptions) -> std::io::Result<MockHandle> {
         health_checks: AtomicU64::new(0),
         in_flight: Arc::new(AtomicU64::new(0)),
         seq: AtomicU64::new(0),
+        auth_failures: AtomicU64::new(0),
+        last_headers: Mutex::default(),
     });
     let task = tokio::spawn(accept_loop(listener, Arc::clone(&mock)));
     Ok(MockHandle { addr, mock, task })
@@ -414,10 +434,24 @@ impl Mock {
             (&Method::GET, "/metrics") => return Ok(self.metrics()),
             _ => {}
         }
+        let kind = self.opts.provider;
+        if let (Some(expect), true) = (&self.opts.expect_key, provider::guarded(&path)) {
+            if let Some(refused) = provider::check_key(kind, expect, req.headers()) {
+                self.auth_failures.fetch_add(1, Ordering::Relaxed);
+                return Ok(refused);
+            }
+        }
+        let path = match provider::route(kind, &method, &path, req.uri().query()) {
+            Ok(provider::Route::Pass) => path,
+            Ok(provider::Route::Openai(p)) => p,
+            Ok(provider::Route::Models) => return Ok(provider::azure_models(&self.opts.models)),
+            Err(resp) => return Ok(resp),
+        };
         let faults = self.faults.lock().clone();
         let inference = method == Method::POST && path.starts_with("/v1/");
         if inference {
             self.requests.fetch_add(1, Ordering::Relaxed);
+            *self.last_headers.lock() = provider::seen(req.headers());
         }
         if faults.reset && (inference || path == "/health") {
             return Err(std::io::Error::new(
@@ -443,7 +477,13 @@ impl Mock {
             (&Method::GET, "/v1/models") => Ok(self.models()),
             (&Method::POST, "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings") => {
                 let running = Running::start(&self.in_flight);
-                Ok(self.infer(req, &path, &faults, running).await)
+                let mut resp = self.infer(req, &path, &faults, running).await;
+                if kind != crate::config::Provider::Anthropic
+                    && (self.opts.expect_key.is_some() || faults.ratelimit_remaining.is_some())
+                {
+                    provider::put_rate_limits(&mut resp, faults.ratelimit_remaining.unwrap_or(9999));
+                }
+                Ok(resp)
             }
             _ => Ok(openai_error(
                 StatusCode::NOT_FOUND,
@@ -486,6 +526,9 @@ impl Mock {
                 "requests": self.requests.load(Ordering::Relaxed),
                 "health_checks": self.health_checks.load(Ordering::Relaxed),
                 "in_flight": self.in_flight.load(Ordering::Relaxed),
+                "provider": self.opts.provider.as_str(),
+                "auth_failures": self.auth_failures.load(Ordering::Relaxed),
+                "last_headers": *self.last_headers.lock(),
             }),
         )
     }

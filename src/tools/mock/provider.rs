@@ -1,0 +1,187 @@
+//! The mock's provider formats (`mock-backend --provider openai|azure|
+//! anthropic --expect-key K`): the credential each provider expects, in
+//! its header and with its error body when wrong; Azure OpenAI's
+//! deployment paths and model list; OpenAI's `x-ratelimit-*` headers. The
+//! headers of the last inference request are kept for `/mock/stats`, so a
+//! test can see what a provider would have seen.
+
+use http::{header, HeaderMap, Method, Response, StatusCode};
+use serde_json::json;
+
+use super::{json_resp, openai_error, MockBody};
+use crate::config::Provider;
+
+/// Where a provider request goes, in the mock's own (OpenAI) paths.
+pub(super) enum Route {
+    /// An OpenAI path (as the client sent it, or Azure's mapped to it).
+    Openai(String),
+    /// A provider's model list (the free probe).
+    Models,
+    /// Not a provider path: the mock's own handling.
+    Pass,
+}
+
+/// The mock's path for a provider request; `Err` for a request the
+/// provider itself would refuse (Azure without `api-version`).
+pub(super) fn route(
+    kind: Provider,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+) -> Result<Route, Response<MockBody>> {
+    match kind {
+        Provider::Openai | Provider::Anthropic => Ok(Route::Pass),
+        Provider::Azure => {
+            let Some(rest) = path.strip_prefix("/openai/") else {
+                return Ok(Route::Pass);
+            };
+            let versioned = query
+                .unwrap_or("")
+                .split('&')
+                .any(|p| p.strip_prefix("api-version=").is_some_and(|v| !v.is_empty()));
+            if !versioned {
+                return Err(azure_error(
+                    StatusCode::NOT_FOUND,
+                    "404",
+                    "Resource not found (api-version is required)",
+                ));
+            }
+            if rest == "models" && method == Method::GET {
+                return Ok(Route::Models);
+            }
+            let Some(tail) = rest.strip_prefix("deployments/") else {
+                return Err(azure_error(StatusCode::NOT_FOUND, "404", "Resource not found"));
+            };
+            let op = tail.split_once('/').map_or("", |(_, op)| op);
+            match op {
+                "chat/completions" => Ok(Route::Openai("/v1/chat/completions".into())),
+                "completions" => Ok(Route::Openai("/v1/completions".into())),
+                "embeddings" => Ok(Route::Openai("/v1/embeddings".into())),
+                _ => Err(azure_error(StatusCode::NOT_FOUND, "404", "Resource not found")),
+            }
+        }
+    }
+}
+
+/// Whether a path is the provider's (checked for the credential).
+pub(super) fn guarded(path: &str) -> bool {
+    path.starts_with("/v1/") || path.starts_with("/openai/")
+}
+
+/// The provider's answer to a missing or wrong credential, `None` when the
+/// request carries `expect`ed key in the provider's header.
+pub(super) fn check_key(
+    kind: Provider,
+    expect: &str,
+    headers: &HeaderMap,
+) -> Option<Response<MockBody>> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let given = match kind {
+        Provider::Openai => text("authorization").and_then(|v| v.strip_prefix("Bearer ")),
+        Provider::Azure => text("api-key"),
+        Provider::Anthropic => text("x-api-key"),
+    };
+    if given == Some(expect) {
+        return None;
+    }
+    Some(match kind {
+        Provider::Openai => openai_error(
+            StatusCode::UNAUTHORIZED,
+            "Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys.",
+            "invalid_api_key",
+        ),
+        Provider::Azure => azure_error(
+            StatusCode::UNAUTHORIZED,
+            "401",
+            "Access denied due to invalid subscription key or wrong API endpoint. Make sure to \
+             provide a valid key for an active subscription and use a correct regional API \
+             endpoint for your resource.",
+        ),
+        Provider::Anthropic => json_resp(
+            StatusCode::UNAUTHORIZED,
+            &json!({"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}),
+        ),
+    })
+}
+
+/// Azure OpenAI's error shape (`code` a string, no `type`).
+fn azure_error(status: StatusCode, code: &str, message: &str) -> Response<MockBody> {
+    json_resp(status, &json!({"error": {"code": code, "message": message}}))
+}
+
+/// Azure's model list.
+pub(super) fn azure_models(models: &[String]) -> Response<MockBody> {
+    let data: Vec<_> = models
+        .iter()
+        .map(|m| json!({"id": m, "object": "model", "status": "succeeded", "capabilities": {"chat_completion": true}}))
+        .collect();
+    json_resp(StatusCode::OK, &json!({"object": "list", "data": data}))
+}
+
+/// OpenAI's rate-limit headers on an answer: `remaining` requests left
+/// this minute (the `ratelimit_remaining` fault), reset in a second.
+pub(super) fn put_rate_limits(resp: &mut Response<MockBody>, remaining: u64) {
+    let h = resp.headers_mut();
+    for (name, value) in [
+        ("x-ratelimit-limit-requests", "10000".to_owned()),
+        ("x-ratelimit-remaining-requests", remaining.to_string()),
+        ("x-ratelimit-reset-requests", "1s".to_owned()),
+        ("x-ratelimit-limit-tokens", "2000000".to_owned()),
+        ("x-ratelimit-remaining-tokens", "1999000".to_owned()),
+        ("x-ratelimit-reset-tokens", "30ms".to_owned()),
+    ] {
+        if let Ok(v) = header::HeaderValue::from_str(&value) {
+            h.insert(header::HeaderName::from_static(name), v);
+        }
+    }
+}
+
+/// The headers a request carried, for `/mock/stats` (`last_headers`).
+pub(super) fn seen(headers: &HeaderMap) -> serde_json::Map<String, serde_json::Value> {
+    headers
+        .iter()
+        .map(|(n, v)| {
+            (
+                n.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned().into(),
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn azure_paths_map_to_the_openai_ones_and_need_an_api_version() {
+        let r = route(
+            Provider::Azure,
+            &Method::POST,
+            "/openai/deployments/gpt-4o/chat/completions",
+            Some("api-version=2024-10-21"),
+        );
+        assert!(matches!(r, Ok(Route::Openai(p)) if p == "/v1/chat/completions"));
+        let r = route(
+            Provider::Azure,
+            &Method::POST,
+            "/openai/deployments/gpt-4o/chat/completions",
+            None,
+        );
+        assert!(matches!(r, Err(resp) if resp.status() == StatusCode::NOT_FOUND));
+        let r = route(Provider::Azure, &Method::GET, "/openai/models", Some("api-version=1"));
+        assert!(matches!(r, Ok(Route::Models)));
+    }
+
+    #[test]
+    fn each_provider_wants_its_key_in_its_own_header() {
+        let mut h = HeaderMap::new();
+        h.insert("authorization", "Bearer k1".parse().expect("value"));
+        assert!(check_key(Provider::Openai, "k1", &h).is_none());
+        assert!(check_key(Provider::Azure, "k1", &h).is_some());
+        h.insert("api-key", "k1".parse().expect("value"));
+        assert!(check_key(Provider::Azure, "k1", &h).is_none());
+        let refused = check_key(Provider::Anthropic, "k1", &h).expect("401");
+        assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    }
+}
