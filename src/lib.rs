@@ -13,6 +13,7 @@ pub mod config;
 pub mod dataplane;
 pub mod health;
 pub mod node;
+pub mod provider;
 pub mod telemetry;
 pub mod tools;
 

@@ -1,0 +1,308 @@
+//! Anthropic's stream events → OpenAI `chat.completion.chunk` payloads.
+
+use serde_json::{json, Value};
+
+use super::response::{finish_reason, Usage};
+use crate::provider::TranslateError;
+
+fn malformed(field: impl Into<String>, reason: impl Into<String>) -> TranslateError {
+    TranslateError::new(field, reason)
+}
+
+/// Where the stream is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Before `message_start`.
+    Waiting,
+    Open,
+    /// After `message_stop`: `[DONE]` was given.
+    Done,
+    /// After an `error` event: its OpenAI error payload was given.
+    Failed,
+}
+
+/// What a content block's deltas become.
+#[derive(Debug, Clone, Copy)]
+enum Block {
+    Text,
+    /// The OpenAI `tool_calls[].index` of this `tool_use` block.
+    Tool(usize),
+    /// Extended thinking: not part of the OpenAI answer.
+    Skipped,
+}
+
+/// One Anthropic stream being translated, event by event, into the
+/// payloads of OpenAI `data:` lines: the role chunk at `message_start`,
+/// a content or tool-call chunk per delta, the `finish_reason` chunk at
+/// `message_delta`, the usage chunk (when the client asked for
+/// `stream_options.include_usage`) and `[DONE]` at `message_stop`; an
+/// `error` event becomes OpenAI's error object and ends the stream.
+#[derive(Debug, Clone)]
+pub struct Stream {
+    id: String,
+    created: u64,
+    model: String,
+    include_usage: bool,
+    usage: Usage,
+    phase: Phase,
+    /// (Anthropic block index, what it is), in the order the blocks began.
+    blocks: Vec<(u64, Block)>,
+    tools: usize,
+    finish: Option<&'static str>,
+}
+
+impl Stream {
+    /// A stream whose chunks name `client_model` (the model the client
+    /// asked for) and carry the current time as `created`.
+    pub fn new(client_model: &str, include_usage: bool) -> Self {
+        Self::new_at(client_model, include_usage, crate::clock::unix_s())
+    }
+
+    /// [`Stream::new`] at `created`, the Unix time in seconds every chunk
+    /// carries.
+    pub fn new_at(client_model: &str, include_usage: bool, created: u64) -> Self {
+        Self {
+            id: String::new(),
+            created,
+            model: client_model.to_owned(),
+            include_usage,
+            usage: Usage::default(),
+            phase: Phase::Waiting,
+            blocks: Vec::new(),
+            tools: 0,
+            finish: None,
+        }
+    }
+
+    /// The token counts seen so far (final after `message_stop`).
+    pub fn usage(&self) -> Usage {
+        self.usage
+    }
+
+    /// The OpenAI `finish_reason` once `message_delta` gave one.
+    pub fn finish_reason(&self) -> Option<&'static str> {
+        self.finish
+    }
+
+    /// `message_stop` or an `error` event was seen: the client's stream is
+    /// complete (`[DONE]`) or ended with an error payload.
+    pub fn finished(&self) -> bool {
+        matches!(self.phase, Phase::Done | Phase::Failed)
+    }
+
+    /// An `error` event ended the stream.
+    pub fn failed(&self) -> bool {
+        self.phase == Phase::Failed
+    }
+
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> String {
+        json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+        })
+        .to_string()
+    }
+
+    fn block(&self, data: &Value) -> Result<(u64, Block), TranslateError> {
+        let index = data
+            .get("index")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| malformed("index", "missing"))?;
+        self.blocks
+            .iter()
+            .find(|(i, _)| *i == index)
+            .copied()
+            .ok_or_else(|| malformed("index", format!("no content block {index} was started")))
+    }
+
+    /// Translates one Anthropic event (`event` is its `event:` name, `data`
+    /// its `data:` bytes) into zero or more OpenAI `data:` payloads: JSON
+    /// text, or `[DONE]`. Events after the end are ignored; an event that
+    /// contradicts the stream (a delta of a block never started, data that
+    /// is not JSON) is an error naming the field, and the caller ends the
+    /// client's stream as for a broken upstream.
+    pub fn event(&mut self, event: &str, data: &[u8]) -> Result<Vec<String>, TranslateError> {
+        if self.finished() {
+            return Ok(Vec::new());
+        }
+        let data: Value = serde_json::from_slice(data)
+            .map_err(|e| malformed("data", format!("an event's data is not JSON: {e}")))?;
+        // A relay that drops `event:` lines still leaves the data's `type`.
+        let kind = if event.is_empty() {
+            data.get("type").and_then(Value::as_str).unwrap_or("")
+        } else {
+            event
+        };
+        if self.phase == Phase::Waiting && !matches!(kind, "message_start" | "ping" | "error") {
+            return Err(malformed(
+                "event",
+                format!("`{kind}` before `message_start`"),
+            ));
+        }
+        match kind {
+            "message_start" => self.message_start(&data),
+            "content_block_start" => self.block_start(&data),
+            "content_block_delta" => self.block_delta(&data),
+            "message_delta" => {
+                if let Some(u) = data.get("usage") {
+                    self.usage.update(u);
+                }
+                match data
+                    .get("delta")
+                    .and_then(|d| d.get("stop_reason"))
+                    .and_then(Value::as_str)
+                {
+                    Some(stop) => {
+                        let finish = finish_reason(stop)?;
+                        self.finish = Some(finish);
+                        Ok(vec![self.chunk(json!({}), Some(finish))])
+                    }
+                    None => Ok(Vec::new()),
+                }
+            }
+            "message_stop" => {
+                self.phase = Phase::Done;
+                let mut out = Vec::with_capacity(2);
+                if self.include_usage {
+                    out.push(
+                        json!({
+                            "id": self.id,
+                            "object": "chat.completion.chunk",
+                            "created": self.created,
+                            "model": self.model,
+                            "choices": [],
+                            "usage": self.usage.openai(),
+                        })
+                        .to_string(),
+                    );
+                }
+                out.push("[DONE]".to_owned());
+                Ok(out)
+            }
+            "error" => {
+                self.phase = Phase::Failed;
+                let bytes = data.to_string();
+                let (_, body) = super::response::error(0, bytes.as_bytes());
+                Ok(vec![body.to_string()])
+            }
+            // `content_block_stop` and `ping` carry nothing for the client;
+            // unknown events are skipped, as Anthropic's versioning policy
+            // asks of clients ("handle unknown event types gracefully").
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    fn message_start(&mut self, data: &Value) -> Result<Vec<String>, TranslateError> {
+        if self.phase != Phase::Waiting {
+            return Err(malformed("event", "a second `message_start`"));
+        }
+        let message = data
+            .get("message")
+            .ok_or_else(|| malformed("message", "missing"))?;
+        self.id = message
+            .get("id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| malformed("message.id", "missing"))?
+            .to_owned();
+        if let Some(u) = message.get("usage") {
+            self.usage.update(u);
+        }
+        self.phase = Phase::Open;
+        Ok(vec![
+            self.chunk(json!({"role": "assistant", "content": ""}), None)
+        ])
+    }
+
+    fn block_start(&mut self, data: &Value) -> Result<Vec<String>, TranslateError> {
+        let index = data
+            .get("index")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| malformed("index", "missing"))?;
+        if self.blocks.iter().any(|(i, _)| *i == index) {
+            return Err(malformed(
+                "index",
+                format!("content block {index} started twice"),
+            ));
+        }
+        let block = data
+            .get("content_block")
+            .ok_or_else(|| malformed("content_block", "missing"))?;
+        let (kind, out) = match block.get("type").and_then(Value::as_str) {
+            Some("text") => {
+                let text = block.get("text").and_then(Value::as_str).unwrap_or("");
+                let out = if text.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![self.chunk(json!({"content": text}), None)]
+                };
+                (Block::Text, out)
+            }
+            Some("tool_use") => {
+                let get = |k: &str| {
+                    block
+                        .get(k)
+                        .and_then(Value::as_str)
+                        .ok_or_else(|| malformed(format!("content_block.{k}"), "missing"))
+                };
+                let (id, name) = (get("id")?, get("name")?);
+                // The input arrives as `input_json_delta`s after an empty
+                // `{}`; a provider that sends it whole is passed on whole.
+                let args = match block.get("input") {
+                    Some(Value::Object(o)) if !o.is_empty() => Value::Object(o.clone()).to_string(),
+                    _ => String::new(),
+                };
+                let k = self.tools;
+                self.tools = self.tools.saturating_add(1);
+                let delta = json!({"tool_calls": [{
+                    "index": k, "id": id, "type": "function",
+                    "function": {"name": name, "arguments": args},
+                }]});
+                (Block::Tool(k), vec![self.chunk(delta, None)])
+            }
+            Some("thinking" | "redacted_thinking") => (Block::Skipped, Vec::new()),
+            _ => {
+                return Err(malformed(
+                    "content_block.type",
+                    "a content block OpenAI's chat.completion.chunk cannot carry",
+                ))
+            }
+        };
+        self.blocks.push((index, kind));
+        Ok(out)
+    }
+
+    fn block_delta(&mut self, data: &Value) -> Result<Vec<String>, TranslateError> {
+        let (_, block) = self.block(data)?;
+        let delta = data
+            .get("delta")
+            .ok_or_else(|| malformed("delta", "missing"))?;
+        let field = |k: &str| {
+            delta
+                .get(k)
+                .and_then(Value::as_str)
+                .ok_or_else(|| malformed(format!("delta.{k}"), "missing"))
+        };
+        match (delta.get("type").and_then(Value::as_str), block) {
+            (Some("text_delta"), Block::Text) => {
+                Ok(vec![self.chunk(json!({"content": field("text")?}), None)])
+            }
+            (Some("input_json_delta"), Block::Tool(k)) => {
+                let delta = json!({"tool_calls": [{
+                    "index": k, "function": {"arguments": field("partial_json")?},
+                }]});
+                Ok(vec![self.chunk(delta, None)])
+            }
+            (Some("thinking_delta" | "signature_delta"), Block::Skipped) => Ok(Vec::new()),
+            (kind, _) => Err(malformed(
+                "delta.type",
+                format!(
+                    "`{}` does not belong to this content block",
+                    kind.unwrap_or("")
+                ),
+            )),
+        }
+    }
+}
