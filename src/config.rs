@@ -16,10 +16,10 @@ use zonegate_net::tls::{BackendTls, TlsFiles};
 mod bounds;
 mod cluster;
 pub mod credential;
-pub mod provider;
 mod health;
 mod models;
 mod node;
+pub mod provider;
 mod quota;
 mod raw;
 #[cfg(test)]

@@ -116,7 +116,9 @@ impl HttpProber {
                 let mut req = Request::get(uri);
                 if let Some(p) = &backend.provider {
                     // A provider's model list wants its credential too.
-                    for (name, value) in crate::dataplane::provider::probe_headers(p, crate::clock::now_ms()) {
+                    for (name, value) in
+                        crate::dataplane::provider::probe_headers(p, crate::clock::now_ms())
+                    {
                         req = req.header(name, value);
                     }
                 }
@@ -565,6 +567,8 @@ mod tests {
             model_names: Default::default(),
             tls: BackendTls::default(),
             capacity: None,
+            provider: None,
+            probe_interval: None,
         };
         Backend::new(&cfg, &crate::config::HealthConfig::default(), 0)
     }

@@ -434,6 +434,7 @@ provider = "anthropic"
 api_key = {{ env = "PATH" }}
 default_max_tokens = 1024
 health = {{ interval = "30s" }}
+capacity = 8
 
 [[models]]
 name = "m"

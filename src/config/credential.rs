@@ -206,7 +206,10 @@ mod tests {
     fn a_missing_variable_or_unreadable_file_says_which_and_why() {
         let e = Credential::load(Source::Env("ZONEGATE_TEST_NO_SUCH_VARIABLE".into()))
             .expect_err("unset");
-        assert!(e.contains("`ZONEGATE_TEST_NO_SUCH_VARIABLE` is not set"), "{e}");
+        assert!(
+            e.contains("`ZONEGATE_TEST_NO_SUCH_VARIABLE` is not set"),
+            "{e}"
+        );
         let e = Credential::load(Source::File("/nonexistent/zonegate-key".into()))
             .expect_err("missing");
         assert!(e.contains("cannot read `/nonexistent/zonegate-key`"), "{e}");
@@ -235,6 +238,9 @@ mod tests {
         std::fs::remove_file(&path).expect("rm");
         assert!(!c.reload(true));
         assert_eq!(*c.value(t + 10 * RECHECK_MS), "sk-second-and-longer");
-        assert_eq!(format!("{c:?}"), format!("{{ file = {:?} }}", path.display().to_string()));
+        assert_eq!(
+            format!("{c:?}"),
+            format!("{{ file = {:?} }}", path.display().to_string())
+        );
     }
 }

@@ -57,21 +57,20 @@ impl Validator<'_> {
         let credential = match &b.api_key {
             None => None,
             Some(secret) => {
-                let (sub, source) = match (&secret.env, &secret.file) {
-                    (Some(name), None) if !name.trim().is_empty() => {
-                        ("env", Source::Env(name.trim().to_owned()))
-                    }
-                    (None, Some(path)) if !path.as_os_str().is_empty() => {
-                        ("file", Source::File(path.clone()))
-                    }
-                    _ => {
-                        return Err(self.err(
+                let (sub, source) =
+                    match (&secret.env, &secret.file) {
+                        (Some(name), None) if !name.trim().is_empty() => {
+                            ("env", Source::Env(name.trim().to_owned()))
+                        }
+                        (None, Some(path)) if !path.as_os_str().is_empty() => {
+                            ("file", Source::File(path.clone()))
+                        }
+                        _ => return Err(self.err(
                             format!("{key}.api_key"),
                             "must be { env = \"VARIABLE\" } or { file = \"/path\" } (one of them, \
                              not empty)",
-                        ))
-                    }
-                };
+                        )),
+                    };
                 let c = Credential::load(source)
                     .map_err(|reason| self.err(format!("{key}.api_key.{sub}"), reason))?;
                 Some(Arc::new(c))
@@ -141,5 +140,78 @@ impl Validator<'_> {
             api_version,
             default_max_tokens,
         })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::tests::error_of;
+    use crate::config::Config;
+
+    const HEAD: &str = r#"
+        [node]
+        id = 1
+        zone = "az-a"
+        listen = "127.0.0.1:0"
+        admin_listen = "127.0.0.1:0"
+        data_dir = "data/node-1"
+    "#;
+
+    fn backend(extra: &str) -> String {
+        format!(
+            "{HEAD}\n[[backends]]\nname = \"p\"\nzone = \"az-a\"\nurl = \"https://api.example.com\"\n\
+             models = [\"m\"]\n{extra}\n"
+        )
+    }
+
+    #[test]
+    fn a_missing_key_variable_or_unreadable_key_file_names_the_file_the_key_and_why() {
+        let e = error_of(&backend(
+            "api_key = { env = \"ZONEGATE_TEST_UNSET_PROVIDER_KEY\" }",
+        ));
+        assert_eq!(e.file, "test.toml");
+        assert_eq!(e.key, "backends[0].api_key.env");
+        assert!(e.reason.contains("is not set"), "{e}");
+        let e = error_of(&backend("api_key = { file = \"/nonexistent/key\" }"));
+        assert_eq!(e.key, "backends[0].api_key.file");
+        assert!(e.reason.contains("cannot read `/nonexistent/key`"), "{e}");
+        let e = error_of(&backend("api_key = { }"));
+        assert_eq!(e.key, "backends[0].api_key");
+        let e = error_of(&backend("headers = { Authorization = \"Bearer x\" }"));
+        assert_eq!(e.key, "backends[0].headers.Authorization");
+        let e = error_of(&backend("api_version = \"2024-01-01\""));
+        assert_eq!(e.key, "backends[0].api_version");
+        let e = error_of(&backend("provider = \"azure\"\napi_version = \"a&b\""));
+        assert_eq!(e.key, "backends[0].api_version");
+        let e = error_of(&backend("provider = \"azure\"\ndefault_max_tokens = 5"));
+        assert_eq!(e.key, "backends[0].default_max_tokens");
+    }
+
+    #[test]
+    fn a_providers_key_is_read_but_only_its_reference_is_ever_shown() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("key");
+        std::fs::write(&path, "sk-ant-secret-value\n").expect("write");
+        let text = backend(&format!(
+            "provider = \"anthropic\"\napi_key = {{ file = \"{}\" }}\n\
+             headers = {{ \"anthropic-beta\" = \"tools-2024\" }}",
+            path.display()
+        ));
+        let cfg = Config::parse("test.toml", &text).expect("valid");
+        let b = &cfg.backends[0];
+        let p = b.provider.as_ref().expect("a provider");
+        assert_eq!(p.api_version, super::ANTHROPIC_VERSION);
+        assert_eq!(b.health_path, "/v1/models");
+        assert_eq!(b.probe_interval, Some(super::PROVIDER_PROBE_INTERVAL));
+        let key = p.key.as_ref().expect("key");
+        assert_eq!(*key.value(0), "sk-ant-secret-value");
+        for shown in [format!("{cfg:?}"), cfg.replicated_toml().to_owned()] {
+            assert!(!shown.contains("sk-ant-secret-value"), "{shown}");
+        }
+        // A plain backend stays plain: no provider, the usual probe.
+        let plain = Config::parse("test.toml", &backend("")).expect("valid");
+        assert!(plain.backends[0].provider.is_none());
+        assert_eq!(plain.backends[0].health_path, "/health");
+        assert_eq!(plain.backends[0].probe_interval, None);
     }
 }

@@ -574,6 +574,8 @@ mod tests {
             model_names: HashMap::new(),
             tls: BackendTls::default(),
             capacity: None,
+            provider: None,
+            probe_interval: None,
         };
         Backend::new(&cfg, &HealthConfig::default(), 0)
     }

@@ -473,8 +473,8 @@ async fn provider_answer(
         .map_err(|e| AttemptError::Reset(format!("reading the provider's answer: {e}")))?
         .to_bytes();
     if status.is_success() {
-        let out = provider::anthropic::answer(&body, client_model)
-            .map_err(AttemptError::BadAnswer)?;
+        let out =
+            provider::anthropic::answer(&body, client_model).map_err(AttemptError::BadAnswer)?;
         return Ok(whole(status, json_lines(), out, started, cool_for));
     }
     let (code, out) = provider::anthropic::error(status.as_u16(), &body);

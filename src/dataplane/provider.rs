@@ -173,7 +173,9 @@ const DROP_FOR_PROVIDERS: &[&str] = &["api-key", "x-api-key", "anthropic-version
 
 /// Whether a client header goes to a provider backend.
 pub fn forwarded(name: &[u8]) -> bool {
-    !DROP_FOR_PROVIDERS.iter().any(|d| name_is(name, d.as_bytes()))
+    !DROP_FOR_PROVIDERS
+        .iter()
+        .any(|d| name_is(name, d.as_bytes()))
 }
 
 /// Writes the provider's credential in its form, then the configured
@@ -260,16 +262,7 @@ fn reset_hint(lines: &HeadLines, now: std::time::SystemTime) -> Option<Duration>
         b"anthropic-ratelimit-input-tokens-reset",
         b"anthropic-ratelimit-output-tokens-reset",
     ] {
-        let Some(value) = lines.get(name).and_then(|v| std::str::from_utf8(v).ok()) else {
-            continue;
-        };
-        let value = value.trim();
-        let d = humantime::parse_duration(value).ok().or_else(|| {
-            humantime::parse_rfc3339_weak(value)
-                .ok()
-                .map(|at| at.duration_since(now).unwrap_or(Duration::ZERO))
-        });
-        if let Some(d) = d {
+        if let Some(d) = lines.get(name).and_then(|v| reset_in(v, now)) {
             soonest = Some(soonest.map_or(d, |s| s.min(d)));
         }
     }
@@ -279,18 +272,46 @@ fn reset_hint(lines: &HeadLines, now: std::time::SystemTime) -> Option<Duration>
 /// A successful answer that says the provider's allowance is used up
 /// (`x-ratelimit-remaining-requests: 0` or `…-tokens: 0`, Anthropic's
 /// `anthropic-ratelimit-*-remaining: 0`): how long to cool the backend
-/// for, so that the next requests go elsewhere instead of collecting
-/// 429s. One second when no reset header says how long.
+/// for (until the latest reset of the exhausted allowances), so that the
+/// next requests go elsewhere instead of collecting 429s. One second
+/// when no reset header says how long.
 pub fn exhausted_for(lines: &HeadLines, now: std::time::SystemTime) -> Option<Duration> {
-    let exhausted = [
-        &b"x-ratelimit-remaining-requests"[..],
-        b"x-ratelimit-remaining-tokens",
-        b"anthropic-ratelimit-requests-remaining",
-        b"anthropic-ratelimit-tokens-remaining",
-    ]
-    .into_iter()
-    .any(|name| lines.get(name).is_some_and(|v| v.trim_ascii() == b"0"));
-    exhausted.then(|| reset_hint(lines, now).unwrap_or(Duration::from_secs(1)))
+    let mut wait: Option<Duration> = None;
+    for (remaining, reset) in [
+        (
+            &b"x-ratelimit-remaining-requests"[..],
+            &b"x-ratelimit-reset-requests"[..],
+        ),
+        (b"x-ratelimit-remaining-tokens", b"x-ratelimit-reset-tokens"),
+        (
+            b"anthropic-ratelimit-requests-remaining",
+            b"anthropic-ratelimit-requests-reset",
+        ),
+        (
+            b"anthropic-ratelimit-tokens-remaining",
+            b"anthropic-ratelimit-tokens-reset",
+        ),
+    ] {
+        if lines.get(remaining).is_some_and(|v| v.trim_ascii() == b"0") {
+            let d = lines
+                .get(reset)
+                .and_then(|v| reset_in(v, now))
+                .unwrap_or(Duration::from_secs(1));
+            wait = Some(wait.map_or(d, |w| w.max(d)));
+        }
+    }
+    wait.map(|d| d.min(MAX_RETRY_AFTER))
+}
+
+/// A reset header's time from `now`: OpenAI's duration (`6m0s`, `20ms`)
+/// or Anthropic's RFC 3339 time.
+fn reset_in(value: &[u8], now: std::time::SystemTime) -> Option<Duration> {
+    let value = std::str::from_utf8(value).ok()?.trim();
+    humantime::parse_duration(value).ok().or_else(|| {
+        humantime::parse_rfc3339_weak(value)
+            .ok()
+            .map(|at| at.duration_since(now).unwrap_or(Duration::ZERO))
+    })
 }
 
 /// Whether a client header is forwarded to this backend: every backend's
@@ -325,9 +346,15 @@ mod tests {
 
     #[test]
     fn anthropic_serves_chat_only() {
-        assert!(serves(Provider::Anthropic, Endpoint::of("/v1/chat/completions")));
+        assert!(serves(
+            Provider::Anthropic,
+            Endpoint::of("/v1/chat/completions")
+        ));
         assert!(!serves(Provider::Anthropic, Endpoint::of("/v1/embeddings")));
-        assert!(!serves(Provider::Anthropic, Endpoint::of("/v1/completions")));
+        assert!(!serves(
+            Provider::Anthropic,
+            Endpoint::of("/v1/completions")
+        ));
         assert!(serves(Provider::Azure, Endpoint::of("/v1/embeddings")));
     }
 
@@ -368,6 +395,17 @@ mod tests {
         assert_eq!(
             exhausted_for(&lines("x-ratelimit-remaining-requests: 12\r\n"), now),
             None
+        );
+        // The exhausted allowance's own reset, not a sooner one of another.
+        assert_eq!(
+            exhausted_for(
+                &lines(
+                    "x-ratelimit-remaining-requests: 0\r\nx-ratelimit-reset-requests: 1s\r\n\
+                     x-ratelimit-remaining-tokens: 900\r\nx-ratelimit-reset-tokens: 30ms\r\n"
+                ),
+                now
+            ),
+            Some(Duration::from_secs(1))
         );
         assert_eq!(
             exhausted_for(&lines("anthropic-ratelimit-requests-remaining: 0\r\n"), now),

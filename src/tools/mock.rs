@@ -481,7 +481,10 @@ impl Mock {
                 if kind != crate::config::Provider::Anthropic
                     && (self.opts.expect_key.is_some() || faults.ratelimit_remaining.is_some())
                 {
-                    provider::put_rate_limits(&mut resp, faults.ratelimit_remaining.unwrap_or(9999));
+                    provider::put_rate_limits(
+                        &mut resp,
+                        faults.ratelimit_remaining.unwrap_or(9999),
+                    );
                 }
                 Ok(resp)
             }

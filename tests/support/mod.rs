@@ -46,6 +46,12 @@ pub struct Mock {
 
 impl Mock {
     pub async fn start(name: &str, zone: &str, models: &[&str]) -> Mock {
+        Self::start_args(name, zone, models, &[]).await
+    }
+
+    /// A mock with extra `mock-backend` arguments (`--provider azure`,
+    /// `--expect-key K`).
+    pub async fn start_args(name: &str, zone: &str, models: &[&str], args: &[&str]) -> Mock {
         let mut cmd = command();
         cmd.args([
             "mock-backend",
@@ -59,6 +65,7 @@ impl Mock {
         for m in models {
             cmd.args(["--model", m]);
         }
+        cmd.args(args);
         let proc = spawn_listening(cmd, 1, Duration::from_secs(30))
             .await
             .expect("mock backend starts");
@@ -243,6 +250,21 @@ impl NodeProcess {
         let path = dir.path().join("gateway.toml");
         std::fs::write(&path, config).expect("write config");
         let mut cmd = command();
+        cmd.arg("serve").arg("--config").arg(&path);
+        Self::spawned(cmd, dir).await
+    }
+
+    /// Like [`NodeProcess::start`], with `env` set for the node and its
+    /// log (stderr) written to `dir/stderr.log`.
+    pub async fn start_env_logging(zone: &str, rest: &str, env: &[(&str, &str)]) -> NodeProcess {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = format!("{}{rest}", base_toml(zone, &dir.path().join("data"), ""));
+        let path = dir.path().join("gateway.toml");
+        std::fs::write(&path, config).expect("write config");
+        let log = std::fs::File::create(dir.path().join("stderr.log")).expect("log file");
+        let mut cmd = command();
+        cmd.envs(env.iter().copied());
+        cmd.stderr(log);
         cmd.arg("serve").arg("--config").arg(&path);
         Self::spawned(cmd, dir).await
     }

@@ -30,10 +30,12 @@ pub(super) fn prepare<'a>(
         .pointer("/stream_options/include_usage")
         .and_then(serde_json::Value::as_bool)
         .unwrap_or(false);
-    let translated = anthropic::request(&openai, upstream_model, cfg.default_max_tokens)
-        .map_err(|e| Refused {
-            field: e.field,
-            reason: e.reason,
+    let translated =
+        anthropic::request(&openai, upstream_model, cfg.default_max_tokens).map_err(|e| {
+            Refused {
+                field: e.field,
+                reason: e.reason,
+            }
         })?;
     Ok(Call {
         cfg,
@@ -52,8 +54,8 @@ pub(super) fn prepare<'a>(
 pub fn answer(body: &[u8], client_model: &str) -> Result<Bytes, String> {
     let v: serde_json::Value =
         serde_json::from_slice(body).map_err(|e| format!("the provider's answer: {e}"))?;
-    let out = anthropic::response(&v, client_model)
-        .map_err(|e| format!("the provider's answer: {e}"))?;
+    let out =
+        anthropic::response(&v, client_model).map_err(|e| format!("the provider's answer: {e}"))?;
     Ok(Bytes::from(out.to_string()))
 }
 
@@ -129,7 +131,10 @@ impl Events {
 /// blank line after it).
 fn event_end(buf: &[u8]) -> Option<(usize, usize)> {
     let mut i = 0;
-    while let Some(off) = buf.get(i..).and_then(|b| b.iter().position(|c| *c == b'\n')) {
+    while let Some(off) = buf
+        .get(i..)
+        .and_then(|b| b.iter().position(|c| *c == b'\n'))
+    {
         let nl = i + off;
         let rest = &buf[nl + 1..];
         if rest.first() == Some(&b'\n') {
@@ -227,6 +232,9 @@ mod tests {
         let bad = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":9,\"delta\":{\"type\":\"text_delta\",\"text\":\"x\"}}\n\n";
         assert!(e.data(bad.as_bytes()).is_err());
         let mut e = Events::new("m", false);
-        assert!(e.data(&vec![b'x'; MAX_EVENT + 1]).is_err(), "an endless event");
+        assert!(
+            e.data(&vec![b'x'; MAX_EVENT + 1]).is_err(),
+            "an endless event"
+        );
     }
 }

@@ -394,8 +394,7 @@ async fn attempt(
             let upstream = backend
                 .physical_model(&model.cfg.name)
                 .unwrap_or(&model.cfg.name);
-            match provider::prepare(p, out.target.as_str(), payload.clone(), upstream, out.model)
-            {
+            match provider::prepare(p, out.target.as_str(), payload.clone(), upstream, out.model) {
                 Ok(call) => Some(call),
                 Err(refused) => return Ok(forward::refused(refused.body(), started)),
             }

@@ -35,10 +35,10 @@ pub(super) fn route(
             let Some(rest) = path.strip_prefix("/openai/") else {
                 return Ok(Route::Pass);
             };
-            let versioned = query
-                .unwrap_or("")
-                .split('&')
-                .any(|p| p.strip_prefix("api-version=").is_some_and(|v| !v.is_empty()));
+            let versioned = query.unwrap_or("").split('&').any(|p| {
+                p.strip_prefix("api-version=")
+                    .is_some_and(|v| !v.is_empty())
+            });
             if !versioned {
                 return Err(azure_error(
                     StatusCode::NOT_FOUND,
@@ -50,14 +50,22 @@ pub(super) fn route(
                 return Ok(Route::Models);
             }
             let Some(tail) = rest.strip_prefix("deployments/") else {
-                return Err(azure_error(StatusCode::NOT_FOUND, "404", "Resource not found"));
+                return Err(azure_error(
+                    StatusCode::NOT_FOUND,
+                    "404",
+                    "Resource not found",
+                ));
             };
             let op = tail.split_once('/').map_or("", |(_, op)| op);
             match op {
                 "chat/completions" => Ok(Route::Openai("/v1/chat/completions".into())),
                 "completions" => Ok(Route::Openai("/v1/completions".into())),
                 "embeddings" => Ok(Route::Openai("/v1/embeddings".into())),
-                _ => Err(azure_error(StatusCode::NOT_FOUND, "404", "Resource not found")),
+                _ => Err(azure_error(
+                    StatusCode::NOT_FOUND,
+                    "404",
+                    "Resource not found",
+                )),
             }
         }
     }
@@ -106,7 +114,10 @@ pub(super) fn check_key(
 
 /// Azure OpenAI's error shape (`code` a string, no `type`).
 fn azure_error(status: StatusCode, code: &str, message: &str) -> Response<MockBody> {
-    json_resp(status, &json!({"error": {"code": code, "message": message}}))
+    json_resp(
+        status,
+        &json!({"error": {"code": code, "message": message}}),
+    )
 }
 
 /// Azure's model list.
@@ -119,13 +130,17 @@ pub(super) fn azure_models(models: &[String]) -> Response<MockBody> {
 }
 
 /// OpenAI's rate-limit headers on an answer: `remaining` requests left
-/// this minute (the `ratelimit_remaining` fault), reset in a second.
+/// this minute (the `ratelimit_remaining` fault), reset in a second (20 s
+/// once none is left).
 pub(super) fn put_rate_limits(resp: &mut Response<MockBody>, remaining: u64) {
     let h = resp.headers_mut();
     for (name, value) in [
         ("x-ratelimit-limit-requests", "10000".to_owned()),
         ("x-ratelimit-remaining-requests", remaining.to_string()),
-        ("x-ratelimit-reset-requests", "1s".to_owned()),
+        (
+            "x-ratelimit-reset-requests",
+            if remaining == 0 { "20s" } else { "1s" }.to_owned(),
+        ),
         ("x-ratelimit-limit-tokens", "2000000".to_owned()),
         ("x-ratelimit-remaining-tokens", "1999000".to_owned()),
         ("x-ratelimit-reset-tokens", "30ms".to_owned()),
@@ -169,7 +184,12 @@ mod tests {
             None,
         );
         assert!(matches!(r, Err(resp) if resp.status() == StatusCode::NOT_FOUND));
-        let r = route(Provider::Azure, &Method::GET, "/openai/models", Some("api-version=1"));
+        let r = route(
+            Provider::Azure,
+            &Method::GET,
+            "/openai/models",
+            Some("api-version=1"),
+        );
         assert!(matches!(r, Ok(Route::Models)));
     }
 
