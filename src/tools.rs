@@ -4,4 +4,5 @@
 
 pub mod demo;
 pub mod mock;
+pub mod mock_anthropic;
 pub mod spawn;
