@@ -410,3 +410,207 @@ async fn no_key_value_appears_in_logs_admin_api_ctl_dashboard_or_metrics() {
         }
     }
 }
+
+const ANTHROPIC_KEY: &str = "sk-ant-demo-9d4c2b7a";
+
+/// An Anthropic mock serving `claude-mock`, and its `[[backends]]` entry
+/// for logical model `model` (weight `weight`).
+async fn anthropic(name: &str, model: &str, weight: u32) -> (Mock, String) {
+    let mock = Mock::start_args(
+        name,
+        "az-a",
+        &["claude-mock"],
+        &["--provider", "anthropic", "--expect-key", ANTHROPIC_KEY],
+    )
+    .await;
+    let toml = format!(
+        "[[backends]]\nname = \"{name}\"\nzone = \"az-a\"\nurl = \"{}\"\nmodels = [\"{model}\"]\n\
+         provider = \"anthropic\"\napi_key = {{ env = \"ZG_TEST_ANTHROPIC_KEY\" }}\n\
+         model_names = {{ \"{model}\" = \"claude-mock\" }}\nweight = {weight}\n\n",
+        mock.url
+    );
+    (mock, toml)
+}
+
+/// The text of an OpenAI event stream, and whether it ended with `[DONE]`.
+fn streamed_text(sse: &str) -> (String, bool) {
+    let mut text = String::new();
+    let mut done = false;
+    for data in sse.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        if data == "[DONE]" {
+            done = true;
+            continue;
+        }
+        let v: Value = serde_json::from_str(data).unwrap_or_else(|e| panic!("{data}: {e}"));
+        if let Some(t) = v["choices"][0]["delta"]["content"].as_str() {
+            text.push_str(t);
+        }
+    }
+    (text, done)
+}
+
+#[tokio::test]
+async fn anthropic_chat_stream_and_tools_come_back_in_openai_format() {
+    let (mock, backend) = anthropic("claude-a", MODEL, 1).await;
+    let node = NodeProcess::start_env_logging(
+        "az-a",
+        &(backend + &model(MODEL)),
+        &[("ZG_TEST_ANTHROPIC_KEY", ANTHROPIC_KEY)],
+    )
+    .await;
+    let mut body = chat_body(3, false);
+    body["messages"] = json!([
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hello"}
+    ]);
+    let resp = node.chat().json(&body).send().await.expect("chat");
+    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+    let answer: Value = resp.json().await.expect("json");
+    assert_eq!(answer["object"], "chat.completion", "{answer}");
+    assert_eq!(answer["model"], MODEL);
+    assert_eq!(
+        answer["choices"][0]["message"]["content"],
+        "tok0 tok1 tok2 "
+    );
+    assert_eq!(answer["choices"][0]["finish_reason"], "stop");
+    assert_eq!(answer["usage"]["prompt_tokens"], 8);
+    assert_eq!(answer["usage"]["completion_tokens"], 3);
+    let stats = mock.stats().await;
+    let seen = &stats["last_headers"];
+    assert_eq!(seen["x-api-key"], ANTHROPIC_KEY, "{stats}");
+    assert_eq!(seen["anthropic-version"], "2023-06-01");
+    assert!(seen.get("authorization").is_none(), "{stats}");
+
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let resp = node.chat().json(&body).send().await.expect("stream");
+    assert_eq!(resp.status(), 200);
+    let sse = resp.text().await.expect("text");
+    let (text, done) = streamed_text(&sse);
+    assert_eq!(text, "tok0 tok1 tok2 ", "{sse}");
+    assert!(done, "{sse}");
+    assert!(sse.contains("\"completion_tokens\":3"), "{sse}");
+    assert!(sse.contains("chat.completion.chunk"), "{sse}");
+
+    let tools = json!({
+        "model": MODEL,
+        "max_tokens": 2,
+        "messages": [{"role": "user", "content": "weather?"}],
+        "tools": [{"type": "function", "function": {"name": "weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}],
+        "tool_choice": {"type": "function", "function": {"name": "weather"}},
+    });
+    let resp = node.chat().json(&tools).send().await.expect("tools");
+    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+    let answer: Value = resp.json().await.expect("json");
+    assert_eq!(
+        answer["choices"][0]["finish_reason"], "tool_calls",
+        "{answer}"
+    );
+    assert_eq!(
+        answer["choices"][0]["message"]["tool_calls"][0]["function"]["name"],
+        "weather"
+    );
+
+    // A field Anthropic has no place for: a 400 naming it, nothing sent.
+    let before = mock.stats().await["requests"].clone();
+    let mut odd = chat_body(2, false);
+    odd["logprobs"] = json!(true);
+    let resp = node.chat().json(&odd).send().await.expect("chat");
+    assert_eq!(resp.status(), 400);
+    let err: Value = resp.json().await.expect("json");
+    assert_eq!(err["error"]["param"], "logprobs", "{err}");
+    // The route table knows: no embeddings from Anthropic.
+    let resp = client()
+        .post(format!("{}/v1/embeddings", node.data))
+        .bearer_auth(API_KEY)
+        .json(&json!({"model": MODEL, "input": "hi"}))
+        .send()
+        .await
+        .expect("embeddings");
+    assert!(!resp.status().is_success(), "{:?}", resp.text().await);
+    assert_eq!(mock.stats().await["requests"], before);
+}
+
+#[tokio::test]
+async fn anthropic_529_and_429_cool_the_backend_and_never_eject_it() {
+    let (mock, backend) = anthropic("claude-busy", MODEL, 100).await;
+    let good = Mock::start("local-vllm", "az-a", &[MODEL]).await;
+    let rest = backend + &good.backend_toml(&[MODEL]) + &model(MODEL);
+    let node =
+        NodeProcess::start_env_logging("az-a", &rest, &[("ZG_TEST_ANTHROPIC_KEY", ANTHROPIC_KEY)])
+            .await;
+    // Overloaded, again and again: more than `passive_failures` in a row
+    // would eject a failing backend; a busy one stays in.
+    mock.faults(json!({"error_rate": 1.0, "error_status": 529}))
+        .await;
+    for _ in 0..12 {
+        let resp = node
+            .chat()
+            .json(&chat_body(2, false))
+            .send()
+            .await
+            .expect("chat");
+        assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+    }
+    mock.faults(json!({"error_rate": 0.0, "status_sequence": [429], "retry_after": 30}))
+        .await;
+    let backends = |v: Value| {
+        v["backends"]
+            .as_array()
+            .and_then(|l| l.iter().find(|b| b["name"] == "claude-busy"))
+            .cloned()
+            .unwrap_or_else(|| panic!("{v}"))
+    };
+    eventually(
+        Duration::from_secs(30),
+        "the 429 cools it for 30 s",
+        || async {
+            let resp = node
+                .chat()
+                .json(&chat_body(2, false))
+                .send()
+                .await
+                .expect("chat");
+            assert_eq!(resp.status(), 200);
+            let b = backends(node.admin_get("/admin/v1/backends").await);
+            b["cooling_down_ms"].as_u64().unwrap_or(0) > 20_000
+        },
+    )
+    .await;
+    let b = backends(node.admin_get("/admin/v1/backends").await);
+    assert_eq!(b["ejections"], 0, "{b}");
+    assert_eq!(b["state"], "up", "{b}");
+    assert!(mock.stats().await["requests"].as_u64().unwrap_or(0) >= 2);
+}
+
+#[tokio::test]
+async fn a_stream_cut_from_anthropic_continues_on_an_openai_backend_exactly_once() {
+    let (mock, backend) = anthropic("claude-cut", MODEL, 1).await;
+    let openai = Mock::start("local-vllm", "az-a", &["qwen-fallback"]).await;
+    let rest = backend
+        + &openai.backend_toml(&["qwen-fallback"])
+        + &format!("[[models]]\nname = \"{MODEL}\"\nfallback = [\"qwen-fallback\"]\n\n")
+        + &model("qwen-fallback");
+    let node =
+        NodeProcess::start_env_logging("az-a", &rest, &[("ZG_TEST_ANTHROPIC_KEY", ANTHROPIC_KEY)])
+            .await;
+    // message_start, content_block_start, ping, then three words: cut.
+    mock.faults(json!({"stream_cut_after": 6, "stream_interval_ms": 20}))
+        .await;
+    let resp = node
+        .chat()
+        .json(&chat_body(8, true))
+        .send()
+        .await
+        .expect("stream");
+    assert_eq!(resp.status(), 200);
+    let sse = resp.text().await.expect("text");
+    let (text, done) = streamed_text(&sse);
+    let want: String = (0..8).map(|i| format!("tok{i} ")).collect();
+    assert_eq!(text, want, "{sse}");
+    assert!(done, "{sse}");
+    assert_eq!(sse.matches("[DONE]").count(), 1, "{sse}");
+    assert_eq!(mock.stats().await["requests"], 1);
+    assert_eq!(openai.stats().await["requests"], 1, "continued once");
+}

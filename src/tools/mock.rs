@@ -474,7 +474,17 @@ impl Mock {
                     full(StatusCode::OK, "text/plain", "ok\n")
                 })
             }
+            (&Method::GET, "/v1/models") if kind == crate::config::Provider::Anthropic => {
+                Ok(json_resp(
+                    StatusCode::OK,
+                    &crate::tools::mock_anthropic::models(&self.opts.models),
+                ))
+            }
             (&Method::GET, "/v1/models") => Ok(self.models()),
+            (&Method::POST, "/v1/messages") if kind == crate::config::Provider::Anthropic => {
+                let running = Running::start(&self.in_flight);
+                Ok(self.messages(req, &faults, running).await)
+            }
             (&Method::POST, "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings") => {
                 let running = Running::start(&self.in_flight);
                 let mut resp = self.infer(req, &path, &faults, running).await;
@@ -787,10 +797,30 @@ impl Mock {
             events.push(format!("data: {chunk}\n\n"));
         }
         events.push("data: [DONE]\n\n".to_owned());
-        let plan = StreamPlan::from(faults);
-        // The stream owns `running`, so the request counts until its last chunk.
-        let state = (events.into_iter(), 0u64, running);
-        let frames = stream::unfold(state, move |(mut it, sent, running)| async move {
+        let e = crate::dataplane::error::error_body(
+            "mock fault: generation failed",
+            "server_error",
+            "mock_error",
+        );
+        paced(events, faults, running, format!("data: {e}\n\n"))
+    }
+}
+
+/// An event stream of `events`, paced and broken as `faults` say (the
+/// `error_event` fault sends `error_event`); it owns `running`, so the
+/// request counts until its last chunk.
+fn paced(
+    events: Vec<String>,
+    faults: &Faults,
+    running: Running,
+    error_event: String,
+) -> Response<MockBody> {
+    let plan = StreamPlan::from(faults);
+    // The stream owns `running`, so the request counts until its last chunk.
+    let state = (events.into_iter(), 0u64, running);
+    let frames = stream::unfold(state, move |(mut it, sent, running)| {
+        let error_event = error_event.clone();
+        async move {
             if sent == u64::MAX {
                 return None;
             }
@@ -803,12 +833,7 @@ impl Mock {
                     return Some((Ok(Frame::data(bad)), (it, sent + 1, running)));
                 }
                 Step::ErrorEvent => {
-                    let e = crate::dataplane::error::error_body(
-                        "mock fault: generation failed",
-                        "server_error",
-                        "mock_error",
-                    );
-                    let event = Bytes::from(format!("data: {e}\n\n"));
+                    let event = Bytes::from(error_event.clone());
                     return Some((Ok(Frame::data(event)), (it, u64::MAX, running)));
                 }
                 Step::Cut { inside_event } => {
@@ -841,19 +866,19 @@ impl Mock {
                 tokio::time::sleep(plan.interval).await;
             }
             Some((Ok(Frame::data(Bytes::from(event))), (it, sent + 1, running)))
-        });
-        let mut resp = Response::new(BodyExt::boxed(StreamBody::new(frames)));
-        let h = resp.headers_mut();
-        h.insert(
-            header::CONTENT_TYPE,
-            header::HeaderValue::from_static("text/event-stream"),
-        );
-        h.insert(
-            header::CACHE_CONTROL,
-            header::HeaderValue::from_static("no-cache"),
-        );
-        resp
-    }
+        }
+    });
+    let mut resp = Response::new(BodyExt::boxed(StreamBody::new(frames)));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-cache"),
+    );
+    resp
 }
 
 /// What a faulty stream does at each chunk.

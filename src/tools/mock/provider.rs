@@ -205,3 +205,135 @@ mod tests {
         assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
     }
 }
+
+/// Anthropic's Messages API on the mock: `tools::mock_anthropic` speaks
+/// the format, the mock's fault switches still apply (status sequence,
+/// error rate, generation time, stream pacing, cuts, stalls, an `error`
+/// event mid-stream).
+impl super::Mock {
+    pub(super) async fn messages(
+        &self,
+        req: http::Request<hyper::body::Incoming>,
+        faults: &super::Faults,
+        running: super::Running,
+    ) -> Response<MockBody> {
+        use crate::tools::mock_anthropic as fmt;
+        use http_body_util::BodyExt;
+        use std::sync::atomic::Ordering;
+
+        let n = self.seq.fetch_add(1, Ordering::Relaxed);
+        let rid = format!("req_mock_{n}");
+        if let Err(resp) = fmt::authenticate(req.headers(), None, &rid) {
+            return boxed(*resp);
+        }
+        let body = match req.into_body().collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(e) => {
+                return boxed(fmt::error_response(
+                    400,
+                    Some(&e.to_string()),
+                    None,
+                    &rid,
+                    now(),
+                ))
+            }
+        };
+        let head = match fmt::parse_request(&body, &rid) {
+            Ok(h) => h,
+            Err(resp) => return boxed(*resp),
+        };
+        if !self.opts.models.is_empty() && !self.opts.models.contains(&head.model) {
+            let m = format!("model: {}", head.model);
+            return boxed(fmt::error_response(404, Some(&m), None, &rid, now()));
+        }
+        let applies = faults.only_models.is_empty() || faults.only_models.contains(&head.model);
+        let clean = super::Faults::default();
+        let faults = if applies { faults } else { &clean };
+        if let Some(status) = self.scripted_status(faults) {
+            return boxed(fmt::error_response(
+                status,
+                None,
+                faults.retry_after,
+                &rid,
+                now(),
+            ));
+        }
+        if faults.generation_ms > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(faults.generation_ms)).await;
+        }
+        let salt = &faults.answer_salt;
+        let from = super::words_done(head.prefill.as_deref(), salt);
+        let tokens = head.max_tokens.clamp(1, 64);
+        let words: Vec<String> = (from..from + tokens)
+            .map(|i| format!("{salt}tok{i} "))
+            .collect();
+        let input = head
+            .tool
+            .as_ref()
+            .map(|t| fmt::tool_input(&t.input_schema, &words.concat()));
+        let tool_id = format!("toolu_mock_{n}");
+        let id = format!("msg_mock_{n}");
+        let answer = fmt::Answer {
+            id: &id,
+            model: &head.model,
+            words: &words,
+            tool_use: head
+                .tool
+                .as_ref()
+                .zip(input.as_ref())
+                .map(|(t, i)| (tool_id.as_str(), t.name.as_str(), i)),
+            stop_reason: if head.tool.is_some() {
+                "tool_use"
+            } else {
+                "end_turn"
+            },
+            input_tokens: 8,
+            output_tokens: tokens,
+        };
+        if !head.stream {
+            return boxed(fmt::message_response(&answer, &rid));
+        }
+        let mut resp = super::paced(
+            answer.events(),
+            faults,
+            running,
+            fmt::error_event(529, None),
+        );
+        let head = fmt::stream_response(&rid);
+        for (name, value) in head.headers() {
+            resp.headers_mut().insert(name.clone(), value.clone());
+        }
+        resp
+    }
+
+    /// The status the faults ask for this request (`status_sequence`, else
+    /// `error_rate`), `None` for an answer.
+    fn scripted_status(&self, faults: &super::Faults) -> Option<u16> {
+        let scripted = {
+            let mut live = self.faults.lock();
+            (!live.status_sequence.is_empty() && faults.status_sequence == live.status_sequence)
+                .then(|| live.status_sequence.remove(0))
+        };
+        match scripted {
+            Some(200) => None,
+            Some(s) => Some(s),
+            None if faults.error_rate > 0.0 && fastrand::f64() < faults.error_rate => {
+                Some(faults.error_status)
+            }
+            None => None,
+        }
+    }
+}
+
+fn now() -> std::time::SystemTime {
+    std::time::SystemTime::now()
+}
+
+fn boxed(resp: Response<bytes::Bytes>) -> Response<MockBody> {
+    use http_body_util::BodyExt;
+    resp.map(|b| {
+        http_body_util::Full::new(b)
+            .map_err(|e: std::convert::Infallible| match e {})
+            .boxed()
+    })
+}
