@@ -614,3 +614,110 @@ async fn a_stream_cut_from_anthropic_continues_on_an_openai_backend_exactly_once
     assert_eq!(mock.stats().await["requests"], 1);
     assert_eq!(openai.stats().await["requests"], 1, "continued once");
 }
+
+/// The venv's Python with the `openai` SDK (`.ci/run` installs it into
+/// target/ci-venv); `None` (the test is skipped, loudly) without it,
+/// unless `ZONEGATE_REQUIRE_TOOLS=1` says every tool must be there.
+fn openai_sdk_python() -> Option<std::path::PathBuf> {
+    let python = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ci-venv/bin/python");
+    let works = python.is_file()
+        && std::process::Command::new(&python)
+            .args(["-c", "import openai"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !works {
+        assert!(
+            std::env::var("ZONEGATE_REQUIRE_TOOLS").as_deref() != Ok("1"),
+            "the openai SDK is not installed but ZONEGATE_REQUIRE_TOOLS=1: run the install lines of .ci/run"
+        );
+        eprintln!("SKIPPED: the openai Python SDK is not in target/ci-venv (.ci/run installs it)");
+        return None;
+    }
+    Some(python)
+}
+
+#[tokio::test]
+async fn the_openai_python_sdk_gets_the_mocks_answers_and_usage_from_anthropic_and_azure() {
+    let Some(python) = openai_sdk_python() else {
+        return;
+    };
+    let (claude, claude_backend) = anthropic("claude-sdk", "claude-sonnet", 1).await;
+    let azure = Mock::start_args(
+        "azure-sdk",
+        "az-a",
+        &["gpt-4o-prod"],
+        &["--provider", "azure", "--expect-key", AZURE_KEY],
+    )
+    .await;
+    let rest = claude_backend
+        + &provider_backend(
+            &azure,
+            &["gpt-4o"],
+            "provider = \"azure\"\napi_key = { env = \"ZG_TEST_AZURE_KEY\" }\n\
+             model_names = { \"gpt-4o\" = \"gpt-4o-prod\" }",
+        )
+        + &model("claude-sonnet")
+        + &model("gpt-4o");
+    let node = NodeProcess::start_env_logging(
+        "az-a",
+        &rest,
+        &[
+            ("ZG_TEST_ANTHROPIC_KEY", ANTHROPIC_KEY),
+            ("ZG_TEST_AZURE_KEY", AZURE_KEY),
+        ],
+    )
+    .await;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/openai_sdk.py");
+    for (model, mock, key_header, key) in [
+        ("claude-sonnet", &claude, "x-api-key", ANTHROPIC_KEY),
+        ("gpt-4o", &azure, "api-key", AZURE_KEY),
+    ] {
+        let out = tokio::process::Command::new(&python)
+            .arg(&script)
+            .arg(format!("{}/v1", node.data))
+            .arg(API_KEY)
+            .arg(model)
+            .output()
+            .await
+            .expect("python runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{model}: {stderr}");
+        let got: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{model}: {e}: {}", String::from_utf8_lossy(&out.stdout)));
+        // The mocks answer word i as `tok{i} `, one word per token, with 8
+        // prompt tokens.
+        assert_eq!(got["chat"]["content"], "tok0 tok1 tok2 ", "{model}: {got}");
+        assert_eq!(got["chat"]["finish_reason"], "stop", "{model}: {got}");
+        assert_eq!(got["chat"]["usage"]["prompt_tokens"], 8, "{model}: {got}");
+        assert_eq!(
+            got["chat"]["usage"]["completion_tokens"], 3,
+            "{model}: {got}"
+        );
+        assert_eq!(
+            got["stream"]["text"], "tok0 tok1 tok2 tok3 ",
+            "{model}: {got}"
+        );
+        assert_eq!(got["stream"]["finish_reason"], "stop", "{model}: {got}");
+        assert_eq!(
+            got["stream"]["usage"]["completion_tokens"], 4,
+            "{model}: {got}"
+        );
+        assert_eq!(got["stream"]["usage"]["prompt_tokens"], 8, "{model}: {got}");
+        assert_eq!(
+            got["tools"]["finish_reason"], "tool_calls",
+            "{model}: {got}"
+        );
+        assert_eq!(got["tools"]["name"], "weather", "{model}: {got}");
+        assert!(
+            got["tools"]["arguments"]["city"].is_string(),
+            "{model}: {got}"
+        );
+        let stats = mock.stats().await;
+        assert_eq!(stats["last_headers"][key_header], key, "{model}: {stats}");
+        assert!(
+            !stats["last_headers"].to_string().contains(API_KEY),
+            "the client's key reached the provider: {stats}"
+        );
+        assert_eq!(stats["auth_failures"], 0, "{stats}");
+    }
+}

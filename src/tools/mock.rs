@@ -357,6 +357,8 @@ struct InferenceHead {
     messages: Option<Vec<Message>>,
     prompt: Option<serde_json::Value>,
     stream_options: Option<StreamOptions>,
+    tools: Option<serde_json::Value>,
+    tool_choice: Option<serde_json::Value>,
 }
 
 /// OpenAI's `stream_options`: `include_usage` adds a last chunk with the
@@ -647,7 +649,11 @@ impl Mock {
         let text: String = (from..from + tokens)
             .map(|i| format!("{salt}tok{i} "))
             .collect();
-        let choice = if chat {
+        let tool_call =
+            provider::tool_call(head.tools.as_ref(), head.tool_choice.as_ref(), n, &text);
+        let choice = if let (true, Some(call)) = (chat, tool_call) {
+            json!({"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [call]}, "finish_reason": "tool_calls"})
+        } else if chat {
             json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"})
         } else {
             json!({"index": 0, "text": text, "finish_reason": "stop"})

@@ -151,6 +151,34 @@ pub(super) fn put_rate_limits(resp: &mut Response<MockBody>, remaining: u64) {
     }
 }
 
+/// The tool call an OpenAI-format answer makes when the request names a
+/// function in `tool_choice` (or says `required`: the first of `tools`):
+/// its arguments fit the function's parameters (`mock_anthropic::tool_input`).
+pub(super) fn tool_call(
+    tools: Option<&serde_json::Value>,
+    choice: Option<&serde_json::Value>,
+    n: u64,
+    text: &str,
+) -> Option<serde_json::Value> {
+    let tools = tools?.as_array()?;
+    let name = match choice? {
+        serde_json::Value::String(s) if s == "required" => {
+            tools.first()?.pointer("/function/name")?.as_str()?
+        }
+        c => c.pointer("/function/name")?.as_str()?,
+    };
+    let function = tools
+        .iter()
+        .find(|t| t.pointer("/function/name").and_then(|v| v.as_str()) == Some(name))?;
+    let schema = function
+        .pointer("/function/parameters")
+        .cloned()
+        .unwrap_or(serde_json::Value::Null);
+    let args = crate::tools::mock_anthropic::tool_input(&schema, text);
+    Some(json!({"id": format!("call_mock_{n}"), "type": "function",
+        "function": {"name": name, "arguments": args.to_string()}}))
+}
+
 /// The headers a request carried, for `/mock/stats` (`last_headers`).
 pub(super) fn seen(headers: &HeaderMap) -> serde_json::Map<String, serde_json::Value> {
     headers
