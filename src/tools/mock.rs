@@ -447,7 +447,7 @@ impl Mock {
             Ok(provider::Route::Pass) => path,
             Ok(provider::Route::Openai(p)) => p,
             Ok(provider::Route::Models) => return Ok(provider::azure_models(&self.opts.models)),
-            Err(resp) => return Ok(resp),
+            Err(resp) => return Ok(*resp),
         };
         let faults = self.faults.lock().clone();
         let inference = method == Method::POST && path.starts_with("/v1/");

@@ -28,7 +28,7 @@ pub(super) fn route(
     method: &Method,
     path: &str,
     query: Option<&str>,
-) -> Result<Route, Response<MockBody>> {
+) -> Result<Route, Box<Response<MockBody>>> {
     match kind {
         Provider::Openai | Provider::Anthropic => Ok(Route::Pass),
         Provider::Azure => {
@@ -40,32 +40,32 @@ pub(super) fn route(
                     .is_some_and(|v| !v.is_empty())
             });
             if !versioned {
-                return Err(azure_error(
+                return Err(Box::new(azure_error(
                     StatusCode::NOT_FOUND,
                     "404",
                     "Resource not found (api-version is required)",
-                ));
+                )));
             }
             if rest == "models" && method == Method::GET {
                 return Ok(Route::Models);
             }
             let Some(tail) = rest.strip_prefix("deployments/") else {
-                return Err(azure_error(
+                return Err(Box::new(azure_error(
                     StatusCode::NOT_FOUND,
                     "404",
                     "Resource not found",
-                ));
+                )));
             };
             let op = tail.split_once('/').map_or("", |(_, op)| op);
             match op {
                 "chat/completions" => Ok(Route::Openai("/v1/chat/completions".into())),
                 "completions" => Ok(Route::Openai("/v1/completions".into())),
                 "embeddings" => Ok(Route::Openai("/v1/embeddings".into())),
-                _ => Err(azure_error(
+                _ => Err(Box::new(azure_error(
                     StatusCode::NOT_FOUND,
                     "404",
                     "Resource not found",
-                )),
+                ))),
             }
         }
     }
@@ -190,48 +190,6 @@ pub(super) fn seen(headers: &HeaderMap) -> serde_json::Map<String, serde_json::V
             )
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn azure_paths_map_to_the_openai_ones_and_need_an_api_version() {
-        let r = route(
-            Provider::Azure,
-            &Method::POST,
-            "/openai/deployments/gpt-4o/chat/completions",
-            Some("api-version=2024-10-21"),
-        );
-        assert!(matches!(r, Ok(Route::Openai(p)) if p == "/v1/chat/completions"));
-        let r = route(
-            Provider::Azure,
-            &Method::POST,
-            "/openai/deployments/gpt-4o/chat/completions",
-            None,
-        );
-        assert!(matches!(r, Err(resp) if resp.status() == StatusCode::NOT_FOUND));
-        let r = route(
-            Provider::Azure,
-            &Method::GET,
-            "/openai/models",
-            Some("api-version=1"),
-        );
-        assert!(matches!(r, Ok(Route::Models)));
-    }
-
-    #[test]
-    fn each_provider_wants_its_key_in_its_own_header() {
-        let mut h = HeaderMap::new();
-        h.insert("authorization", "Bearer k1".parse().expect("value"));
-        assert!(check_key(Provider::Openai, "k1", &h).is_none());
-        assert!(check_key(Provider::Azure, "k1", &h).is_some());
-        h.insert("api-key", "k1".parse().expect("value"));
-        assert!(check_key(Provider::Azure, "k1", &h).is_none());
-        let refused = check_key(Provider::Anthropic, "k1", &h).expect("401");
-        assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
-    }
 }
 
 /// Anthropic's Messages API on the mock: `tools::mock_anthropic` speaks
@@ -364,4 +322,46 @@ fn boxed(resp: Response<bytes::Bytes>) -> Response<MockBody> {
             .map_err(|e: std::convert::Infallible| match e {})
             .boxed()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn azure_paths_map_to_the_openai_ones_and_need_an_api_version() {
+        let r = route(
+            Provider::Azure,
+            &Method::POST,
+            "/openai/deployments/gpt-4o/chat/completions",
+            Some("api-version=2024-10-21"),
+        );
+        assert!(matches!(r, Ok(Route::Openai(p)) if p == "/v1/chat/completions"));
+        let r = route(
+            Provider::Azure,
+            &Method::POST,
+            "/openai/deployments/gpt-4o/chat/completions",
+            None,
+        );
+        assert!(matches!(r, Err(resp) if resp.status() == StatusCode::NOT_FOUND));
+        let r = route(
+            Provider::Azure,
+            &Method::GET,
+            "/openai/models",
+            Some("api-version=1"),
+        );
+        assert!(matches!(r, Ok(Route::Models)));
+    }
+
+    #[test]
+    fn each_provider_wants_its_key_in_its_own_header() {
+        let mut h = HeaderMap::new();
+        h.insert("authorization", "Bearer k1".parse().expect("value"));
+        assert!(check_key(Provider::Openai, "k1", &h).is_none());
+        assert!(check_key(Provider::Azure, "k1", &h).is_some());
+        h.insert("api-key", "k1".parse().expect("value"));
+        assert!(check_key(Provider::Azure, "k1", &h).is_none());
+        let refused = check_key(Provider::Anthropic, "k1", &h).expect("401");
+        assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    }
 }
