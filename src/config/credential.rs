@@ -5,7 +5,7 @@
 //!
 //! A file is read again when it changes (its length, modification time or
 //! inode: a Kubernetes secret swaps a symlink), checked at most every
-//! [`RECHECK`] by the requests that use it, and on SIGHUP ([`reload`]):
+//! [`RECHECK_MS`] by the requests that use it, and on SIGHUP ([`Credential::reload`]):
 //! a rotated key is used by the next request, without a restart. A file
 //! that cannot be read any more keeps the last good key (and says so once).
 
