@@ -721,3 +721,43 @@ async fn the_openai_python_sdk_gets_the_mocks_answers_and_usage_from_anthropic_a
         assert_eq!(stats["auth_failures"], 0, "{stats}");
     }
 }
+
+#[tokio::test]
+async fn a_stream_cut_from_an_openai_backend_restarts_on_anthropic_exactly_once() {
+    // Anthropic takes no prefill ending in whitespace, as the mock's words
+    // do: its model continues by a prefix-verified restart instead.
+    let (claude, backend) = anthropic("claude-next", "claude-fallback", 1).await;
+    let openai = Mock::start("local-vllm", "az-a", &[MODEL]).await;
+    let rest = openai.backend_toml(&[MODEL])
+        + &backend
+        + &format!("[[models]]\nname = \"{MODEL}\"\nfallback = [\"claude-fallback\"]\n\n")
+        + "[[models]]\nname = \"claude-fallback\"\ncontinuation = \"restart\"\n\n";
+    let node =
+        NodeProcess::start_env_logging("az-a", &rest, &[("ZG_TEST_ANTHROPIC_KEY", ANTHROPIC_KEY)])
+            .await;
+    openai
+        .faults(json!({"stream_cut_after": 3, "stream_interval_ms": 20}))
+        .await;
+    let resp = node
+        .chat()
+        .json(&chat_body(8, true))
+        .send()
+        .await
+        .expect("stream");
+    assert_eq!(resp.status(), 200);
+    let sse = match resp.text().await {
+        Ok(t) => t,
+        Err(e) => panic!(
+            "{e}: claude saw {}; log:\n{}",
+            claude.stats().await,
+            std::fs::read_to_string(node.dir.path().join("stderr.log")).unwrap_or_default()
+        ),
+    };
+    let (text, done) = streamed_text(&sse);
+    let want: String = (0..8).map(|i| format!("tok{i} ")).collect();
+    assert_eq!(text, want, "{sse}");
+    assert!(done, "{sse}");
+    assert_eq!(sse.matches("[DONE]").count(), 1, "{sse}");
+    assert_eq!(openai.stats().await["requests"], 1);
+    assert_eq!(claude.stats().await["requests"], 1, "continued once");
+}
