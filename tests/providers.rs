@@ -520,6 +520,19 @@ async fn anthropic_chat_stream_and_tools_come_back_in_openai_format() {
     assert_eq!(resp.status(), 400);
     let err: Value = resp.json().await.expect("json");
     assert_eq!(err["error"]["param"], "logprobs", "{err}");
+    // The provider's own 400 reaches the client in OpenAI's error shape.
+    mock.faults(json!({"status_sequence": [400]})).await;
+    let resp = node
+        .chat()
+        .json(&chat_body(2, false))
+        .send()
+        .await
+        .expect("chat");
+    assert_eq!(resp.status(), 400);
+    let err: Value = resp.json().await.expect("json");
+    assert_eq!(err["error"]["type"], "invalid_request_error", "{err}");
+    assert!(err["error"]["message"].is_string(), "{err}");
+    let before = mock.stats().await["requests"].clone();
     // The route table knows: no embeddings from Anthropic.
     let resp = client()
         .post(format!("{}/v1/embeddings", node.data))
