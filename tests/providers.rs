@@ -520,6 +520,7 @@ async fn anthropic_chat_stream_and_tools_come_back_in_openai_format() {
     assert_eq!(resp.status(), 400);
     let err: Value = resp.json().await.expect("json");
     assert_eq!(err["error"]["param"], "logprobs", "{err}");
+    assert_eq!(mock.stats().await["requests"], before, "nothing was sent");
     // The provider's own 400 reaches the client in OpenAI's error shape.
     mock.faults(json!({"status_sequence": [400]})).await;
     let resp = node
