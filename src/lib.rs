@@ -4,6 +4,7 @@
 //! immutable route table and the control plane's latest `ClusterView` and
 //! never waits on the control plane; `health` scores backends; `admin` is
 //! the operators' API; `node` starts a node and holds its shared state;
+//! `provider` translates to and from commercial APIs' wire formats;
 //! `cli` and `tools` are the other subcommands. See ARCHITECTURE.md.
 
 pub mod admin;

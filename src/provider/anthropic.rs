@@ -1,7 +1,11 @@
 //! Anthropic's Messages API behind OpenAI's chat completions: a request
-//! ([`request`]), its answer ([`response`]), its stream ([`Stream`]) and
-//! its errors ([`error`]). The guide's page `providers-anthropic.md` has
-//! the same tables for users.
+//! ([`request`]), its answer ([`response`]), its stream ([`Stream`], one
+//! event or one whole SSE event off the wire with [`Stream::sse_event`])
+//! and its errors ([`error`]). The request path calls the bytes-to-bytes
+//! [`request_bytes`] and [`response_bytes`]: the same translation without
+//! a `serde_json::Value` for the common shapes (a third of the
+//! instructions). The guide's page `providers-anthropic.md` has the same
+//! tables for users, and the costs.
 //!
 //! # Request fields (OpenAI → Anthropic)
 //!
@@ -53,13 +57,15 @@
 //! `upstream_credentials` (the gateway's key, not the client's), a too-long
 //! prompt → 400 `context_length_exceeded`.
 
+mod fast;
 mod request;
 mod response;
 mod stream;
 
 pub use super::TranslateError;
+pub use fast::{request_bytes, response_bytes, Translated};
 pub use response::{response_at, Usage};
-pub use stream::Stream;
+pub use stream::{sse, Stream};
 
 /// Translates an OpenAI chat completions request body into an Anthropic
 /// Messages API request for `upstream_model`, with `default_max_tokens`

@@ -257,8 +257,9 @@ pub fn error(status: u16, body: &[u8]) -> (u16, Value) {
     } else {
         message
     };
-    (
-        status,
-        crate::dataplane::error::error_body(&message, openai_type, code),
-    )
+    // OpenAI's error object (the shape of `dataplane::error::error_body`,
+    // written here so the adapter depends on nothing of the data plane).
+    let body =
+        json!({"error": {"message": message, "type": openai_type, "param": null, "code": code}});
+    (status, body)
 }

@@ -741,11 +741,12 @@ fn contradictory_stream_events_are_errors_naming_the_field() {
 }
 
 #[test]
-fn unknown_events_and_a_missing_event_name_are_handled() {
+fn unknown_events_and_a_missing_or_default_event_name_are_handled() {
     let mut stream = Stream::new_at("claude", false, 1_700_000_000);
     let events: Vec<(&str, Value)> = text_then_tool()
         .into_iter()
-        .map(|(_, d)| ("", d))
+        .enumerate()
+        .map(|(i, (_, d))| (if i % 2 == 0 { "" } else { "message" }, d))
         .chain([("future_event", json!({"type": "future_event"}))])
         .collect();
     let got = run_stream(&mut stream, &events);
@@ -824,9 +825,11 @@ mod never_panics {
             Just("message_start"), Just("content_block_start"), Just("content_block_delta"),
             Just("message_delta"), Just("message_stop"), Just("error"), Just("")]) {
             let _ = request(&v, "m", 16);
+            let bytes = v.to_string();
+            let _ = request_bytes(bytes.as_bytes(), "m", 16);
+            let _ = response_bytes(bytes.as_bytes(), "m", 0);
             let _ = request(&json!({"messages": v.clone()}), "m", 16);
             let _ = response_at(&v, "m", 0);
-            let bytes = v.to_string();
             let _ = error(529, bytes.as_bytes());
             let mut stream = Stream::new_at("m", true, 0);
             let start = json!({"message": {"id": "x"}}).to_string();
@@ -841,6 +844,172 @@ mod never_panics {
             let mut stream = Stream::new_at("m", false, 0);
             let _ = stream.event("message_start", &bytes);
             let _ = stream.event("content_block_delta", &bytes);
+            let _ = stream.sse_event(&bytes);
+        }
+    }
+}
+
+#[test]
+fn whole_sse_events_are_read_off_the_wire() {
+    let mut stream = Stream::new_at("claude", false, 1_700_000_000);
+    let start = text_then_tool()[0].1.to_string();
+    let raw = format!(": a comment\r\nevent: message_start\r\ndata: {start}\r\n\r\n");
+    let out = stream.sse_event(raw.as_bytes()).unwrap();
+    assert_eq!(out.len(), 1);
+    assert_eq!(
+        serde_json::from_str::<Value>(&out[0]).unwrap(),
+        chunk(json!({"role": "assistant", "content": ""}), json!(null))
+    );
+    // Data split over two lines joins with a line feed (JSON allows it).
+    let raw = "event: content_block_start\ndata: {\"type\": \"content_block_start\", \"index\": 0,\ndata: \"content_block\": {\"type\": \"text\", \"text\": \"Hi\"}}\n\n";
+    let out = stream.sse_event(raw.as_bytes()).unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&out[0]).unwrap(),
+        chunk(json!({"content": "Hi"}), json!(null))
+    );
+    assert_eq!(stream.sse_event(b": keep-alive\n\n"), Ok(vec![]));
+    assert_eq!(
+        stream.sse_event(b"event: message_stop\ndata: {}\n\n"),
+        Ok(vec!["[DONE]".to_owned()])
+    );
+    assert_eq!(
+        sse(&["{}".to_owned(), "[DONE]".to_owned()]),
+        "data: {}\n\ndata: [DONE]\n\n"
+    );
+}
+
+/// The bytes path gives what the `Value` path gives, whichever way it
+/// takes (typed for the common shapes, the `Value` path otherwise).
+fn same_request(openai: &Value) {
+    // Both from the same bytes: serde_json's float parse is not exact to
+    // the last bit, the same way on both paths.
+    let bytes = openai.to_string();
+    let slow = request(&serde_json::from_str(&bytes).unwrap(), "claude-up", 1024);
+    let fast = request_bytes(bytes.as_bytes(), "claude-up", 1024);
+    let flags = fast.as_ref().ok().map(|t| (t.stream, t.include_usage));
+    let fast = fast.map(|t| serde_json::from_slice::<Value>(&t.body).unwrap());
+    assert_eq!(fast, slow, "{openai}");
+    if flags.is_some() {
+        let want = (
+            openai["stream"] == json!(true),
+            openai["stream_options"]["include_usage"] == json!(true),
+        );
+        assert_eq!(flags, Some(want), "{openai}");
+    }
+}
+
+fn same_response(anthropic: &Value) {
+    let slow = response_at(anthropic, "claude", 7);
+    let fast = response_bytes(anthropic.to_string().as_bytes(), "claude", 7)
+        .map(|b| serde_json::from_slice::<Value>(&b).unwrap());
+    assert_eq!(fast, slow, "{anthropic}");
+}
+
+#[test]
+fn the_bytes_path_agrees_with_the_value_path() {
+    let simple = [
+        json!({"model": "claude", "messages": [user("hi")]}),
+        json!({"model": "claude", "messages": [{"role": "developer", "content": "be \"brief\""},
+            user("hi \u{e9}"), {"role": "assistant", "content": "yo"}, user("again")],
+            "max_tokens": 50, "temperature": 1, "top_p": 0.25, "stop": ["x"],
+            "stream": true, "stream_options": {"include_usage": true}, "user": "u"}),
+        json!({"messages": [user("hi")], "max_completion_tokens": 9, "max_tokens": 3, "stop": "s"}),
+        json!({"messages": [user("hi")], "stop": [], "stream": null, "user": null}),
+        // The long way: merges, refusals, tools, parts.
+        json!({"messages": [user("a"), user("b")]}),
+        json!({"messages": [{"role": "system", "content": "a"}, {"role": "system", "content": "b"}, user("c")]}),
+        json!({"messages": [user("hi")], "temperature": 1.5}),
+        json!({"messages": [user("hi")], "max_tokens": 0}),
+        json!({"messages": [user("hi")], "n": 2}),
+        json!({"messages": [user("hi")], "stop": [1]}),
+        json!({"model": 3, "messages": [user("hi")]}),
+        json!({"messages": [{"role": "tool", "content": "x"}]}),
+    ];
+    for openai in &simple {
+        same_request(openai);
+    }
+    assert_eq!(request_bytes(b"{nope", "m", 1).unwrap_err().field, "body");
+    let text = json!([{"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}]);
+    let tool = json!({"type": "tool_use", "id": "t1", "name": "f", "input": {"a": [1]}});
+    for (content, stop) in [
+        (text.clone(), "end_turn"),
+        (
+            json!([{"type": "text", "text": ""}, tool.clone()]),
+            "tool_use",
+        ),
+        (json!([tool.clone()]), "tool_use"),
+        (json!([]), "max_tokens"),
+        (
+            json!([{"type": "thinking", "thinking": "hm"}, {"type": "text", "text": "x"}]),
+            "refusal",
+        ),
+        (
+            json!([{"type": "tool_use", "id": "t1", "name": "f", "input": null}]),
+            "tool_use",
+        ),
+        (json!([{"type": "server_tool_use"}]), "end_turn"),
+        (text.clone(), "pause_turn"),
+    ] {
+        let mut a = answer(content, stop);
+        same_response(&a);
+        a["usage"]["cache_read_input_tokens"] = json!(4);
+        same_response(&a);
+        a.as_object_mut().unwrap().remove("usage");
+        same_response(&a);
+    }
+    assert_eq!(response_bytes(b"[", "m", 1).unwrap_err().field, "body");
+}
+
+mod paths_agree {
+    use proptest::prelude::*;
+    use serde_json::{json, Value};
+
+    /// Requests near the fast path's edge: plain turns of any role order,
+    /// with optional sampling fields in and out of range.
+    fn simple_request() -> impl Strategy<Value = Value> {
+        let role = prop_oneof![
+            Just("system"),
+            Just("developer"),
+            Just("user"),
+            Just("assistant"),
+            Just("tool")
+        ];
+        let message = (role, ".{0,8}").prop_map(|(r, c)| json!({"role": r, "content": c}));
+        (
+            prop::collection::vec(message, 0..6),
+            prop::option::of(0u64..3),
+            prop::option::of(-0.5f64..2.0),
+            prop::option::of(prop_oneof![
+                Just(json!("x")),
+                Just(json!(["a", "b"])),
+                Just(json!([]))
+            ]),
+            prop::option::of(".{0,4}"),
+        )
+            .prop_map(|(messages, max_tokens, temperature, stop, user)| {
+                let mut v = json!({"model": "m", "messages": messages});
+                if let Some(n) = max_tokens {
+                    v["max_tokens"] = json!(n);
+                }
+                if let Some(t) = temperature {
+                    v["temperature"] = json!(t);
+                }
+                if let Some(s) = stop {
+                    v["stop"] = s;
+                }
+                if let Some(u) = user {
+                    v["user"] = json!(u);
+                }
+                v
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn the_bytes_path_agrees_with_the_value_path_on_random_requests(v in simple_request()) {
+            super::same_request(&v);
         }
     }
 }

@@ -328,8 +328,9 @@ fn the_adapter_and_the_mock_round_trip() {
     let mut stream = anthropic::Stream::new_at("claude", true, 7);
     let (mut text, mut args, mut finish, mut usage, mut done) =
         (String::new(), String::new(), None, None, false);
-    for (event, data) in split(&answer.events()) {
-        for payload in stream.event(&event, data.as_bytes()).unwrap() {
+    // Through the wire reader: each event as the mock writes it.
+    for raw in answer.events() {
+        for payload in stream.sse_event(raw.as_bytes()).unwrap() {
             if payload == "[DONE]" {
                 done = true;
                 continue;
