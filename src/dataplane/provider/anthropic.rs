@@ -11,27 +11,16 @@ use crate::config::ProviderConfig;
 use crate::dataplane::upstream::Translate;
 use crate::provider::anthropic;
 
-/// The Messages API request for an OpenAI chat request.
+/// The Messages API request for an OpenAI chat request (the translator's
+/// byte-level fast path, which falls back to the full translation).
 pub(super) fn prepare<'a>(
     cfg: &'a ProviderConfig,
     body: Bytes,
     upstream_model: &str,
     client_model: &str,
 ) -> Result<Call<'a>, Refused> {
-    let openai: serde_json::Value = serde_json::from_slice(&body).map_err(|e| Refused {
-        field: "body".into(),
-        reason: format!("not JSON: {e}"),
-    })?;
-    let stream = openai
-        .get("stream")
-        .and_then(serde_json::Value::as_bool)
-        .unwrap_or(false);
-    let include_usage = openai
-        .pointer("/stream_options/include_usage")
-        .and_then(serde_json::Value::as_bool)
-        .unwrap_or(false);
-    let translated =
-        anthropic::request(&openai, upstream_model, cfg.default_max_tokens).map_err(|e| {
+    let t =
+        anthropic::request_bytes(&body, upstream_model, cfg.default_max_tokens).map_err(|e| {
             Refused {
                 field: e.field,
                 reason: e.reason,
@@ -40,11 +29,11 @@ pub(super) fn prepare<'a>(
     Ok(Call {
         cfg,
         path: Cow::Borrowed("/v1/messages"),
-        body: Bytes::from(translated.to_string()),
+        body: Bytes::from(t.body),
         answer: Answer::Anthropic {
             client_model: client_model.to_owned(),
-            stream,
-            include_usage,
+            stream: t.stream,
+            include_usage: t.include_usage,
         },
     })
 }
@@ -52,11 +41,9 @@ pub(super) fn prepare<'a>(
 /// A whole Anthropic answer as OpenAI's `chat.completion`; `Err` when the
 /// answer is not one (the attempt fails as a broken backend's would).
 pub fn answer(body: &[u8], client_model: &str) -> Result<Bytes, String> {
-    let v: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| format!("the provider's answer: {e}"))?;
-    let out =
-        anthropic::response(&v, client_model).map_err(|e| format!("the provider's answer: {e}"))?;
-    Ok(Bytes::from(out.to_string()))
+    anthropic::response_bytes(body, client_model, crate::clock::unix_s())
+        .map(Bytes::from)
+        .map_err(|e| format!("the provider's answer: {e}"))
 }
 
 /// An Anthropic error answer as OpenAI's error shape, with the status the
@@ -87,36 +74,9 @@ impl Events {
 
     /// One whole event (its lines, without the blank line that ended it).
     fn event(&mut self, raw: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
-        let mut name: &[u8] = b"message";
-        let mut data: Vec<u8> = Vec::new();
-        for line in raw.split(|b| *b == b'\n') {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let (field, value) = match line.iter().position(|b| *b == b':') {
-                Some(0) => continue, // a comment
-                Some(i) => {
-                    let v = &line[i + 1..];
-                    (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
-                }
-                None => (line, &b""[..]),
-            };
-            match field {
-                b"event" => name = value,
-                b"data" => {
-                    if !data.is_empty() {
-                        data.push(b'\n');
-                    }
-                    data.extend_from_slice(value);
-                }
-                _ => {}
-            }
-        }
-        if data.is_empty() {
-            return Ok(());
-        }
-        let name = std::str::from_utf8(name).map_err(|_| "an event name is not UTF-8")?;
         let payloads = self
             .stream
-            .event(name, &data)
+            .sse_event(raw)
             .map_err(|e| format!("the provider's stream: {e}"))?;
         for p in payloads {
             out.extend_from_slice(b"data: ");
