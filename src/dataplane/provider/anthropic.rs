@@ -71,20 +71,20 @@ impl Events {
             stream: anthropic::Stream::new(client_model, include_usage),
         }
     }
+}
 
-    /// One whole event (its lines, without the blank line that ended it).
-    fn event(&mut self, raw: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
-        let payloads = self
-            .stream
-            .sse_event(raw)
-            .map_err(|e| format!("the provider's stream: {e}"))?;
-        for p in payloads {
-            out.extend_from_slice(b"data: ");
-            out.extend_from_slice(p.as_bytes());
-            out.extend_from_slice(b"\n\n");
-        }
-        Ok(())
+/// One whole event (its lines, without the blank line that ended it), its
+/// OpenAI events appended to `out`.
+fn event(stream: &mut anthropic::Stream, raw: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+    let payloads = stream
+        .sse_event(raw)
+        .map_err(|e| format!("the provider's stream: {e}"))?;
+    for p in payloads {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(p.as_bytes());
+        out.extend_from_slice(b"\n\n");
     }
+    Ok(())
 }
 
 /// Where the first event in `buf` ends: (its length, the length with the
@@ -114,8 +114,7 @@ impl Translate for Events {
         let mut out = Vec::new();
         let mut start = 0;
         while let Some((len, next)) = event_end(&self.buf[start..]) {
-            let raw = self.buf[start..start + len].to_vec();
-            self.event(&raw, &mut out)?;
+            event(&mut self.stream, &self.buf[start..start + len], &mut out)?;
             start += next;
         }
         self.buf.drain(..start);
@@ -131,7 +130,7 @@ impl Translate for Events {
         let rest = std::mem::take(&mut self.buf);
         let mut out = Vec::new();
         if !rest.iter().all(u8::is_ascii_whitespace) {
-            self.event(&rest, &mut out)?;
+            event(&mut self.stream, &rest, &mut out)?;
         }
         Ok(Bytes::from(out))
     }
