@@ -16,6 +16,10 @@
 #                                      # as one instruction, natively ~20 cycles or more)
 #   CONNS=128 benches/callgrind.sh BIN 2 10  # 128 connections, each sending in turn, N1 and
 #                                      # N2 rounds: requests in flight together, as under load
+#   PROVIDER=anthropic benches/callgrind.sh ...  # the backend is a provider (`anthropic`:
+#                                      # requests and answers translated; `azure`: its path and
+#                                      # key; `openai`: a key), with its mock and a key: the
+#                                      # translation's cost over the plain passthrough
 #   CACHE=1 benches/callgrind.sh ...   # also cache misses per request, simulated (32 KiB
 #                                      # 8-way I1 and D1, the 1 MiB 8-way L2 as LL, 64-byte
 #                                      # lines: this machine's per-core caches, AMD Zen 4, as
@@ -30,7 +34,14 @@ BIN=$1; N1=$2; N2=$3; STREAM=${4:-0}
 WORK=$(mktemp -d)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 BP=$(free_port); ZP=$(free_port); AP=$(free_port)
-RUST_LOG=warn "$BIN" mock-backend --listen 127.0.0.1:$BP --name static --model bench >/dev/null 2>&1 &
+PROVIDER_ARGS=""; PROVIDER_TOML=""
+if [ -n "${PROVIDER:-}" ]; then
+  PROVIDER_ARGS="--provider $PROVIDER --expect-key bench-provider-key"
+  PROVIDER_TOML="provider = \"$PROVIDER\"
+api_key = { env = \"BENCH_PROVIDER_KEY\" }"
+  export BENCH_PROVIDER_KEY=bench-provider-key
+fi
+RUST_LOG=warn "$BIN" mock-backend --listen 127.0.0.1:$BP --name static --model bench $PROVIDER_ARGS >/dev/null 2>&1 &
 MOCK=$!
 if [ -n "${PACE:-}" ]; then
   for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$BP/health" && break; sleep 0.1; done
@@ -58,6 +69,7 @@ name = "static"
 zone = "az-a"
 url = "http://127.0.0.1:$BP"
 models = ["bench"]
+$PROVIDER_TOML
 CONF
 run() {
   local n=$1 out=$WORK/cg.$1

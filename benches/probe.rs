@@ -59,6 +59,8 @@ fn main() {
                     name: format!("m{i}"),
                     zone: Some("az-a".into()),
                     models: vec!["m".into()],
+                    provider: Default::default(),
+                    expect_key: None,
                 })
                 .await
                 .expect("mock starts");

@@ -342,6 +342,7 @@ async fn backends(State(gw): State<Arc<Gateway>>) -> Json<serde_json::Value> {
                 "name": b.name,
                 "zone": b.zone,
                 "url": format!("{}://{}", b.scheme, b.authority),
+                "provider": b.provider.as_ref().map(|p| p.kind.as_str()),
                 // Whether it takes traffic outside panic mode ("up"/"down").
                 "state": if b.is_up() { "up" } else { "down" },
                 "health_state": m.state,

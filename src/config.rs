@@ -16,10 +16,12 @@ use zonegate_net::tls::{BackendTls, TlsFiles};
 mod bounds;
 mod cluster;
 pub mod cost;
+pub mod credential;
 mod health;
 mod models;
 mod node;
 pub mod policy;
+pub mod provider;
 mod quota;
 mod raw;
 #[cfg(test)]
@@ -228,6 +230,57 @@ pub struct BackendConfig {
     /// Capacity units this backend carries (a request costs 1, a long one
     /// `quotas.long_request_units`); `None` when undeclared.
     pub capacity: Option<u32>,
+    /// What a commercial provider needs (its kind, key, headers); `None`
+    /// for a plain OpenAI-format backend without a key or headers, whose
+    /// requests pass through untouched.
+    pub provider: Option<Arc<ProviderConfig>>,
+    /// `[backends.health] interval`: this backend's own probe interval
+    /// (30 s by default for a provider), instead of `[health]`'s.
+    pub probe_interval: Option<Duration>,
+}
+
+/// `[[backends]] provider`: the wire format and credentials a backend
+/// speaks.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Provider {
+    /// OpenAI's wire format (vLLM, TGI, SGLang, OpenAI, Together, Groq…):
+    /// `Authorization: Bearer <key>`.
+    #[default]
+    Openai,
+    /// Azure OpenAI: `/openai/deployments/{deployment}/…?api-version=…`
+    /// and an `api-key` header; the deployment is the model's
+    /// `model_names` entry.
+    Azure,
+    /// Anthropic's Messages API: `/v1/messages`, `x-api-key` and
+    /// `anthropic-version`; requests and answers are translated.
+    Anthropic,
+}
+
+impl Provider {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Openai => "openai",
+            Provider::Azure => "azure",
+            Provider::Anthropic => "anthropic",
+        }
+    }
+}
+
+/// A provider backend's settings. The key is a reference (`Debug` and
+/// every rendering show the variable's or the file's name, never a value).
+#[derive(Debug, PartialEq)]
+pub struct ProviderConfig {
+    pub kind: Provider,
+    pub key: Option<Arc<credential::Credential>>,
+    /// `[[backends]] headers`: sent on every request to it (probes too).
+    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    /// Azure's `api-version`, Anthropic's `anthropic-version`.
+    pub api_version: String,
+    /// Anthropic requires `max_tokens`: sent when the client set none.
+    pub default_max_tokens: u32,
 }
 
 /// How a stream that broke after bytes reached the client is continued

@@ -18,6 +18,7 @@ pub mod error;
 pub mod forward;
 pub mod observe;
 pub mod policy;
+pub mod provider;
 pub mod proxy;
 pub mod quota;
 pub mod relay;

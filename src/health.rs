@@ -112,7 +112,18 @@ impl HttpProber {
             .path_and_query(path)
             .build()
             .ok()
-            .and_then(|uri| Request::get(uri).body(Empty::new()).ok())
+            .and_then(|uri| {
+                let mut req = Request::get(uri);
+                if let Some(p) = &backend.provider {
+                    // A provider's model list wants its credential too.
+                    for (name, value) in
+                        crate::dataplane::provider::probe_headers(p, crate::clock::now_ms())
+                    {
+                        req = req.header(name, value);
+                    }
+                }
+                req.body(Empty::new()).ok()
+            })
         else {
             return (None, Reach::Unknown);
         };
@@ -305,7 +316,14 @@ pub fn evaluate(
             let eval = h.machine.evaluate(raw, sample.ok, now_ms, cfg, || {
                 routes.may_eject(backend, cfg)
             });
-            let next = h.machine.next_probe(cfg, fastrand::f64());
+            let next = match backend.probe_interval {
+                // A provider's own interval while it serves (jittered by
+                // up to a tenth); the watch list's backoff while it is out.
+                Some(every) if h.machine.state != state::State::Down => {
+                    every.mul_f64(0.9 + 0.2 * fastrand::f64())
+                }
+                _ => h.machine.next_probe(cfg, fastrand::f64()),
+            };
             (eval, next, h.machine.state, h.machine.ejections)
         })
     });
@@ -391,6 +409,23 @@ pub fn passive_failure(gw: &Gateway, backend: &Backend, error: &str, now_ms: u64
         ),
         _ => error.to_owned(),
     };
+    gw.events.backend(&gw.metrics, backend, change, &reason);
+    sweep(gw, &routes, now_ms);
+}
+
+/// A provider refused `backend`'s credential (401/403): ejected at once
+/// with the cause `credentials` (an event, `zonegate_backend_ejections_total`
+/// and the `ZonegateBackendCredentialsRefused` alert), never counted
+/// against its zone.
+pub fn credentials_refused(gw: &Gateway, backend: &Backend, error: &str, now_ms: u64) {
+    let cfg = &gw.cfg().health;
+    let routes = gw.routes.load();
+    let change = routes.serialised(|| backend.credentials_refused(now_ms, cfg));
+    let Some(change) = change else { return };
+    let reason = format!(
+        "{error}: its api_key is wrong, expired or not allowed the model; fix the key \
+         (a key file is read again when it changes); half-open trials from 1s"
+    );
     gw.events.backend(&gw.metrics, backend, change, &reason);
     sweep(gw, &routes, now_ms);
 }
@@ -532,6 +567,8 @@ mod tests {
             model_names: Default::default(),
             tls: BackendTls::default(),
             capacity: None,
+            provider: None,
+            probe_interval: None,
         };
         Backend::new(&cfg, &crate::config::HealthConfig::default(), 0)
     }

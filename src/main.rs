@@ -108,6 +108,15 @@ enum Command {
         /// A model it serves (repeatable); none means any name.
         #[arg(long = "model")]
         models: Vec<String>,
+        /// The provider whose wire format it speaks: paths, credential
+        /// header, error bodies, rate-limit headers and stream events.
+        #[arg(long, value_enum, default_value = "openai")]
+        provider: zonegate::config::Provider,
+        /// The credential it expects in that provider's header
+        /// (`Authorization: Bearer`, `api-key`, `x-api-key`); anything
+        /// else gets the provider's 401.
+        #[arg(long)]
+        expect_key: Option<String>,
     },
     /// Run a fault-injection drill from a scenario (chaos/scenarios/*.toml);
     /// exits 0 PASS, 1 FAIL, 2 could not run.
@@ -225,6 +234,8 @@ fn main() -> ExitCode {
                 name,
                 zone,
                 models,
+                provider,
+                expect_key,
             } => {
                 let name = name.unwrap_or_else(|| listen.to_string());
                 zonegate::tools::mock::run(zonegate::tools::mock::MockOptions {
@@ -232,6 +243,8 @@ fn main() -> ExitCode {
                     name,
                     zone,
                     models,
+                    provider,
+                    expect_key,
                 })
                 .await
             }

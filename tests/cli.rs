@@ -105,8 +105,23 @@ async fn demo_starts_a_working_gateway_and_stops_on_sigterm() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
+    // A Claude-style model behind the same API (an Anthropic-format mock
+    // with the demo's key from the environment).
+    let mut claude = chat_body(4, false);
+    claude["model"] = serde_json::json!("claude-demo");
+    let resp = client()
+        .post(format!("{data}/v1/chat/completions"))
+        .bearer_auth(&key)
+        .json(&claude)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let answer: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(answer["object"], "chat.completion", "{answer}");
+    assert_eq!(answer["model"], "claude-demo");
     let backends = get_json(&format!("{admin}/admin/v1/backends"), Some(&token)).await;
-    assert_eq!(backends["backends"].as_array().unwrap().len(), 6);
+    assert_eq!(backends["backends"].as_array().unwrap().len(), 7);
     let cluster = get_json(&format!("{admin}/admin/v1/cluster"), Some(&token)).await;
     assert_eq!(cluster["control_plane"], "raft");
     assert_eq!(cluster["nodes"].as_array().unwrap().len(), 3);

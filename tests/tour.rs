@@ -192,8 +192,14 @@ fn the_tours_commands_are_read_with_their_expected_exits() {
     );
     let looped = "```sh\nB=http://x\nfor i in $(seq 2); do\n  curl $B \\\n    -d c\ndone\n```\n";
     assert_eq!(
-        steps(looped).iter().map(|s| s.line.as_str()).collect::<Vec<_>>(),
-        vec!["B=http://x", "for i in $(seq 2); do\n  curl $B     -d c\ndone"]
+        steps(looped)
+            .iter()
+            .map(|s| s.line.as_str())
+            .collect::<Vec<_>>(),
+        vec![
+            "B=http://x",
+            "for i in $(seq 2); do\n  curl $B     -d c\ndone"
+        ]
     );
     assert!(is_assignment("B=http://127.0.0.1:PORT") && !is_assignment("zg x --y=2"));
     assert_eq!(
@@ -355,7 +361,10 @@ async fn every_command_of_the_five_minute_tour_runs_against_the_demo() {
         .expect("the tour shows the events");
     assert!(event.contains("\"ejected_"), "the event is shown: {event}");
     let (ejections, _) = said("zonegate_backend_ejections_total");
-    assert!(ejections.contains("zonegate_backend_ejections_total{"), "{ejections}");
+    assert!(
+        ejections.contains("zonegate_backend_ejections_total{"),
+        "{ejections}"
+    );
     let faults = get_json(&format!("{backend}/mock/faults"), None).await;
     assert_eq!(faults["error_rate"], 0.0, "the fault is undone: {faults}");
     assert!(said("zg status").0.contains("az-a"));

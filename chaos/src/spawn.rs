@@ -108,10 +108,23 @@ pub const SECRET_ENV: &str = "ZONEGATE_CLUSTER_SECRET";
 /// up to `timeout` for its URL (`urls[0]`). The drill's local target, the
 /// demo and the black-box tests start their mocks here.
 pub async fn mock_backend<M: AsRef<str>>(
+    cmd: Command,
+    name: &str,
+    zone: &str,
+    models: &[M],
+    timeout: Duration,
+) -> anyhow::Result<Spawned> {
+    mock_backend_with(cmd, name, zone, models, &[], timeout).await
+}
+
+/// [`mock_backend`] with extra `mock-backend` arguments (`--provider
+/// anthropic`, `--expect-key K`, faults).
+pub async fn mock_backend_with<M: AsRef<str>>(
     mut cmd: Command,
     name: &str,
     zone: &str,
     models: &[M],
+    extra: &[&str],
     timeout: Duration,
 ) -> anyhow::Result<Spawned> {
     cmd.args([
@@ -126,6 +139,7 @@ pub async fn mock_backend<M: AsRef<str>>(
     for m in models {
         cmd.args(["--model", m.as_ref()]);
     }
+    cmd.args(extra);
     spawn_listening(cmd, 1, timeout)
         .await
         .with_context(|| format!("mock backend {name}"))

@@ -48,8 +48,8 @@ pub async fn explain(State(gw): State<Arc<Gateway>>, Query(q): Query<ExplainQuer
     let cfg = gw.cfg_arc();
     let aliased = || cfg.model_of_alias(&q.model).and_then(|m| routes.model(m));
     let Some(model) = routes.model(&q.model).or_else(aliased) else {
-        let tenant = (q.tenant.as_deref())
-            .and_then(|t| cfg.tenants.iter().position(|x| *x.name == *t));
+        let tenant =
+            (q.tenant.as_deref()).and_then(|t| cfg.tenants.iter().position(|x| *x.name == *t));
         let may_use = |m: &str| tenant.is_none_or(|i| allows_model(&cfg, i, m));
         let msg = unknown_model(&cfg, &routes, &q.model, &may_use).to_string();
         return (

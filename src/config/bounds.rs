@@ -141,6 +141,12 @@ pub(super) const VNODES: Bound<u64> = Bound {
     why: "each backend puts vnodes × weight points on the ring of every pool it serves",
 };
 /// A backend's weight.
+/// Anthropic's `max_tokens` sent when the client set none.
+pub(super) const MAX_TOKENS: Bound<u64> = Bound {
+    min: 1,
+    max: 1_000_000,
+    why: "no model answers with more than a million tokens",
+};
 pub(super) const WEIGHT: Bound<u64> = Bound {
     min: 1,
     max: 10_000,
@@ -460,6 +466,17 @@ name = "a1"
 zone = "az-a"
 url = "http://127.0.0.1:8000"
 models = ["m", "s"]
+capacity = 8
+
+[[backends]]
+name = "c1"
+zone = "az-a"
+url = "https://api.anthropic.com"
+models = ["m"]
+provider = "anthropic"
+api_key = {{ env = "PATH" }}
+default_max_tokens = 1024
+health = {{ interval = "30s" }}
 capacity = 8
 
 [[models]]

@@ -9,6 +9,7 @@ use http::uri::Scheme;
 use zonegate_cluster::{Limits, ZoneId};
 
 use super::bounds;
+use super::provider::{default_probe_path, PROVIDER_PROBE_INTERVAL};
 use super::raw::*;
 use super::Validator;
 use super::*;
@@ -102,6 +103,7 @@ impl Validator<'_> {
                 if scheme == Scheme::HTTP && b.tls.is_some() {
                     return Err(self.err(format!("{key}.tls"), "is only for https:// backends"));
                 }
+                let provider = self.provider(&key, &b)?;
                 let tls = self.backend_tls(&key, b.tls)?;
                 let authority = uri
                     .authority()
@@ -121,8 +123,22 @@ impl Validator<'_> {
                 if let Some(c) = b.capacity {
                     self.int(&format!("{key}.capacity"), Some(c), c, bounds::CAPACITY)?;
                 }
+                let health_path = match (&b.health_path, &provider) {
+                    (Some(p), _) => p.clone(),
+                    (None, Some(p)) => default_probe_path(p),
+                    (None, None) => default_health_path(),
+                };
+                let probe_interval = match b.health.as_ref().and_then(|h| h.interval.as_deref()) {
+                    Some(s) => Some(self.duration(
+                        &format!("{key}.health.interval"),
+                        Some(s),
+                        PROVIDER_PROBE_INTERVAL,
+                        bounds::PROBE_INTERVAL,
+                    )?),
+                    None => provider.as_ref().map(|_| PROVIDER_PROBE_INTERVAL),
+                };
                 for (path_key, path) in [
-                    ("health_path", Some(&b.health_path)),
+                    ("health_path", Some(&health_path)),
                     ("metrics_path", b.metrics_path.as_ref()),
                 ] {
                     if let Some(p) = path {
@@ -149,10 +165,12 @@ impl Validator<'_> {
                     authority,
                     models: b.models,
                     weight,
-                    health_path: b.health_path,
+                    health_path,
                     metrics_path: b.metrics_path,
                     model_names: b.model_names.into_iter().collect(),
                     capacity: b.capacity,
+                    provider,
+                    probe_interval,
                 })
             })
             .collect()

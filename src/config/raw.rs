@@ -143,8 +143,8 @@ pub(super) struct RawBackend {
     pub(super) models: Vec<String>,
     #[serde(default = "one")]
     pub(super) weight: u32,
-    #[serde(default = "default_health_path")]
-    pub(super) health_path: String,
+    /// `/health`, or a provider's free model list.
+    pub(super) health_path: Option<String>,
     pub(super) metrics_path: Option<String>,
     #[serde(default)]
     pub(super) model_names: BTreeMap<String, String>,
@@ -153,6 +153,28 @@ pub(super) struct RawBackend {
     #[serde(default)]
     pub(super) tags: Vec<String>,
     pub(super) price: Option<super::cost::RawPrice>,
+    #[serde(default)]
+    pub(super) provider: Provider,
+    pub(super) api_key: Option<RawSecret>,
+    #[serde(default)]
+    pub(super) headers: BTreeMap<String, String>,
+    pub(super) api_version: Option<String>,
+    pub(super) default_max_tokens: Option<u32>,
+    pub(super) health: Option<RawBackendHealth>,
+}
+
+/// `{ env = "NAME" }` or `{ file = "/path" }`: where a secret is read.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSecret {
+    pub(super) env: Option<String>,
+    pub(super) file: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBackendHealth {
+    pub(super) interval: Option<String>,
 }
 
 pub(super) fn one() -> u32 {

@@ -16,7 +16,7 @@ use zonegate_net::tls::BackendTls;
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use crate::config::{BackendConfig, HealthConfig};
+use crate::config::{BackendConfig, HealthConfig, ProviderConfig};
 use crate::health::score::Components;
 use crate::health::scrape::Scraped;
 use crate::health::state::{Cause, Change, Machine, State};
@@ -55,6 +55,11 @@ pub struct Backend {
     pub health_path: String,
     pub metrics_path: Option<String>,
     model_names: HashMap<String, String>,
+    /// A commercial provider's settings (`None`: a plain OpenAI-format
+    /// backend, whose requests pass through untouched).
+    pub provider: Option<Arc<ProviderConfig>>,
+    /// Its own probe interval, if it has one (providers: 30 s).
+    pub probe_interval: Option<Duration>,
     hot: Hot,
     /// Consecutive failed requests (any success resets it).
     passive_streak: AtomicU32,
@@ -149,6 +154,8 @@ impl Backend {
             health_path: cfg.health_path.clone(),
             metrics_path: cfg.metrics_path.clone(),
             model_names: cfg.model_names.clone(),
+            provider: cfg.provider.clone(),
+            probe_interval: cfg.probe_interval,
             hot: Hot {
                 in_flight: AtomicU64::new(0),
                 latency_ewma_ms: AtomicU64::new(INITIAL_LATENCY_MS.to_bits()),
@@ -180,6 +187,29 @@ impl Backend {
     /// The backend's own name for a logical model, when it differs.
     pub fn physical_model(&self, logical: &str) -> Option<&str> {
         self.model_names.get(logical).map(String::as_str)
+    }
+
+    /// Whether it serves requests to `endpoint` (an Anthropic backend
+    /// has no embeddings or legacy completions).
+    pub fn serves(&self, endpoint: crate::dataplane::provider::Endpoint) -> bool {
+        self.provider
+            .as_ref()
+            .is_none_or(|p| crate::dataplane::provider::serves(p.kind, endpoint))
+    }
+
+    /// A provider refused its credential: out at once (`credentials`),
+    /// whatever the pool-wide cap (a backend that cannot authenticate
+    /// serves nobody, panic mode included), with half-open trials backing
+    /// off so the provider is not asked again in a loop. `None` when it
+    /// was out already.
+    pub fn credentials_refused(&self, now_ms: u64, cfg: &HealthConfig) -> Option<Change> {
+        self.window_requests.fetch_add(1, Ordering::Relaxed);
+        self.note_outcome(false);
+        let change = self.with_health(now_ms, cfg, |h| h.machine.credentials_refused(now_ms));
+        if change.is_some() {
+            self.arm_trials(now_ms);
+        }
+        change
     }
 
     /// Not ejected.
@@ -544,6 +574,8 @@ mod tests {
             model_names: HashMap::new(),
             tls: BackendTls::default(),
             capacity: None,
+            provider: None,
+            probe_interval: None,
         };
         Backend::new(&cfg, &HealthConfig::default(), 0)
     }

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use zonegate_net::http1::{list_items, name_is, put_header, HeadLines};
 
 use crate::dataplane::connect::source_chain;
+use crate::dataplane::provider;
 use crate::dataplane::request::ClientHeaders;
 use crate::dataplane::upstream::{self, SendError, Target, UpstreamBody};
 
@@ -54,6 +55,14 @@ pub enum AttemptError {
     /// the body is kept for the client in case no larger model can take it.
     #[error("the prompt exceeds the model's context length")]
     ContextLength(Bytes),
+    /// A provider refused the backend's credential (401/403): the
+    /// backend's configuration fault, ejected at once (`credentials`),
+    /// never the zone's health nor worth a retry on it.
+    #[error("the provider refused the backend's credential ({0})")]
+    Credentials(StatusCode),
+    /// A provider's answer that cannot be translated for the client.
+    #[error("the provider's answer: {0}")]
+    BadAnswer(String),
 }
 
 impl AttemptError {
@@ -69,6 +78,7 @@ impl AttemptError {
                 | AttemptError::Reset(_)
                 | AttemptError::Status(_)
                 | AttemptError::TtftTimeout(_)
+                | AttemptError::BadAnswer(_)
         )
     }
 
@@ -91,7 +101,11 @@ impl AttemptError {
     pub fn backend_answered(&self) -> bool {
         matches!(
             self,
-            AttemptError::Status(_) | AttemptError::Busy(_) | AttemptError::ContextLength(_)
+            AttemptError::Status(_)
+                | AttemptError::Busy(_)
+                | AttemptError::ContextLength(_)
+                | AttemptError::Credentials(_)
+                | AttemptError::BadAnswer(_)
         )
     }
 
@@ -106,6 +120,8 @@ impl AttemptError {
             AttemptError::Deadline => "deadline",
             AttemptError::Busy(_) => "busy",
             AttemptError::ContextLength(_) => "context_length",
+            AttemptError::Credentials(_) => "credentials",
+            AttemptError::BadAnswer(_) => "bad_answer",
         }
     }
 }
@@ -141,6 +157,9 @@ pub struct Committed {
     /// When the first body chunk was in (`first_byte` after the attempt's
     /// start): the respond stage's time, without reading the clock again.
     pub arrived: std::time::Instant,
+    /// A provider said its allowance is used up: cool the backend this
+    /// long (`provider::exhausted_for`). `None` for a plain backend.
+    pub cool_for: Option<Duration>,
 }
 
 /// zonegate's own headers, parsed once (a name given as `&str` is parsed
@@ -191,6 +210,17 @@ pub fn forwarded(name: &[u8]) -> bool {
 /// (hop-by-hop too, RFC 9110 §7.6.1). Names and values are the ones the
 /// client sent (httparse or hyper accepted them: no line break inside).
 pub fn put_backend_headers(out: &mut Vec<u8>, client: &ClientHeaders) {
+    put_backend_headers_where(out, client, |_| true);
+}
+
+/// [`put_backend_headers`], less the names `keep` refuses (a provider's
+/// own credential headers: `provider::forwarded`).
+#[inline]
+pub fn put_backend_headers_where(
+    out: &mut Vec<u8>,
+    client: &ClientHeaders,
+    keep: impl Fn(&[u8]) -> bool,
+) {
     // The names `Connection` lists, lower case, but its options: `close`
     // is no header's name (RFC 9110 reserves it) and `keep-alive` is
     // dropped anyway, so most clients' lists build no set. A set: linear
@@ -211,7 +241,7 @@ pub fn put_backend_headers(out: &mut Vec<u8>, client: &ClientHeaders) {
         let named = listed
             .as_ref()
             .is_some_and(|l| l.contains(&name.to_ascii_lowercase()));
-        if forwarded(name) && !named {
+        if forwarded(name) && !named && keep(name) {
             put_header(out, name, value);
         }
     });
@@ -251,7 +281,10 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 /// response head and its first body chunk. `path` is the request's
 /// origin-form target; the client's `headers` go as
 /// [`put_backend_headers`] writes them, followed by `host` and
-/// `request_id`.
+/// `request_id`. A provider backend's request and answer go through its
+/// `call` instead (`provider`: path, body, credential, the answer's
+/// format and meaning); a plain backend's pass through untouched.
+#[allow(clippy::too_many_arguments)]
 pub async fn attempt(
     target: Target<'_>,
     path: &str,
@@ -260,23 +293,37 @@ pub async fn attempt(
     request_id: &[u8],
     body: Bytes,
     limits: AttemptLimits,
+    call: Option<&provider::Call<'_>>,
 ) -> Result<Committed, AttemptError> {
     let started = limits.started;
     let head = |out: &mut Vec<u8>| {
-        put_backend_headers(out, headers);
+        match call {
+            None => put_backend_headers(out, headers),
+            Some(c) => {
+                provider::put_client_headers(out, headers);
+                provider::put_credentials(out, c.cfg, crate::clock::now_ms());
+            }
+        }
         if let Some(host) = host {
             put_header(out, b"host", host.as_bytes());
         }
         put_header(out, b"x-request-id", request_id);
     };
+    let (path, body) = match call {
+        None => (path, &body),
+        Some(c) => (c.path.as_ref(), &c.body),
+    };
     let exchange = async {
-        let resp = upstream::send(target, path, head, &body)
+        let resp = upstream::send(target, path, head, body)
             .await
             .map_err(|e| match e {
                 SendError::Connect(e) => AttemptError::Connect(e),
                 SendError::Refused(e) => AttemptError::Refused(e),
                 SendError::Reset(e) => AttemptError::Reset(e),
             })?;
+        if let Some(call) = call {
+            return Box::pin(provider_answer(call, resp, limits)).await;
+        }
         let upstream::BackendResponse {
             status,
             lines,
@@ -296,6 +343,8 @@ pub async fn attempt(
         if status == StatusCode::BAD_REQUEST && limits.detect_context_length {
             return Box::pin(whole_error_body(lines, rest, started)).await;
         }
+        // The plain path as it always was (a provider's waits in
+        // `first_chunk`).
         let first = loop {
             match rest.frame().await {
                 None => break None,
@@ -316,6 +365,7 @@ pub async fn attempt(
             content_length,
             first_byte: arrived.saturating_duration_since(started),
             arrived,
+            cool_for: None,
         })
     };
     // From the pick's reading of the clock.
@@ -327,6 +377,144 @@ pub async fn attempt(
         Err(_) => Err(AttemptError::GenerationTimeout(limits.first_byte)),
     }
 }
+
+/// Waits for the answer's first body chunk: the attempt commits.
+async fn first_chunk(
+    status: StatusCode,
+    lines: HeadLines,
+    mut rest: UpstreamBody,
+    started: std::time::Instant,
+    cool_for: Option<Duration>,
+) -> Result<Committed, AttemptError> {
+    // Read before the first frame is taken from it.
+    let content_length = rest.size_hint().exact();
+    let first = loop {
+        match rest.frame().await {
+            None => break None,
+            Some(Err(e)) => return Err(AttemptError::Reset(source_chain(&e))),
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) if !data.is_empty() => break Some(data),
+                // Empty chunks and trailers before any data: keep waiting.
+                _ => continue,
+            },
+        }
+    };
+    let arrived = std::time::Instant::now();
+    Ok(Committed {
+        status,
+        lines,
+        first,
+        rest: Some(rest),
+        content_length,
+        first_byte: arrived.saturating_duration_since(started),
+        arrived,
+        cool_for,
+    })
+}
+
+/// A whole answer made here (a translated one, or the client's 400),
+/// committed as if the backend had sent it so.
+fn whole(
+    status: StatusCode,
+    lines: HeadLines,
+    body: Bytes,
+    started: std::time::Instant,
+    cool_for: Option<Duration>,
+) -> Committed {
+    let arrived = std::time::Instant::now();
+    Committed {
+        status,
+        content_length: Some(body.len() as u64),
+        lines,
+        first: (!body.is_empty()).then_some(body),
+        rest: None,
+        first_byte: arrived.saturating_duration_since(started),
+        arrived,
+        cool_for,
+    }
+}
+
+/// The client's 400 for a request a provider cannot take as it is
+/// (`provider::Refused`), answered without sending it.
+pub fn refused(body: Bytes, started: std::time::Instant) -> Committed {
+    whole(StatusCode::BAD_REQUEST, json_lines(), body, started, None)
+}
+
+fn json_lines() -> HeadLines {
+    HeadLines {
+        lines: Bytes::from_static(b"content-type: application/json\r\n"),
+        ..HeadLines::default()
+    }
+}
+
+/// A provider's answer as the provider means it (see `provider`).
+async fn provider_answer(
+    call: &provider::Call<'_>,
+    resp: upstream::BackendResponse,
+    limits: AttemptLimits,
+) -> Result<Committed, AttemptError> {
+    let upstream::BackendResponse {
+        status,
+        lines,
+        body: mut rest,
+    } = resp;
+    let started = limits.started;
+    let now = std::time::SystemTime::now();
+    if provider::is_credentials(status) {
+        rest.drain_in_background();
+        return Err(AttemptError::Credentials(status));
+    }
+    if status == StatusCode::TOO_MANY_REQUESTS || provider::is_overloaded(status) {
+        let busy = AttemptError::Busy(provider::busy_for(&lines, now));
+        rest.drain_in_background();
+        return Err(busy);
+    }
+    if status.is_server_error() {
+        rest.drain_in_background();
+        return Err(AttemptError::Status(status));
+    }
+    let cool_for = provider::exhausted_for(&lines, now);
+    let provider::Answer::Anthropic {
+        client_model,
+        stream,
+        include_usage,
+    } = &call.answer
+    else {
+        if status == StatusCode::BAD_REQUEST && limits.detect_context_length {
+            return Box::pin(whole_error_body(lines, rest, started)).await;
+        }
+        return first_chunk(status, lines, rest, started, cool_for).await;
+    };
+    if status.is_success() && *stream && lines.event_stream {
+        rest.translate(Box::new(provider::anthropic::Events::new(
+            client_model,
+            *include_usage,
+        )));
+        return first_chunk(status, lines, rest, started, cool_for).await;
+    }
+    let body = Limited::new(rest, MAX_ANSWER)
+        .collect()
+        .await
+        .map_err(|e| AttemptError::Reset(format!("reading the provider's answer: {e}")))?
+        .to_bytes();
+    if status.is_success() {
+        let out =
+            provider::anthropic::answer(&body, client_model).map_err(AttemptError::BadAnswer)?;
+        return Ok(whole(status, json_lines(), out, started, cool_for));
+    }
+    let (code, out) = provider::anthropic::error(status.as_u16(), &body);
+    let code = StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY);
+    if code == StatusCode::BAD_REQUEST
+        && limits.detect_context_length
+        && String::from_utf8_lossy(&body).contains("prompt is too long")
+    {
+        return Err(AttemptError::ContextLength(out));
+    }
+    Ok(whole(code, json_lines(), out, started, cool_for))
+}
+
+/// The largest whole provider answer read for translation.
+const MAX_ANSWER: usize = 16 * 1024 * 1024;
 
 /// A 400 read whole: `context_length_exceeded` (OpenAI's code, or vLLM's
 /// "maximum context length" message) becomes an error the retry loop can
@@ -346,16 +534,7 @@ async fn whole_error_body(
         if text.contains("context_length_exceeded") || text.contains("maximum context length") {
             return Err(AttemptError::ContextLength(body));
         }
-        let arrived = std::time::Instant::now();
-        Ok(Committed {
-            status: StatusCode::BAD_REQUEST,
-            content_length: Some(body.len() as u64),
-            lines,
-            first: (!body.is_empty()).then_some(body),
-            rest: None,
-            first_byte: arrived.saturating_duration_since(started),
-            arrived,
-        })
+        Ok(whole(StatusCode::BAD_REQUEST, lines, body, started, None))
     }
 }
 

@@ -568,6 +568,7 @@ mod tests {
             content_length: None,
             first_byte: Duration::ZERO,
             arrived: std::time::Instant::now(),
+            cool_for: None,
         }
     }
 

@@ -74,6 +74,10 @@ pub struct ZonePool {
     in_flight: Arc<AtomicU64>,
     /// Per backend (same order): its metric handles for this model.
     handles: Vec<OnceLock<AttemptHandles>>,
+    /// The identities (as `Attempts::tried` holds them) of backends that
+    /// serve chat completions only (Anthropic): left out of embeddings
+    /// and legacy completions. Empty for most pools.
+    pub chat_only: Vec<usize>,
 }
 
 /// A model's metric handles, by tenant where the label has one.
@@ -215,6 +219,11 @@ impl ZonePool {
             typical_latency_ms: AtomicU64::new(0),
             wrr: Mutex::new(SmoothWrr::new(backends.len())),
             handles: backends.iter().map(|_| OnceLock::new()).collect(),
+            chat_only: backends
+                .iter()
+                .filter(|b| !b.serves(crate::dataplane::provider::Endpoint::Embeddings))
+                .map(|b| Arc::as_ptr(b) as usize)
+                .collect(),
             backends,
             ring,
             in_flight: Arc::new(AtomicU64::new(0)),
@@ -392,6 +401,8 @@ impl Routes {
                             && b.scheme == bc.scheme
                             && b.tls == bc.tls
                             && b.weight == bc.weight
+                            && b.provider == bc.provider
+                            && b.probe_interval == bc.probe_interval
                     })
                     .cloned()
                     .unwrap_or_else(|| Arc::new(Backend::new(bc, &cfg.health, now_ms())))

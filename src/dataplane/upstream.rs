@@ -361,6 +361,7 @@ pub async fn send(
             conn: Some(conn),
             decoder: head.decoder,
             keep_alive: head.keep_alive,
+            translate: None,
         },
     })
 }
@@ -417,9 +418,51 @@ pub struct UpstreamBody {
     decoder: wire::Decoder,
     /// The answer lets its connection carry another request.
     keep_alive: bool,
+    /// A provider's stream in another format, translated chunk by chunk
+    /// (`dataplane::provider`); `None` for an OpenAI-format answer.
+    translate: Option<Box<dyn Translate>>,
+}
+
+/// Turns a provider's body, chunk by chunk, into the one the client gets.
+pub trait Translate: Send {
+    /// The client's bytes for the next chunk (empty while an event is
+    /// incomplete); `Err` fails the body as a broken answer would.
+    fn data(&mut self, data: &[u8]) -> Result<Bytes, String>;
+    /// The client's bytes at the body's end.
+    fn end(&mut self) -> Result<Bytes, String>;
 }
 
 impl UpstreamBody {
+    /// The body's chunks go through `t` on their way out.
+    pub fn translate(&mut self, t: Box<dyn Translate>) {
+        self.translate = Some(t);
+    }
+
+    /// A translated chunk, or the end's bytes; `None` when there is
+    /// nothing to give yet.
+    fn translated(
+        &mut self,
+        data: Option<Bytes>,
+    ) -> Option<Poll<Option<io::Result<Frame<Bytes>>>>> {
+        let t = self.translate.as_mut()?;
+        let out = match data {
+            Some(d) => t.data(&d),
+            None => {
+                let out = t.end();
+                self.translate = None;
+                out
+            }
+        };
+        Some(match out {
+            Ok(b) if b.is_empty() => return None,
+            Ok(b) => Poll::Ready(Some(Ok(Frame::data(b)))),
+            Err(e) => {
+                self.translate = None;
+                self.fail(io::ErrorKind::InvalidData, e)
+            }
+        })
+    }
+
     /// Reads the rest of a small answer nobody needs (a 429 or a 5xx) in a
     /// task of its own, so that its connection goes back to the pool
     /// instead of closing: under a storm of such answers each would
@@ -488,9 +531,18 @@ impl Body for UpstreamBody {
                 });
             };
             match this.decoder.step(&mut conn.buf) {
-                Ok(wire::Step::Data(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                Ok(wire::Step::Data(data)) if this.translate.is_none() => {
+                    return Poll::Ready(Some(Ok(Frame::data(data))))
+                }
+                Ok(wire::Step::Data(data)) => match this.translated(Some(data)) {
+                    Some(ready) => return ready,
+                    None => continue,
+                },
                 Ok(wire::Step::Done) => {
                     this.release();
+                    if let Some(ready) = this.translated(None) {
+                        return ready;
+                    }
                     return Poll::Ready(None);
                 }
                 Ok(wire::Step::NeedMore) => {}
@@ -502,6 +554,9 @@ impl Body for UpstreamBody {
                     // Read to the close: the connection ends with it.
                     Ok(()) => {
                         this.conn = None;
+                        if let Some(ready) = this.translated(None) {
+                            return ready;
+                        }
                         return Poll::Ready(None);
                     }
                     Err(e) => return this.fail(io::ErrorKind::UnexpectedEof, e),
@@ -513,10 +568,14 @@ impl Body for UpstreamBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.decoder.is_done()
+        self.decoder.is_done() && self.translate.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {
+        if self.translate.is_some() {
+            // A translated body's length is not the provider's.
+            return SizeHint::default();
+        }
         match self.decoder {
             wire::Decoder::Length(n) => SizeHint::with_exact(n),
             wire::Decoder::Done => SizeHint::with_exact(0),
@@ -529,7 +588,7 @@ impl Drop for UpstreamBody {
     fn drop(&mut self) {
         // A plain answer's `Content-Length` reached leaves the connection
         // ready for the next request even if its end was never polled.
-        if self.is_end_stream() {
+        if self.decoder.is_done() {
             self.release();
         }
     }

@@ -66,6 +66,8 @@ pub enum Cause {
     /// Consecutive real requests failed (connect refused, reset, 5xx,
     /// first-byte timeout).
     Passive,
+    /// A provider refused the backend's credential (401/403).
+    Credentials,
 }
 
 impl Cause {
@@ -73,6 +75,7 @@ impl Cause {
         match self {
             Cause::Score => "score",
             Cause::Passive => "passive",
+            Cause::Credentials => "credentials",
         }
     }
 }
@@ -297,6 +300,16 @@ impl Machine {
             return Some(Change::Ejected(Cause::Passive));
         }
         self.refuse_ejection()
+    }
+
+    /// A provider refused the backend's credential: DOWN at once, beyond
+    /// the pool-wide cap (it cannot serve anyone); `None` if it was DOWN.
+    pub fn credentials_refused(&mut self, now_ms: u64) -> Option<Change> {
+        if self.state == State::Down {
+            return None;
+        }
+        self.eject(Cause::Credentials, now_ms);
+        Some(Change::Ejected(Cause::Credentials))
     }
 
     /// Back from DOWN as a canary, in the band `score` places it.

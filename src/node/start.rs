@@ -310,6 +310,13 @@ pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<Runni
             stop.subscribe(),
         ));
     }
+    if let Some(hangup) = hangup_signal() {
+        tasks.spawn(reload_backend_keys(
+            Arc::clone(&gateway),
+            hangup,
+            stop.subscribe(),
+        ));
+    }
     if let Some(node) = &gateway.cluster {
         let gw = Arc::downgrade(&gateway);
         node.set_observation_source(Arc::new(move || {
@@ -467,6 +474,28 @@ async fn reload_certificates(
                 Err(e) => {
                     tracing::warn!(tls = ?t, "certificate not reloaded, keeping the old one: {e}")
                 }
+            }
+        }
+    }
+}
+
+/// On SIGHUP, reads every backend's key file again (they are also read
+/// again when they change: `config::credential`).
+async fn reload_backend_keys(
+    gw: Arc<Gateway>,
+    mut hangup: tokio::signal::unix::Signal,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            Some(()) = hangup.recv() => {}
+            else => return,
+        }
+        let routes = gw.routes.load_full();
+        for b in &routes.backends {
+            if let Some(key) = b.provider.as_ref().and_then(|p| p.key.as_ref()) {
+                key.reload(true);
             }
         }
     }

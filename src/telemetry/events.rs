@@ -56,6 +56,7 @@ impl EventLog {
                 let kind = match cause {
                     crate::health::state::Cause::Score => "ejected_score",
                     crate::health::state::Cause::Passive => "ejected_passive",
+                    crate::health::state::Cause::Credentials => "ejected_credentials",
                 };
                 self.ejected
                     .lock()

@@ -233,7 +233,7 @@ metrics! {
     backend_in_flight: IntGaugeVec = "zonegate_backend_in_flight_requests", "Requests in flight per backend", ["backend", "zone"];
     backend_up: IntGaugeVec = "zonegate_backend_up", "1 while a backend takes traffic, 0 while ejected", ["backend", "zone"];
     /// Ejections by cause (`score`, `passive`).
-    backend_ejections: IntCounterVec = "zonegate_backend_ejections_total", "Backend ejections by cause (score, passive)", ["backend", "zone", "cause"];
+    backend_ejections: IntCounterVec = "zonegate_backend_ejections_total", "Backend ejections by cause (score, passive, credentials)", ["backend", "zone", "cause"];
     probe_duration: HistogramVec = "zonegate_probe_duration_seconds", "Active health probe latency", ["backend"];
     /// Smoothed health score, 0–100.
     backend_health_score: GaugeVec = "zonegate_backend_health_score", "Smoothed backend health score, 0-100", ["backend", "zone"];

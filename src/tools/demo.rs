@@ -15,6 +15,12 @@ pub const DEMO_API_KEY: &str = "sk-zonegate-demo";
 pub const DEMO_ADMIN_TOKEN: &str = "zonegate-demo-admin";
 pub const DEMO_MODEL: &str = "qwen25-7b-instruct";
 pub const DEMO_SMALL_MODEL: &str = "qwen25-3b-instruct";
+/// A Claude-style model, served by an Anthropic-format mock in az-a.
+pub const DEMO_CLAUDE_MODEL: &str = "claude-demo";
+/// The key the Anthropic-format mock expects; the nodes read it from
+/// [`DEMO_ANTHROPIC_KEY_ENV`] (a provider's key is never in the config).
+pub const DEMO_ANTHROPIC_KEY: &str = "sk-ant-zonegate-demo";
+pub const DEMO_ANTHROPIC_KEY_ENV: &str = "ZONEGATE_DEMO_ANTHROPIC_KEY";
 
 pub struct DemoOptions {
     pub listen: String,
@@ -96,6 +102,17 @@ allow_plaintext = true
     c
 }
 
+/// The demo's Anthropic-format backend (in az-a) and its model: the key
+/// is a reference to the nodes' environment.
+fn provider_backend(url: &str) -> String {
+    format!(
+        "\n[[models]]\nname = \"{DEMO_CLAUDE_MODEL}\"\n\n[[backends]]\nname = \"claude-a1\"\n\
+         zone = \"az-a\"\nurl = \"{url}\"\nmodels = [\"{DEMO_CLAUDE_MODEL}\"]\n\
+         provider = \"anthropic\"\nmodel_names = {{ \"{DEMO_CLAUDE_MODEL}\" = \"claude-demo-mock\" }}\n\
+         api_key = {{ env = \"{DEMO_ANTHROPIC_KEY_ENV}\" }}\n"
+    )
+}
+
 /// Runs the demo until Ctrl-C.
 pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("cannot find this binary")?;
@@ -145,6 +162,28 @@ async fn run_in(exe: &Path, dir: &Path, opts: &DemoOptions) -> anyhow::Result<()
         pipes.push(mock.stdin);
         children.push(mock.child);
     }
+    let (claude, claude_url) = {
+        let key = [
+            "--provider",
+            "anthropic",
+            "--expect-key",
+            DEMO_ANTHROPIC_KEY,
+        ];
+        let (cmd, timeout) = (child_command(exe), Duration::from_secs(20));
+        let s = spawn::mock_backend_with(
+            cmd,
+            "claude-a1",
+            "az-a",
+            &["claude-demo-mock"],
+            &key,
+            timeout,
+        )
+        .await?;
+        let url = s.urls[0].clone();
+        pipes.push(s.stdin);
+        children.push(s.child);
+        (provider_backend(&url), url)
+    };
     let mut nodes = Vec::new();
     for (i, zone) in ZONES.iter().enumerate() {
         let first = i == 0;
@@ -169,22 +208,21 @@ async fn run_in(exe: &Path, dir: &Path, opts: &DemoOptions) -> anyhow::Result<()
     for node in &nodes {
         let path = dir.join(format!("node-{}.toml", node.id));
         let data = dir.join(format!("data-{}", node.id));
-        std::fs::write(&path, demo_config(node, &nodes, &data, &backends))?;
-        let gw = spawn::serve(
-            child_command(exe),
-            &path,
-            Some(&secret),
-            &[],
-            Duration::from_secs(30),
-        )
-        .await?;
+        let config = demo_config(node, &nodes, &data, &backends) + &claude;
+        std::fs::write(&path, config)?;
+        let mut cmd = child_command(exe);
+        cmd.env(DEMO_ANTHROPIC_KEY_ENV, DEMO_ANTHROPIC_KEY);
+        let gw = spawn::serve(cmd, &path, Some(&secret), &[], Duration::from_secs(30)).await?;
         urls.push((gw.urls[0].clone(), gw.urls[1].clone()));
         pipes.push(gw.stdin);
         children.push(gw.child);
     }
     let (data, admin) = urls[0].clone();
 
-    println!("zonegate demo: a 3-zone cluster (one Raft voter per zone), 2 mock backends per zone");
+    println!(
+        "zonegate demo: a 3-zone cluster (one Raft voter per zone), 2 mock backends per zone, \
+         and an Anthropic-format one in az-a"
+    );
     for (node, (d, a)) in nodes.iter().zip(&urls) {
         println!(
             "  node {} ({}): data plane {d}  admin {a}",
@@ -194,6 +232,9 @@ async fn run_in(exe: &Path, dir: &Path, opts: &DemoOptions) -> anyhow::Result<()
     for (name, zone, url) in &backends {
         println!("  backend {name} ({zone}): {url}  (faults: POST {url}/mock/faults)");
     }
+    println!(
+        "  backend claude-a1 (az-a, Anthropic's API, key from ${DEMO_ANTHROPIC_KEY_ENV}): {claude_url}"
+    );
     println!("data plane: {data}");
     println!("admin: {admin}");
     println!("api key: {DEMO_API_KEY}");
@@ -204,6 +245,11 @@ async fn run_in(exe: &Path, dir: &Path, opts: &DemoOptions) -> anyhow::Result<()
         "  curl -s {data}/v1/chat/completions -H 'Authorization: Bearer {DEMO_API_KEY}' \\\n    \
          -H 'Content-Type: application/json' \\\n    \
          -d '{{\"model\":\"{DEMO_MODEL}\",\"max_tokens\":16,\"messages\":[{{\"role\":\"user\",\"content\":\"hello\"}}]}}' -i"
+    );
+    println!(
+        "  curl -s {data}/v1/chat/completions -H 'Authorization: Bearer {DEMO_API_KEY}' \\\n    \
+         -H 'Content-Type: application/json' \\\n    \
+         -d '{{\"model\":\"{DEMO_CLAUDE_MODEL}\",\"max_tokens\":16,\"messages\":[{{\"role\":\"user\",\"content\":\"hello\"}}]}}'   # a Claude-style model, same API"
     );
     println!("  zonegate ctl --admin {admin} --token {DEMO_ADMIN_TOKEN} status");
     println!("  zonegate ctl --admin {admin} --token {DEMO_ADMIN_TOKEN} failover --from az-a --to az-b --reason drill");

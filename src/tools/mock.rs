@@ -24,6 +24,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::json;
 use tokio::net::TcpListener;
 
+mod provider;
+
 type MockBody = BoxBody<Bytes, std::io::Error>;
 
 /// Faults in force; every field is set at run time by `POST /mock/faults`.
@@ -74,6 +76,9 @@ pub struct Faults {
     pub answer_salt: String,
     /// Faults apply only to requests for these models (empty: all).
     pub only_models: Vec<String>,
+    /// Answers carry OpenAI's `x-ratelimit-remaining-requests` with this
+    /// value (a provider mock's default is 9999).
+    pub ratelimit_remaining: Option<u64>,
 }
 
 impl Default for Faults {
@@ -100,6 +105,7 @@ impl Default for Faults {
             context_length_exceeded: false,
             answer_salt: String::new(),
             only_models: Vec::new(),
+            ratelimit_remaining: None,
         }
     }
 }
@@ -135,6 +141,8 @@ pub struct FaultsPatch {
     context_length_exceeded: Option<bool>,
     answer_salt: Option<String>,
     only_models: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "present")]
+    ratelimit_remaining: Option<Option<u64>>,
 }
 
 /// Tells "key absent" (outer `None`) from "key: null" (`Some(None)`).
@@ -190,7 +198,8 @@ impl Faults {
             reject_prefill,
             context_length_exceeded,
             answer_salt,
-            only_models
+            only_models,
+            ratelimit_remaining
         );
         Ok(())
     }
@@ -204,6 +213,11 @@ pub struct MockOptions {
     pub zone: Option<String>,
     /// Models it serves; empty means it answers for any model name.
     pub models: Vec<String>,
+    /// The provider whose wire format it speaks (`--provider`).
+    pub provider: crate::config::Provider,
+    /// The credential it expects in that provider's header
+    /// (`--expect-key`); anything else gets the provider's 401.
+    pub expect_key: Option<String>,
 }
 
 struct Mock {
@@ -216,6 +230,10 @@ struct Mock {
     /// Inference requests by the client's `x-tenant` header (passed on by
     /// the gateway as it came), for tests of who reached which backend.
     by_tenant: Mutex<std::collections::BTreeMap<String, u64>>,
+    /// Requests refused for their credential.
+    auth_failures: AtomicU64,
+    /// The headers of the last inference request.
+    last_headers: Mutex<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// Distinct `x-tenant` values counted; later ones count as `(other)`.
@@ -268,6 +286,8 @@ pub async fn start(opts: MockOptions) -> std::io::Result<MockHandle> {
         in_flight: Arc::new(AtomicU64::new(0)),
         seq: AtomicU64::new(0),
         by_tenant: Mutex::new(Default::default()),
+        auth_failures: AtomicU64::new(0),
+        last_headers: Mutex::default(),
     });
     let task = tokio::spawn(accept_loop(listener, Arc::clone(&mock)));
     Ok(MockHandle { addr, mock, task })
@@ -344,6 +364,8 @@ struct InferenceHead {
     messages: Option<Vec<Message>>,
     prompt: Option<serde_json::Value>,
     stream_options: Option<StreamOptions>,
+    tools: Option<serde_json::Value>,
+    tool_choice: Option<serde_json::Value>,
 }
 
 /// OpenAI's `stream_options`: `include_usage` adds a last chunk with the
@@ -421,6 +443,19 @@ impl Mock {
             (&Method::GET, "/metrics") => return Ok(self.metrics()),
             _ => {}
         }
+        let kind = self.opts.provider;
+        if let (Some(expect), true) = (&self.opts.expect_key, provider::guarded(&path)) {
+            if let Some(refused) = provider::check_key(kind, expect, req.headers()) {
+                self.auth_failures.fetch_add(1, Ordering::Relaxed);
+                return Ok(refused);
+            }
+        }
+        let path = match provider::route(kind, &method, &path, req.uri().query()) {
+            Ok(provider::Route::Pass) => path,
+            Ok(provider::Route::Openai(p)) => p,
+            Ok(provider::Route::Models) => return Ok(provider::azure_models(&self.opts.models)),
+            Err(resp) => return Ok(*resp),
+        };
         let faults = self.faults.lock().clone();
         let inference = method == Method::POST && path.starts_with("/v1/");
         if inference {
@@ -435,6 +470,7 @@ impl Mock {
                 };
                 *counts.entry(key).or_default() += 1;
             }
+            *self.last_headers.lock() = provider::seen(req.headers());
         }
         if faults.reset && (inference || path == "/health") {
             return Err(std::io::Error::new(
@@ -457,10 +493,29 @@ impl Mock {
                     full(StatusCode::OK, "text/plain", "ok\n")
                 })
             }
+            (&Method::GET, "/v1/models") if kind == crate::config::Provider::Anthropic => {
+                Ok(json_resp(
+                    StatusCode::OK,
+                    &crate::tools::mock_anthropic::models(&self.opts.models),
+                ))
+            }
             (&Method::GET, "/v1/models") => Ok(self.models()),
+            (&Method::POST, "/v1/messages") if kind == crate::config::Provider::Anthropic => {
+                let running = Running::start(&self.in_flight);
+                Ok(self.messages(req, &faults, running).await)
+            }
             (&Method::POST, "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings") => {
                 let running = Running::start(&self.in_flight);
-                Ok(self.infer(req, &path, &faults, running).await)
+                let mut resp = self.infer(req, &path, &faults, running).await;
+                if kind != crate::config::Provider::Anthropic
+                    && (self.opts.expect_key.is_some() || faults.ratelimit_remaining.is_some())
+                {
+                    provider::put_rate_limits(
+                        &mut resp,
+                        faults.ratelimit_remaining.unwrap_or(9999),
+                    );
+                }
+                Ok(resp)
             }
             _ => Ok(openai_error(
                 StatusCode::NOT_FOUND,
@@ -504,6 +559,9 @@ impl Mock {
                 "requests_by_tenant": *self.by_tenant.lock(),
                 "health_checks": self.health_checks.load(Ordering::Relaxed),
                 "in_flight": self.in_flight.load(Ordering::Relaxed),
+                "provider": self.opts.provider.as_str(),
+                "auth_failures": self.auth_failures.load(Ordering::Relaxed),
+                "last_headers": *self.last_headers.lock(),
             }),
         )
     }
@@ -609,7 +667,11 @@ impl Mock {
         let text: String = (from..from + tokens)
             .map(|i| format!("{salt}tok{i} "))
             .collect();
-        let choice = if chat {
+        let tool_call =
+            provider::tool_call(head.tools.as_ref(), head.tool_choice.as_ref(), n, &text);
+        let choice = if let (true, Some(call)) = (chat, tool_call) {
+            json!({"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [call]}, "finish_reason": "tool_calls"})
+        } else if chat {
             json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"})
         } else {
             json!({"index": 0, "text": text, "finish_reason": "stop"})
@@ -759,10 +821,30 @@ impl Mock {
             events.push(format!("data: {chunk}\n\n"));
         }
         events.push("data: [DONE]\n\n".to_owned());
-        let plan = StreamPlan::from(faults);
-        // The stream owns `running`, so the request counts until its last chunk.
-        let state = (events.into_iter(), 0u64, running);
-        let frames = stream::unfold(state, move |(mut it, sent, running)| async move {
+        let e = crate::dataplane::error::error_body(
+            "mock fault: generation failed",
+            "server_error",
+            "mock_error",
+        );
+        paced(events, faults, running, format!("data: {e}\n\n"))
+    }
+}
+
+/// An event stream of `events`, paced and broken as `faults` say (the
+/// `error_event` fault sends `error_event`); it owns `running`, so the
+/// request counts until its last chunk.
+fn paced(
+    events: Vec<String>,
+    faults: &Faults,
+    running: Running,
+    error_event: String,
+) -> Response<MockBody> {
+    let plan = StreamPlan::from(faults);
+    // The stream owns `running`, so the request counts until its last chunk.
+    let state = (events.into_iter(), 0u64, running);
+    let frames = stream::unfold(state, move |(mut it, sent, running)| {
+        let error_event = error_event.clone();
+        async move {
             if sent == u64::MAX {
                 return None;
             }
@@ -775,12 +857,7 @@ impl Mock {
                     return Some((Ok(Frame::data(bad)), (it, sent + 1, running)));
                 }
                 Step::ErrorEvent => {
-                    let e = crate::dataplane::error::error_body(
-                        "mock fault: generation failed",
-                        "server_error",
-                        "mock_error",
-                    );
-                    let event = Bytes::from(format!("data: {e}\n\n"));
+                    let event = Bytes::from(error_event.clone());
                     return Some((Ok(Frame::data(event)), (it, u64::MAX, running)));
                 }
                 Step::Cut { inside_event } => {
@@ -813,19 +890,19 @@ impl Mock {
                 tokio::time::sleep(plan.interval).await;
             }
             Some((Ok(Frame::data(Bytes::from(event))), (it, sent + 1, running)))
-        });
-        let mut resp = Response::new(BodyExt::boxed(StreamBody::new(frames)));
-        let h = resp.headers_mut();
-        h.insert(
-            header::CONTENT_TYPE,
-            header::HeaderValue::from_static("text/event-stream"),
-        );
-        h.insert(
-            header::CACHE_CONTROL,
-            header::HeaderValue::from_static("no-cache"),
-        );
-        resp
-    }
+        }
+    });
+    let mut resp = Response::new(BodyExt::boxed(StreamBody::new(frames)));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-cache"),
+    );
+    resp
 }
 
 /// What a faulty stream does at each chunk.

@@ -5,6 +5,6 @@
 //! package's binary depends on that crate), written once.
 
 pub use zonegate_chaos::spawn::{
-    child_command, child_command_logging, concrete_addr, ctl_command, mock_backend, serve,
-    spawn_listening, Spawned, SECRET_ENV,
+    child_command, child_command_logging, concrete_addr, ctl_command, mock_backend,
+    mock_backend_with, serve, spawn_listening, Spawned, SECRET_ENV,
 };

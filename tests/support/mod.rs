@@ -43,7 +43,14 @@ pub struct Mock {
 
 impl Mock {
     pub async fn start(name: &str, zone: &str, models: &[&str]) -> Mock {
-        let proc = spawn::mock_backend(command(), name, zone, models, Duration::from_secs(30))
+        Self::start_args(name, zone, models, &[]).await
+    }
+
+    /// A mock with extra `mock-backend` arguments (`--provider azure`,
+    /// `--expect-key K`).
+    pub async fn start_args(name: &str, zone: &str, models: &[&str], args: &[&str]) -> Mock {
+        let timeout = Duration::from_secs(30);
+        let proc = spawn::mock_backend_with(command(), name, zone, models, args, timeout)
             .await
             .expect("mock backend starts");
         Mock {
@@ -240,6 +247,20 @@ impl NodeProcess {
         let path = dir.path().join("gateway.toml");
         std::fs::write(&path, config).expect("write config");
         Self::serve(command(), dir, &path, None, &[]).await
+    }
+
+    /// Like [`NodeProcess::start`], with `env` set for the node and its
+    /// log (stderr) written to `dir/stderr.log`.
+    pub async fn start_env_logging(zone: &str, rest: &str, env: &[(&str, &str)]) -> NodeProcess {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = format!("{}{rest}", base_toml(zone, &dir.path().join("data"), ""));
+        let path = dir.path().join("gateway.toml");
+        std::fs::write(&path, config).expect("write config");
+        let log = std::fs::File::create(dir.path().join("stderr.log")).expect("log file");
+        let mut cmd = command();
+        cmd.envs(env.iter().copied());
+        cmd.stderr(log);
+        Self::serve(cmd, dir, &path, None, &[]).await
     }
 
     /// `zonegate serve --config <config> <args>…` from `cmd` (with

@@ -227,13 +227,13 @@ fn start_one(
         return None;
     };
     let (tx, rx) = oneshot::channel();
+    let upstream = backend.physical_model(&shadow.to).unwrap_or(&shadow.to);
     let copy = Copy {
         path: ask.path.to_owned(),
         headers: owned_headers(ask.headers),
-        body: rewrite_model(
-            ask.body,
-            backend.physical_model(&shadow.to).unwrap_or(&shadow.to),
-        ),
+        body: rewrite_model(ask.body, upstream),
+        upstream: upstream.to_owned(),
+        to: shadow.to.clone(),
         stream: ask.stream,
         request_id: String::from_utf8_lossy(ask.request_id).into_owned(),
         timeout: shadow.timeout,
@@ -324,6 +324,10 @@ struct Copy {
     path: String,
     headers: ClientHeaders,
     body: Bytes,
+    /// The target model's name at the backend, and the shadow's target
+    /// (what a provider adapter answers as).
+    upstream: String,
+    to: String,
     stream: bool,
     request_id: String,
     timeout: Duration,
@@ -356,6 +360,22 @@ impl Copy {
             connect_timeout: self.connect_timeout,
             tls: &backend.tls,
         };
+        // A provider backend (Azure, Anthropic): its path, key and format.
+        let call = match &backend.provider {
+            None => None,
+            Some(p) => {
+                let (body, path) = (self.body.clone(), self.path.as_str());
+                match crate::dataplane::provider::prepare(p, path, body, &self.upstream, &self.to) {
+                    Ok(call) => Some(call),
+                    Err(_) => {
+                        return Answer {
+                            status: Some(400),
+                            ..Answer::default()
+                        }
+                    }
+                }
+            }
+        };
         let attempt = forward::attempt(
             target,
             &self.path,
@@ -364,6 +384,7 @@ impl Copy {
             self.request_id.as_bytes(),
             self.body.clone(),
             limits,
+            call.as_ref(),
         );
         let committed = match tokio::time::timeout_at(deadline, attempt).await {
             Ok(Ok(c)) => c,

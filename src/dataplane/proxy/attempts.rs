@@ -30,6 +30,7 @@ use crate::dataplane::backend::{Backend, InFlight};
 use crate::dataplane::error::ApiError;
 use crate::dataplane::forward::{self, AttemptError, AttemptLimits, Committed};
 use crate::dataplane::observe::ZoneResult;
+use crate::dataplane::provider;
 use crate::dataplane::request::ClientHeaders;
 use crate::dataplane::retry::Retrying;
 use crate::dataplane::routing::{plan_zones, ModelRoute, PickReason, PoolGuard, Routes, ZonePool};
@@ -131,6 +132,17 @@ pub(super) async fn forward_chain<'a>(
                 let Some(pool) = model.pool(zone) else {
                     continue;
                 };
+                if !pool.chat_only.is_empty()
+                    && provider::Endpoint::of(out.target.path()) != provider::Endpoint::Chat
+                {
+                    // The route table knows: no embeddings or legacy
+                    // completions from a chat-only provider.
+                    for b in &pool.chat_only {
+                        if !attempts.tried.contains(b) {
+                            attempts.tried.push(*b);
+                        }
+                    }
+                }
                 while let Some(Pick {
                     backend,
                     index,
@@ -383,6 +395,18 @@ async fn attempt(
     started: std::time::Instant,
 ) -> Result<Committed, AttemptError> {
     let payload = rewrite_model(out.body, out.model, backend, &model.cfg.name);
+    let call = match &backend.provider {
+        None => None,
+        Some(p) => {
+            let upstream = backend
+                .physical_model(&model.cfg.name)
+                .unwrap_or(&model.cfg.name);
+            match provider::prepare(p, out.target.as_str(), payload.clone(), upstream, out.model) {
+                Ok(call) => Some(call),
+                Err(refused) => return Ok(forward::refused(refused.body(), started)),
+            }
+        }
+    };
     let t = &model.cfg.timeouts;
     let limits = AttemptLimits {
         first_byte: if req.stream { t.ttft } else { t.generation },
@@ -405,6 +429,7 @@ async fn attempt(
         req.request_id.as_bytes(),
         payload,
         limits,
+        call.as_ref(),
     )
     .await
 }
@@ -430,9 +455,11 @@ impl ZoneWatch<'_> {
             AttemptError::Busy(_) => self.busy = true,
             // A stream's first token that never came: unanswered.
             AttemptError::TtftTimeout(_) => {}
+            // A backend's own key says nothing about its zone.
             AttemptError::GenerationTimeout(_)
             | AttemptError::Deadline
-            | AttemptError::ContextLength(_) => self.neutral = true,
+            | AttemptError::ContextLength(_)
+            | AttemptError::Credentials(_) => self.neutral = true,
             _ => self.error = true,
         }
     }
@@ -476,6 +503,12 @@ fn note_failure(gw: &Gateway, model: &ModelRoute, backend: &Backend, e: &Attempt
         AttemptError::Busy(wait) => {
             backend.cool_down(now, wait.unwrap_or(gw.cfg().retry.default_cooldown))
         }
+        AttemptError::Credentials(status) => crate::health::credentials_refused(
+            gw,
+            backend,
+            &format!("the provider answered {status} to its credential"),
+            now,
+        ),
         AttemptError::Refused(_) => {
             crate::health::refused(backend, now);
             crate::health::passive_failure(gw, backend, &e.to_string(), now);
@@ -590,6 +623,8 @@ mod tests {
             model_names: Default::default(),
             tls: Default::default(),
             capacity: None,
+            provider: None,
+            probe_interval: None,
         };
         Arc::new(Backend::new(&cfg, &HealthConfig::default(), 0))
     }

@@ -42,6 +42,11 @@ fn served(
 ) -> (Served, Committed, (InFlight, PoolGuard)) {
     let (model, backend, committed) = (w.model, w.backend, w.committed);
     backend.record_success(committed.first_byte, now);
+    if let Some(wait) = committed.cool_for {
+        // The provider's allowance is used up: the next requests go to
+        // the model's other backends until its reset.
+        backend.cool_down(now, wait);
+    }
     let m = &gw.metrics;
     let handles = w.pool.handles(w.index, &model.cfg.name, m);
     handles

@@ -1,0 +1,199 @@
+//! The Anthropic side of the seam: the request translated before it is
+//! sent, the answer after it came (`crate::provider::anthropic` does the
+//! translating; this file frames the bytes around it).
+
+use std::borrow::Cow;
+
+use bytes::Bytes;
+
+use super::{Answer, Call, Refused};
+use crate::config::ProviderConfig;
+use crate::dataplane::upstream::Translate;
+use crate::provider::anthropic;
+
+/// The Messages API request for an OpenAI chat request (the translator's
+/// byte-level fast path, which falls back to the full translation).
+pub(super) fn prepare<'a>(
+    cfg: &'a ProviderConfig,
+    body: Bytes,
+    upstream_model: &str,
+    client_model: &str,
+) -> Result<Call<'a>, Refused> {
+    let t =
+        anthropic::request_bytes(&body, upstream_model, cfg.default_max_tokens).map_err(|e| {
+            Refused {
+                field: e.field,
+                reason: e.reason,
+            }
+        })?;
+    Ok(Call {
+        cfg,
+        path: Cow::Borrowed("/v1/messages"),
+        body: Bytes::from(t.body),
+        answer: Answer::Anthropic {
+            client_model: client_model.to_owned(),
+            stream: t.stream,
+            include_usage: t.include_usage,
+        },
+    })
+}
+
+/// A whole Anthropic answer as OpenAI's `chat.completion`; `Err` when the
+/// answer is not one (the attempt fails as a broken backend's would).
+pub fn answer(body: &[u8], client_model: &str) -> Result<Bytes, String> {
+    anthropic::response_bytes(body, client_model, crate::clock::unix_s())
+        .map(Bytes::from)
+        .map_err(|e| format!("the provider's answer: {e}"))
+}
+
+/// An Anthropic error answer as OpenAI's error shape, with the status the
+/// client gets.
+pub fn error(status: u16, body: &[u8]) -> (u16, Bytes) {
+    let (status, v) = anthropic::error(status, body);
+    (status, Bytes::from(v.to_string()))
+}
+
+/// The largest event an Anthropic stream may send (a tool call's whole
+/// input arrives in deltas, so events stay small).
+const MAX_EVENT: usize = 1024 * 1024;
+
+/// An Anthropic event stream, read as it arrives and given on as OpenAI
+/// `data:` events (`upstream::UpstreamBody` calls it per chunk).
+pub struct Events {
+    buf: Vec<u8>,
+    stream: anthropic::Stream,
+}
+
+impl Events {
+    pub fn new(client_model: &str, include_usage: bool) -> Self {
+        Self {
+            buf: Vec::new(),
+            stream: anthropic::Stream::new(client_model, include_usage),
+        }
+    }
+}
+
+/// One whole event (its lines, without the blank line that ended it), its
+/// OpenAI events appended to `out`.
+fn event(stream: &mut anthropic::Stream, raw: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+    let payloads = stream
+        .sse_event(raw)
+        .map_err(|e| format!("the provider's stream: {e}"))?;
+    for p in payloads {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(p.as_bytes());
+        out.extend_from_slice(b"\n\n");
+    }
+    Ok(())
+}
+
+/// Where the first event in `buf` ends: (its length, the length with the
+/// blank line after it).
+fn event_end(buf: &[u8]) -> Option<(usize, usize)> {
+    let mut i = 0;
+    while let Some(off) = buf
+        .get(i..)
+        .and_then(|b| b.iter().position(|c| *c == b'\n'))
+    {
+        let nl = i + off;
+        let rest = &buf[nl + 1..];
+        if rest.first() == Some(&b'\n') {
+            return Some((nl, nl + 2));
+        }
+        if rest.starts_with(b"\r\n") {
+            return Some((nl, nl + 3));
+        }
+        i = nl + 1;
+    }
+    None
+}
+
+impl Translate for Events {
+    fn data(&mut self, data: &[u8]) -> Result<Bytes, String> {
+        self.buf.extend_from_slice(data);
+        let mut out = Vec::new();
+        let mut start = 0;
+        while let Some((len, next)) = event_end(&self.buf[start..]) {
+            event(&mut self.stream, &self.buf[start..start + len], &mut out)?;
+            start += next;
+        }
+        self.buf.drain(..start);
+        if self.buf.len() > MAX_EVENT {
+            return Err(format!(
+                "the provider's stream sent an event over {MAX_EVENT} bytes"
+            ));
+        }
+        Ok(Bytes::from(out))
+    }
+
+    fn end(&mut self) -> Result<Bytes, String> {
+        let rest = std::mem::take(&mut self.buf);
+        let mut out = Vec::new();
+        if !rest.iter().all(u8::is_ascii_whitespace) {
+            event(&mut self.stream, &rest, &mut out)?;
+        }
+        Ok(Bytes::from(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_found_whatever_the_chunks_and_line_ends() {
+        assert_eq!(event_end(b"event: a\ndata: 1\n\nrest"), Some((16, 18)));
+        assert_eq!(event_end(b"event: a\r\ndata: 1\r\n\r\n"), Some((18, 21)));
+        assert_eq!(event_end(b"event: a\ndata: 1\n"), None);
+    }
+
+    #[test]
+    fn an_anthropic_stream_split_anywhere_gives_the_same_openai_events() {
+        let text = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n\
+                    event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n\
+                    event: ping\ndata: {\"type\":\"ping\"}\n\n\
+                    event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n\
+                    event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n\
+                    event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":2}}\n\n\
+                    event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+        let whole = {
+            let mut e = Events::new("m", true);
+            let mut out = e.data(text.as_bytes()).expect("whole").to_vec();
+            out.extend_from_slice(&e.end().expect("end"));
+            String::from_utf8(out).expect("utf8")
+        };
+        assert!(whole.contains("\"content\":\"Hi\""), "{whole}");
+        assert!(whole.ends_with("data: [DONE]\n\n"), "{whole}");
+        for size in [1, 7, 64] {
+            let mut e = Events::new("m", true);
+            let mut out = Vec::new();
+            for chunk in text.as_bytes().chunks(size) {
+                out.extend_from_slice(&e.data(chunk).expect("chunk"));
+            }
+            out.extend_from_slice(&e.end().expect("end"));
+            // `created` may differ by a second between the two streams.
+            let strip = |s: &str| {
+                s.split("\"created\":")
+                    .map(|p| p.trim_start_matches(|c: char| c.is_ascii_digit()))
+                    .collect::<String>()
+            };
+            assert_eq!(
+                strip(&String::from_utf8(out).expect("utf8")),
+                strip(&whole),
+                "{size}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_stream_that_contradicts_itself_fails_instead_of_guessing() {
+        let mut e = Events::new("m", false);
+        let bad = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":9,\"delta\":{\"type\":\"text_delta\",\"text\":\"x\"}}\n\n";
+        assert!(e.data(bad.as_bytes()).is_err());
+        let mut e = Events::new("m", false);
+        assert!(
+            e.data(&vec![b'x'; MAX_EVENT + 1]).is_err(),
+            "an endless event"
+        );
+    }
+}
