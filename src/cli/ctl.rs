@@ -107,10 +107,16 @@ pub enum Verb {
     )]
     Config(super::config::ConfigCmd),
     /// Traffic rules: configured against realised share; tenants' allowed
-    /// models and tags (src/cli/policy.rs).
+    /// models and tags.
+    #[command(
+        after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 rules\n  zonegate ctl rules --json | jq '.rules[] | {name, percent, realised_percent}'"
+    )]
     Rules,
     /// Shadow traffic: copies, agreement, latency delta; with a NAME, its
-    /// last disagreements (src/cli/policy.rs).
+    /// last disagreements.
+    #[command(
+        after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 shadows\n  zonegate ctl --admin http://127.0.0.1:9090 shadows qwen3-shadow"
+    )]
     Shadows(super::policy::ShadowsCmd),
     /// Follow the cluster live: redraws status every interval on a
     /// terminal, else prints one line per change. Ctrl-C stops it.
@@ -123,7 +129,10 @@ pub enum Verb {
         interval: f64,
     },
     /// What tenants spent per model (and their budgets): this node's
-    /// answers; asked of the leader, the cluster's (src/cli/spend.rs).
+    /// answers; asked of the leader, the cluster's.
+    #[command(
+        after_help = "Examples:\n  zonegate ctl --admin http://127.0.0.1:9090 spend\n  zonegate ctl --admin http://127.0.0.1:9090 spend --tenant research --since 7d"
+    )]
     Spend(super::spend::SpendCmd),
     /// How a node would route a request now, without sending it: the
     /// effective zone and why, candidate backends, fallbacks.
