@@ -38,6 +38,7 @@ for t in "${targets[@]}"; do
     esac
     mkdir -p "corpus/$t"
     log="target/logs/$t.log"
+    start=$(date +%s)
     if nice -n 19 "${FUZZ[@]}" run "${BUILD[@]}" "$t" "corpus/$t" "seeds/$t" -- \
         -max_total_time="$seconds" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
         -print_final_stats=1 "${dict[@]}" >"$log" 2>&1; then
@@ -46,8 +47,11 @@ for t in "${targets[@]}"; do
         status=FAILED
         failed=1
     fi
+    took=$(($(date +%s) - start))
+    # Final stats on a clean end; the last status line's count after a crash.
     execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | awk '{print $2}' | tail -1)
-    echo "$t: $status, ${execs:-?} executions in ${seconds} s, corpus $(ls "corpus/$t" | wc -l) inputs"
+    [ -n "$execs" ] || execs=$(grep -o '^#[0-9]*' "$log" | tr -d '#' | tail -1)
+    echo "$t: $status, ${execs:-?} executions in ${took} s, corpus $(ls "corpus/$t" | wc -l) inputs"
     if [ "$status" = FAILED ]; then
         grep -E 'panicked|ERROR|SUMMARY|Test unit written' "$log" | head -20 || tail -30 "$log"
     fi

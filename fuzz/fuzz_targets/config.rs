@@ -12,6 +12,6 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     if let Err(e) = Config::parse("fuzz.toml", text) {
-        assert!(!e.reason.is_empty(), "an error says why");
+        assert!(!e.reason.is_empty(), "an error says why: {e:?}");
     }
 });
