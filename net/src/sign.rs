@@ -423,10 +423,10 @@ impl Verifier {
         let window = WINDOW.as_millis() as u64;
         let mut seen = self.seen.lock();
         if now_ms >= seen.next_prune_ms || seen.until.len() >= MAX_REMEMBERED {
-            seen.until.retain(|_, until| *until > now_ms);
+            seen.until.retain(|_, until| *until >= now_ms);
             seen.next_prune_ms = now_ms.saturating_add(1_000);
         }
-        if seen.until.get(nonce).is_some_and(|until| *until > now_ms) {
+        if seen.until.get(nonce).is_some_and(|until| *until >= now_ms) {
             return Err(SignError::Replayed);
         }
         if seen.until.len() >= MAX_REMEMBERED {
@@ -492,13 +492,14 @@ mod tests {
         // window to the clock unchecked.
         let ring = KeyRing::derive(OLD, Purpose::Raft).unwrap();
         let v = verifier(OLD);
-        let now = u64::MAX - 10;
-        let head = sign_call(&ring, call(), b"body", now).header();
-        v.check_head(Some(&head), call(), now).unwrap();
-        assert_eq!(
-            v.check_head(Some(&head), call(), now),
-            Err(SignError::Replayed)
-        );
+        for now in [u64::MAX - 10, u64::MAX] {
+            let head = sign_call(&ring, call(), b"body", now).header();
+            v.check_head(Some(&head), call(), now).unwrap();
+            assert_eq!(
+                v.check_head(Some(&head), call(), now),
+                Err(SignError::Replayed)
+            );
+        }
     }
 
     #[test]
