@@ -520,10 +520,22 @@ impl Config {
             .map_err(|e| {
                 let key = e.path().to_string();
                 let inner = e.into_inner();
+                // Some parse errors carry no message (a control character
+                // in a comment): then where it is, from the full text.
+                let reason = match inner.message().trim() {
+                    "" => inner
+                        .to_string()
+                        .lines()
+                        .next()
+                        .unwrap_or("")
+                        .trim()
+                        .to_owned(),
+                    message => message.to_owned(),
+                };
                 ConfigError {
                     file: file.to_owned(),
                     key: if key == "." { "-".into() } else { key },
-                    reason: inner.message().trim().to_owned(),
+                    reason,
                 }
             })?;
         let mut cfg = Validator { file }.validate(raw)?;
@@ -605,6 +617,15 @@ pub(crate) mod tests {
 
     pub(crate) fn error_of(text: &str) -> ConfigError {
         Config::parse("test.toml", text).expect_err("config should be rejected")
+    }
+
+    #[test]
+    fn a_toml_error_without_a_message_still_says_where_it_is() {
+        // Found by the `config` fuzz target: toml gives a control
+        // character in a comment no message.
+        let e = error_of("a = 1\n# \0\n");
+        assert_eq!(e.key, "-");
+        assert!(e.reason.contains("line 2"), "{e:?}");
     }
 
     #[test]

@@ -13,6 +13,8 @@ pub mod codec;
 pub mod command;
 pub mod detect;
 pub mod failover;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod handover;
 mod identity;
 mod lock;

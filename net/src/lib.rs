@@ -9,6 +9,8 @@ mod app;
 mod body;
 mod budget;
 mod connection;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http1;
 pub mod listen;
 pub mod random;

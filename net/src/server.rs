@@ -220,23 +220,23 @@ async fn linger<I: AsyncRead + Unpin>(io: &mut I) {
 }
 
 /// What [`parse`] found at the front of the buffer.
-enum Parse {
+pub(crate) enum Parse {
     Complete(Parsed),
     Partial,
     NotOurs,
 }
 
 /// A request head this server takes; header spans are in `spans`.
-struct Parsed {
-    method: Method,
-    path: Range<usize>,
-    head_len: usize,
-    body_len: usize,
+pub(crate) struct Parsed {
+    pub(crate) method: Method,
+    pub(crate) path: Range<usize>,
+    pub(crate) head_len: usize,
+    pub(crate) body_len: usize,
     /// The client asked to close after the response.
-    close: bool,
+    pub(crate) close: bool,
 }
 
-fn parse(buf: &[u8], spans: &mut Vec<Span>) -> Parse {
+pub(crate) fn parse(buf: &[u8], spans: &mut Vec<Span>) -> Parse {
     // Left uninitialised: httparse writes each header it finds.
     let mut raw = [const { MaybeUninit::uninit() }; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut []);
@@ -305,12 +305,12 @@ fn parse(buf: &[u8], spans: &mut Vec<Span>) -> Parse {
 /// Whether the bytes from `from` on (with the three before, where an end
 /// may begin) hold an empty line, the end of a head; or the buffer is at
 /// the size past which the head is hyper's.
-fn may_end_head(buf: &[u8], from: usize) -> bool {
+pub(crate) fn may_end_head(buf: &[u8], from: usize) -> bool {
     buf.len() >= MAX_HEAD || crate::http1::may_end_head(buf, from)
 }
 
 /// Who answers a request, and what they are handed.
-enum Call<'a, P> {
+pub(crate) enum Call<'a, P> {
     /// A POST to a path of the listener's [`Plain`] handler.
     Plain(&'a P, PlainRequest),
     /// Anything else: the app's, as an `http` request.
@@ -318,7 +318,7 @@ enum Call<'a, P> {
 }
 
 /// The call for a parsed request; `None` when `http` refuses a part.
-fn call<'a, P: Plain>(
+pub(crate) fn call<'a, P: Plain>(
     parsed: &Parsed,
     head: &Bytes,
     spans: &[Span],

@@ -423,10 +423,10 @@ impl Verifier {
         let window = WINDOW.as_millis() as u64;
         let mut seen = self.seen.lock();
         if now_ms >= seen.next_prune_ms || seen.until.len() >= MAX_REMEMBERED {
-            seen.until.retain(|_, until| *until > now_ms);
-            seen.next_prune_ms = now_ms + 1_000;
+            seen.until.retain(|_, until| *until >= now_ms);
+            seen.next_prune_ms = now_ms.saturating_add(1_000);
         }
-        if seen.until.get(nonce).is_some_and(|until| *until > now_ms) {
+        if seen.until.get(nonce).is_some_and(|until| *until >= now_ms) {
             return Err(SignError::Replayed);
         }
         if seen.until.len() >= MAX_REMEMBERED {
@@ -434,7 +434,8 @@ impl Verifier {
         }
         // A call signed up to WINDOW ahead of this clock stays acceptable
         // for twice the window: remember it that long.
-        seen.until.insert(nonce.to_owned(), now_ms + 2 * window);
+        seen.until
+            .insert(nonce.to_owned(), now_ms.saturating_add(2 * window));
         Ok(())
     }
 }
@@ -483,6 +484,22 @@ mod tests {
             v.check_head(Some(&head), call(), 1_001_000),
             Err(SignError::Replayed)
         );
+    }
+
+    #[test]
+    fn a_call_checked_at_the_end_of_the_clock_is_remembered_without_overflow() {
+        // Found by the `sign` fuzz target: remembering a nonce added the
+        // window to the clock unchecked.
+        let ring = KeyRing::derive(OLD, Purpose::Raft).unwrap();
+        let v = verifier(OLD);
+        for now in [u64::MAX - 10, u64::MAX] {
+            let head = sign_call(&ring, call(), b"body", now).header();
+            v.check_head(Some(&head), call(), now).unwrap();
+            assert_eq!(
+                v.check_head(Some(&head), call(), now),
+                Err(SignError::Replayed)
+            );
+        }
     }
 
     #[test]

@@ -28,6 +28,8 @@
 //! body larger than the socket's buffers fails the write (a reset) rather
 //! than being answered.
 
+#[doc(hidden)]
+pub mod fuzzing;
 mod wire;
 
 use std::cell::RefCell;
