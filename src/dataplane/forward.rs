@@ -327,7 +327,7 @@ pub async fn attempt(
         let upstream::BackendResponse {
             status,
             lines,
-            body: mut rest,
+            body: rest,
         } = resp;
         if status == StatusCode::TOO_MANY_REQUESTS {
             let busy = AttemptError::Busy(retry_after(&lines));
@@ -338,35 +338,10 @@ pub async fn attempt(
             rest.drain_in_background();
             return Err(AttemptError::Status(status));
         }
-        // Read before the first frame is taken from it.
-        let content_length = rest.size_hint().exact();
         if status == StatusCode::BAD_REQUEST && limits.detect_context_length {
             return Box::pin(whole_error_body(lines, rest, started)).await;
         }
-        // The plain path as it always was (a provider's waits in
-        // `first_chunk`).
-        let first = loop {
-            match rest.frame().await {
-                None => break None,
-                Some(Err(e)) => return Err(AttemptError::Reset(source_chain(&e))),
-                Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) if !data.is_empty() => break Some(data),
-                    // Empty chunks and trailers before any data: keep waiting.
-                    _ => continue,
-                },
-            }
-        };
-        let arrived = std::time::Instant::now();
-        Ok(Committed {
-            status,
-            lines,
-            first,
-            rest: Some(rest),
-            content_length,
-            first_byte: arrived.saturating_duration_since(started),
-            arrived,
-            cool_for: None,
-        })
+        first_chunk(status, lines, rest, started, None).await
     };
     // From the pick's reading of the clock.
     let timeout_at = (Instant::from_std(started) + limits.first_byte).min(limits.deadline);
