@@ -24,6 +24,32 @@ fn model(name: &str) -> String {
     format!("[[models]]\nname = \"{name}\"\n\n")
 }
 
+/// An OpenAI-format provider mock `name` that accepts only `expect_key`,
+/// weighted to be the first pick, beside `local` (a backend without
+/// credentials), behind a node whose key variable holds `OPENAI_KEY`.
+async fn weighted_provider_beside(
+    name: &str,
+    expect_key: &str,
+    local: &Mock,
+) -> (Mock, NodeProcess) {
+    let provider = Mock::start_args(
+        name,
+        "az-a",
+        &[MODEL],
+        &["--provider", "openai", "--expect-key", expect_key],
+    )
+    .await;
+    let rest = provider_backend(
+        &provider,
+        &[MODEL],
+        "api_key = { env = \"ZG_TEST_OPENAI_KEY\" }\nweight = 100",
+    ) + &local.backend_toml(&[MODEL])
+        + &model(MODEL);
+    let node =
+        NodeProcess::start_env_logging("az-a", &rest, &[("ZG_TEST_OPENAI_KEY", OPENAI_KEY)]).await;
+    (provider, node)
+}
+
 #[tokio::test]
 async fn azure_chat_and_stream_reach_the_deployment_with_the_backends_key_never_the_clients() {
     let azure = Mock::start_args(
@@ -132,22 +158,9 @@ async fn a_rotated_key_file_is_used_by_the_next_requests_without_a_restart() {
 
 #[tokio::test]
 async fn a_provider_answering_401_is_ejected_for_credentials_and_traffic_moves_on() {
-    let wrong = Mock::start_args(
-        "openai-wrong-key",
-        "az-a",
-        &[MODEL],
-        &["--provider", "openai", "--expect-key", "sk-the-right-one"],
-    )
-    .await;
     let good = Mock::start("local-vllm", "az-a", &[MODEL]).await;
-    let rest = provider_backend(
-        &wrong,
-        &[MODEL],
-        "api_key = { env = \"ZG_TEST_OPENAI_KEY\" }\nweight = 100",
-    ) + &good.backend_toml(&[MODEL])
-        + &model(MODEL);
-    let node =
-        NodeProcess::start_env_logging("az-a", &rest, &[("ZG_TEST_OPENAI_KEY", OPENAI_KEY)]).await;
+    let (wrong, node) =
+        weighted_provider_beside("openai-wrong-key", "sk-the-right-one", &good).await;
     // The heavy weight makes the provider the first pick; its 401 moves
     // the request to the other backend and ejects it at once.
     let mut first_refusals = None;
@@ -198,22 +211,8 @@ async fn a_provider_answering_401_is_ejected_for_credentials_and_traffic_moves_o
 
 #[tokio::test]
 async fn a_429_with_retry_after_or_an_exhausted_allowance_cools_a_provider_and_never_ejects_it() {
-    let busy = Mock::start_args(
-        "openai-busy",
-        "az-a",
-        &[MODEL],
-        &["--provider", "openai", "--expect-key", OPENAI_KEY],
-    )
-    .await;
     let good = Mock::start("local-vllm", "az-a", &[MODEL]).await;
-    let rest = provider_backend(
-        &busy,
-        &[MODEL],
-        "api_key = { env = \"ZG_TEST_OPENAI_KEY\" }\nweight = 100",
-    ) + &good.backend_toml(&[MODEL])
-        + &model(MODEL);
-    let node =
-        NodeProcess::start_env_logging("az-a", &rest, &[("ZG_TEST_OPENAI_KEY", OPENAI_KEY)]).await;
+    let (busy, node) = weighted_provider_beside("openai-busy", OPENAI_KEY, &good).await;
     busy.faults(json!({"status_sequence": [429, 429, 429, 429, 429, 429], "retry_after": 30}))
         .await;
     for _ in 0..10 {
@@ -241,21 +240,7 @@ async fn a_429_with_retry_after_or_an_exhausted_allowance_cools_a_provider_and_n
 
     // A success that says the allowance is used up cools it too, before
     // it starts answering 429s.
-    let busy2 = Mock::start_args(
-        "openai-spent",
-        "az-a",
-        &[MODEL],
-        &["--provider", "openai", "--expect-key", OPENAI_KEY],
-    )
-    .await;
-    let rest = provider_backend(
-        &busy2,
-        &[MODEL],
-        "api_key = { env = \"ZG_TEST_OPENAI_KEY\" }\nweight = 100",
-    ) + &good.backend_toml(&[MODEL])
-        + &model(MODEL);
-    let node2 =
-        NodeProcess::start_env_logging("az-a", &rest, &[("ZG_TEST_OPENAI_KEY", OPENAI_KEY)]).await;
+    let (busy2, node2) = weighted_provider_beside("openai-spent", OPENAI_KEY, &good).await;
     busy2.faults(json!({"ratelimit_remaining": 0})).await;
     for _ in 0..30 {
         if busy2.stats().await["requests"] != 0 {
