@@ -380,6 +380,15 @@ async fn a_shadow_whose_target_fails_or_stalls_never_touches_the_client() {
             .clone();
         (b["state"].clone(), b["health_state"].clone())
     };
+    // Both nodes have probed the primary at least once (their probes run
+    // on their own clocks), so the two states are comparable.
+    for node in [&shadowed, &plain] {
+        eventually(Duration::from_secs(30), "a probe of prim-1", || async {
+            let v = node.admin_get("/admin/v1/backends").await;
+            state(&v, "prim-1").1 != "unknown"
+        })
+        .await;
+    }
     let with = shadowed.admin_get("/admin/v1/backends").await;
     let without = plain.admin_get("/admin/v1/backends").await;
     assert_eq!(state(&with, "prim-1"), state(&without, "prim-1"), "{with}");
