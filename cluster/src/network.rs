@@ -35,6 +35,31 @@ pub use zonegate_net::sign::SIGNATURE_HEADER;
 use zonegate_net::sign::{self, Call, KeyRing, SignError};
 use zonegate_net::tls::MemberTls;
 
+/// An answer's refusal status (the peer's "no", never retried as a
+/// transport fault), else the cluster id, joined stamp and signature
+/// headers every answer carries (empty when missing: checked later).
+fn answer_head(
+    to: NodeId,
+    status: u16,
+    headers: &reqwest::header::HeaderMap,
+) -> Result<(String, String, String), TransportError> {
+    if matches!(status, 400 | 401 | 403 | 404 | 413) {
+        return Err(TransportError::Refused { to, status });
+    }
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    Ok((
+        header(CLUSTER_HEADER),
+        header(JOINED_HEADER),
+        header(SIGNATURE_HEADER),
+    ))
+}
+
 #[cfg(test)]
 use crate::clock::unix_ms;
 use crate::clock::unix_ms_on;
@@ -373,21 +398,7 @@ impl PeerClient {
         }
         let resp = req.send().await.map_err(http)?;
         let status = resp.status().as_u16();
-        if matches!(status, 400 | 401 | 403 | 404 | 413) {
-            return Err(TransportError::Refused { to, status });
-        }
-        let header = |name: &str| {
-            resp.headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned()
-        };
-        let (id, joined, signed) = (
-            header(CLUSTER_HEADER),
-            header(JOINED_HEADER),
-            header(SIGNATURE_HEADER),
-        );
+        let (id, joined, signed) = answer_head(to, status, resp.headers())?;
         // The answer is bounded like a request: a peer (or whatever now
         // listens on its port) that answers garbage or a length bomb fails
         // this RPC, never the process.
@@ -437,22 +448,7 @@ impl PeerClient {
             .map_err(unreachable)?
             .into_parts();
         let status = parts.status.as_u16();
-        if matches!(status, 400 | 401 | 403 | 404 | 413) {
-            return Err(TransportError::Refused { to, status });
-        }
-        let header = |name: &str| {
-            parts
-                .headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned()
-        };
-        let (id, joined, signed) = (
-            header(CLUSTER_HEADER),
-            header(JOINED_HEADER),
-            header(SIGNATURE_HEADER),
-        );
+        let (id, joined, signed) = answer_head(to, status, &parts.headers)?;
         let limit = cap.max(ANSWER_HEAD);
         let bytes = axum::body::to_bytes(body, limit)
             .await

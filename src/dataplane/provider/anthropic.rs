@@ -61,6 +61,9 @@ const MAX_EVENT: usize = 1024 * 1024;
 /// `data:` events (`upstream::UpstreamBody` calls it per chunk).
 pub struct Events {
     buf: Vec<u8>,
+    /// How much of `buf` was searched for an event's end already: a long
+    /// event trickled in small chunks is searched once, not once per chunk.
+    searched: usize,
     stream: anthropic::Stream,
 }
 
@@ -68,6 +71,7 @@ impl Events {
     pub fn new(client_model: &str, include_usage: bool) -> Self {
         Self {
             buf: Vec::new(),
+            searched: 0,
             stream: anthropic::Stream::new(client_model, include_usage),
         }
     }
@@ -88,9 +92,10 @@ fn event(stream: &mut anthropic::Stream, raw: &[u8], out: &mut Vec<u8>) -> Resul
 }
 
 /// Where the first event in `buf` ends: (its length, the length with the
-/// blank line after it).
-fn event_end(buf: &[u8]) -> Option<(usize, usize)> {
-    let mut i = 0;
+/// blank line after it); the search starts at `from` (a line end before it
+/// is known not to end an event).
+fn event_end(buf: &[u8], from: usize) -> Option<(usize, usize)> {
+    let mut i = from;
     while let Some(off) = buf
         .get(i..)
         .and_then(|b| b.iter().position(|c| *c == b'\n'))
@@ -110,14 +115,19 @@ fn event_end(buf: &[u8]) -> Option<(usize, usize)> {
 
 impl Translate for Events {
     fn data(&mut self, data: &[u8]) -> Result<Bytes, String> {
+        // An event's end ("\n\n" or "\n\r\n") may straddle the old bytes and
+        // the new: the search resumes two bytes back.
+        let mut from = self.searched.saturating_sub(2);
         self.buf.extend_from_slice(data);
         let mut out = Vec::new();
         let mut start = 0;
-        while let Some((len, next)) = event_end(&self.buf[start..]) {
+        while let Some((len, next)) = event_end(&self.buf[start..], from) {
             event(&mut self.stream, &self.buf[start..start + len], &mut out)?;
             start += next;
+            from = 0;
         }
         self.buf.drain(..start);
+        self.searched = self.buf.len();
         if self.buf.len() > MAX_EVENT {
             return Err(format!(
                 "the provider's stream sent an event over {MAX_EVENT} bytes"
@@ -128,6 +138,7 @@ impl Translate for Events {
 
     fn end(&mut self) -> Result<Bytes, String> {
         let rest = std::mem::take(&mut self.buf);
+        self.searched = 0;
         let mut out = Vec::new();
         if !rest.iter().all(u8::is_ascii_whitespace) {
             event(&mut self.stream, &rest, &mut out)?;
@@ -142,9 +153,10 @@ mod tests {
 
     #[test]
     fn events_are_found_whatever_the_chunks_and_line_ends() {
-        assert_eq!(event_end(b"event: a\ndata: 1\n\nrest"), Some((16, 18)));
-        assert_eq!(event_end(b"event: a\r\ndata: 1\r\n\r\n"), Some((18, 21)));
-        assert_eq!(event_end(b"event: a\ndata: 1\n"), None);
+        assert_eq!(event_end(b"event: a\ndata: 1\n\nrest", 0), Some((16, 18)));
+        assert_eq!(event_end(b"event: a\r\ndata: 1\r\n\r\n", 0), Some((18, 21)));
+        assert_eq!(event_end(b"event: a\ndata: 1\n", 0), None);
+        assert_eq!(event_end(b"event: a\ndata: 1\n\n", 15), Some((16, 18)));
     }
 
     #[test]
@@ -183,6 +195,24 @@ mod tests {
                 "{size}"
             );
         }
+    }
+
+    #[test]
+    fn a_long_event_trickled_byte_by_byte_is_read_once() {
+        let text = "x".repeat(200_000);
+        let start = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n\
+                     event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n";
+        let long = format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{text}\"}}}}\r\n\r\n");
+        let mut e = Events::new("m", false);
+        let mut out = e.data(start.as_bytes()).expect("start").to_vec();
+        // Searched once in all (a search from the start per byte would
+        // scan 2·10¹⁰ bytes here).
+        for b in long.as_bytes().chunks(1) {
+            out.extend_from_slice(&e.data(b).expect("byte"));
+        }
+        let out = String::from_utf8(out).expect("utf8");
+        assert!(out.contains(&text), "the long delta is given on whole");
+        assert_eq!(e.searched, 0, "nothing is left over");
     }
 
     #[test]
