@@ -68,8 +68,26 @@ fn read_file(path: &Path) -> Result<(String, Stamp), String> {
             before.len
         ));
     }
-    let text = std::fs::read_to_string(path)
+    // Only a regular file (or a link to one, as Kubernetes mounts secrets):
+    // a FIFO would block the reader until a writer came, a device could be
+    // endless.
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return Err(format!("`{}` is not a regular file", path.display()));
+    }
+    // Read at most one byte past the limit: a file that grew since its
+    // length was read is refused, not read whole.
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| {
+            std::io::Read::read_to_string(&mut std::io::Read::take(f, MAX_FILE + 1), &mut text)
+        })
         .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+    if text.len() as u64 > MAX_FILE {
+        return Err(format!(
+            "`{}` is over {MAX_FILE} bytes: a key file holds at most that",
+            path.display()
+        ));
+    }
     Ok((text, before))
 }
 
@@ -201,6 +219,14 @@ impl PartialEq for Credential {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_device_or_a_directory_is_refused_without_being_read() {
+        for path in ["/dev/zero", "/tmp"] {
+            let e = read_file(Path::new(path)).expect_err(path);
+            assert!(e.contains("is not a regular file"), "{path}: {e}");
+        }
+    }
 
     #[test]
     fn a_missing_variable_or_unreadable_file_says_which_and_why() {
