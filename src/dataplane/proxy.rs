@@ -216,12 +216,13 @@ async fn serve(
     .map_err(|e| (None, e))?;
     let mut meta = RequestMeta::parse(&body).map_err(|e| (None, e))?;
     let routes = gw.routes.load();
-    // What the client named: the body keeps it and the backend's copy is
-    // rewritten from it. An alias (`[[models]] aliases`) stands for its model.
-    let requested = meta.model.clone();
+    // An alias (`[[models]] aliases`) stands for its model; the client's
+    // own name is kept (the body carries it, the backend's copy is
+    // rewritten from it) only when one replaced it.
+    let mut aliased = None;
     if routes.model(&meta.model).is_none() {
         if let Some(m) = cfg.model_of_alias(&meta.model) {
-            meta.model = m.to_owned();
+            aliased = Some(std::mem::replace(&mut meta.model, m.to_owned()));
         }
     }
     // Traffic policy: a model the tenant may not use does not exist for
@@ -235,13 +236,15 @@ async fn serve(
             policy::rules::select(cfg, &gw.metrics, who, &meta.model, header, user)
         })
         .flatten();
-    if let Some(r) = rule {
-        meta.model = r.route_to.clone();
-    }
+    let before_rule = rule.map(|r| std::mem::replace(&mut meta.model, r.route_to.clone()));
     let meta = meta;
+    // The model the client meant (its alias resolved, before any rule:
+    // what shadows match on), and the name its body carries.
+    let meant: &str = before_rule.as_deref().unwrap_or(&meta.model);
+    let requested: &str = aliased.as_deref().unwrap_or(meant);
     let Some(primary) = routes.model(&meta.model).filter(|_| allowed) else {
         let may_use = |m: &str| policy::allows_model(cfg, caller.index, m);
-        let e = unknown::unknown_model(cfg, &routes, &requested, &may_use);
+        let e = unknown::unknown_model(cfg, &routes, requested, &may_use);
         return Err((Some(UNKNOWN_MODEL.to_owned()), e));
     };
     // From here on the model is one the routes know.
@@ -255,7 +258,7 @@ async fn serve(
     let admitted_at = Instant::now();
     let now_ns = crate::clock::ns_at(admitted_at);
     let mut admission = admit(gw, &facts, &meta, body.len(), now_ns).map_err(failed)?;
-    let shadows = start_shadows(gw, cfg, &facts, &requested, target, headers, &body, &meta);
+    let shadows = start_shadows(gw, cfg, &facts, meant, target, headers, &body, &meta);
     let min_tier = chain::min_tier(headers, body.len(), &cfg.prompt_tiers).map_err(failed)?;
     let (mut models, skipped) = chain::model_chain(cfg, &routes, primary, min_tier);
     // A fallback the tenant may not use is skipped.
@@ -279,7 +282,7 @@ async fn serve(
         target,
         headers,
         body: &body,
-        model: &requested,
+        model: requested,
     };
     let mut attempts = Attempts::default();
     // The backends the tenant's tags rule out count as tried from the start.
