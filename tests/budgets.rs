@@ -331,3 +331,132 @@ async fn a_daily_budget_holds_across_zones_through_a_leader_kill() {
         n.kill().await;
     }
 }
+
+/// The shadow's target model: its backend charges 3000 per million output
+/// tokens (an override of the model's 2000), so a copy costs 0.024.
+const NEW: &str = "qwen3-8b-instruct";
+const COPY_COST: f64 = 0.024;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_copy_is_priced_apart_and_never_charged_to_the_budget() {
+    let primary = Mock::start("prim-1", "az-a", &[MODEL]).await;
+    let target = Mock::start("cand-1", "az-a", &[NEW]).await;
+    // 12 client answers' worth (0.096) and less than a 13th; the 12
+    // copies (0.288) would exhaust it three times over.
+    let rest = format!(
+        r#"{}{}
+[[models]]
+name = "{MODEL}"
+price = {{ input_per_mtok = 0.0, output_per_mtok = 1000.0 }}
+
+[[models]]
+name = "{NEW}"
+price = {{ input_per_mtok = 0.0, output_per_mtok = 2000.0 }}
+
+[[tenants]]
+name = "capped"
+key_sha256 = "{}"
+budget = {{ per_day = 0.1 }}
+
+[[shadows]]
+name = "sh"
+model = "{MODEL}"
+to = "{NEW}"
+percent = 100.0
+"#,
+        primary.backend_toml(&[MODEL]),
+        target.backend_toml(&[NEW]).replacen(
+            "metrics_path",
+            "price = { input_per_mtok = 0.0, output_per_mtok = 3000.0 }\nmetrics_path",
+            1
+        ),
+        zonegate::config::sha256_hex(CAPPED_KEY),
+    );
+    let node = NodeProcess::start("az-a", &rest).await;
+    let c = client();
+    let ask = || {
+        c.post(format!("{}/v1/chat/completions", node.data))
+            .bearer_auth(CAPPED_KEY)
+            .json(&chat_body(MAX_TOKENS, false))
+            .send()
+    };
+    let compared = |n: u64| {
+        let node = &node;
+        async move {
+            let v = node.admin_get("/admin/v1/shadows/sh").await;
+            v["compared"] == n && v["ok"] == n
+        }
+    };
+    for round in 1..=2u64 {
+        for _ in 0..6 {
+            let r = ask().await.unwrap();
+            assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+        }
+        // Every copy so far is answered and priced before the next
+        // requests: had the budget been charged for them, it would refuse.
+        eventually(Duration::from_secs(30), "the copies are compared", || {
+            compared(6 * round)
+        })
+        .await;
+    }
+    let r = ask().await.unwrap();
+    assert_eq!(r.status(), 429, "the 13th answer is over the budget");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "budget_exceeded", "{v}");
+
+    let close = |got: f64, want: f64| (got - want).abs() < 1e-9;
+    let metrics = node.metrics().await;
+    let client_spend = metric_sum(&metrics, "zonegate_spend_total", &["tenant=\"capped\""]);
+    let shadow_spend = metric_sum(
+        &metrics,
+        "zonegate_shadow_spend_total",
+        &[
+            "shadow=\"sh\"",
+            &format!("model=\"{NEW}\""),
+            "zone=\"az-a\"",
+        ],
+    );
+    assert!(close(client_spend, 12.0 * COST), "{client_spend}");
+    assert!(close(shadow_spend, 12.0 * COPY_COST), "{shadow_spend}");
+    assert_eq!(
+        metric_sum(
+            &metrics,
+            "zonegate_spend_total",
+            &[&format!("model=\"{NEW}\"")]
+        ),
+        0.0,
+        "a copy is not a tenant's spend"
+    );
+    let shadows = node.admin_get("/admin/v1/shadows").await;
+    assert!(
+        close(
+            shadows["shadows"][0]["spend"].as_f64().unwrap(),
+            12.0 * COPY_COST
+        ),
+        "{shadows}"
+    );
+    let spend = node.admin_get("/admin/v1/spend?since=1h").await;
+    assert_eq!(spend["node_spend"].as_array().unwrap().len(), 1, "{spend}");
+    assert!(
+        close(
+            spend["node_spend"][0]["spend"].as_f64().unwrap(),
+            12.0 * COST
+        ),
+        "{spend}"
+    );
+    let sh = &spend["shadow_spend"][0];
+    assert_eq!(sh["shadow"], "sh", "{spend}");
+    assert_eq!(sh["models"][0]["model"], NEW, "{spend}");
+    assert!(
+        close(sh["spend"].as_f64().unwrap(), 12.0 * COPY_COST),
+        "{spend}"
+    );
+    let out = ctl_ok(&node.admin, &["spend", "--since", "1h"]).await;
+    assert!(
+        out.contains("shadow copies on this node") && out.contains("0.288000 USD"),
+        "{out}"
+    );
+    let out = ctl_ok(&node.admin, &["shadows"]).await;
+    assert!(out.contains("SPEND") && out.contains("0.288000"), "{out}");
+    node.kill().await;
+}

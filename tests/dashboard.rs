@@ -2,8 +2,8 @@
 //! `.ci/run`) loads `/dashboard` from a three-zone cluster of real
 //! processes, driven over the DevTools protocol. Without a token it shows
 //! the sign-in form (and the API answers 401); with one it renders three
-//! zones, the leader and backend scores; an operator fails a zone over
-//! through the dry run and the confirm step.
+//! zones, the leader, backend scores and the spend row; an operator fails
+//! a zone over through the dry run and the confirm step.
 
 mod support;
 
@@ -219,7 +219,12 @@ async fn dashboard_in_headless_chromium_shows_zones_leader_scores_and_fails_over
     let Some(binary) = chromium() else { return };
     // A tenant with a quota, so the failover's dry run names its overflow.
     let limited = tenant_toml("limited", "limited-key", "P1", "quota = { rpm = 600 }");
-    let cluster = TestCluster::start(1, &limited).await;
+    // A price, so an answer shows in the spend row (8 output tokens at
+    // 1000 a million: 0.008).
+    let priced = format!(
+        "{limited}[[models]]\nname = \"{MODEL}\"\nprice = {{ input_per_mtok = 0.0, output_per_mtok = 1000.0 }}\n\n"
+    );
+    let cluster = TestCluster::start(1, &priced).await;
     let leader = cluster.leader().await;
     let admin = cluster.node(1).admin.clone();
 
@@ -230,6 +235,15 @@ async fn dashboard_in_headless_chromium_shows_zones_leader_scores_and_fails_over
         .await
         .unwrap();
     assert_eq!(resp.status(), 401);
+    // One answer on node 1, whose page is looked at: its spend row.
+    let r = cluster
+        .node(1)
+        .chat()
+        .json(&chat_body(8, false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
 
     let mut browser = tokio::task::block_in_place(|| Browser::start(&binary));
     let page = format!("{admin}/dashboard");
@@ -298,6 +312,16 @@ async fn dashboard_in_headless_chromium_shows_zones_leader_scores_and_fails_over
              document.querySelector('#shadows tbody').textContent.includes('no shadows') && \
              document.querySelector('#tenants tbody').textContent.includes('deptA')",
         );
+        // The spend row: deptA's answer on this node, priced.
+        let spend = browser.wait_for(
+            "deptA's spend on node 1",
+            &format!(
+                "(() => {{ const r = [...document.querySelectorAll('#spend tbody tr')].map((tr) => \
+                 [...tr.cells].map((c) => c.textContent)).find((c) => c[0] === 'node 1' && c[1] === 'deptA'); \
+                 return r && r[2] === '{MODEL}' && r; }})()"
+            ),
+        );
+        assert_eq!(spend[3], "0.008000 USD", "{spend}");
         // After a reload the stored token signs in again, and trend lines draw.
         browser.navigate(&page);
         browser.wait_for(

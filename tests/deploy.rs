@@ -12,31 +12,10 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use support::tool;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The path of `name` on PATH; when it is missing, `None` (the check is
-/// skipped, loudly), or a panic where `.ci/run` requires every tool.
-fn tool(name: &str) -> Option<PathBuf> {
-    // .ci/run installs Python tools into a venv under target/.
-    let venv = root().join("target/ci-venv/bin").join(name);
-    let found = std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|p| p.join(name))
-                .find(|p| p.is_file())
-        })
-        .or_else(|| venv.is_file().then_some(venv));
-    if found.is_none() {
-        assert!(
-            std::env::var("ZONEGATE_REQUIRE_TOOLS").as_deref() != Ok("1"),
-            "`{name}` is not installed but ZONEGATE_REQUIRE_TOOLS=1: run the install lines of .ci/run"
-        );
-        eprintln!("SKIPPED: `{name}` is not installed (.ci/run installs it)");
-    }
-    found
 }
 
 fn run(cmd: &mut Command) -> String {
@@ -604,6 +583,10 @@ const NOT_ON_A_TEST_NODE: &[(&str, &str)] = &[
     (
         "zonegate_shadow_requests_total",
         "only with [[shadows]] (tests/policy.rs)",
+    ),
+    (
+        "zonegate_shadow_spend_total",
+        "only with priced [[shadows]] (tests/budgets.rs)",
     ),
     (
         "zonegate_shadow_comparisons_total",

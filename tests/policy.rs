@@ -34,7 +34,19 @@ async fn chat_as(
     body: Value,
     user_header: Option<&str>,
 ) -> reqwest::Response {
-    let mut req = client()
+    chat_with(&client(), node, key, body, user_header).await
+}
+
+/// [`chat_as`] over `client`'s pooled keep-alive connections (a test's
+/// thousands of requests do not each pay a new connection).
+async fn chat_with(
+    client: &reqwest::Client,
+    node: &NodeProcess,
+    key: &str,
+    body: Value,
+    user_header: Option<&str>,
+) -> reqwest::Response {
+    let mut req = client
         .post(format!("{}/v1/chat/completions", node.data))
         .bearer_auth(key)
         .json(&body);
@@ -148,41 +160,36 @@ async fn a_rule_routes_a_stable_share_of_users_and_a_whole_internal_tenant() {
         new.backend_toml(&[NEW]),
     );
     let node = Arc::new(NodeProcess::start("az-a", &rest).await);
-    // Distinct users, 16 at a time.
-    let users = 4_000;
-    let mut tasks = tokio::task::JoinSet::new();
-    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    for _ in 0..16 {
-        let (node, next) = (Arc::clone(&node), Arc::clone(&next));
-        tasks.spawn(async move {
-            let mut gray = 0;
-            loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if i >= users {
-                    return gray;
-                }
-                let r = chat_as(
-                    &node,
-                    API_KEY,
-                    body_for(MODEL, Some(&format!("user-{i}"))),
-                    None,
-                )
-                .await;
-                assert_eq!(r.status(), 200);
-                let route = r.headers()["x-zonegate-route"].to_str().unwrap().to_owned();
-                if route.starts_with("rule:qwen3-gray") {
-                    assert_eq!(r.headers()["x-zonegate-backend"], "new-1");
-                    gray += 1;
-                }
+    let c = client();
+    // 10,000 distinct users, 16 at a time over one keep-alive client.
+    let users = 10_000;
+    let started = Instant::now();
+    let shared = (Arc::clone(&node), c.clone());
+    let gray: usize = spread(16, users, move |i| {
+        let (node, c) = (Arc::clone(&shared.0), shared.1.clone());
+        async move {
+            let body = body_for(MODEL, Some(&format!("user-{i}")));
+            let r = chat_with(&c, &node, API_KEY, body, None).await;
+            assert_eq!(r.status(), 200);
+            let route = r.headers()["x-zonegate-route"].to_str().unwrap().to_owned();
+            let backend = r.headers()["x-zonegate-backend"].clone();
+            r.bytes().await.expect("answer body");
+            if route.starts_with("rule:qwen3-gray") {
+                assert_eq!(backend, "new-1");
+                1
+            } else {
+                0
             }
-        });
-    }
-    let mut gray = 0;
-    while let Some(n) = tasks.join_next().await {
-        gray += n.unwrap();
-    }
+        }
+    })
+    .await
+    .into_iter()
+    .sum();
     let share = gray as f64 * 100.0 / users as f64;
-    println!("realised share of a 5 % rule over {users} distinct users: {share:.2} %");
+    println!(
+        "realised share of a 5 % rule over {users} distinct users: {share:.2} % ({:?})",
+        started.elapsed()
+    );
     assert!((4.0..=6.0).contains(&share), "{share} %");
     let rules = node.admin_get("/admin/v1/rules").await;
     let r = rules["rules"]
@@ -203,36 +210,32 @@ async fn a_rule_routes_a_stable_share_of_users_and_a_whole_internal_tenant() {
         ),
         gray as f64
     );
-    // 200 users x 10 requests, 16 users at a time: each user always on
+    // 200 users x 50 requests, 16 users at a time: each user always on
     // one side.
-    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..16 {
-        let (node, next) = (Arc::clone(&node), Arc::clone(&next));
-        tasks.spawn(async move {
-            let mut moved = 0;
-            loop {
-                let u = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if u >= 200 {
-                    return moved;
-                }
-                let mut sides = std::collections::BTreeSet::new();
-                for _ in 0..10 {
-                    let body = body_for(MODEL, Some(&format!("sticky-{u}")));
-                    let r = chat_as(&node, API_KEY, body, None).await;
-                    let b = r.headers()["x-zonegate-backend"].to_str().expect("text");
-                    sides.insert(b.to_owned());
-                }
-                assert_eq!(sides.len(), 1, "user sticky-{u} saw {sides:?}");
-                moved += usize::from(sides.contains("new-1"));
+    let started = Instant::now();
+    let shared = (Arc::clone(&node), c.clone());
+    let moved: usize = spread(16, 200, move |u| {
+        let (node, c) = (Arc::clone(&shared.0), shared.1.clone());
+        async move {
+            let mut sides = std::collections::BTreeSet::new();
+            for _ in 0..50 {
+                let body = body_for(MODEL, Some(&format!("sticky-{u}")));
+                let r = chat_with(&c, &node, API_KEY, body, None).await;
+                let b = r.headers()["x-zonegate-backend"].to_str().expect("text");
+                sides.insert(b.to_owned());
+                r.bytes().await.expect("answer body");
             }
-        });
-    }
-    let mut moved = 0;
-    while let Some(n) = tasks.join_next().await {
-        moved += n.expect("user task");
-    }
-    println!("200 users x 10 requests: {moved} users on the new model, each always on one side");
+            assert_eq!(sides.len(), 1, "user sticky-{u} saw {sides:?}");
+            usize::from(sides.contains("new-1"))
+        }
+    })
+    .await
+    .into_iter()
+    .sum();
+    println!(
+        "200 users x 50 requests: {moved} users on the new model, each always on one side ({:?})",
+        started.elapsed()
+    );
     // The internal tenant: 100 %; a header match too.
     for i in 0..30 {
         let r = chat_as(
@@ -278,12 +281,19 @@ async fn a_rule_routes_a_stable_share_of_users_and_a_whole_internal_tenant() {
     Arc::try_unwrap(node).ok().expect("tasks done").kill().await;
 }
 
-/// p99 and successes of `n` requests, 8 at a time.
-async fn run_load(node: &Arc<NodeProcess>, n: usize) -> (Duration, usize) {
-    let mut tasks = tokio::task::JoinSet::new();
+/// `job(i)` for every `i` in `0..n`, `width` at a time; the results in no
+/// particular order.
+async fn spread<F, Fut, T>(width: usize, n: usize, job: F) -> Vec<T>
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let job = Arc::new(job);
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    for _ in 0..8 {
-        let (node, next) = (Arc::clone(node), Arc::clone(&next));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..width {
+        let (job, next) = (Arc::clone(&job), Arc::clone(&next));
         tasks.spawn(async move {
             let mut out = Vec::new();
             loop {
@@ -291,22 +301,33 @@ async fn run_load(node: &Arc<NodeProcess>, n: usize) -> (Duration, usize) {
                 if i >= n {
                     return out;
                 }
-                let t = Instant::now();
-                let r = chat_as(
-                    &node,
-                    API_KEY,
-                    body_for(MODEL, Some(&format!("s-{i}"))),
-                    None,
-                )
-                .await;
-                out.push((t.elapsed(), r.status().is_success()));
+                out.push(job(i).await);
             }
         });
     }
     let mut all = Vec::new();
     while let Some(v) = tasks.join_next().await {
-        all.extend(v.expect("load task"));
+        all.extend(v.expect("task"));
     }
+    all
+}
+
+/// p99 and successes of `n` requests, 8 at a time over one keep-alive
+/// client.
+async fn run_load(node: &Arc<NodeProcess>, n: usize) -> (Duration, usize) {
+    let c = client();
+    let node = Arc::clone(node);
+    let all = spread(8, n, move |i| {
+        let (node, c) = (Arc::clone(&node), c.clone());
+        async move {
+            let t = Instant::now();
+            let body = body_for(MODEL, Some(&format!("s-{i}")));
+            let r = chat_with(&c, &node, API_KEY, body, None).await;
+            let ok = r.status().is_success() && r.bytes().await.is_ok();
+            (t.elapsed(), ok)
+        }
+    })
+    .await;
     let ok = all.iter().filter(|(_, ok)| *ok).count();
     let mut lat: Vec<Duration> = all.into_iter().map(|(d, _)| d).collect();
     lat.sort();

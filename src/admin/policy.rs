@@ -144,6 +144,10 @@ fn summary(cfg: &Config, gw: &Gateway, s: &crate::config::policy::Shadow, detail
         "agreement": (r.compared > 0).then(|| (r.agreed as f64 / r.compared as f64 * 1000.0).round() / 1000.0),
         "latency_delta_s": distribution(r.latency_delta_s.iter().copied()),
         "similarity": distribution(r.similarity.iter().copied()),
+        // What the copies cost since this node started, apart from any
+        // tenant's spend and budget.
+        "spend": crate::dataplane::cost::units(r.spend_nanos),
+        "currency": &*cfg.costs.currency,
     });
     if detail {
         v["disagreements"] = json!(r.disagreements.iter().rev().collect::<Vec<_>>());

@@ -2,7 +2,8 @@
 //! model since then (hour resolution), in base units of the config's
 //! currency: this node's answers, and on the leader also the cluster's
 //! (from the spend in the nodes' demand reports while it leads). With
-//! each budgeted tenant's budgets and this node's grant in force.
+//! each budgeted tenant's budgets and this node's grant in force, and,
+//! apart, what this node's shadow copies cost (`shadow_spend`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -56,6 +57,19 @@ pub fn report(gw: &Gateway, from_ms: u64, now_ms: u64, tenant: Option<&str>) -> 
     let leader = gw.cluster.as_ref().is_some_and(|c| c.status().is_leader);
     let node = tenants(&gw.spend.since(from_ms, now_ms, tenant));
     let cluster = leader.then(|| tenants(&gw.cluster_spend.since(from_ms, now_ms, tenant)));
+    // Shadow copies' spend on this node, per shadow and target model:
+    // apart from the tenants' (no budget reads it), so not per tenant.
+    let shadows: Vec<Value> = tenants(&gw.shadows.spend.since(from_ms, now_ms, None))
+        .into_iter()
+        .map(|mut v| {
+            if let Some(o) = v.as_object_mut() {
+                if let Some(name) = o.remove("tenant") {
+                    o.insert("shadow".into(), name);
+                }
+            }
+            v
+        })
+        .collect();
     let view = gw.view.borrow().clone();
     let budgets: Vec<Value> = cfg
         .tenants
@@ -100,6 +114,7 @@ pub fn report(gw: &Gateway, from_ms: u64, now_ms: u64, tenant: Option<&str>) -> 
         "leader": leader,
         "node_spend": node,
         "cluster_spend": cluster,
+        "shadow_spend": shadows,
         "budgets": budgets,
     })
 }

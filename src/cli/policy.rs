@@ -121,10 +121,13 @@ fn shadow_row(x: &Value) -> Vec<String> {
         s(&x["agreement"]),
         s(&x["latency_delta_s"]["p50"]),
         s(&x["similarity"]["p50"]),
+        x["spend"].as_f64().map_or("-".into(), |f| {
+            format!("{f:.6} {}", x["currency"].as_str().unwrap_or(""))
+        }),
     ]
 }
 
-const SHADOW_HEADER: [&str; 10] = [
+const SHADOW_HEADER: [&str; 11] = [
     "SHADOW",
     "MODELS",
     "PERCENT",
@@ -135,6 +138,7 @@ const SHADOW_HEADER: [&str; 10] = [
     "AGREEMENT",
     "DELTA_P50_S",
     "SIMILARITY_P50",
+    "SPEND",
 ];
 
 /// The table of `GET /admin/v1/shadows`, or one shadow with its
@@ -217,5 +221,14 @@ mod tests {
             out.contains("fin") && out.contains("private") && out.contains("  2"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn shadows_show_what_their_copies_cost() {
+        let v = json!({"shadows": [{"name": "sh", "model": "a", "to": "b", "percent": 10.0, "in_flight": 0, "max_in_flight": 8, "sent": 3, "skipped_in_flight": 0, "ok": 3, "errors": 0, "timeouts": 0, "agreement": 1.0, "latency_delta_s": {"p50": 0.1}, "similarity": {"p50": 1.0}, "spend": 0.072, "currency": "USD"}]});
+        let out = render_shadows(&v);
+        let header = out.lines().next().unwrap_or_default();
+        assert!(header.ends_with("SPEND"), "{out}");
+        assert!(out.contains("0.072000 USD"), "{out}");
     }
 }

@@ -1,7 +1,7 @@
 //! `zonegate ctl spend [--tenant T] [--since 24h]`: what each tenant spent
 //! per model (`GET /admin/v1/spend`): the node's own answers, and asked of
-//! the leader the cluster's; with each budget, its grants and the spend
-//! recorded at the last rebalance.
+//! the leader the cluster's; apart, what shadow copies cost; with each
+//! budget, its grants and the spend recorded at the last rebalance.
 
 use reqwest::Method;
 use serde_json::Value;
@@ -38,7 +38,8 @@ pub(crate) async fn run(api: &Api, json_out: bool, cmd: SpendCmd) -> anyhow::Res
 pub fn render(v: &Value) -> String {
     let currency = v["currency"].as_str().unwrap_or("");
     let mut out = String::new();
-    let mut table = |title: &str, tenants: &Value| {
+    // `who` names the line's owner: "tenant", or "shadow" for the copies.
+    let mut table = |title: &str, tenants: &Value, who: &str| {
         out.push_str(title);
         out.push('\n');
         let rows = tenants.as_array().map(Vec::as_slice).unwrap_or_default();
@@ -48,7 +49,7 @@ pub fn render(v: &Value) -> String {
         for t in rows {
             out.push_str(&format!(
                 "  {:<20} {:>14.6} {currency}\n",
-                t["tenant"].as_str().unwrap_or("?"),
+                t[who].as_str().unwrap_or("?"),
                 t["spend"].as_f64().unwrap_or(0.0)
             ));
             for m in t["models"]
@@ -71,11 +72,20 @@ pub fn render(v: &Value) -> String {
             v["zone"].as_str().unwrap_or("?")
         ),
         &v["node_spend"],
+        "tenant",
     );
     if v["leader"].as_bool() == Some(true) {
         table(
             "spend in the cluster (reported to this leader)",
             &v["cluster_spend"],
+            "tenant",
+        );
+    }
+    if v.get("shadow_spend").is_some() {
+        table(
+            "shadow copies on this node (apart: no tenant's spend, no budget)",
+            &v["shadow_spend"],
+            "shadow",
         );
     }
     for b in v["budgets"]
@@ -113,6 +123,7 @@ mod tests {
             "node": 1, "zone": "az-a", "currency": "USD", "leader": true,
             "node_spend": [{"tenant": "t", "spend": 1.5, "models": [{"model": "m", "spend": 1.5}]}],
             "cluster_spend": [],
+            "shadow_spend": [{"shadow": "sh", "spend": 0.25, "models": [{"model": "new", "spend": 0.25}]}],
             "budgets": [{"tenant": "t", "on_budget": "reject", "periods": [
                 {"period": "day", "limit": 50.0, "granted": 10.0, "recorded_spent": 1.0}
             ]}],
@@ -127,6 +138,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("spend in the cluster"), "{text}");
+        assert!(
+            text.contains("shadow copies on this node (apart: no tenant's spend, no budget)\n  sh                         0.250000 USD\n    new                      0.250000\n"),
+            "{text}"
+        );
         assert!(text.contains("  (no spend)"), "{text}");
         assert!(
             text.contains("budget t per day: limit 50.000000 USD, granted 10.000000"),

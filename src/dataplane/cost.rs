@@ -131,6 +131,26 @@ pub fn answer_cost(
     total.saturating_add(cost_nanos(last_tokens, last))
 }
 
+/// What a shadow copy's answer cost, counted apart from the client's
+/// spend (`zonegate_shadow_spend_total`, never a tenant's budget): its
+/// `usage` (else the estimate from the `delivered` text bytes) at `price`,
+/// the price of the target backend that answered it. A copy that got no
+/// status (timed out before its head, refused) or an error without
+/// `usage` costs nothing, as a client's error answer does.
+pub fn shadow_cost(
+    status: Option<u16>,
+    usage: Option<Usage>,
+    estimate: Estimate,
+    delivered: u64,
+    price: Option<Price>,
+) -> u64 {
+    match status {
+        None => 0,
+        Some(s) if usage.is_none() && !(200..300).contains(&s) => 0,
+        Some(_) => answer_cost(usage, estimate, delivered, &[], price),
+    }
+}
+
 /// Nano-units as base units (for metrics and the admin API).
 pub fn units(nanos: u64) -> f64 {
     nanos as f64 / crate::config::cost::NANOS_PER_UNIT
@@ -234,6 +254,71 @@ mod tests {
         for (name, u, delivered, earlier, last, want) in cases {
             assert_eq!(
                 answer_cost(*u, est, *delivered, earlier, *last),
+                *want,
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn shadow_cost_table() {
+        // The target model's price, and a target backend's override.
+        let model = Some(Price::per_mtok(0.5, 1.5));
+        let over = Some(Price::per_mtok(1.0, 2.0));
+        let est = Estimate {
+            prompt: 100,
+            max_output: 256,
+        };
+        #[allow(clippy::type_complexity)]
+        let cases: &[(&str, Option<u16>, Option<Usage>, u64, Option<Price>, u64)] = &[
+            (
+                "usage, model price",
+                Some(200),
+                usage(10, 20),
+                0,
+                model,
+                35_000,
+            ),
+            (
+                "usage, target backend override",
+                Some(200),
+                usage(10, 20),
+                0,
+                over,
+                10 * 1000 + 20 * 2000,
+            ),
+            // No usage: the estimated prompt and 400 bytes / 4 = 100 out.
+            (
+                "missing usage: estimate",
+                Some(200),
+                None,
+                400,
+                model,
+                100 * 500 + 100 * 1500,
+            ),
+            (
+                "missing usage: capped at the output asked for",
+                Some(200),
+                None,
+                1_000_000,
+                model,
+                100 * 500 + 256 * 1500,
+            ),
+            ("error without usage", Some(500), None, 400, model, 0),
+            (
+                "error with usage is charged",
+                Some(500),
+                usage(10, 0),
+                0,
+                model,
+                10 * 500,
+            ),
+            ("timed out before its head", None, None, 400, model, 0),
+            ("unpriced target", Some(200), usage(10, 20), 0, None, 0),
+        ];
+        for (name, status, u, delivered, price, want) in cases {
+            assert_eq!(
+                shadow_cost(*status, *u, est, *delivered, *price),
                 *want,
                 "{name}"
             );

@@ -369,6 +369,12 @@ fn start_shadows(
         body,
         stream: meta.stream,
         request_id: facts.request_id.as_bytes(),
+        estimate: crate::dataplane::cost::Estimate {
+            prompt: body.len() as u64 / crate::dataplane::quota::BYTES_PER_TOKEN,
+            max_output: meta
+                .max_tokens
+                .unwrap_or(crate::dataplane::quota::DEFAULT_OUTPUT_TOKENS),
+        },
     };
     policy::shadow::start(gw, cfg, &ask)
 }

@@ -99,6 +99,13 @@ impl Ledger {
     /// Adds what a node reported (the leader's cluster-wide view); nothing
     /// pending, it is not reported again.
     pub fn record_reported(&self, tenant: &str, model: &str, nanos: u64, now_ms: u64) {
+        self.record_apart(tenant, model, nanos, now_ms);
+    }
+
+    /// Adds spend that no demand report carries and no budget reads (a
+    /// shadow copy's, under the shadow's name): kept for
+    /// [`Ledger::since`] only.
+    pub fn record_apart(&self, tenant: &str, model: &str, nanos: u64, now_ms: u64) {
         if nanos == 0 {
             return;
         }

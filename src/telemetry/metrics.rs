@@ -194,6 +194,9 @@ metrics! {
     /// What answered requests cost (`dataplane::cost`), in base units of
     /// the config's currency, by the model and zone that answered.
     spend: CounterVec = "zonegate_spend_total", "What answered requests cost on this node, in base units of the configured currency (e.g. USD), by tenant, answering model and zone", ["tenant", "model", "zone"];
+    /// What shadow copies' answers cost, at their target backends' prices:
+    /// apart from `spend` (no tenant's spend, no budget).
+    shadow_spend: CounterVec = "zonegate_shadow_spend_total", "What shadow copies' answers cost on this node, in base units of the configured currency, by shadow, target model and the zone of the backend that answered; never part of a tenant's spend or budget", ["shadow", "model", "zone"];
     /// Requests refused (or downgraded) for a tenant's budget.
     budget_exceeded: IntCounterVec = "zonegate_budget_exceeded_total", "Requests over their tenant's budget on this node, by period (day, month) and action (rejected, cheapest)", ["tenant", "period", "action"];
     /// A tenant's budget allocation left on this node.

@@ -33,6 +33,30 @@ fn command() -> Command {
     spawn::child_command(&bin())
 }
 
+/// The path of `name` on PATH; when it is missing, `None` (the check is
+/// skipped, loudly), or a panic where `.ci/run` requires every tool.
+pub fn tool(name: &str) -> Option<PathBuf> {
+    // .ci/run installs Python tools into a venv under target/.
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("target/ci-venv/bin")
+        .join(name);
+    let found = std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|p| p.join(name))
+                .find(|p| p.is_file())
+        })
+        .or_else(|| venv.is_file().then_some(venv));
+    if found.is_none() {
+        assert!(
+            std::env::var("ZONEGATE_REQUIRE_TOOLS").as_deref() != Ok("1"),
+            "`{name}` is not installed but ZONEGATE_REQUIRE_TOOLS=1: run the install lines of .ci/run"
+        );
+        eprintln!("SKIPPED: `{name}` is not installed (.ci/run installs it)");
+    }
+    found
+}
+
 /// A mock backend child process.
 pub struct Mock {
     pub name: String,

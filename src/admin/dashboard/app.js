@@ -105,17 +105,19 @@ async function signIn(token) {
 async function refresh() {
   clearTimeout(timer);
   try {
-    const [cluster, backends, decisions, events, rules, shadows] = await Promise.all([
+    const [cluster, backends, decisions, events, rules, shadows, spend] = await Promise.all([
       api('/admin/v1/cluster'),
       api('/admin/v1/backends'),
       api('/admin/v1/decisions?limit=15'),
       api('/admin/v1/events'),
       api('/admin/v1/rules'),
       api('/admin/v1/shadows'),
+      api('/admin/v1/spend?since=24h'),
     ]);
     renderCluster(cluster);
     renderBackends(backends);
     renderPolicy(rules, shadows);
+    renderSpend(spend);
     renderDecisions(decisions.decisions || []);
     renderEvents((events.events || []).slice(0, 15));
     const s = $('status');
@@ -242,6 +244,19 @@ function renderPolicy(r, s) {
   rows('tenants', r.tenants || [], (x) => [x.name, x.models ? x.models.join(', ') : 'any',
     (x.require_tags || []).join(', ') || '-',
     Object.entries(x.reachable || {}).map(([m, b]) => m + ': ' + b.join(', ')).join('; ')], 'no tenants');
+}
+
+// Spend per tenant and model: this node's answers, the cluster's on the
+// leader (from the nodes' reports), and shadow copies apart (no tenant's
+// spend, no budget).
+function renderSpend(v) {
+  const money = (x) => (x == null ? '-' : x.toFixed(6) + ' ' + v.currency);
+  const lines = (scope, list, who) => (list || []).flatMap((t) =>
+    (t.models || []).map((m) => ({ scope: scope, who: t[who], model: m.model, spend: m.spend })));
+  const all = lines('node ' + v.node, v.node_spend, 'tenant')
+    .concat(v.leader ? lines('cluster', v.cluster_spend, 'tenant') : [])
+    .concat(lines('shadow (apart)', v.shadow_spend, 'shadow'));
+  rows('spend', all, (x) => [x.scope, x.who, x.model, money(x.spend)], 'no spend');
 }
 
 function renderDecisions(list) {

@@ -7,6 +7,9 @@
 //! unless `count_quota`; at most `max_in_flight` copies per shadow run on
 //! a node, beyond that a sample is skipped and counted. Results go to
 //! `zonegate_shadow_*` and a bounded ring per shadow (`/admin/v1/shadows`).
+//! A copy's answer is priced at its target backend's price and counted
+//! apart (`zonegate_shadow_spend_total`, the shadow's spend): never in the
+//! tenant's spend, never charged to its budget.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -21,10 +24,14 @@ use smallvec::SmallVec;
 use tokio::sync::oneshot;
 
 use super::rules::bucket;
+use crate::config::cost::Price;
 use crate::config::policy::Shadow;
 use crate::config::Config;
+use crate::dataplane::cost::{self, Estimate};
 use crate::dataplane::forward::{self, AttemptError, AttemptLimits};
 use crate::dataplane::request::ClientHeaders;
+use crate::dataplane::spend::Ledger;
+use crate::dataplane::sse::Usage;
 use crate::dataplane::upstream::Target;
 use crate::node::gateway::Gateway;
 
@@ -42,6 +49,9 @@ pub const DISAGREE_BELOW: f64 = 0.5;
 #[derive(Default)]
 pub struct Shadows {
     states: Mutex<HashMap<Arc<str>, Arc<ShadowState>>>,
+    /// What the copies cost, by (shadow, target model), by the hour: the
+    /// shadow lines of `/admin/v1/spend`, apart from the tenants'.
+    pub spend: Ledger,
 }
 
 impl Shadows {
@@ -77,6 +87,9 @@ pub struct Record {
     pub compared: u64,
     pub agreed: u64,
     pub disagreed: u64,
+    /// What the copies' answers cost, in nano-units (at the target
+    /// backends' prices).
+    pub spend_nanos: u64,
     /// Seconds, shadow minus primary time to first byte, newest last.
     pub latency_delta_s: VecDeque<f64>,
     pub similarity: VecDeque<f64>,
@@ -121,6 +134,48 @@ impl Drop for Slot {
     }
 }
 
+/// How a copy's answer is priced: at its target backend's price, from
+/// its `usage` or else the admission estimate.
+struct Bill {
+    price: Option<Price>,
+    estimate: Estimate,
+    to: String,
+}
+
+impl Bill {
+    /// Counts what the copy cost apart from the client's spend: in
+    /// `zonegate_shadow_spend_total{shadow,model,zone}`, the shadow's
+    /// record and the shadow ledger. No budget is touched.
+    fn charge(
+        &self,
+        gw: &Gateway,
+        name: &Arc<str>,
+        zone: &zonegate_cluster::ZoneId,
+        state: &ShadowState,
+        answer: &Answer,
+        c: &Comparison,
+    ) {
+        let nanos = cost::shadow_cost(
+            answer.status,
+            c.shadow_usage,
+            self.estimate,
+            c.shadow_delivered,
+            self.price,
+        );
+        if nanos == 0 {
+            return;
+        }
+        gw.metrics
+            .shadow_spend
+            .with_label_values(&[&**name, self.to.as_str(), zone.as_str()])
+            .inc_by(cost::units(nanos));
+        state.count(|r| r.spend_nanos = r.spend_nanos.saturating_add(nanos));
+        gw.shadows
+            .spend
+            .record_apart(name, &self.to, nanos, crate::clock::unix_ms());
+    }
+}
+
 /// What the primary request did, for the comparison.
 pub struct Primary {
     pub status: u16,
@@ -160,6 +215,9 @@ pub struct Ask<'a> {
     pub body: &'a Bytes,
     pub stream: bool,
     pub request_id: &'a [u8],
+    /// The tokens admission estimated (a copy without `usage` is priced
+    /// from it).
+    pub estimate: Estimate,
 }
 
 /// Starts the copies the shadows of `ask.model` sample; nothing at all when
@@ -244,6 +302,11 @@ fn start_one(
     state.count(|r| r.sent += 1);
     let gw = Arc::clone(gw);
     let name = Arc::clone(&shadow.name);
+    let bill = Bill {
+        price: cfg.costs.price(&backend.name, &shadow.to),
+        estimate: ask.estimate,
+        to: shadow.to.clone(),
+    };
     tokio::spawn(async move {
         let result = copy.send(&backend).await;
         drop(slot);
@@ -263,6 +326,7 @@ fn start_one(
             .ok()
             .and_then(Result::ok);
         let c = compare(primary.as_deref(), &result);
+        bill.charge(&gw, &name, &backend.zone, &state, &result, &c);
         record(
             &gw,
             &name,
@@ -453,6 +517,10 @@ pub struct Comparison {
     pub similarity: Option<f64>,
     pub primary_tokens: Option<u64>,
     pub shadow_tokens: Option<u64>,
+    /// The copy's `usage`, and the bytes of its answer's text (what it is
+    /// priced by without `usage`).
+    pub shadow_usage: Option<Usage>,
+    pub shadow_delivered: u64,
 }
 
 impl Comparison {
@@ -479,6 +547,7 @@ pub fn compare(primary: Option<&Primary>, shadow: &Answer) -> Comparison {
         (Some((a, _)), Some((b, _))) if ok(p_status) && ok(s_status) => Some(jaccard(a, b)),
         _ => None,
     };
+    let shadow_usage = s_text.as_ref().and_then(|(_, u)| *u);
     Comparison {
         status_agrees,
         latency_delta_s: match (primary, shadow.first_byte) {
@@ -486,17 +555,22 @@ pub fn compare(primary: Option<&Primary>, shadow: &Answer) -> Comparison {
             _ => None,
         },
         similarity,
-        primary_tokens: p_text.and_then(|(_, t)| t),
-        shadow_tokens: s_text.and_then(|(_, t)| t),
+        primary_tokens: p_text.and_then(|(_, u)| u).map(|u| u.completion_tokens),
+        shadow_tokens: shadow_usage.map(|u| u.completion_tokens),
+        shadow_usage,
+        shadow_delivered: s_text.map_or(0, |(t, _)| t.len() as u64),
     }
 }
 
 /// The text of an answer (a JSON completion, or an event stream's deltas)
-/// and its `usage.completion_tokens` if it reports one.
-pub fn answer_text(body: &[u8]) -> (String, Option<u64>) {
-    fn piece(v: &serde_json::Value, text: &mut String, tokens: &mut Option<u64>) {
+/// and its `usage` if it reports one (with `completion_tokens`).
+pub fn answer_text(body: &[u8]) -> (String, Option<Usage>) {
+    fn piece(v: &serde_json::Value, text: &mut String, tokens: &mut Option<Usage>) {
         if let Some(n) = v["usage"]["completion_tokens"].as_u64() {
-            *tokens = Some(n);
+            *tokens = Some(Usage {
+                prompt_tokens: v["usage"]["prompt_tokens"].as_u64().unwrap_or(0),
+                completion_tokens: n,
+            });
         }
         for c in v["choices"].as_array().into_iter().flatten() {
             for s in [&c["message"]["content"], &c["delta"]["content"], &c["text"]] {
@@ -640,12 +714,18 @@ mod tests {
 
     #[test]
     fn answer_text_reads_json_and_event_streams() {
+        let usage = |p, c| {
+            Some(Usage {
+                prompt_tokens: p,
+                completion_tokens: c,
+            })
+        };
         assert_eq!(
             answer_text(&body("hi there", 2)),
-            ("hi there".into(), Some(2))
+            ("hi there".into(), usage(0, 2))
         );
-        let sse = b"data: {\"choices\":[{\"delta\":{\"content\":\"hi \"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"there\"}}],\"usage\":{\"completion_tokens\":2}}\n\ndata: [DONE]\n\n";
-        assert_eq!(answer_text(sse), ("hi there".into(), Some(2)));
+        let sse = b"data: {\"choices\":[{\"delta\":{\"content\":\"hi \"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"there\"}}],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n";
+        assert_eq!(answer_text(sse), ("hi there".into(), usage(7, 2)));
     }
 
     #[test]
