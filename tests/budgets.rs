@@ -403,6 +403,11 @@ percent = 100.0
     assert_eq!(r.status(), 429, "the 13th answer is over the budget");
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "budget_exceeded", "{v}");
+    let shadows = node.admin_get("/admin/v1/shadows").await;
+    assert_eq!(
+        shadows["shadows"][0]["sent"], 12,
+        "a request refused for its budget sends no copy: {shadows}"
+    );
 
     let close = |got: f64, want: f64| (got - want).abs() < 1e-9;
     let metrics = node.metrics().await;
@@ -427,7 +432,6 @@ percent = 100.0
         0.0,
         "a copy is not a tenant's spend"
     );
-    let shadows = node.admin_get("/admin/v1/shadows").await;
     assert!(
         close(
             shadows["shadows"][0]["spend"].as_f64().unwrap(),

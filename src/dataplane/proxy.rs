@@ -258,7 +258,6 @@ async fn serve(
     let admitted_at = Instant::now();
     let now_ns = crate::clock::ns_at(admitted_at);
     let mut admission = admit(gw, &facts, &meta, body.len(), now_ns).map_err(failed)?;
-    let shadows = start_shadows(gw, cfg, &facts, meant, target, headers, &body, &meta);
     let min_tier = chain::min_tier(headers, body.len(), &cfg.prompt_tiers).map_err(failed)?;
     let (mut models, skipped) = chain::model_chain(cfg, &routes, primary, min_tier);
     // A fallback the tenant may not use is skipped.
@@ -278,6 +277,9 @@ async fn serve(
             &skipped,
         )));
     }
+    // Shadows copy only a request admitted by every stage (quota, tier,
+    // budget): a refused one costs its copy nothing.
+    let shadows = start_shadows(gw, cfg, &facts, meant, target, headers, &body, &meta);
     let out = Outgoing {
         target,
         headers,
@@ -343,8 +345,9 @@ fn policy_user(tenant: &str, headers: &ClientHeaders, meta: &RequestMeta) -> u64
     }
 }
 
-/// The shadow stage, right after admission: copies of a sampled request
-/// start in the background (nothing when no shadow names the model).
+/// The shadow stage, once the quota, tier and budget stages admitted the
+/// request: copies of a sampled request start in the background (nothing
+/// when no shadow names the model).
 #[allow(clippy::too_many_arguments)]
 fn start_shadows(
     gw: &Arc<Gateway>,
