@@ -6,7 +6,8 @@
 //! `budget_exceeded` with `Retry-After` to midnight UTC. The leader is
 //! killed (and restarted) mid-run: the spend re-granted stays within the
 //! documented bound. A tenant with `on_budget = "cheapest"` goes to the
-//! cheaper model instead.
+//! cheaper model instead. A shadow's copies are priced at their target
+//! backend's price and counted apart, never charged to the budget.
 
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
