@@ -144,10 +144,14 @@ async fn one_trace_per_request_with_genai_attributes_and_a_span_per_attempt() {
     mock.faults(json!({"status_sequence": [503]})).await;
     chat_ok(&gw, None).await;
 
-    eventually(Duration::from_secs(30), "two traces, three attempts", || {
-        let spans = collector.spans();
-        async move { servers(&spans).len() == 2 && spans.len() == 5 }
-    })
+    eventually(
+        Duration::from_secs(30),
+        "two traces, three attempts",
+        || {
+            let spans = collector.spans();
+            async move { servers(&spans).len() == 2 && spans.len() == 5 }
+        },
+    )
     .await;
     let spans = collector.spans();
     let mut requests = servers(&spans);
@@ -156,7 +160,10 @@ async fn one_trace_per_request_with_genai_attributes_and_a_span_per_attempt() {
     let port = mock.url.rsplit(':').next().unwrap().to_owned();
     for (request, attempts) in requests.iter().zip([1, 2]) {
         assert_eq!(request.name, "POST /v1/chat/completions");
-        assert!(request.parent_span_id.is_empty(), "a root: no client parent");
+        assert!(
+            request.parent_span_id.is_empty(),
+            "a root: no client parent"
+        );
         assert!(!is_error(request), "{request:?}");
         for (key, want) in [
             ("gen_ai.operation.name", "chat"),
@@ -188,7 +195,10 @@ async fn one_trace_per_request_with_genai_attributes_and_a_span_per_attempt() {
             assert_eq!(attempt.trace_id, request.trace_id);
             assert_eq!(attempt.kind, SpanKind::Client as i32);
             assert_eq!(attempt.name, format!("chat {MODEL}"));
-            assert_eq!(attr(attempt, "server.address").as_deref(), Some("127.0.0.1"));
+            assert_eq!(
+                attr(attempt, "server.address").as_deref(),
+                Some("127.0.0.1")
+            );
             assert_eq!(attr(attempt, "server.port"), Some(port.clone()));
             assert_eq!(attr(attempt, "zonegate.backend").as_deref(), Some("m1"));
         }
@@ -232,15 +242,26 @@ async fn a_clients_traceparent_is_continued_and_reaches_the_backend() {
     let seen = mock.stats().await["last_headers"].clone();
     let sent = seen["traceparent"].as_str().unwrap().to_owned();
     assert_eq!(seen["tracestate"], "vendor=abc", "passed on as it came");
-    eventually(Duration::from_secs(30), "the client's trace exported", || {
-        let n = collector.trace(trace).len();
-        async move { n == 2 }
-    })
+    eventually(
+        Duration::from_secs(30),
+        "the client's trace exported",
+        || {
+            let n = collector.trace(trace).len();
+            async move { n == 2 }
+        },
+    )
     .await;
     let spans = collector.trace(trace);
     let request = &servers(&spans)[0];
-    assert_eq!(hex(&request.parent_span_id), client_span, "continues the client's span");
-    let attempt = spans.iter().find(|s| s.kind == SpanKind::Client as i32).unwrap();
+    assert_eq!(
+        hex(&request.parent_span_id),
+        client_span,
+        "continues the client's span"
+    );
+    let attempt = spans
+        .iter()
+        .find(|s| s.kind == SpanKind::Client as i32)
+        .unwrap();
     assert_eq!(attempt.parent_span_id, request.span_id);
     assert_eq!(
         sent,
@@ -290,15 +311,22 @@ async fn a_collector_that_is_down_fails_no_request_and_its_drops_are_counted() {
     }
     let took = started.elapsed();
     assert!(took < Duration::from_secs(30), "20 requests took {took:?}");
-    eventually(Duration::from_secs(30), "spans counted as dropped", || async {
-        let m = gw.metrics().await;
-        // Two spans per request (the request's and its attempt's), each
-        // dropped at the full queue or with its failed export.
-        metric_sum(&m, "zonegate_trace_spans_dropped_total", &[]) >= 40.0
-    })
+    eventually(
+        Duration::from_secs(30),
+        "spans counted as dropped",
+        || async {
+            let m = gw.metrics().await;
+            // Two spans per request (the request's and its attempt's), each
+            // dropped at the full queue or with its failed export.
+            metric_sum(&m, "zonegate_trace_spans_dropped_total", &[]) >= 40.0
+        },
+    )
     .await;
     let m = gw.metrics().await;
-    assert_eq!(metric_sum(&m, "zonegate_trace_spans_exported_total", &[]), 0.0);
+    assert_eq!(
+        metric_sum(&m, "zonegate_trace_spans_exported_total", &[]),
+        0.0
+    );
     gw.kill().await;
 }
 
@@ -317,22 +345,96 @@ async fn sampling_zero_exports_nothing_but_a_clients_sampled_trace() {
         assert!(resp.headers().get("traceparent").is_none());
     }
     assert!(
-        mock.stats().await["last_headers"].get("traceparent").is_none(),
+        mock.stats().await["last_headers"]
+            .get("traceparent")
+            .is_none(),
         "no trace is made up for the backend"
     );
     // The pipeline works: a client's sampled trace arrives, alone.
     let trace = "22222222222222222222222222222222";
     chat_ok(&gw, Some(&format!("00-{trace}-3333333333333333-01"))).await;
-    eventually(Duration::from_secs(30), "the client's trace exported", || {
-        let n = collector.trace(trace).len();
-        async move { n == 2 }
-    })
+    eventually(
+        Duration::from_secs(30),
+        "the client's trace exported",
+        || {
+            let n = collector.trace(trace).len();
+            async move { n == 2 }
+        },
+    )
     .await;
     // Another batch window for anything else to arrive.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(collector.spans().len(), 2, "{:?}", collector.spans());
     let m = gw.metrics().await;
-    assert_eq!(metric_sum(&m, "zonegate_trace_spans_exported_total", &[]), 2.0);
-    assert_eq!(metric_sum(&m, "zonegate_trace_spans_dropped_total", &[]), 0.0);
+    assert_eq!(
+        metric_sum(&m, "zonegate_trace_spans_exported_total", &[]),
+        2.0
+    );
+    assert_eq!(
+        metric_sum(&m, "zonegate_trace_spans_dropped_total", &[]),
+        0.0
+    );
+    gw.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_continuation_and_a_shadow_copy_are_spans_of_the_request() {
+    const NEW: &str = "qwen3-8b";
+    let collector = Collector::start().await;
+    let b1 = Mock::start("b1", "az-a", &[MODEL]).await;
+    let b2 = Mock::start("b2", "az-a", &[MODEL]).await;
+    let s1 = Mock::start("s1", "az-a", &[NEW]).await;
+    // Both break after 40 chunks: the stream is continued on the other,
+    // which has only the rest (20 tokens) to send.
+    for m in [&b1, &b2] {
+        m.faults(json!({"stream_cut_after": 40})).await;
+    }
+    let rest = format!(
+        "{}{}{}[[shadows]]\nname = \"sh\"\nmodel = \"{MODEL}\"\nto = \"{NEW}\"\npercent = 100.0\n\n{}",
+        b1.backend_toml(&[MODEL]),
+        b2.backend_toml(&[MODEL]),
+        s1.backend_toml(&[NEW]),
+        telemetry(&format!("http://{}", collector.addr), 1.0)
+    );
+    let gw = NodeProcess::start("az-a", &rest).await;
+    let resp = gw.chat().json(&chat_body(60, true)).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let text = resp.text().await.unwrap();
+    assert!(text.contains("zonegate continued on"), "{text}");
+    eventually(Duration::from_secs(30), "five spans", || {
+        let n = collector.spans().len();
+        async move { n >= 5 }
+    })
+    .await;
+    let spans = collector.spans();
+    let request = &servers(&spans)[0];
+    let child_of = |parent: &Span| -> Vec<Span> {
+        spans
+            .iter()
+            .filter(|s| s.parent_span_id == parent.span_id)
+            .cloned()
+            .collect()
+    };
+    let below = child_of(request);
+    let continuation = below
+        .iter()
+        .find(|s| s.name == "continuation")
+        .unwrap_or_else(|| panic!("no continuation span: {below:?}"));
+    assert!(!is_error(continuation), "{continuation:?}");
+    let resumed = child_of(continuation);
+    assert_eq!(resumed.len(), 1, "its attempt: {resumed:?}");
+    assert_eq!(resumed[0].kind, SpanKind::Client as i32);
+    let shadow = below
+        .iter()
+        .find(|s| attr(s, "zonegate.shadow").as_deref() == Some("sh"))
+        .unwrap_or_else(|| panic!("no shadow span: {below:?}"));
+    assert_eq!(shadow.name, format!("chat {NEW}"));
+    assert_eq!(attr(shadow, "zonegate.backend").as_deref(), Some("s1"));
+    let attempts = below
+        .iter()
+        .filter(|s| s.kind == SpanKind::Client as i32 && attr(s, "zonegate.shadow").is_none())
+        .count();
+    assert_eq!(attempts, 1, "the first attempt: {below:?}");
+    assert_eq!(spans.len(), 5, "{spans:?}");
     gw.kill().await;
 }

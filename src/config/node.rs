@@ -106,12 +106,7 @@ impl Validator<'_> {
             None | Some("") => None,
             Some(url) => Some(self.otlp_endpoint(url)?),
         };
-        let sampling = self.real(
-            "telemetry.sampling",
-            raw.sampling,
-            0.0,
-            bounds::RATIO,
-        )?;
+        let sampling = self.real("telemetry.sampling", raw.sampling, 0.0, bounds::RATIO)?;
         let queue_size = self.int(
             "telemetry.queue_size",
             raw.queue_size,
@@ -131,7 +126,10 @@ impl Validator<'_> {
     fn otlp_endpoint(&self, url: &str) -> Result<String, ConfigError> {
         const KEY: &str = "telemetry.otlp_endpoint";
         let uri: http::Uri = url.parse().map_err(|e| {
-            self.err(KEY, format!("`{url}` is not a URL like \"http://collector:4318\": {e}"))
+            self.err(
+                KEY,
+                format!("`{url}` is not a URL like \"http://collector:4318\": {e}"),
+            )
         })?;
         if !matches!(uri.scheme_str(), Some("http" | "https")) {
             return Err(self.err(KEY, format!("`{url}` must start with http:// or https://")));
@@ -140,7 +138,10 @@ impl Validator<'_> {
             return Err(self.err(KEY, format!("`{url}` names no host")));
         }
         if uri.query().is_some() || url.contains('#') {
-            return Err(self.err(KEY, format!("`{url}`: no query or fragment (spans go to its path + /v1/traces)")));
+            return Err(self.err(
+                KEY,
+                format!("`{url}`: no query or fragment (spans go to its path + /v1/traces)"),
+            ));
         }
         Ok(url.trim_end_matches('/').to_owned())
     }
@@ -172,10 +173,19 @@ mod tests {
         );
         assert_eq!(cfg.telemetry.sampling, 0.1);
         for (bad, key) in [
-            ("otlp_endpoint = \"collector:4318\"", "telemetry.otlp_endpoint"),
-            ("otlp_endpoint = \"ftp://collector\"", "telemetry.otlp_endpoint"),
+            (
+                "otlp_endpoint = \"collector:4318\"",
+                "telemetry.otlp_endpoint",
+            ),
+            (
+                "otlp_endpoint = \"ftp://collector\"",
+                "telemetry.otlp_endpoint",
+            ),
             ("otlp_endpoint = \"http://\"", "telemetry.otlp_endpoint"),
-            ("otlp_endpoint = \"http://c:4318/?x=1\"", "telemetry.otlp_endpoint"),
+            (
+                "otlp_endpoint = \"http://c:4318/?x=1\"",
+                "telemetry.otlp_endpoint",
+            ),
             ("otlp_endpoint = \"not a url\"", "telemetry.otlp_endpoint"),
             ("sampling = 1.5", "telemetry.sampling"),
             ("sampling = -0.1", "telemetry.sampling"),

@@ -149,10 +149,15 @@ pub fn client_span(
     backend: &Backend,
 ) -> traces::Span {
     let operation = traces::operation(path);
-    let port = backend
-        .authority
-        .port_u16()
-        .unwrap_or(if backend.scheme == http::uri::Scheme::HTTPS { 443 } else { 80 });
+    let port =
+        backend
+            .authority
+            .port_u16()
+            .unwrap_or(if backend.scheme == http::uri::Scheme::HTTPS {
+                443
+            } else {
+                80
+            });
     parent.child(
         format!("{operation} {model}"),
         SpanKind::Client,

@@ -25,9 +25,9 @@ use axum::{Json, Router};
 use bytes::Bytes;
 use http::uri::PathAndQuery;
 use http::{HeaderMap, Method, Uri};
+use opentelemetry::KeyValue;
 use serde_json::json;
 use zonegate_cluster::{ClusterView, ZoneId};
-use opentelemetry::KeyValue;
 use zonegate_net::http1::Answer;
 
 use self::attempts::{Attempts, Outgoing};

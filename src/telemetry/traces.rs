@@ -81,7 +81,9 @@ pub struct Tracer {
 
 impl std::fmt::Debug for Tracer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tracer").field("ratio", &self.ratio).finish()
+        f.debug_struct("Tracer")
+            .field("ratio", &self.ratio)
+            .finish()
     }
 }
 
@@ -120,7 +122,11 @@ impl Tracer {
         exporter.set_resource(&resource);
         let (tx, rx) = mpsc::channel(cfg.queue_size.max(1));
         tokio::spawn(export(rx, exporter, dropped.clone(), exported));
-        Ok(Some(Self::build(cfg.sampling, Queue { tx, dropped }, resource)))
+        Ok(Some(Self::build(
+            cfg.sampling,
+            Queue { tx, dropped },
+            resource,
+        )))
     }
 
     /// A tracer sampling `ratio` of the requests without a client
@@ -468,15 +474,22 @@ mod tests {
     #[test]
     fn sampling_is_parent_based_and_a_clients_sampled_trace_is_continued() {
         let (t, mut rx, _) = tracer(0.0, 16);
-        assert!(t.start_request(|_| None, "POST /v1/chat/completions").is_none());
+        assert!(t
+            .start_request(|_| None, "POST /v1/chat/completions")
+            .is_none());
         let unsampled = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
         assert!(t.start_request(headers(unsampled), "x").is_none());
-        let span = t.start_request(headers(GOOD), "x").expect("sampled by the client");
+        let span = t
+            .start_request(headers(GOOD), "x")
+            .expect("sampled by the client");
         assert_eq!(span.trace_id().to_string(), GOOD[3..35]);
         let attempt = span.child("attempt", SpanKind::Client, vec![]);
         let tp = attempt.traceparent();
         let tp = std::str::from_utf8(&tp).unwrap();
-        assert_eq!(parse_traceparent(tp.as_bytes()).unwrap().trace_id, parse_traceparent(GOOD.as_bytes()).unwrap().trace_id);
+        assert_eq!(
+            parse_traceparent(tp.as_bytes()).unwrap().trace_id,
+            parse_traceparent(GOOD.as_bytes()).unwrap().trace_id
+        );
         assert!(tp.starts_with(&GOOD[..36]) && tp.ends_with("-01"), "{tp}");
         assert_ne!(&tp[36..52], &GOOD[36..52], "the attempt's own span id");
         attempt.end();

@@ -401,10 +401,21 @@ async fn attempt(
         return send(req, out, model, backend, started, None).await;
     };
     let span = forward::client_span(parent, out.target.path(), &model.cfg.name, backend);
-    let result = send(req, out, model, backend, started, Some(&span.traceparent()[..])).await;
+    let result = send(
+        req,
+        out,
+        model,
+        backend,
+        started,
+        Some(&span.traceparent()[..]),
+    )
+    .await;
     match &result {
         Ok(c) => {
-            span.set([KeyValue::new(keys::STATUS_CODE, i64::from(c.status.as_u16()))]);
+            span.set([KeyValue::new(
+                keys::STATUS_CODE,
+                i64::from(c.status.as_u16()),
+            )]);
             if !c.status.is_success() {
                 span.fail(c.status.as_str().to_owned());
             }

@@ -104,7 +104,10 @@ impl Continuer {
         let span = request.child(
             "continuation",
             SpanKind::Internal,
-            vec![KeyValue::new("zonegate.continuation.reason", why.to_owned())],
+            vec![KeyValue::new(
+                "zonegate.continuation.reason",
+                why.to_owned(),
+            )],
         );
         self.facts.trace = Some(span.clone());
         let next = self.resume_on_chain(delivered, why).await;

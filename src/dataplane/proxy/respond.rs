@@ -533,7 +533,10 @@ impl Ending<'_> {
             KeyValue::new(keys::OUTCOME, outcome),
         ];
         if let Some(u) = usage {
-            attributes.push(KeyValue::new(keys::INPUT_TOKENS, traces::int(u.prompt_tokens)));
+            attributes.push(KeyValue::new(
+                keys::INPUT_TOKENS,
+                traces::int(u.prompt_tokens),
+            ));
             attributes.push(KeyValue::new(
                 keys::OUTPUT_TOKENS,
                 traces::int(u.completion_tokens),
