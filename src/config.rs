@@ -156,6 +156,21 @@ pub struct Config {
     /// Prices (`[[models]]`/`[[backends]]` `price`) and the tenants'
     /// budgets (`[[tenants]] budget`, `on_budget`).
     pub costs: cost::CostConfig,
+    /// `[telemetry]` (node-local): where traces go and how many.
+    pub telemetry: TelemetryConfig,
+}
+
+/// `[telemetry]`: OpenTelemetry traces, exported over OTLP/HTTP.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TelemetryConfig {
+    /// The collector's base URL (`http://collector:4318`, no trailing
+    /// slash): spans go to `{otlp_endpoint}/v1/traces`. `None`: no traces.
+    pub otlp_endpoint: Option<String>,
+    /// The share of requests traced when the client did not decide (a
+    /// sampled `traceparent` is always traced), 0–1.
+    pub sampling: f64,
+    /// Finished spans waiting for export at most; more are dropped.
+    pub queue_size: usize,
 }
 
 /// `[cluster]`: Raft timing and readiness.

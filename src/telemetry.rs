@@ -1,9 +1,11 @@
 //! What a node tells the world about itself: tracing set-up (here), the
-//! Prometheus registry (`metrics`) and observable events (`events`: one
-//! call per event, log line and metric together).
+//! Prometheus registry (`metrics`), observable events (`events`: one
+//! call per event, log line and metric together) and OpenTelemetry traces
+//! (`traces`).
 
 pub mod events;
 pub mod metrics;
+pub mod traces;
 
 pub use metrics::Metrics;
 

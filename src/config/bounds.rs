@@ -335,6 +335,12 @@ pub(super) const BUDGET: Bound<f64> = Bound {
     max: 1_000_000_000.0,
     why: "base units of the currency; budgets are kept in nano-units",
 };
+/// `[telemetry] queue_size`: finished spans held for export.
+pub(super) const SPAN_QUEUE: Bound<u64> = Bound {
+    min: 1,
+    max: 1_000_000,
+    why: "spans held in memory while the collector is slow (a few hundred bytes each)",
+};
 pub(super) const QUEUE_DEPTH: Bound<f64> = Bound {
     min: 0.0,
     max: 1_000_000.0,
@@ -814,6 +820,7 @@ admin = "127.0.0.1:9001"
             "quotas.rebalance_interval",
             "prompt_tiers[0].min_tier",
             "affinity.pin_capacity",
+            "telemetry.queue_size",
         ] {
             assert!(
                 walk.checked.iter().any(|k| k == key),

@@ -1,5 +1,5 @@
-//! Validation of `[node]` and `[admin]`: this node's own ports, threads
-//! and admin API.
+//! Validation of `[node]`, `[admin]` and `[telemetry]`: this node's own
+//! ports, threads, admin API and where its traces go.
 
 use std::time::Duration;
 
@@ -99,5 +99,101 @@ impl Validator<'_> {
             limits: self.limits("admin", raw.limits)?,
             metrics_auth: raw.metrics_auth,
         })
+    }
+
+    pub(super) fn telemetry(&self, raw: RawTelemetry) -> Result<TelemetryConfig, ConfigError> {
+        let otlp_endpoint = match raw.otlp_endpoint.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(url) => Some(self.otlp_endpoint(url)?),
+        };
+        let sampling = self.real("telemetry.sampling", raw.sampling, 0.0, bounds::RATIO)?;
+        let queue_size = self.int(
+            "telemetry.queue_size",
+            raw.queue_size,
+            2048,
+            bounds::SPAN_QUEUE,
+        )?;
+        Ok(TelemetryConfig {
+            otlp_endpoint,
+            sampling,
+            queue_size: usize::try_from(queue_size)
+                .map_err(|_| self.err("telemetry.queue_size", "too large for this machine"))?,
+        })
+    }
+
+    /// `telemetry.otlp_endpoint`: an `http://` or `https://` URL with a
+    /// host and at most a path (spans go to `{url}/v1/traces`).
+    fn otlp_endpoint(&self, url: &str) -> Result<String, ConfigError> {
+        const KEY: &str = "telemetry.otlp_endpoint";
+        let uri: http::Uri = url.parse().map_err(|e| {
+            self.err(
+                KEY,
+                format!("`{url}` is not a URL like \"http://collector:4318\": {e}"),
+            )
+        })?;
+        if !matches!(uri.scheme_str(), Some("http" | "https")) {
+            return Err(self.err(KEY, format!("`{url}` must start with http:// or https://")));
+        }
+        if uri.host().is_none_or(str::is_empty) {
+            return Err(self.err(KEY, format!("`{url}` names no host")));
+        }
+        if uri.query().is_some() || url.contains('#') {
+            return Err(self.err(
+                KEY,
+                format!("`{url}`: no query or fragment (spans go to its path + /v1/traces)"),
+            ));
+        }
+        Ok(url.trim_end_matches('/').to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{error_of, MINIMAL};
+    use super::super::Config;
+
+    fn telemetry(section: &str) -> String {
+        format!("{MINIMAL}\n[telemetry]\n{section}\n")
+    }
+
+    #[test]
+    fn telemetry_takes_an_http_collector_url_and_a_ratio_and_refuses_anything_else() {
+        let cfg = Config::parse("t.toml", MINIMAL).unwrap();
+        assert_eq!(cfg.telemetry.otlp_endpoint, None, "no traces by default");
+        assert_eq!(cfg.telemetry.sampling, 0.0);
+        let cfg = Config::parse(
+            "t.toml",
+            &telemetry("otlp_endpoint = \"http://collector:4318/\"\nsampling = 0.1"),
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.telemetry.otlp_endpoint.as_deref(),
+            Some("http://collector:4318"),
+            "spans go to {{endpoint}}/v1/traces: no double slash"
+        );
+        assert_eq!(cfg.telemetry.sampling, 0.1);
+        for (bad, key) in [
+            (
+                "otlp_endpoint = \"collector:4318\"",
+                "telemetry.otlp_endpoint",
+            ),
+            (
+                "otlp_endpoint = \"ftp://collector\"",
+                "telemetry.otlp_endpoint",
+            ),
+            ("otlp_endpoint = \"http://\"", "telemetry.otlp_endpoint"),
+            (
+                "otlp_endpoint = \"http://c:4318/?x=1\"",
+                "telemetry.otlp_endpoint",
+            ),
+            ("otlp_endpoint = \"not a url\"", "telemetry.otlp_endpoint"),
+            ("sampling = 1.5", "telemetry.sampling"),
+            ("sampling = -0.1", "telemetry.sampling"),
+            ("sampling = nan", "telemetry.sampling"),
+            ("queue_size = 0", "telemetry.queue_size"),
+        ] {
+            let e = error_of(&telemetry(bad));
+            assert_eq!(e.key, key, "{bad}: {e}");
+        }
     }
 }

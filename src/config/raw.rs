@@ -44,6 +44,16 @@ pub(super) struct RawConfig {
     pub(super) rules: Vec<policy::RawRule>,
     #[serde(default)]
     pub(super) shadows: Vec<policy::RawShadow>,
+    #[serde(default)]
+    pub(super) telemetry: RawTelemetry,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTelemetry {
+    pub(super) otlp_endpoint: Option<String>,
+    pub(super) sampling: Option<f64>,
+    pub(super) queue_size: Option<u64>,
 }
 
 #[derive(Deserialize)]

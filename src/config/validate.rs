@@ -118,6 +118,7 @@ impl Validator<'_> {
             )?,
         };
         let admin = self.admin(raw.admin)?;
+        let telemetry = self.telemetry(raw.telemetry)?;
         let known: HashSet<&ZoneId> = backends
             .iter()
             .map(|b| &b.zone)
@@ -191,6 +192,7 @@ impl Validator<'_> {
             cluster,
             fallback_order,
             policy,
+            telemetry,
         })
     }
 }

@@ -13,13 +13,17 @@ use http::header::{HeaderMap, HeaderValue};
 use http::StatusCode;
 use http_body::Body as _;
 use http_body_util::{BodyExt, Limited};
+use opentelemetry::trace::SpanKind;
+use opentelemetry::KeyValue;
 use tokio::time::Instant;
 use zonegate_net::http1::{list_items, name_is, put_header, HeadLines};
 
+use crate::dataplane::backend::Backend;
 use crate::dataplane::connect::source_chain;
 use crate::dataplane::provider;
 use crate::dataplane::request::ClientHeaders;
 use crate::dataplane::upstream::{self, SendError, Target, UpstreamBody};
+use crate::telemetry::traces::{self, keys};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -124,6 +128,49 @@ impl AttemptError {
             AttemptError::BadAnswer(_) => "bad_answer",
         }
     }
+}
+
+/// GenAI's `gen_ai.provider.name` of a backend.
+pub fn provider_name(backend: &Backend) -> &'static str {
+    match backend.provider.as_ref().map(|p| p.kind) {
+        Some(crate::config::Provider::Azure) => "azure.ai.openai",
+        Some(crate::config::Provider::Anthropic) => "anthropic",
+        // OpenAI's wire format: OpenAI, vLLM, TGI, SGLang…
+        Some(crate::config::Provider::Openai) | None => "openai",
+    }
+}
+
+/// The span of a call to `backend` for `model` (GenAI's client span,
+/// `{operation} {model}`), child of `parent`: an attempt's, a shadow copy's.
+pub fn client_span(
+    parent: &traces::Span,
+    path: &str,
+    model: &str,
+    backend: &Backend,
+) -> traces::Span {
+    let operation = traces::operation(path);
+    let port =
+        backend
+            .authority
+            .port_u16()
+            .unwrap_or(if backend.scheme == http::uri::Scheme::HTTPS {
+                443
+            } else {
+                80
+            });
+    parent.child(
+        format!("{operation} {model}"),
+        SpanKind::Client,
+        vec![
+            KeyValue::new(keys::OPERATION, operation),
+            KeyValue::new(keys::REQUEST_MODEL, model.to_owned()),
+            KeyValue::new(keys::PROVIDER, provider_name(backend)),
+            KeyValue::new(keys::SERVER_ADDRESS, backend.authority.host().to_owned()),
+            KeyValue::new(keys::SERVER_PORT, i64::from(port)),
+            KeyValue::new(keys::BACKEND, backend.name.clone()),
+            KeyValue::new(keys::ZONE, backend.zone.as_str().to_owned()),
+        ],
+    )
 }
 
 /// The limits of one attempt.
@@ -284,6 +331,8 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 /// `request_id`. A provider backend's request and answer go through its
 /// `call` instead (`provider`: path, body, credential, the answer's
 /// format and meaning); a plain backend's pass through untouched.
+/// `traceparent`: a traced attempt's own, in place of the client's (an
+/// untraced one passes the client's on as it came).
 #[allow(clippy::too_many_arguments)]
 pub async fn attempt(
     target: Target<'_>,
@@ -294,15 +343,26 @@ pub async fn attempt(
     body: Bytes,
     limits: AttemptLimits,
     call: Option<&provider::Call<'_>>,
+    traceparent: Option<&[u8]>,
 ) -> Result<Committed, AttemptError> {
     let started = limits.started;
     let head = |out: &mut Vec<u8>| {
-        match call {
-            None => put_backend_headers(out, headers),
-            Some(c) => {
-                provider::put_client_headers(out, headers);
+        let not_traceparent = |name: &[u8]| !name_is(name, b"traceparent");
+        match (call, traceparent) {
+            (None, None) => put_backend_headers(out, headers),
+            (None, Some(_)) => put_backend_headers_where(out, headers, not_traceparent),
+            (Some(c), _) => {
+                match traceparent {
+                    None => provider::put_client_headers(out, headers),
+                    Some(_) => put_backend_headers_where(out, headers, |name| {
+                        provider::forwarded(name) && not_traceparent(name)
+                    }),
+                }
                 provider::put_credentials(out, c.cfg, crate::clock::now_ms());
             }
+        }
+        if let Some(tp) = traceparent {
+            put_header(out, b"traceparent", tp);
         }
         if let Some(host) = host {
             put_header(out, b"host", host.as_bytes());

@@ -25,6 +25,7 @@ use axum::{Json, Router};
 use bytes::Bytes;
 use http::uri::PathAndQuery;
 use http::{HeaderMap, Method, Uri};
+use opentelemetry::KeyValue;
 use serde_json::json;
 use zonegate_cluster::{ClusterView, ZoneId};
 use zonegate_net::http1::Answer;
@@ -42,6 +43,7 @@ use crate::dataplane::quota::{self, Admission, Ask};
 use crate::dataplane::request::{classify, ClientHeaders, RequestClass, RequestMeta};
 use crate::node::gateway::Gateway;
 use crate::telemetry::metrics::{bounded_label, UNKNOWN_MODEL};
+use crate::telemetry::traces::{self, keys};
 
 /// The data-plane router: OpenAI endpoints, liveness and readiness; any
 /// other path is an OpenAI-shaped 404.
@@ -142,10 +144,20 @@ pub async fn infer(
     // One config version for the whole request, whatever is applied
     // meanwhile.
     let cfg = gw.cfg_arc();
+    // The request's span: only with an endpoint and when sampled.
+    let trace = match gw.tracer.get() {
+        None => None,
+        Some(t) => t.start_request(|n| headers.get(n), span_name(target.path())),
+    };
     let result = match authenticate(&cfg, headers.text(&http::header::AUTHORIZATION)) {
-        Ok(caller) => serve(gw, &cfg, caller, &target, &headers, body, started)
-            .await
-            .map_err(|f| (Some(caller), f)),
+        Ok(caller) => {
+            if let Some(span) = &trace {
+                span.set([KeyValue::new(keys::TENANT, Arc::clone(&caller.tenant.name))]);
+            }
+            serve(gw, &cfg, caller, &target, &headers, body, started, &trace)
+                .await
+                .map_err(|f| (Some(caller), f))
+        }
         Err(e) => Err((None, (None, e))),
     };
     match result {
@@ -172,11 +184,23 @@ pub async fn infer(
                 status = e.status().as_u16(),
                 outcome = e.code(),
                 ms = started.elapsed().as_millis() as u64,
+                trace_id = trace.as_ref().map(|t| tracing::field::display(t.trace_id())),
                 "{e}"
             );
+            let decision = gw.view.borrow().decision_version;
+            if let Some(span) = &trace {
+                // Tenant and model are on it as soon as they were known.
+                span.set([
+                    KeyValue::new(keys::STATUS_CODE, i64::from(e.status().as_u16())),
+                    KeyValue::new(keys::OUTCOME, e.code()),
+                    KeyValue::new(keys::DECISION_VERSION, traces::int(decision)),
+                    KeyValue::new(keys::CONFIG_VERSION, traces::int(cfg.config_version)),
+                ]);
+                span.fail(e.code());
+                span.end();
+            }
             // Errors, too, say which decisions this node routed with.
             let mut answer = Answer::from(e.into_response());
-            let decision = gw.view.borrow().decision_version;
             let headers = &mut answer.headers;
             forward::set_version(headers, forward::Version::Decision, decision);
             forward::set_version(headers, forward::Version::Config, cfg.config_version);
@@ -190,6 +214,17 @@ pub async fn infer(
 /// before the body named a model) and why.
 type Failed = (Option<String>, ApiError);
 
+/// A request's server span's name: the method and the route.
+fn span_name(path: &str) -> &'static str {
+    match path {
+        "/v1/chat/completions" => "POST /v1/chat/completions",
+        "/v1/completions" => "POST /v1/completions",
+        "/v1/embeddings" => "POST /v1/embeddings",
+        _ => "POST",
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn serve(
     gw: &Arc<Gateway>,
     cfg: &Arc<Config>,
@@ -198,6 +233,7 @@ async fn serve(
     headers: &ClientHeaders,
     body: Body,
     started: Instant,
+    trace: &Option<traces::Span>,
 ) -> Result<Answer, Failed> {
     // Every request counts against the tenant's rpm before anything is
     // done for it: an unknown model or a bad body costs a request too.
@@ -254,6 +290,14 @@ async fn serve(
     let mut facts = RequestFacts::new(gw, cfg, (caller, view), client, &meta, body.len(), deadline);
     facts.rule = rule.map(|r| Arc::clone(&r.name));
     facts.requested = Some(Arc::clone(&primary.name));
+    if let Some(span) = trace {
+        span.set([
+            KeyValue::new(keys::OPERATION, traces::operation(target.path())),
+            KeyValue::new(keys::REQUEST_MODEL, requested.to_owned()),
+            KeyValue::new(keys::REQUEST_ID, facts.request_id.to_string()),
+        ]);
+        facts.trace = Some(span.clone());
+    }
     // One reading for the quota stage and the first pick.
     let admitted_at = Instant::now();
     let now_ns = crate::clock::ns_at(admitted_at);
@@ -378,6 +422,7 @@ fn start_shadows(
                 .max_tokens
                 .unwrap_or(crate::dataplane::quota::DEFAULT_OUTPUT_TOKENS),
         },
+        trace: facts.trace.as_ref(),
     };
     policy::shadow::start(gw, cfg, &ask)
 }
@@ -449,6 +494,9 @@ struct RequestFacts {
     /// The model the client named (once the routes know it): the
     /// `model` label of `zonegate_model_answers_total`.
     requested: Option<Arc<str>>,
+    /// The request's span, when it is traced: its attempts', its
+    /// continuations' and its shadows' parent.
+    trace: Option<traces::Span>,
 }
 
 impl RequestFacts {
@@ -485,6 +533,7 @@ impl RequestFacts {
             view,
             rule: None,
             requested: None,
+            trace: None,
         }
     }
 }

@@ -64,6 +64,9 @@ pub struct Gateway {
     config_failure: parking_lot::Mutex<Option<ApplyFailure>>,
     /// Shadow copies in flight and their comparison records, by shadow.
     pub shadows: crate::dataplane::policy::Shadows,
+    /// Traces, with `[telemetry] otlp_endpoint`; set by `node::start`.
+    /// Unset, a request tests it and nothing more.
+    pub tracer: std::sync::OnceLock<crate::telemetry::traces::Tracer>,
 }
 
 /// A committed config version a node could not apply: it keeps routing
@@ -196,6 +199,7 @@ impl Gateway {
             pin_signer: PinSigner::new(pin_keys),
             listeners: parking_lot::Mutex::new(Vec::new()),
             data_spread: std::sync::OnceLock::new(),
+            tracer: std::sync::OnceLock::new(),
             pins: PinTable::new(cfg.affinity.pin_capacity, cfg.affinity.pin_ttl),
             witness: cfg
                 .members

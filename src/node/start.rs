@@ -269,6 +269,21 @@ pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<Runni
     // is not (`zonegate_net::spread`).
     let (spread, members) = Spread::new(data.len());
     let _ = gateway.data_spread.set(spread);
+    // Traces: exported by a task on this (the main) runtime.
+    let tracer = crate::telemetry::traces::Tracer::start(
+        &cfg.telemetry,
+        opentelemetry_http::hyper::HyperClient::new(
+            crate::dataplane::connect::connector(Duration::from_secs(5), &Default::default()),
+            Duration::from_secs(10),
+            None,
+        ),
+        gateway.metrics.trace_spans_dropped.clone(),
+        gateway.metrics.trace_spans_exported.clone(),
+    )
+    .map_err(|e| anyhow::anyhow!("{}: {e}", cfg.file))?;
+    if let Some(tracer) = tracer {
+        let _ = gateway.tracer.set(tracer);
+    }
     for (i, (listener, member)) in data.into_iter().zip(members).enumerate() {
         // The drain layer wraps the request path from outside: readiness,
         // in-flight counting, cutting streams at the drain timeout; inside

@@ -228,6 +228,10 @@ metrics! {
     shadow_first_byte: HistogramVec = "zonegate_shadow_first_byte_seconds", "Time to the first byte of the primary and of its shadow copy (side)", ["shadow", "side"];
     /// Mean token-set Jaccard similarity of recent pairs that both answered 2xx.
     shadow_similarity: GaugeVec = "zonegate_shadow_similarity_ratio", "Mean token-set Jaccard similarity of the shadow's last 1024 compared 2xx pairs (0-1)", ["shadow"];
+    /// Finished spans not exported: the queue was full or the export failed.
+    trace_spans_dropped: IntCounter = "zonegate_trace_spans_dropped_total", "Finished trace spans dropped: the export queue was full or their export to the collector failed", [];
+    /// Finished spans the collector accepted.
+    trace_spans_exported: IntCounter = "zonegate_trace_spans_exported_total", "Finished trace spans the OTLP collector accepted", [];
     retry_budget_exhausted: IntCounterVec = "zonegate_retry_budget_exhausted_total", "Retries refused by the retry budget", ["model"];
     fallbacks: IntCounterVec = "zonegate_fallbacks_total", "Requests served by a fallback (model or cross-zone)", ["kind", "class"];
     stream_aborts: IntCounterVec = "zonegate_stream_aborts_total", "Upstream streams that broke after the first byte, by reason", ["model", "backend", "reason"];

@@ -218,6 +218,8 @@ pub struct Ask<'a> {
     /// The tokens admission estimated (a copy without `usage` is priced
     /// from it).
     pub estimate: Estimate,
+    /// The request's span, when it is traced: the copy's parent.
+    pub trace: Option<&'a crate::telemetry::traces::Span>,
 }
 
 /// Starts the copies the shadows of `ask.model` sample; nothing at all when
@@ -298,6 +300,14 @@ fn start_one(
         connect_timeout: routes
             .model(&shadow.to)
             .map_or(Duration::from_secs(2), |m| m.cfg.timeouts.connect),
+        span: ask.trace.map(|t| {
+            let span = forward::client_span(t, ask.path, &shadow.to, &backend);
+            span.set([opentelemetry::KeyValue::new(
+                crate::telemetry::traces::keys::SHADOW,
+                Arc::clone(&shadow.name),
+            )]);
+            span
+        }),
     };
     state.count(|r| r.sent += 1);
     let gw = Arc::clone(gw);
@@ -316,6 +326,12 @@ fn start_one(
             _ if result.timed_out => "timeout",
             _ => "error",
         };
+        if let Some(span) = &copy.span {
+            if o != "ok" {
+                span.fail(o);
+            }
+            span.end();
+        }
         gw.metrics
             .shadow_requests
             .with_label_values(&[&*name, o])
@@ -396,6 +412,8 @@ struct Copy {
     request_id: String,
     timeout: Duration,
     connect_timeout: Duration,
+    /// The copy's span (a traced request's child).
+    span: Option<crate::telemetry::traces::Span>,
 }
 
 /// What the copy got.
@@ -440,6 +458,7 @@ impl Copy {
                 }
             }
         };
+        let traceparent = self.span.as_ref().map(|s| s.traceparent());
         let attempt = forward::attempt(
             target,
             &self.path,
@@ -449,6 +468,7 @@ impl Copy {
             self.body.clone(),
             limits,
             call.as_ref(),
+            traceparent.as_ref().map(|t| &t[..]),
         );
         let committed = match tokio::time::timeout_at(deadline, attempt).await {
             Ok(Ok(c)) => c,

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::uri::PathAndQuery;
+use opentelemetry::KeyValue;
 use smallvec::SmallVec;
 use tokio::time::Instant;
 use zonegate_cluster::ZoneId;
@@ -36,6 +37,7 @@ use crate::dataplane::retry::Retrying;
 use crate::dataplane::routing::{plan_zones, ModelRoute, PickReason, PoolGuard, Routes, ZonePool};
 use crate::dataplane::upstream::Target;
 use crate::node::gateway::Gateway;
+use crate::telemetry::traces::keys;
 
 /// The client's request as every attempt resends it.
 pub(super) struct Outgoing<'a> {
@@ -386,13 +388,58 @@ fn take_retry(gw: &Gateway, routes: &Routes, model: &ModelRoute) -> Option<Retry
     Some(retrying)
 }
 
-/// One attempt on `backend`, with the body and limits it must see.
+/// One attempt on `backend`, with the body and limits it must see; a
+/// traced request's attempt is its span's child, and the backend's parent.
 async fn attempt(
     req: &RequestFacts,
     out: &Outgoing<'_>,
     model: &ModelRoute,
     backend: &Backend,
     started: std::time::Instant,
+) -> Result<Committed, AttemptError> {
+    let Some(parent) = &req.trace else {
+        return send(req, out, model, backend, started, None).await;
+    };
+    let span = forward::client_span(parent, out.target.path(), &model.cfg.name, backend);
+    let result = send(
+        req,
+        out,
+        model,
+        backend,
+        started,
+        Some(&span.traceparent()[..]),
+    )
+    .await;
+    match &result {
+        Ok(c) => {
+            span.set([KeyValue::new(
+                keys::STATUS_CODE,
+                i64::from(c.status.as_u16()),
+            )]);
+            if !c.status.is_success() {
+                span.fail(c.status.as_str().to_owned());
+            }
+        }
+        Err(e) => {
+            if let AttemptError::Status(s) | AttemptError::Credentials(s) = e {
+                span.set([KeyValue::new(keys::STATUS_CODE, i64::from(s.as_u16()))]);
+            }
+            span.fail(e.outcome());
+        }
+    }
+    span.end();
+    result
+}
+
+/// The attempt itself; `traceparent`: the backend's, replacing the
+/// client's.
+async fn send(
+    req: &RequestFacts,
+    out: &Outgoing<'_>,
+    model: &ModelRoute,
+    backend: &Backend,
+    started: std::time::Instant,
+    traceparent: Option<&[u8]>,
 ) -> Result<Committed, AttemptError> {
     let payload = rewrite_model(out.body, out.model, backend, &model.cfg.name);
     let call = match &backend.provider {
@@ -430,6 +477,7 @@ async fn attempt(
         payload,
         limits,
         call.as_ref(),
+        traceparent,
     )
     .await
 }

@@ -12,6 +12,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::uri::PathAndQuery;
+use opentelemetry::trace::SpanKind;
+use opentelemetry::KeyValue;
 use serde_json::{json, Map, Value};
 
 use super::attempts::{self, Attempts, Outgoing};
@@ -26,6 +28,7 @@ use crate::dataplane::request::RequestMeta;
 use crate::dataplane::routing::{PoolGuard, Routes};
 use crate::dataplane::sse::{Resumption, Transcript};
 use crate::node::gateway::Gateway;
+use crate::telemetry::traces::keys;
 
 /// Everything needed to resend a request after its response began; built
 /// only for streams that may be continued.
@@ -93,6 +96,34 @@ impl Continuer {
     /// backend that refuses the resumed request (a prefill it does not
     /// support answers 400) is passed over: the client never sees that.
     pub(super) async fn resume(&mut self, delivered: &Transcript, why: &str) -> Option<Next> {
+        // A traced request's continuation is a span of its own, the
+        // parent of its attempts.
+        let Some(request) = self.facts.trace.clone() else {
+            return self.resume_on_chain(delivered, why).await;
+        };
+        let span = request.child(
+            "continuation",
+            SpanKind::Internal,
+            vec![KeyValue::new(
+                "zonegate.continuation.reason",
+                why.to_owned(),
+            )],
+        );
+        self.facts.trace = Some(span.clone());
+        let next = self.resume_on_chain(delivered, why).await;
+        self.facts.trace = Some(request);
+        match &next {
+            Some(n) => span.set([
+                KeyValue::new(keys::BACKEND, n.backend.name.clone()),
+                KeyValue::new(keys::RESPONSE_MODEL, n.resumed.model.clone()),
+            ]),
+            None => span.fail("unavailable"),
+        }
+        span.end();
+        next
+    }
+
+    async fn resume_on_chain(&mut self, delivered: &Transcript, why: &str) -> Option<Next> {
         let routes = Arc::clone(&self.routes);
         for (name, link) in &self.chain {
             let Some(model) = routes.model(name) else {

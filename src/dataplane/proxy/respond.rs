@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 use http::{HeaderMap, HeaderName};
+use opentelemetry::KeyValue;
 use zonegate_net::http1::{is_header_text, put_header, put_number, written, Answer, HeadLines};
 
 use super::attempts::Winner;
@@ -16,14 +17,14 @@ use super::continuation::Continuer;
 use super::{pin, RequestFacts};
 use crate::clock::now_ms;
 use crate::dataplane::backend::{Backend, InFlight};
-use crate::dataplane::forward::names;
-use crate::dataplane::forward::Committed;
+use crate::dataplane::forward::{self, names, Committed};
 use crate::dataplane::quota::Admission;
 use crate::dataplane::relay::{self, RelayHooks, RelayOptions, Resumed, StreamEnd};
 use crate::dataplane::request::RequestClass;
 use crate::dataplane::routing::PoolGuard;
 use crate::dataplane::sse::{self, Transcript, Usage};
 use crate::node::gateway::Gateway;
+use crate::telemetry::traces::{self, keys};
 
 /// At most this many continuations per request.
 const MAX_CONTINUATIONS: u32 = 2;
@@ -80,6 +81,17 @@ fn served(
             .to_mut()
             .push_str(&format!(", retry:{}", attempts - 1));
     }
+    if let Some(span) = &req.trace {
+        let mut attributes = vec![
+            KeyValue::new(keys::ROUTE, route.to_string()),
+            KeyValue::new(keys::DECISION_VERSION, traces::int(req.decision_version)),
+            KeyValue::new(keys::CONFIG_VERSION, traces::int(req.cfg.config_version)),
+        ];
+        if let Some(rule) = &req.rule {
+            attributes.push(KeyValue::new(keys::RULE, Arc::clone(rule)));
+        }
+        span.set(attributes);
+    }
     // A session is pinned to its home zone: the zone that served it first,
     // never the zone a short request crossed to (that would lose the home
     // zone's prefix caches for the pin's lifetime).
@@ -100,6 +112,7 @@ fn served(
         attempts,
         idle: model.cfg.timeouts.idle,
         deadline: req.deadline,
+        trace: req.trace,
     };
     (served, committed, w.guards)
 }
@@ -129,6 +142,8 @@ struct Served {
     attempts: u32,
     idle: Duration,
     deadline: tokio::time::Instant,
+    /// The request's span, ended with the answer.
+    trace: Option<traces::Span>,
 }
 
 /// The respond stage: the committed response with zonegate's headers, its
@@ -482,6 +497,9 @@ impl Ending<'_> {
                 .inc(),
         }
         self.duration.observe(self.took.as_secs_f64());
+        if let Some(span) = &ctx.trace {
+            self.end_span(span, outcome, usage);
+        }
         tracing::info!(
             target: "zonegate::access",
             request_id = %ctx.request_id,
@@ -498,8 +516,37 @@ impl Ending<'_> {
             continuations,
             ttft_ms = self.ttft.as_millis() as u64,
             ms = self.took.as_millis() as u64,
+            trace_id = ctx.trace.as_ref().map(|t| tracing::field::display(t.trace_id())),
             "request"
         );
+    }
+
+    /// The request's span ends with who answered, the usage and the
+    /// outcome (an error status unless `ok`).
+    fn end_span(&self, span: &traces::Span, outcome: &'static str, usage: Option<Usage>) {
+        let mut attributes = vec![
+            KeyValue::new(keys::RESPONSE_MODEL, self.answered_by.to_owned()),
+            KeyValue::new(keys::PROVIDER, forward::provider_name(self.current)),
+            KeyValue::new(keys::BACKEND, self.current.name.clone()),
+            KeyValue::new(keys::ZONE, self.current.zone.as_str().to_owned()),
+            KeyValue::new(keys::STATUS_CODE, i64::from(self.status.as_u16())),
+            KeyValue::new(keys::OUTCOME, outcome),
+        ];
+        if let Some(u) = usage {
+            attributes.push(KeyValue::new(
+                keys::INPUT_TOKENS,
+                traces::int(u.prompt_tokens),
+            ));
+            attributes.push(KeyValue::new(
+                keys::OUTPUT_TOKENS,
+                traces::int(u.completion_tokens),
+            ));
+        }
+        span.set(attributes);
+        if outcome != "ok" {
+            span.fail(outcome);
+        }
+        span.end();
     }
 }
 
