@@ -20,6 +20,11 @@
 #                                      # requests and answers translated; `azure`: its path and
 #                                      # key; `openai`: a key), with its mock and a key: the
 #                                      # translation's cost over the plain passthrough
+#   SAMPLING=0|0.1|1 benches/callgrind.sh ...  # traces on: `[telemetry] otlp_endpoint` names a
+#                                      # local sink (python3, answers every export 200) and
+#                                      # `sampling` is this ratio: the tracer's cost per request
+#   KEEP=DIR benches/callgrind.sh ...  # also keeps both callgrind outputs in DIR (for
+#                                      # callgrind_annotate: where the instructions went)
 #   CACHE=1 benches/callgrind.sh ...   # also cache misses per request, simulated (32 KiB
 #                                      # 8-way I1 and D1, the 1 MiB 8-way L2 as LL, 64-byte
 #                                      # lines: this machine's per-core caches, AMD Zen 4, as
@@ -48,6 +53,24 @@ if [ -n "${PACE:-}" ]; then
   curl -s -o /dev/null -X POST -H 'content-type: application/json' \
     -d "{\"stream_interval_ms\": $PACE}" "http://127.0.0.1:$BP/mock/faults"
 fi
+TELEMETRY_TOML=""; SINK=""
+if [ -n "${SAMPLING:-}" ]; then
+  TP=$(free_port)
+  python3 - "$TP" <<'PY' >/dev/null 2>&1 &
+import http.server, sys
+class Sink(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.send_response(200); self.send_header("content-length", "0"); self.end_headers()
+    def log_message(self, *a): pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Sink).serve_forever()
+PY
+  SINK=$!
+  TELEMETRY_TOML="[telemetry]
+otlp_endpoint = \"http://127.0.0.1:$TP\"
+sampling = $SAMPLING"
+fi
 cat > $WORK/z.toml <<CONF
 [node]
 id = 1
@@ -70,6 +93,7 @@ zone = "az-a"
 url = "http://127.0.0.1:$BP"
 models = ["bench"]
 $PROVIDER_TOML
+$TELEMETRY_TOML
 CONF
 run() {
   local n=$1 out=$WORK/cg.$1
@@ -100,7 +124,7 @@ VG_OPTS=""
 [ "${ATOMICS:-0}" = 1 ] && VG_OPTS="--dump-instr=yes"
 [ "${CACHE:-0}" = 1 ] && VG_OPTS="$VG_OPTS --cache-sim=yes --I1=32768,8,64 --D1=32768,8,64 --LL=1048576,8,64"
 S1=$(run $N1); S2=$(run $N2)
-kill $MOCK 2>/dev/null || true
+kill $MOCK $SINK 2>/dev/null || true
 python3 - "$(cat $WORK/events.$N1)" "$S1" "$S2" $(((N2 - N1) * CONNS)) $N1 $N2 <<'PY'
 import sys
 names = sys.argv[1].split()[1:]
@@ -114,4 +138,5 @@ if [ "${ATOMICS:-0}" = 1 ]; then
   LIBC=$(readlink -f "$(ldd "$BIN" | awk '/libc.so/ {print $3}')")
   python3 "$(dirname "$0")/atomics.py" $WORK/cg.$N1 $WORK/cg.$N2 $(((N2 - N1) * CONNS)) "$(readlink -f "$BIN")" "$LIBC"
 fi
+[ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp $WORK/cg.* "$KEEP"/
 rm -rf $WORK
