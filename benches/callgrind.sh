@@ -23,8 +23,6 @@
 #   SAMPLING=0|0.1|1 benches/callgrind.sh ...  # traces on: `[telemetry] otlp_endpoint` names a
 #                                      # local sink (python3, answers every export 200) and
 #                                      # `sampling` is this ratio: the tracer's cost per request
-#   KEEP=DIR benches/callgrind.sh ...  # also keeps both callgrind outputs in DIR (for
-#                                      # callgrind_annotate: where the instructions went)
 #   CACHE=1 benches/callgrind.sh ...   # also cache misses per request, simulated (32 KiB
 #                                      # 8-way I1 and D1, the 1 MiB 8-way L2 as LL, 64-byte
 #                                      # lines: this machine's per-core caches, AMD Zen 4, as
@@ -32,6 +30,20 @@
 #                                      # prints both cores' sum): I1mr is code the request
 #                                      # runs that did not fit, D1 data that went cold, LL
 #                                      # what came from beyond the core's L2
+#   BACKENDS=10000 benches/callgrind.sh ...  # the config lists this many backends: model
+#                                      # `bench` on the first, the others on 100 other models
+#                                      # (all at the mock's address, probed hourly): the cost of
+#                                      # a fleet's size to a request (issue 48's scale curves)
+#   TENANTS=100000 benches/callgrind.sh ...  # this many tenants, one API key each; the
+#                                      # requests use the first one's
+#   COLLECT='zonegate::dataplane::proxy::infer*' benches/callgrind.sh ...  # count only inside
+#                                      # the functions matched (callgrind --toggle-collect,
+#                                      # repeatable as COLLECT='a;b'): the request path without
+#                                      # the node's background work, which grows with the
+#                                      # config (the health sweeper walks every backend every
+#                                      # 250 ms) and with the run's length, not per request
+#   KEEP=/tmp/cg benches/callgrind.sh ... # keep the callgrind files there (cg.N1, cg.N2), for
+#                                      # callgrind_annotate
 #
 # Needs valgrind and python3; a benchmark, never part of the tests.
 set -euo pipefail
@@ -71,6 +83,8 @@ PY
 otlp_endpoint = \"http://127.0.0.1:$TP\"
 sampling = $SAMPLING"
 fi
+# Many backends: probe hourly, so probes stay out of the counted requests.
+[ "${BACKENDS:-1}" -gt 1 ] && HEALTH_INTERVAL=${HEALTH_INTERVAL:-1h}
 cat > $WORK/z.toml <<CONF
 [node]
 id = 1
@@ -85,8 +99,8 @@ $( [ "${QUOTA:-0}" = 1 ] && echo 'quota = { rpm = 1000000000, tpm = 100000000000
 # No health probes during the run: their count grows with its length and
 # would land in the marginal cost of a request.
 [health]
-interval = "10m"
-stable_interval = "10m"
+interval = "${HEALTH_INTERVAL:-10m}"
+stable_interval = "${HEALTH_INTERVAL:-10m}"
 [[backends]]
 name = "static"
 zone = "az-a"
@@ -95,11 +109,25 @@ models = ["bench"]
 $PROVIDER_TOML
 $TELEMETRY_TOML
 CONF
+# A fleet and a tenant list of any size (BACKENDS, TENANTS), appended.
+python3 - "${BACKENDS:-1}" "${TENANTS:-1}" "$BP" >>$WORK/z.toml <<'PY'
+import hashlib, sys
+backends, tenants, port = (int(a) for a in sys.argv[1:])
+out = []
+for i in range(1, backends):
+    zone = ("az-a", "az-b", "az-c")[i % 3]
+    out.append(f'[[backends]]\nname = "b{i}"\nzone = "{zone}"\nurl = "http://127.0.0.1:{port}"\nmodels = ["m{i % 100}"]\n')
+for i in range(1, tenants):
+    digest = hashlib.sha256(f"tenant-key-{i}".encode()).hexdigest()
+    out.append(f'[[tenants]]\nname = "t{i}"\nkey_sha256 = "{digest}"\n')
+print("\n".join(out))
+PY
 run() {
   local n=$1 out=$WORK/cg.$1
   RUST_LOG=warn valgrind --tool=callgrind $VG_OPTS --callgrind-out-file=$out "$BIN" serve --config $WORK/z.toml >/dev/null 2>$WORK/vg.$n &
   local pid=$!
-  for _ in $(seq 600); do curl -s -o /dev/null http://127.0.0.1:$ZP/healthz && break; sleep 0.2; done
+  # A config of 10,000 backends or 100,000 tenants takes minutes to load under valgrind.
+  for _ in $(seq 3000); do curl -s -o /dev/null http://127.0.0.1:$ZP/healthz && break; sleep 0.2; done
   python3 - "$ZP" "$n" "$STREAM" "$CONNS" <<'PY'
 import http.client, sys, json
 port, n, stream, conns = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4])
@@ -123,6 +151,10 @@ CONNS=${CONNS:-1}
 VG_OPTS=""
 [ "${ATOMICS:-0}" = 1 ] && VG_OPTS="--dump-instr=yes"
 [ "${CACHE:-0}" = 1 ] && VG_OPTS="$VG_OPTS --cache-sim=yes --I1=32768,8,64 --D1=32768,8,64 --LL=1048576,8,64"
+if [ -n "${COLLECT:-}" ]; then
+  IFS=';' read -ra PATTERNS <<<"$COLLECT"
+  for p in "${PATTERNS[@]}"; do VG_OPTS="$VG_OPTS --toggle-collect=$p"; done
+fi
 S1=$(run $N1); S2=$(run $N2)
 kill $MOCK $SINK 2>/dev/null || true
 python3 - "$(cat $WORK/events.$N1)" "$S1" "$S2" $(((N2 - N1) * CONNS)) $N1 $N2 <<'PY'

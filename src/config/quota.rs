@@ -2,7 +2,7 @@
 //! `zone_share`, `[[models]] limits`, `[[backends]] capacity` and
 //! `[quotas]`, raw (`deny_unknown_fields`) and validated.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -228,15 +228,20 @@ impl Validator<'_> {
     /// `capacity` is set on every backend of a zone or on none: a zone's
     /// capacity is the sum over its backends, and a backend without one
     /// would make the sum a guess.
+    /// One pass to find the zones that declare a capacity, one to check:
+    /// a scan of every backend per backend was 10⁸ zone comparisons (most
+    /// of a second) at 10,000 backends.
     pub(super) fn capacities(&self, backends: &[BackendConfig]) -> Result<(), ConfigError> {
+        let declared: HashSet<&ZoneId> = backends
+            .iter()
+            .filter(|b| b.capacity.is_some())
+            .map(|b| &b.zone)
+            .collect();
         for (i, b) in backends.iter().enumerate() {
             if b.capacity == Some(0) {
                 return Err(self.err(format!("backends[{i}].capacity"), "must be at least 1"));
             }
-            let mixed = backends
-                .iter()
-                .any(|o| o.zone == b.zone && o.capacity.is_some() != b.capacity.is_some());
-            if mixed && b.capacity.is_none() {
+            if b.capacity.is_none() && declared.contains(&b.zone) {
                 return Err(self.err(
                     format!("backends[{i}].capacity"),
                     format!(

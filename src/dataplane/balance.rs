@@ -174,10 +174,11 @@ impl SmoothWrr {
 /// clockwise whose backend is eligible and below `load_factor` × the mean
 /// load; so adding a backend moves only the keys that land on its points, and
 /// a hot key range spills to the next backend instead of melting one.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Ring {
     points: Vec<(u64, u32)>,
     members: usize,
+    vnodes: u32,
     load_factor: f64,
 }
 
@@ -202,8 +203,14 @@ impl Ring {
         Self {
             points,
             members: count,
+            vnodes,
             load_factor,
         }
+    }
+
+    /// Whether this ring was built with these settings (its members aside).
+    pub fn built_with(&self, vnodes: u32, load_factor: f64) -> bool {
+        self.vnodes == vnodes && self.load_factor.to_bits() == load_factor.to_bits()
     }
 
     /// Picks the backend for `key`. `total_in_flight` is the pool's current

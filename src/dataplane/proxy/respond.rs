@@ -158,8 +158,14 @@ pub(super) fn respond(
     admission: Admission,
 ) -> Answer {
     let model_handles = winner.model.handles(&gw.metrics, &req.cfg.tenants);
-    let ok = model_handles.ok_by_tenant.get(req.tenant_index);
-    let tokens = model_handles.tokens_by_tenant.get(req.tenant_index);
+    let tenant = model_handles.tenant(
+        req.tenant_index,
+        &req.cfg.tenants,
+        &winner.model.cfg.name,
+        &gw.metrics,
+    );
+    let ok = tenant.map(|t| &t.ok);
+    let tokens = tenant.map(|t| &t.tokens);
     let config_version = req.cfg.config_version;
     // The clock as the attempt read it when the first chunk was in: the
     // stage itself runs within microseconds of it.
