@@ -20,6 +20,15 @@
 #                                      # requests and answers translated; `azure`: its path and
 #                                      # key; `openai`: a key), with its mock and a key: the
 #                                      # translation's cost over the plain passthrough
+#   POLICY=20 benches/callgrind.sh ... # traffic policy that the request does not match: the
+#                                      # backend also serves `other` and m1..m20, with a rule
+#                                      # and a shadow for each m<i> (to `other`) and a rule for
+#                                      # `bench` that needs an `x-canary` header the client
+#                                      # never sends; POLICY=0 (or unset): no policy at all.
+#                                      # POLICY_MODELS_ONLY=1: the extra models, no rules
+#   KEEP=/tmp/cg benches/callgrind.sh ...  # keeps both runs' callgrind files there
+#                                      # (cg.N1, cg.N2) for callgrind_annotate: the
+#                                      # marginal cost by function is the difference
 #   CACHE=1 benches/callgrind.sh ...   # also cache misses per request, simulated (32 KiB
 #                                      # 8-way I1 and D1, the 1 MiB 8-way L2 as LL, 64-byte
 #                                      # lines: this machine's per-core caches, AMD Zen 4, as
@@ -48,6 +57,31 @@ if [ -n "${PACE:-}" ]; then
   curl -s -o /dev/null -X POST -H 'content-type: application/json' \
     -d "{\"stream_interval_ms\": $PACE}" "http://127.0.0.1:$BP/mock/faults"
 fi
+MODELS='"bench"'; POLICY_TOML=""
+if [ "${POLICY:-0}" -gt 0 ]; then
+  MODELS="$MODELS, \"other\""
+  for i in $(seq "$POLICY"); do
+    MODELS="$MODELS, \"m$i\""
+    [ "${POLICY_MODELS_ONLY:-0}" = 1 ] && continue
+    POLICY_TOML="$POLICY_TOML
+[[rules]]
+name = \"gray-m$i\"
+model = \"m$i\"
+percent = 50.0
+route_to = \"other\"
+[[shadows]]
+name = \"shadow-m$i\"
+model = \"m$i\"
+to = \"other\"
+percent = 10.0"
+  done
+  [ "${POLICY_MODELS_ONLY:-0}" = 1 ] || POLICY_TOML="$POLICY_TOML
+[[rules]]
+name = \"bench-canary\"
+model = \"bench\"
+match = { headers = { \"x-canary\" = \"1\" } }
+route_to = \"other\""
+fi
 cat > $WORK/z.toml <<CONF
 [node]
 id = 1
@@ -68,8 +102,9 @@ stable_interval = "10m"
 name = "static"
 zone = "az-a"
 url = "http://127.0.0.1:$BP"
-models = ["bench"]
+models = [$MODELS]
 $PROVIDER_TOML
+$POLICY_TOML
 CONF
 run() {
   local n=$1 out=$WORK/cg.$1
@@ -114,4 +149,5 @@ if [ "${ATOMICS:-0}" = 1 ]; then
   LIBC=$(readlink -f "$(ldd "$BIN" | awk '/libc.so/ {print $3}')")
   python3 "$(dirname "$0")/atomics.py" $WORK/cg.$N1 $WORK/cg.$N2 $(((N2 - N1) * CONNS)) "$(readlink -f "$BIN")" "$LIBC"
 fi
+if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp $WORK/cg.$N1 $WORK/cg.$N2 "$KEEP"/; fi
 rm -rf $WORK
