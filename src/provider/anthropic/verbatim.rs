@@ -424,7 +424,10 @@ pub(super) fn request(
         .or(max_tokens)
         .unwrap_or(u64::from(default_max_tokens).max(1));
     push_u64(&mut out, max);
-    for (name, n) in [(&b",\"temperature\":"[..], temperature), (b",\"top_p\":", top_p)] {
+    for (name, n) in [
+        (&b",\"temperature\":"[..], temperature),
+        (b",\"top_p\":", top_p),
+    ] {
         if let Some(n) = n {
             out.extend_from_slice(name);
             let _ = serde_json::to_writer(&mut out, &n);
