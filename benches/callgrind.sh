@@ -23,6 +23,15 @@
 #   SAMPLING=0|0.1|1 benches/callgrind.sh ...  # traces on: `[telemetry] otlp_endpoint` names a
 #                                      # local sink (python3, answers every export 200) and
 #                                      # `sampling` is this ratio: the tracer's cost per request
+#   POLICY=20 benches/callgrind.sh ... # traffic policy that the request does not match: the
+#                                      # backend also serves `other` and m1..m20, with a rule
+#                                      # and a shadow for each m<i> (to `other`) and a rule for
+#                                      # `bench` that needs an `x-canary` header the client
+#                                      # never sends; POLICY=0 (or unset): no policy at all.
+#                                      # POLICY_MODELS_ONLY=1: the extra models, no rules
+#   KEEP=/tmp/cg benches/callgrind.sh ...  # keeps both runs' callgrind files there
+#                                      # (cg.N1, cg.N2) for callgrind_annotate: the
+#                                      # marginal cost by function is the difference
 #   CACHE=1 benches/callgrind.sh ...   # also cache misses per request, simulated (32 KiB
 #                                      # 8-way I1 and D1, the 1 MiB 8-way L2 as LL, 64-byte
 #                                      # lines: this machine's per-core caches, AMD Zen 4, as
@@ -42,8 +51,6 @@
 #                                      # the node's background work, which grows with the
 #                                      # config (the health sweeper walks every backend every
 #                                      # 250 ms) and with the run's length, not per request
-#   KEEP=/tmp/cg benches/callgrind.sh ... # keep the callgrind files there (cg.N1, cg.N2), for
-#                                      # callgrind_annotate
 #
 # Needs valgrind and python3; a benchmark, never part of the tests.
 set -euo pipefail
@@ -85,6 +92,31 @@ sampling = $SAMPLING"
 fi
 # Many backends: probe hourly, so probes stay out of the counted requests.
 [ "${BACKENDS:-1}" -gt 1 ] && HEALTH_INTERVAL=${HEALTH_INTERVAL:-1h}
+MODELS='"bench"'; POLICY_TOML=""
+if [ "${POLICY:-0}" -gt 0 ]; then
+  MODELS="$MODELS, \"other\""
+  for i in $(seq "$POLICY"); do
+    MODELS="$MODELS, \"m$i\""
+    [ "${POLICY_MODELS_ONLY:-0}" = 1 ] && continue
+    POLICY_TOML="$POLICY_TOML
+[[rules]]
+name = \"gray-m$i\"
+model = \"m$i\"
+percent = 50.0
+route_to = \"other\"
+[[shadows]]
+name = \"shadow-m$i\"
+model = \"m$i\"
+to = \"other\"
+percent = 10.0"
+  done
+  [ "${POLICY_MODELS_ONLY:-0}" = 1 ] || POLICY_TOML="$POLICY_TOML
+[[rules]]
+name = \"bench-canary\"
+model = \"bench\"
+match = { headers = { \"x-canary\" = \"1\" } }
+route_to = \"other\""
+fi
 cat > $WORK/z.toml <<CONF
 [node]
 id = 1
@@ -105,9 +137,10 @@ stable_interval = "${HEALTH_INTERVAL:-10m}"
 name = "static"
 zone = "az-a"
 url = "http://127.0.0.1:$BP"
-models = ["bench"]
+models = [$MODELS]
 $PROVIDER_TOML
 $TELEMETRY_TOML
+$POLICY_TOML
 CONF
 # A fleet and a tenant list of any size (BACKENDS, TENANTS), appended.
 python3 - "${BACKENDS:-1}" "${TENANTS:-1}" "$BP" >>$WORK/z.toml <<'PY'
@@ -170,5 +203,5 @@ if [ "${ATOMICS:-0}" = 1 ]; then
   LIBC=$(readlink -f "$(ldd "$BIN" | awk '/libc.so/ {print $3}')")
   python3 "$(dirname "$0")/atomics.py" $WORK/cg.$N1 $WORK/cg.$N2 $(((N2 - N1) * CONNS)) "$(readlink -f "$BIN")" "$LIBC"
 fi
-[ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp $WORK/cg.* "$KEEP"/
+if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp $WORK/cg.$N1 $WORK/cg.$N2 "$KEEP"/; fi
 rm -rf $WORK

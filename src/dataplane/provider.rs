@@ -269,6 +269,24 @@ fn reset_hint(lines: &HeadLines, now: std::time::SystemTime) -> Option<Duration>
     soonest.map(|d| d.min(MAX_RETRY_AFTER))
 }
 
+/// The rate-limit headers a provider's answer may say its allowance is
+/// used up with: (remaining, its reset).
+const LIMITS: &[(&[u8], &[u8])] = &[
+    (
+        b"x-ratelimit-remaining-requests",
+        b"x-ratelimit-reset-requests",
+    ),
+    (b"x-ratelimit-remaining-tokens", b"x-ratelimit-reset-tokens"),
+    (
+        b"anthropic-ratelimit-requests-remaining",
+        b"anthropic-ratelimit-requests-reset",
+    ),
+    (
+        b"anthropic-ratelimit-tokens-remaining",
+        b"anthropic-ratelimit-tokens-reset",
+    ),
+];
+
 /// A successful answer that says the provider's allowance is used up
 /// (`x-ratelimit-remaining-requests: 0` or `…-tokens: 0`, Anthropic's
 /// `anthropic-ratelimit-*-remaining: 0`): how long to cool the backend
@@ -276,22 +294,16 @@ fn reset_hint(lines: &HeadLines, now: std::time::SystemTime) -> Option<Duration>
 /// next requests go elsewhere instead of collecting 429s. One second
 /// when no reset header says how long.
 pub fn exhausted_for(lines: &HeadLines, now: std::time::SystemTime) -> Option<Duration> {
+    // One pass first: an answer with allowance left (nearly every one)
+    // is done after it, without a lookup per header name.
+    let zero = lines
+        .iter()
+        .any(|(name, value)| value == b"0" && LIMITS.iter().any(|(r, _)| name_is(name, r)));
+    if !zero {
+        return None;
+    }
     let mut wait: Option<Duration> = None;
-    for (remaining, reset) in [
-        (
-            &b"x-ratelimit-remaining-requests"[..],
-            &b"x-ratelimit-reset-requests"[..],
-        ),
-        (b"x-ratelimit-remaining-tokens", b"x-ratelimit-reset-tokens"),
-        (
-            b"anthropic-ratelimit-requests-remaining",
-            b"anthropic-ratelimit-requests-reset",
-        ),
-        (
-            b"anthropic-ratelimit-tokens-remaining",
-            b"anthropic-ratelimit-tokens-reset",
-        ),
-    ] {
+    for &(remaining, reset) in LIMITS {
         if lines.get(remaining).is_some_and(|v| v.trim_ascii() == b"0") {
             let d = lines
                 .get(reset)

@@ -403,7 +403,8 @@ fn start_shadows(
     body: &Bytes,
     meta: &RequestMeta,
 ) -> policy::shadow::Pending {
-    if cfg.policy.shadows.is_empty() {
+    // The user's hash only for a model some shadow samples.
+    if cfg.policy.shadows.is_empty() || !cfg.policy.shadows_by_model.contains_key(body_model) {
         return policy::shadow::Pending::default();
     }
     let ask = policy::shadow::Ask {

@@ -61,6 +61,7 @@ mod fast;
 mod request;
 mod response;
 mod stream;
+mod verbatim;
 
 pub use super::TranslateError;
 pub use fast::{request_bytes, response_bytes, Translated};

@@ -52,14 +52,7 @@ pub fn evaluate<'r, 'h>(
 ) -> Option<&'r Rule> {
     for &i in candidates {
         let Some(rule) = rules.get(i) else { continue };
-        let tenant_ok = rule.tenants.is_empty() || rule.tenants.iter().any(|t| &**t == tenant);
-        if !tenant_ok
-            || !rule
-                .headers
-                .iter()
-                .all(|(name, want)| header(name) == Some(want.as_bytes()))
-            || !allowed(&rule.route_to)
-        {
+        if !holds(rule, tenant, &header, &allowed) {
             continue;
         }
         let takes = bucket(user, rule.salt) < rule.threshold;
@@ -71,8 +64,25 @@ pub fn evaluate<'r, 'h>(
     None
 }
 
+/// Whether `rule`'s `match` holds for `tenant` and `header`, and
+/// `allowed` lets the tenant use its target.
+fn holds<'h>(
+    rule: &Rule,
+    tenant: &str,
+    header: impl Fn(&HeaderName) -> Option<&'h [u8]>,
+    allowed: impl Fn(&str) -> bool,
+) -> bool {
+    (rule.tenants.is_empty() || rule.tenants.iter().any(|t| &**t == tenant))
+        && rule
+            .headers
+            .iter()
+            .all(|(name, want)| header(name) == Some(want.as_bytes()))
+        && allowed(&rule.route_to)
+}
+
 /// The rule for one request, counted in `zonegate_rule_*`; `None` at once
-/// when no rule names the model.
+/// when no rule names the model, and before the user's hash is taken
+/// when no rule's `match` holds.
 pub fn select<'c, 'h>(
     cfg: &'c Config,
     metrics: &Metrics,
@@ -86,13 +96,23 @@ pub fn select<'c, 'h>(
         return None;
     }
     let candidates = p.rules_by_model.get(model)?;
+    let allowed = |m: &str| super::allows_model(cfg, tenant_index, m);
+    // The user's hash (header lookups and a hash) only for a request some
+    // rule's share decides: one no `match` takes pays for none of it.
+    let any = candidates
+        .iter()
+        .filter_map(|&i| p.rules.get(i))
+        .any(|r| holds(r, tenant, &header, allowed));
+    if !any {
+        return None;
+    }
     evaluate(
         &p.rules,
         candidates,
         tenant,
         header,
         user(),
-        |m| super::allows_model(cfg, tenant_index, m),
+        allowed,
         |rule, took| {
             use std::sync::atomic::Ordering::Relaxed;
             let h = handles(rule, metrics);
@@ -154,6 +174,43 @@ mod tests {
             |_, _| {},
         )
         .map(|r| &*r.name)
+    }
+
+    #[test]
+    fn a_request_no_rule_matches_never_takes_its_user_hash() {
+        let cfg = config(
+            GRAY.split("[[rules]]\nname = \"gray\"")
+                .next()
+                .unwrap_or(GRAY),
+        );
+        let metrics = Metrics::new();
+        let taken = std::cell::Cell::new(0);
+        let user = || {
+            taken.set(taken.get() + 1);
+            7
+        };
+        // deptA is not `internal` and sends no `x-canary`: no rule holds.
+        let rule = select(
+            &cfg,
+            &metrics,
+            ("deptA", 0),
+            "qwen25-7b-instruct",
+            |_: &HeaderName| None,
+            user,
+        );
+        assert!(rule.is_none());
+        assert_eq!(taken.get(), 0, "the user's hash was taken for nothing");
+        let canary = HeaderName::from_static("x-canary");
+        let rule = select(
+            &cfg,
+            &metrics,
+            ("deptA", 0),
+            "qwen25-7b-instruct",
+            |h: &HeaderName| (*h == canary).then_some(&b"1"[..]),
+            user,
+        );
+        assert_eq!(rule.map(|r| &*r.name), Some("canary"));
+        assert_eq!(taken.get(), 1);
     }
 
     #[test]

@@ -80,15 +80,9 @@ impl Events {
 /// One whole event (its lines, without the blank line that ended it), its
 /// OpenAI events appended to `out`.
 fn event(stream: &mut anthropic::Stream, raw: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
-    let payloads = stream
-        .sse_event(raw)
-        .map_err(|e| format!("the provider's stream: {e}"))?;
-    for p in payloads {
-        out.extend_from_slice(b"data: ");
-        out.extend_from_slice(p.as_bytes());
-        out.extend_from_slice(b"\n\n");
-    }
-    Ok(())
+    stream
+        .sse_event_into(raw, out)
+        .map_err(|e| format!("the provider's stream: {e}"))
 }
 
 /// Where the first event in `buf` ends: (its length, the length with the
@@ -96,10 +90,7 @@ fn event(stream: &mut anthropic::Stream, raw: &[u8], out: &mut Vec<u8>) -> Resul
 /// is known not to end an event).
 fn event_end(buf: &[u8], from: usize) -> Option<(usize, usize)> {
     let mut i = from;
-    while let Some(off) = buf
-        .get(i..)
-        .and_then(|b| b.iter().position(|c| *c == b'\n'))
-    {
+    while let Some(off) = buf.get(i..).and_then(|b| memchr::memchr(b'\n', b)) {
         let nl = i + off;
         let rest = &buf[nl + 1..];
         if rest.first() == Some(&b'\n') {
@@ -115,18 +106,31 @@ fn event_end(buf: &[u8], from: usize) -> Option<(usize, usize)> {
 
 impl Translate for Events {
     fn data(&mut self, data: &[u8]) -> Result<Bytes, String> {
-        // An event's end ("\n\n" or "\n\r\n") may straddle the old bytes and
-        // the new: the search resumes two bytes back.
-        let mut from = self.searched.saturating_sub(2);
-        self.buf.extend_from_slice(data);
-        let mut out = Vec::new();
-        let mut start = 0;
-        while let Some((len, next)) = event_end(&self.buf[start..], from) {
-            event(&mut self.stream, &self.buf[start..start + len], &mut out)?;
-            start += next;
-            from = 0;
+        // An OpenAI chunk is about one and a half times the Anthropic
+        // event it comes from: room for all of them at once.
+        let mut out = Vec::with_capacity(data.len().saturating_mul(2));
+        if self.buf.is_empty() {
+            // The usual chunk, whole events: read where it lies, and only
+            // an unfinished last event is kept.
+            let mut start = 0;
+            while let Some((len, next)) = event_end(&data[start..], 0) {
+                event(&mut self.stream, &data[start..start + len], &mut out)?;
+                start += next;
+            }
+            self.buf.extend_from_slice(&data[start..]);
+        } else {
+            // An event's end ("\n\n" or "\n\r\n") may straddle the old
+            // bytes and the new: the search resumes two bytes back.
+            let mut from = self.searched.saturating_sub(2);
+            self.buf.extend_from_slice(data);
+            let mut start = 0;
+            while let Some((len, next)) = event_end(&self.buf[start..], from) {
+                event(&mut self.stream, &self.buf[start..start + len], &mut out)?;
+                start += next;
+                from = 0;
+            }
+            self.buf.drain(..start);
         }
-        self.buf.drain(..start);
         self.searched = self.buf.len();
         if self.buf.len() > MAX_EVENT {
             return Err(format!(

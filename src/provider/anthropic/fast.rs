@@ -42,6 +42,9 @@ pub fn request_bytes(
     upstream_model: &str,
     default_max_tokens: u32,
 ) -> Result<Translated, TranslateError> {
+    if let Some(out) = super::verbatim::request(body, upstream_model, default_max_tokens) {
+        return Ok(out);
+    }
     if let Some(out) = simple_request(body, upstream_model, default_max_tokens) {
         return Ok(out);
     }
@@ -63,6 +66,9 @@ pub fn response_bytes(
     client_model: &str,
     created: u64,
 ) -> Result<Vec<u8>, TranslateError> {
+    if let Some(out) = super::verbatim::response(body, client_model, created) {
+        return Ok(out);
+    }
     if let Some(out) = simple_response(body, client_model, created) {
         return Ok(out);
     }
@@ -201,8 +207,12 @@ fn simple_request(
         stream: req.stream,
         metadata: req.user.as_deref().map(|user_id| Metadata { user_id }),
     };
+    // Written into room for all of it: the client's body, less what is
+    // left out, plus the few keys that change.
+    let mut written = Vec::with_capacity(body.len().saturating_add(upstream_model.len() + 64));
+    serde_json::to_writer(&mut written, &out).ok()?;
     Some(Translated {
-        body: serde_json::to_vec(&out).ok()?,
+        body: written,
         stream: req.stream.unwrap_or(false),
         include_usage: req
             .stream_options
@@ -240,12 +250,12 @@ struct Block<'a> {
 
 /// Anthropic's `usage`, typed (unknown fields such as `service_tier` are
 /// skipped; a count that is not an integer sends the body the long way).
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 pub(super) struct UsageIn {
-    input_tokens: Option<u64>,
-    output_tokens: Option<u64>,
-    cache_creation_input_tokens: Option<u64>,
-    cache_read_input_tokens: Option<u64>,
+    pub(super) input_tokens: Option<u64>,
+    pub(super) output_tokens: Option<u64>,
+    pub(super) cache_creation_input_tokens: Option<u64>,
+    pub(super) cache_read_input_tokens: Option<u64>,
 }
 
 impl Usage {
@@ -391,5 +401,9 @@ fn simple_response(body: &[u8], client_model: &str, created: u64) -> Option<Vec<
         }],
         usage: UsageOut::from(&usage),
     };
-    serde_json::to_vec(&out).ok()
+    // Room for all of it: OpenAI's answer is the provider's, give or take
+    // a few keys.
+    let mut written = Vec::with_capacity(body.len().saturating_add(client_model.len() + 128));
+    serde_json::to_writer(&mut written, &out).ok()?;
+    Some(written)
 }

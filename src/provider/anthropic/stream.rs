@@ -66,6 +66,50 @@ struct MessageDelta<'a> {
     stop_reason: Option<Cow<'a, str>>,
 }
 
+/// A chunk's end after its delta when it has no finish reason (what
+/// `Stream::tail` writes for `None`).
+const TAIL_NULL: &[u8] = b",\"logprobs\":null,\"finish_reason\":null}]}";
+
+/// An SSE event's name and its data (its `data:` lines joined by line
+/// feeds; borrowed when there is one); `None` for an event without data
+/// (a comment, a keep-alive).
+fn fields(raw: &[u8]) -> Result<Option<(&str, Cow<'_, [u8]>)>, TranslateError> {
+    let mut name: &[u8] = b"";
+    let mut data: Option<Cow<'_, [u8]>> = None;
+    let mut start = 0;
+    let ends = memchr::memchr_iter(b'\n', raw).chain(std::iter::once(raw.len()));
+    for end in ends {
+        let line = &raw[std::mem::replace(&mut start, end + 1)..end];
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let (field, value) = match memchr::memchr(b':', line) {
+            Some(at) => (&line[..at], &line[at + 1..]),
+            None => (line, &b""[..]),
+        };
+        let value = value.strip_prefix(b" ").unwrap_or(value);
+        match field {
+            b"event" => name = value,
+            b"data" => {
+                data = Some(match data {
+                    None => Cow::Borrowed(value),
+                    Some(prev) => {
+                        let mut joined = prev.into_owned();
+                        joined.push(b'\n');
+                        joined.extend_from_slice(value);
+                        Cow::Owned(joined)
+                    }
+                })
+            }
+            _ => {}
+        }
+    }
+    let Some(data) = data else {
+        return Ok(None);
+    };
+    let name = std::str::from_utf8(name)
+        .map_err(|_| malformed("event", "an event name that is not UTF-8"))?;
+    Ok(Some((name, data)))
+}
+
 /// Where the stream is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -295,34 +339,29 @@ impl Stream {
     /// feed, as the SSE standard says; an event without data (a comment,
     /// a keep-alive) gives nothing.
     pub fn sse_event(&mut self, raw: &[u8]) -> Result<Vec<String>, TranslateError> {
-        let mut name: &[u8] = b"";
-        let mut data: Vec<u8> = Vec::new();
-        let mut lines = 0usize;
-        for line in raw.split(|&b| b == b'\n') {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let (field, value) = match line.iter().position(|&b| b == b':') {
-                Some(at) => (&line[..at], &line[at + 1..]),
-                None => (line, &b""[..]),
-            };
-            let value = value.strip_prefix(b" ").unwrap_or(value);
-            match field {
-                b"event" => name = value,
-                b"data" => {
-                    if lines > 0 {
-                        data.push(b'\n');
-                    }
-                    data.extend_from_slice(value);
-                    lines += 1;
-                }
-                _ => {}
-            }
-        }
-        if lines == 0 {
+        let Some((name, data)) = fields(raw)? else {
             return Ok(Vec::new());
-        }
-        let name = std::str::from_utf8(name)
-            .map_err(|_| malformed("event", "an event name that is not UTF-8"))?;
+        };
         self.event(name, &data)
+    }
+
+    /// [`Stream::sse_event`] written as the client's `data: <payload>\n\n`
+    /// events at the end of `out` (what [`sse`] makes of the payloads),
+    /// with no allocation for the hot event (a text block's delta: its
+    /// text goes from the event's bytes to `out` in one pass).
+    pub fn sse_event_into(&mut self, raw: &[u8], out: &mut Vec<u8>) -> Result<(), TranslateError> {
+        let Some((name, data)) = fields(raw)? else {
+            return Ok(());
+        };
+        if !self.finished() && self.text_delta_into(name, &data, out) {
+            return Ok(());
+        }
+        for p in self.event(name, &data)? {
+            out.extend_from_slice(b"data: ");
+            out.extend_from_slice(p.as_bytes());
+            out.extend_from_slice(b"\n\n");
+        }
+        Ok(())
     }
 
     /// The hot event, a `text_delta` of a text block, read and written
@@ -330,25 +369,64 @@ impl Stream {
     /// instructions); anything else goes the general way, which gives
     /// the same chunk (the stream tests take this path).
     fn text_delta(&self, event: &str, data: &[u8]) -> Option<String> {
+        let mut out = Vec::new();
+        if !self.text_delta_into(event, data, &mut out) {
+            return None;
+        }
+        // `data: ` and the blank line are the caller's to write.
+        let payload = out.get(6..out.len().saturating_sub(2))?;
+        String::from_utf8(payload.to_vec()).ok()
+    }
+
+    /// [`Stream::text_delta`] as a whole `data:` event at the end of `out`;
+    /// `false` (and `out` untouched) when the event is not a text block's
+    /// delta of the expected shape.
+    fn text_delta_into(&self, event: &str, data: &[u8], out: &mut Vec<u8>) -> bool {
         if event != "content_block_delta" {
-            return None;
+            return false;
         }
-        let d: TextDelta<'_> = serde_json::from_slice(data).ok()?;
-        if d.delta.kind != "text_delta" {
-            return None;
+        if let Some((index, text)) = super::verbatim::text_delta(data) {
+            // The text's bytes as they came: the same JSON string.
+            if !self.is_text_block(index) {
+                return false;
+            }
+            self.put_content(out, text.len(), |out| {
+                out.push(b'"');
+                out.extend_from_slice(text);
+                out.push(b'"');
+            });
+            return true;
         }
-        let (_, block) = self.blocks.iter().find(|(i, _)| *i == d.index)?;
-        if !matches!(block, Block::Text) {
-            return None;
+        let Ok(d) = serde_json::from_slice::<TextDelta<'_>>(data) else {
+            return false;
+        };
+        if d.delta.kind != "text_delta" || !self.is_text_block(d.index) {
+            return false;
         }
-        let text = serde_json::to_string(d.delta.text.as_ref()).ok()?;
-        let mut out = String::with_capacity(self.prefix.len() + text.len() + 64);
-        out.push_str(&self.prefix);
-        out.push_str("{\"content\":");
-        out.push_str(&text);
-        out.push('}');
-        Self::tail(&mut out, None);
-        Some(out)
+        self.put_content(out, d.delta.text.len(), |out| {
+            // Writing a string to a `Vec` cannot fail.
+            let _ = serde_json::to_writer(&mut *out, d.delta.text.as_ref());
+        });
+        true
+    }
+
+    fn is_text_block(&self, index: u64) -> bool {
+        self.blocks
+            .iter()
+            .any(|(i, b)| *i == index && matches!(b, Block::Text))
+    }
+
+    /// A content chunk as a `data:` event: `text` writes its JSON string
+    /// (about `len` bytes).
+    fn put_content(&self, out: &mut Vec<u8>, len: usize, text: impl FnOnce(&mut Vec<u8>)) {
+        out.reserve(self.prefix.len() + len + 80);
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(self.prefix.as_bytes());
+        out.extend_from_slice(b"{\"content\":");
+        text(out);
+        out.push(b'}');
+        out.extend_from_slice(TAIL_NULL);
+        out.extend_from_slice(b"\n\n");
     }
 
     /// `message_start`, `message_delta` and `message_stop` read through
