@@ -171,7 +171,16 @@ pub(super) async fn rejoin_loop(
             let membership = m.membership_config.membership();
             let is_voter = membership.voter_ids().any(|id| id == me);
             let is_learner = !is_voter && membership.get_node(&me).is_some();
-            (m.current_leader, is_voter, is_learner)
+            // The leader's address as the applied membership has it (a
+            // member added, or readdressed, after this node's
+            // `[[cluster.members]]` was written), else as configured.
+            let leader = m.current_leader.filter(|l| *l != me).and_then(|l| {
+                membership
+                    .get_node(&l)
+                    .or_else(|| members.get(&l))
+                    .map(|m| (l, m.raft_addr.clone()))
+            });
+            (leader, is_voter, is_learner)
         };
         was_learner |= is_learner;
         let done = if configured_votes {
@@ -184,10 +193,7 @@ pub(super) async fn rejoin_loop(
                 tracing::info!(node_id = me, "rejoined: back in its configured role");
                 return;
             }
-        } else if let Some((to, addr)) = leader
-            .filter(|l| *l != me)
-            .and_then(|l| members.get(&l).map(|m| (l, m.raft_addr.clone())))
-        {
+        } else if let Some((to, addr)) = leader {
             if let Err(e) = network
                 .post_empty(to, &addr, crate::network::PATH_REJOIN, HELLO_TIMEOUT)
                 .await
