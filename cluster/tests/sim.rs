@@ -70,6 +70,23 @@ fn a_wiped_member_rejoins_under_a_leader_added_after_its_config() {
     assert!(r.violations.is_empty(), "seed 10: {:?}", r.violations);
 }
 
+/// Seed 46 found it: six voters, three of them behind (node 3 wiped and
+/// rejoining, so it voted for nobody) and two ahead. The ones behind
+/// granted each other's pre-votes and campaigned in turn; openraft
+/// refuses a vote for a log that is behind without taking on its term,
+/// so the two voters ahead kept campaigning with a term already spent:
+/// term 161 and no leader that lasted, no convergence. A pre-vote grant
+/// now names the voter's last log entry and counts only for a candidate
+/// at least as up to date (`prevote::grants`).
+#[test]
+fn elections_end_when_the_voters_behind_outnumber_the_ones_ahead() {
+    let r = world::run(46, &Options::default());
+    if !r.violations.is_empty() {
+        print_failure(&r);
+    }
+    assert!(r.violations.is_empty(), "seed 46: {:?}", r.violations);
+}
+
 /// Seeds the planted bug runs under; the checker must flag at least one.
 const BUG_SEEDS: std::ops::Range<u64> = 1..9;
 

@@ -53,6 +53,10 @@ pub struct RaftService {
     /// A pre-vote is refused while this node heard from a live leader
     /// within this long (`election_timeout_max`).
     prevote_window: std::time::Duration,
+    /// This node's log, whose last entry a granted pre-vote names. Weak:
+    /// the election driver holds it, so a stopped node's store closes
+    /// while handlers still run.
+    log: std::sync::Weak<crate::store::LogStore>,
 }
 
 impl RaftService {
@@ -75,10 +79,17 @@ impl RaftService {
             identity: None,
             leader_contact: Arc::default(),
             prevote_window: std::time::Duration::from_millis(600),
+            log: std::sync::Weak::new(),
         }
     }
 
     /// Refuse pre-votes while a leader was heard from within `window`.
+    /// A granted pre-vote names this log's last entry (`crate::prevote`).
+    pub(crate) fn with_log(mut self, log: std::sync::Weak<crate::store::LogStore>) -> Self {
+        self.log = log;
+        self
+    }
+
     pub(crate) fn with_prevote_window(mut self, window: std::time::Duration) -> Self {
         self.prevote_window = window;
         self
@@ -691,7 +702,18 @@ async fn prevote(State(service): State<Arc<RaftService>>, req: Request) -> Respo
         );
         (StatusCode::CONFLICT, "a live leader was heard from").into_response()
     } else {
-        StatusCode::OK.into_response()
+        // The grant names this node's last log entry: the candidate counts
+        // it only when its own log is at least as up to date (a vote would
+        // refuse it otherwise; see `crate::prevote`).
+        let log = service.log.upgrade().map(|log| (*log).clone());
+        let last = match log {
+            Some(mut log) => {
+                use openraft::storage::RaftLogStorage;
+                log.get_log_state().await.ok().and_then(|s| s.last_log_id)
+            }
+            None => None,
+        };
+        (StatusCode::OK, crate::prevote::encode_last(last)).into_response()
     };
     service.answer(&call, Ok(answer)).await
 }
