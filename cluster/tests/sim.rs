@@ -87,6 +87,25 @@ fn elections_end_when_the_voters_behind_outnumber_the_ones_ahead() {
     assert!(r.violations.is_empty(), "seed 46: {:?}", r.violations);
 }
 
+/// Seed 2000013 (found by the soak): node 2, wiped and restarted with
+/// `--rejoin`, took appends from node 3, which had led term 7 but not
+/// the later term 8 (a wiped node forgot the vote it had granted): with
+/// node 2 still a voter in node 3's membership its acknowledgements made
+/// a quorum, and node 3 committed entries over the ones term 8 had
+/// committed (openraft's `debug_assert` in `has_log_id` fired on a
+/// follower; configs 5 and 6, acknowledged, were lost). A rejoining node
+/// now takes appends only once a leader answered that it is a learner in
+/// that leader's committed membership, and only under that leader's vote
+/// or a later one (`Identity::admits`).
+#[test]
+fn acknowledged_writes_survive_a_stale_leader_reaching_a_wiped_voter() {
+    let r = world::run(2_000_013, &Options::default());
+    if !r.violations.is_empty() {
+        print_failure(&r);
+    }
+    assert!(r.violations.is_empty(), "seed 2000013: {:?}", r.violations);
+}
+
 /// Seeds the planted bug runs under; the checker must flag at least one.
 const BUG_SEEDS: std::ops::Range<u64> = 1..9;
 

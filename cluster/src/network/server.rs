@@ -445,6 +445,21 @@ fn beyond_our_log(call: &Received, vote: &Vote) -> Result<(), Refusal> {
     }
 }
 
+/// A rejoining node takes an append or snapshot only from a leader that
+/// made it a learner, or a later one (`Identity::admits`).
+fn rejoin_admits(service: &RaftService, vote: &Vote) -> Result<(), Refusal> {
+    let (term, node) = (vote.leader_id().term, vote.leader_id().voted_for());
+    let admits = service
+        .identity
+        .as_ref()
+        .is_none_or(|i| i.admits(term, node.unwrap_or_default()));
+    if admits {
+        Ok(())
+    } else {
+        Err(Refusal::Rejoining)
+    }
+}
+
 /// A vote names the candidate or leader that sent it; anything else is a
 /// node speaking for another.
 fn check_vote(sender: NodeId, vote: &Vote) -> Result<(), Refusal> {
@@ -529,6 +544,7 @@ async fn append(State(service): State<Arc<RaftService>>, req: Request) -> Respon
         check_vote(call.sender, &rpc.vote)?;
         beyond_our_log(call, &rpc.vote)?;
         admit(&service, call.sender, &call.headers).await?;
+        rejoin_admits(&service, &rpc.vote)?;
         let result = service.raft.append_entries(rpc).await;
         if matches!(&result, Ok(r) if !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_)))
         {
@@ -560,6 +576,7 @@ async fn snapshot(State(service): State<Arc<RaftService>>, req: Request) -> Resp
             check_vote(call.sender, &rpc.vote)?;
             beyond_our_log(call, &rpc.vote)?;
             admit(&service, call.sender, &call.headers).await?;
+            rejoin_admits(&service, &rpc.vote)?;
             Ok(reply(&service.raft.install_snapshot(rpc).await))
         },
     )
@@ -737,12 +754,31 @@ async fn rejoin(State(service): State<Arc<RaftService>>, req: Request) -> Respon
 fn start_rejoin_step(service: &RaftService, sender: NodeId) -> Response {
     use openraft::ChangeMembers;
     let m = service.raft.metrics().borrow().clone();
-    if m.state != openraft::ServerState::Leader {
-        return (StatusCode::CONFLICT, "not the leader").into_response();
-    }
     let membership = m.membership_config.membership();
+    if m.state != openraft::ServerState::Leader {
+        // Name the leader this node follows, so a rejoiner that knows no
+        // leader (it takes no appends yet) asks it next.
+        let leader = m
+            .current_leader
+            .and_then(|l| membership.get_node(&l).map(|n| (l, n.raft_addr.clone())));
+        let body = match leader {
+            Some((l, addr)) => format!("leader {l} {addr}"),
+            None => "not the leader".to_owned(),
+        };
+        return (StatusCode::CONFLICT, body).into_response();
+    }
     let is_voter = membership.voter_ids().any(|id| id == sender);
     let present = membership.get_node(&sender).is_some();
+    // A learner in a membership this leader committed: the rejoiner may
+    // take this leader's appends (`Identity::admits`).
+    let committed = m.membership_config.log_id().as_ref() <= m.last_applied.as_ref();
+    let learner = (present && !is_voter && committed).then(|| {
+        format!(
+            "learner {} {}",
+            m.vote.leader_id().term,
+            m.vote.leader_id().voted_for().unwrap_or_default()
+        )
+    });
     let change = if is_voter {
         Some(ChangeMembers::RemoveVoters([sender].into()))
     } else if present {
@@ -780,5 +816,5 @@ fn start_rejoin_step(service: &RaftService, sender: NodeId) -> Response {
             }
         });
     }
-    StatusCode::ACCEPTED.into_response()
+    (StatusCode::ACCEPTED, learner.unwrap_or_default()).into_response()
 }
