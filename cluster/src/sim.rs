@@ -15,12 +15,12 @@
 //! - the monotonic leader clock: per node incarnation, on the paused clock;
 //! - randomness (election timeouts, cluster ids): one seeded generator.
 //!
-//! and two recordings/faults besides: each command the leader hands to
-//! Raft is noted with the true (simulated) time of its stamp ([`stamps`],
-//! for the checker's dwell rule), and a node's store can be made slow
-//! ([`set_disk_delay`]: every flush first waits that long, in simulated
-//! time); and, under `sim-bug-ack-before-commit` only, switch on a planted bug
-//! the safety checker must catch.
+//! Besides, a node's store can be made slow ([`set_disk_delay`]: every
+//! flush first waits that long, in simulated time); each command a leader
+//! hands to Raft is noted with the true simulated time of its stamp
+//! ([`stamps`], for the checker's dwell rule); and, under
+//! `sim-bug-ack-before-commit` only, a planted bug the safety checker must
+//! catch can be switched on.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
