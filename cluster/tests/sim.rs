@@ -106,6 +106,25 @@ fn acknowledged_writes_survive_a_stale_leader_reaching_a_wiped_voter() {
     assert!(r.violations.is_empty(), "seed 2000013: {:?}", r.violations);
 }
 
+/// Open (found by the soak, not yet understood): seeds 2000423 and
+/// 2001565. After the heal the three voters campaign in turn for the whole
+/// 30 s bound (terms 3 to 151) and no leader lasts, so the run does not
+/// converge; no safety rule breaks. Both seeds converge with the rejoin
+/// admission rule (`Identity::admits`) switched off, which changes the
+/// runs' timing; whether the rule or an election race it exposes is the
+/// cause is not known yet. Replay with `RUST_LOG=openraft=info`.
+#[test]
+#[ignore = "open: elections churn after the heal (seeds 2000423, 2001565)"]
+fn elections_settle_after_the_heal_with_a_member_rejoined_early() {
+    for seed in [2_000_423, 2_001_565] {
+        let r = world::run(seed, &Options::default());
+        if !r.violations.is_empty() {
+            print_failure(&r);
+        }
+        assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+    }
+}
+
 /// Seeds the planted bug runs under; the checker must flag at least one.
 const BUG_SEEDS: std::ops::Range<u64> = 1..9;
 
