@@ -106,23 +106,34 @@ fn acknowledged_writes_survive_a_stale_leader_reaching_a_wiped_voter() {
     assert!(r.violations.is_empty(), "seed 2000013: {:?}", r.violations);
 }
 
-/// Open (found by the soak, not yet understood): seeds 2000423 and
-/// 2001565. After the heal the three voters campaign in turn for the whole
-/// 30 s bound (terms 3 to 151) and no leader lasts, so the run does not
-/// converge; no safety rule breaks. Both seeds converge with the rejoin
-/// admission rule (`Identity::admits`) switched off, which changes the
-/// runs' timing; whether the rule or an election race it exposes is the
-/// cause is not known yet. Replay with `RUST_LOG=openraft=info`.
+/// Seed 2000423 (found by the soak): during the joint change that
+/// promoted a rejoined member back (`[{1, 2}, {1, 2, 3}]`), node 1 held
+/// the newest entry and refused the others' pre-votes; nodes 2 and 3, a
+/// majority of the union but not of `{1, 2}`, campaigned in turn for the
+/// whole 30 s bound and their terms outran node 1's. A pre-vote round now
+/// needs a majority of each config (`prevote::Tally`).
 #[test]
-#[ignore = "open: elections churn after the heal (seeds 2000423, 2001565)"]
-fn elections_settle_after_the_heal_with_a_member_rejoined_early() {
-    for seed in [2_000_423, 2_001_565] {
-        let r = world::run(seed, &Options::default());
-        if !r.violations.is_empty() {
-            print_failure(&r);
-        }
-        assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+fn elections_settle_during_a_joint_change() {
+    let r = world::run(2_000_423, &Options::default());
+    if !r.violations.is_empty() {
+        print_failure(&r);
     }
+    assert!(r.violations.is_empty(), "seed 2000423: {:?}", r.violations);
+}
+
+/// Open (found by the soak, not yet understood): seed 2001565. Node 2,
+/// wiped, rejoins while node 100 (added during the run) leads and node
+/// 2's clock is 72 s off (its calls refused as stale until the heal);
+/// after the heal the run does not converge. No safety rule breaks.
+/// Replay with `RUST_LOG=openraft=info,zonegate_cluster=debug`.
+#[test]
+#[ignore = "open: no convergence after a wiped member rejoins under a later-added leader (seed 2001565)"]
+fn a_wiped_member_with_a_jumped_clock_rejoins_under_a_later_added_leader() {
+    let r = world::run(2_001_565, &Options::default());
+    if !r.violations.is_empty() {
+        print_failure(&r);
+    }
+    assert!(r.violations.is_empty(), "seed 2001565: {:?}", r.violations);
 }
 
 /// Seeds the planted bug runs under; the checker must flag at least one.
