@@ -136,6 +136,26 @@ fn a_wiped_member_with_a_jumped_clock_rejoins_under_a_later_added_leader() {
     assert!(r.violations.is_empty(), "seed 2001565: {:?}", r.violations);
 }
 
+/// Open (found by the final soak, not yet fixed): seeds 2003425 (node 2
+/// cannot reopen its store after a crash under a slow disk: sled's lock
+/// still held), 2003428 (no convergence after the heal) and 2004353 (an
+/// automatic decision 9,998 ms after the last on its zone, dwell 10 s: the
+/// dwell clock counts a concurrent command stamped after the decision;
+/// see cluster/ARCHITECTURE.md, "Found so far").
+#[test]
+#[ignore = "open: seeds 2003425, 2003428, 2004353 (see cluster/ARCHITECTURE.md)"]
+fn open_findings_of_the_final_soak() {
+    for seed in [2_003_425, 2_003_428, 2_004_353] {
+        let run = std::panic::catch_unwind(|| world::run(seed, &Options::default()));
+        zonegate_cluster::sim::uninstall();
+        let r = run.unwrap_or_else(|_| panic!("seed {seed} panicked"));
+        if !r.violations.is_empty() {
+            print_failure(&r);
+        }
+        assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+    }
+}
+
 /// Seeds the planted bug runs under; the checker must flag at least one.
 const BUG_SEEDS: std::ops::Range<u64> = 1..9;
 

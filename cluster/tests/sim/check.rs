@@ -434,8 +434,7 @@ fn freeze_holds(h: &History, out: &mut Vec<Violation>) {
 /// An automatic decision changes a zone only the dwell after the last
 /// decision (operator's or automatic) that changed it, measured between
 /// the two leaders' stamps on the simulation's true clock: no clock skew
-/// or jump of any node, and no leader change, may shorten it (beyond the
-/// 1 ms the two clocks' rounding to whole ms allows). A decision
+/// or jump of any node, and no leader change, may shorten it. A decision
 /// whose stamp is unknown ends the comparison for its zones.
 fn dwell_holds(h: &History, out: &mut Vec<Violation>) {
     let mut last: BTreeMap<&str, (u64, Option<u64>)> = BTreeMap::new();
@@ -445,10 +444,7 @@ fn dwell_holds(h: &History, out: &mut Vec<Violation>) {
                 (e.auto, last.get(zone.as_str()), e.stamp_ms)
             {
                 let gap_ms = now.saturating_sub(*then);
-                // Both clocks count whole ms from different origins (the
-                // leader's process start, the run's start): a gap may read
-                // 1 ms short of what the leader measured.
-                if gap_ms.saturating_add(1) < h.dwell_ms {
+                if gap_ms < h.dwell_ms {
                     out.push(Violation::DwellCut {
                         zone: zone.clone(),
                         version,
@@ -762,7 +758,7 @@ mod tests {
             auto(entry(2, "failover", "zone bad"), &["az-c"], 5_001),
             auto(entry(3, "quota_rebalance", "drift"), &[], 6_000),
             auto(entry(4, "failback", "zone well"), &["az-a"], 15_000),
-            auto(entry(5, "failback", "zone well"), &["az-b"], 14_998),
+            auto(entry(5, "failback", "zone well"), &["az-b"], 14_999),
         ];
         set_log(&mut h, log.clone());
         assert_eq!(
@@ -771,7 +767,7 @@ mod tests {
                 zone: "az-b".into(),
                 version: 5,
                 after: 1,
-                gap_ms: 9_998,
+                gap_ms: 9_999,
                 dwell_ms: 10_000
             }]
         );
@@ -790,10 +786,6 @@ mod tests {
                 dwell_ms: 10_000
             }]
         );
-        // A gap 1 ms short is the clocks' rounding, not a broken dwell.
-        log[3] = auto(entry(4, "failback", "zone well"), &["az-a"], 14_999);
-        set_log(&mut h, log[..4].to_vec());
-        assert_eq!(check(&h), vec![]);
         // An operator may act within the dwell; an unknown stamp ends the
         // comparison for its zones.
         log[4] = entry(5, "failover", "op-5");
