@@ -138,14 +138,17 @@ fn a_wiped_member_with_a_jumped_clock_rejoins_under_a_later_added_leader() {
 
 /// Open (found by the final soak, not yet fixed): seeds 2003425 (node 2
 /// cannot reopen its store after a crash under a slow disk: sled's lock
-/// still held), 2003428 (no convergence after the heal) and 2004353 (an
+/// still held), 2003428 (no convergence after the heal), 2005193 (node 4
+/// reported leading term 10 after node 5 had: either two watchers'
+/// reports crossed, or a quorum granted a lower vote; not analysed) and
+/// 2004353 (an
 /// automatic decision 9,998 ms after the last on its zone, dwell 10 s: the
 /// dwell clock counts a concurrent command stamped after the decision;
 /// see cluster/ARCHITECTURE.md, "Found so far").
 #[test]
-#[ignore = "open: seeds 2003425, 2003428, 2004353 (see cluster/ARCHITECTURE.md)"]
+#[ignore = "open: seeds 2003425, 2003428, 2004353, 2005193 (see cluster/ARCHITECTURE.md)"]
 fn open_findings_of_the_final_soak() {
-    for seed in [2_003_425, 2_003_428, 2_004_353] {
+    for seed in [2_003_425, 2_003_428, 2_004_353, 2_005_193] {
         let run = std::panic::catch_unwind(|| world::run(seed, &Options::default()));
         zonegate_cluster::sim::uninstall();
         let r = run.unwrap_or_else(|_| panic!("seed {seed} panicked"));
