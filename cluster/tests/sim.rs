@@ -138,17 +138,14 @@ fn a_wiped_member_with_a_jumped_clock_rejoins_under_a_later_added_leader() {
 
 /// Open (found by the final soak, not yet fixed): seeds 2003425 (node 2
 /// cannot reopen its store after a crash under a slow disk: sled's lock
-/// still held), 2003428 (no convergence after the heal), 2005193 (node 4
-/// reported leading term 10 after node 5 had: either two watchers'
-/// reports crossed, or a quorum granted a lower vote; not analysed) and
-/// 2004353 (an
+/// still held), 2003428 (no convergence after the heal) and 2004353 (an
 /// automatic decision 9,998 ms after the last on its zone, dwell 10 s: the
 /// dwell clock counts a concurrent command stamped after the decision;
 /// see cluster/ARCHITECTURE.md, "Found so far").
 #[test]
-#[ignore = "open: seeds 2003425, 2003428, 2004353, 2005193 (see cluster/ARCHITECTURE.md)"]
+#[ignore = "open: seeds 2003425, 2003428, 2004353 (see cluster/ARCHITECTURE.md)"]
 fn open_findings_of_the_final_soak() {
-    for seed in [2_003_425, 2_003_428, 2_004_353, 2_005_193] {
+    for seed in [2_003_425, 2_003_428, 2_004_353] {
         let run = std::panic::catch_unwind(|| world::run(seed, &Options::default()));
         zonegate_cluster::sim::uninstall();
         let r = run.unwrap_or_else(|_| panic!("seed {seed} panicked"));
@@ -157,6 +154,20 @@ fn open_findings_of_the_final_soak() {
         }
         assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
     }
+}
+
+/// Seed 2005193: node 4 led term 10 before node 5 by openraft's own log,
+/// but its leadership was reported after node 5's (a node publishes its
+/// metrics after the new leader's first entry is written), and the
+/// checker took that for a lower leader id winning later. Reports of one
+/// term within `check::REPORT_SLACK_MS` may cross.
+#[test]
+fn leaderships_reported_out_of_order_within_the_slack_are_no_violation() {
+    let r = world::run(2_005_193, &Options::default());
+    if !r.violations.is_empty() {
+        print_failure(&r);
+    }
+    assert!(r.violations.is_empty(), "seed 2005193: {:?}", r.violations);
 }
 
 /// Seeds the planted bug runs under; the checker must flag at least one.

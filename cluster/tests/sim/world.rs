@@ -180,6 +180,8 @@ struct World {
     /// failbacks are unfreezes instead.
     quiet: bool,
     opts: Options,
+    /// The run's start, for the leaderships' report times.
+    origin: tokio::time::Instant,
 }
 
 /// The id of the member the operator adds during a run.
@@ -311,6 +313,7 @@ async fn run_async(seed: u64, opts: Options) -> Report {
         disk_rng: Rng::new(seed ^ 0x6469_736B_7321),
         unslow: Vec::new(),
         quiet: false,
+        origin: tokio::time::Instant::now(),
         opts: opts.clone(),
     };
     world.quiet = opts.extended && world.disk_rng.chance(50);
@@ -481,6 +484,7 @@ impl World {
     fn watch(&self, id: NodeId, incarnation: u32, node: &ClusterNode) {
         let mut metrics = node.raft_metrics();
         let history = self.history.clone();
+        let origin = self.origin;
         tokio::spawn(async move {
             let mut last = None;
             loop {
@@ -490,7 +494,10 @@ impl World {
                         let term = m.current_term;
                         if last != Some(term) {
                             last = Some(term);
-                            lock(&history).leaders.push((term, id));
+                            let mut h = lock(&history);
+                            h.leaders.push((term, id));
+                            let at = millis(origin.elapsed());
+                            h.leader_ms.entry((term, id)).or_insert(at);
                         }
                     }
                 }
