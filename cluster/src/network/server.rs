@@ -741,7 +741,11 @@ async fn prevote(State(service): State<Arc<RaftService>>, req: Request) -> Respo
 /// promoted back to its configured role. One membership change at a time
 /// (openraft refuses a second while one is in flight; the member asks
 /// again). Answers 202 when a change was started or none is needed yet,
-/// 409 when this node does not lead.
+/// with the body `learner TERM NODE` (this leader's vote) once the member
+/// is a learner in a membership this leader committed (the member then
+/// takes its appends: `Identity::admits`); 409 when this node does not
+/// lead, naming the leader it follows (`leader ID ADDR`) when it knows
+/// one.
 async fn rejoin(State(service): State<Arc<RaftService>>, req: Request) -> Response {
     let call = match receive(&service, req, PATH_REJOIN, 0).await {
         Ok(c) => c,
