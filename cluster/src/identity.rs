@@ -59,6 +59,11 @@ pub(crate) struct Identity {
     write: tokio::sync::Mutex<()>,
     /// Set once this node learned it lost its store: the node stops.
     amnesia: watch::Sender<Option<String>>,
+    /// While rejoining: the vote `(term, node)` of the leader that
+    /// answered that this node is a learner in its committed membership.
+    /// Until then this node takes no append (see [`Identity::admits`]).
+    /// Not persisted: a restarted rejoiner asks again.
+    rejoin_floor: std::sync::Mutex<Option<(u64, NodeId)>>,
 }
 
 /// A random 128-bit id, hex. std's `RandomState` is seeded from the OS's
@@ -96,7 +101,33 @@ impl Identity {
             state: std::sync::Mutex::new(state),
             write: tokio::sync::Mutex::new(()),
             amnesia: watch::channel(None).0,
+            rejoin_floor: std::sync::Mutex::new(None),
         })
+    }
+
+    /// A leader with vote `(term, node)` answered that this rejoining
+    /// node is a learner in its committed membership.
+    pub fn admitted_by(&self, term: u64, node: NodeId) {
+        let mut floor = lock(&self.rejoin_floor);
+        *floor = (*floor).max(Some((term, node)));
+    }
+
+    /// Whether this node takes an append or snapshot sent under vote
+    /// `(term, node)`. A rejoining node lost the vote it had granted and
+    /// the entries it had acknowledged: as long as a membership lists it
+    /// as a voter its acknowledgement counts toward a commit, even for a
+    /// leader whose term has passed (which a node with its store would
+    /// refuse). So it takes appends only once a leader answered that it
+    /// is a learner in that leader's committed membership, and only under
+    /// that leader's vote or a later one (openraft's order: term, then
+    /// node id). The simulation's seed 2000013 found this: a stale leader
+    /// committed with a wiped voter's acknowledgement over entries a later
+    /// leader had committed.
+    pub fn admits(&self, term: u64, node: NodeId) -> bool {
+        if !self.rejoining() {
+            return true;
+        }
+        lock(&self.rejoin_floor).is_some_and(|floor| (term, node) >= floor)
     }
 
     pub fn current(&self) -> StoredIdentity {

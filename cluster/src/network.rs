@@ -201,6 +201,24 @@ impl Network {
         Ok((status, id, joined))
     }
 
+    /// [`Network::post_empty`], returning the status and the answer's body
+    /// (the pre-vote's answer names the voter's last log entry).
+    pub(crate) async fn post_empty_for_body(
+        &self,
+        to: NodeId,
+        addr: &str,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<(u16, Vec<u8>), TransportError> {
+        let peer = PeerClient {
+            net: self.clone(),
+            target: to,
+            addr: addr.to_owned(),
+        };
+        let (status, _, _, body) = peer.exchange(path, Vec::new(), timeout, 0, false).await?;
+        Ok((status, body))
+    }
+
     /// A network for node `node_id` signing with `keys`, over mutual TLS
     /// when `tls` is given; `faults`, when given, is consulted before
     /// every RPC.

@@ -242,6 +242,7 @@ impl ClusterNode {
         .with_identity(identity.clone());
         let pristine = check_identity(&network, &identity, &members, node_id, rejoin).await?;
         let raft_config = Arc::new(raft_config(&timing)?);
+        let log_reader = Arc::new(log_store.clone());
         let raft = Raft::new(node_id, raft_config, network.clone(), log_store, sm_store)
             .await
             .map_err(|e| ClusterError::Raft(e.to_string()))?;
@@ -270,7 +271,8 @@ impl ClusterNode {
         )
         .with_failover(failover.clone())
         .with_identity(identity.clone())
-        .with_prevote_window(timing.election_timeout_max);
+        .with_prevote_window(timing.election_timeout_max)
+        .with_log(Arc::downgrade(&log_reader));
         let leader_contact = service.leader_contact();
         let app = server::router(Arc::new(service));
         #[cfg(feature = "sim")]
@@ -308,6 +310,7 @@ impl ClusterNode {
         let campaigns = Campaigns::allowed();
         let elections = crate::prevote::Driver {
             raft: raft.clone(),
+            log: log_reader,
             network: network.clone(),
             roster: roster.clone(),
             identity: identity.clone(),

@@ -20,9 +20,20 @@
 //!    answers 409 when it heard from a live leader within
 //!    `election_timeout_max` (a follower: an append from its leader; a
 //!    leader: a quorum's acknowledgement, or none yet in a term just
-//!    begun), else 200;
-//! 3. with a quorum of 200s (its own included) it campaigns
+//!    begun), else 200 naming its last log entry;
+//! 3. a 200 counts as a grant only when the candidate's log is at least as
+//!    up to date as the one it names (as the Raft thesis's pre-vote, §9.6;
+//!    a 200 without a body, from a build before this check, counts as
+//!    before); with a quorum of grants (its own included) it campaigns
 //!    (`Raft::trigger().elect()`), otherwise it waits for the next timeout.
+//!
+//! The log check matters because openraft refuses a vote for a candidate
+//! whose log is behind without adopting the candidate's term: with
+//! enough such candidates granting each other's rounds, each campaign
+//! raised the term past the up-to-date voters', which then campaigned
+//! with a term already spent, round after round (the simulation's seed 46:
+//! six voters, three behind and one rejoining, term 2 to 161 without a
+//! leader that lasted).
 //!
 //! A candidate that resumes from a pause therefore asks, hears that the
 //! leader is alive, and waits for its heartbeat: the term never moves. A
@@ -35,6 +46,7 @@
 //! asks its successor to campaign directly (`PATH_ELECT`): a leader giving
 //! up its place needs no pre-vote.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -47,7 +59,7 @@ use crate::identity::Identity;
 use crate::lock::lock;
 use crate::network::{Network, PATH_PREVOTE};
 use crate::roster::Roster;
-use crate::types::alias::Raft;
+use crate::types::alias::{LogId, Raft};
 use crate::view::NodeId;
 
 /// Whether this node may campaign at all (a draining node may not; it
@@ -92,35 +104,53 @@ pub(crate) fn heard_from_leader(
     knows_leader && contact_age.is_some_and(|age| age <= window)
 }
 
-/// The votes of a pre-vote round so far. Pure.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The votes of a pre-vote round so far, against the membership's voter
+/// configs: one, or two during a joint change, where a vote needs a
+/// majority of each (as openraft's election does; a tally over the union
+/// let voters who could never be elected campaign on: the simulation's
+/// seed 2000423). Pure.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Tally {
-    pub voters: usize,
+    configs: Vec<BTreeSet<NodeId>>,
     /// Voters (the candidate included) that heard from no live leader.
-    pub granted: usize,
+    granted: BTreeSet<NodeId>,
     /// Voters that heard from one, or did not answer.
-    pub refused: usize,
+    refused: BTreeSet<NodeId>,
 }
 
 impl Tally {
-    /// A round among `voters`, the candidate's own grant counted.
-    pub(crate) fn new(voters: usize) -> Self {
+    /// A round among `configs`, the candidate `me`'s own grant counted.
+    pub(crate) fn new(configs: Vec<BTreeSet<NodeId>>, me: NodeId) -> Self {
         Self {
-            voters,
-            granted: 1,
-            refused: 0,
+            configs,
+            granted: [me].into(),
+            refused: BTreeSet::new(),
         }
     }
 
-    fn quorum(&self) -> usize {
-        self.voters / 2 + 1
+    pub(crate) fn grant(&mut self, voter: NodeId) {
+        self.granted.insert(voter);
+    }
+
+    pub(crate) fn refuse(&mut self, voter: NodeId) {
+        self.refused.insert(voter);
     }
 
     /// `Some(campaign?)` once the round is decided either way.
     pub(crate) fn outcome(&self) -> Option<bool> {
-        if self.granted >= self.quorum() {
+        let quorum = |c: &BTreeSet<NodeId>| c.len() / 2 + 1;
+        let count = |c: &BTreeSet<NodeId>, of: &BTreeSet<NodeId>| c.intersection(of).count();
+        if self
+            .configs
+            .iter()
+            .all(|c| count(c, &self.granted) >= quorum(c))
+        {
             Some(true)
-        } else if self.voters.saturating_sub(self.refused) < self.quorum() {
+        } else if self
+            .configs
+            .iter()
+            .any(|c| c.len().saturating_sub(count(c, &self.refused)) < quorum(c))
+        {
             Some(false)
         } else {
             None
@@ -149,9 +179,39 @@ fn random_between(min: Duration, max: Duration) -> Duration {
     min + Duration::from_millis(u64::try_from(r).unwrap_or(0))
 }
 
+/// A granted pre-vote's answer body: the voter's last log entry as
+/// `term-node-index`, empty when its log is empty.
+pub(crate) fn encode_last(last: Option<LogId>) -> String {
+    last.map(|l| format!("{}-{}-{}", l.leader_id.term, l.leader_id.node_id, l.index))
+        .unwrap_or_default()
+}
+
+/// Whether a 200 whose body is `answer` counts as a grant for a candidate
+/// whose last log entry is `mine`: the voter's log (as the body names it)
+/// is not ahead of the candidate's. An empty or unreadable body (a build
+/// without the check, or an empty log) grants. Pure.
+pub(crate) fn grants(answer: &[u8], mine: Option<LogId>) -> bool {
+    let theirs = std::str::from_utf8(answer).ok().and_then(|text| {
+        let mut parts = text.trim().splitn(3, '-').map(str::parse::<u64>);
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(Ok(term)), Some(Ok(node)), Some(Ok(index))) => Some(LogId::new(
+                openraft::CommittedLeaderId::new(term, node),
+                index,
+            )),
+            _ => None,
+        }
+    });
+    match theirs {
+        Some(theirs) => mine >= Some(theirs),
+        None => true,
+    }
+}
+
 /// What the election driver needs.
 pub(crate) struct Driver {
     pub raft: Raft,
+    /// This node's log: its last entry against each grant's.
+    pub log: Arc<crate::store::LogStore>,
     pub network: Network,
     pub roster: Roster,
     pub identity: Arc<Identity>,
@@ -178,13 +238,15 @@ pub(crate) async fn run(mut d: Driver) {
             _ = d.stop.wait_for(|s| *s) => return,
             _ = tick.tick() => {}
         }
-        let (state, voters, committed) = {
+        let (state, voters, configs, committed) = {
             let m = metrics.borrow_and_update();
             if m.running_state.is_err() {
                 return;
             }
-            let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
-            (m.state, voters, m.vote.is_committed())
+            let membership = m.membership_config.membership();
+            let voters: Vec<NodeId> = membership.voter_ids().collect();
+            let configs = membership.get_joint_config().clone();
+            (m.state, voters, configs, m.vote.is_committed())
         };
         let now = Instant::now();
         if let Some(heard) = *lock(&d.contact) {
@@ -208,7 +270,7 @@ pub(crate) async fn run(mut d: Driver) {
         if now.saturating_duration_since(since) < due {
             continue;
         }
-        let campaign = round(&d, &voters).await;
+        let campaign = round(&d, &voters, configs).await;
         since = Instant::now();
         timeout = random_between(d.election_timeout_min, d.election_timeout_max);
         if campaign {
@@ -224,34 +286,45 @@ pub(crate) async fn run(mut d: Driver) {
 /// One pre-vote round: whether a quorum heard from no live leader. Ends
 /// as soon as the outcome is known; a voter that does not answer within
 /// `election_timeout_min` counts as a refusal.
-async fn round(d: &Driver, voters: &[NodeId]) -> bool {
-    let mut tally = Tally::new(voters.len());
+async fn round(d: &Driver, voters: &[NodeId], configs: Vec<BTreeSet<NodeId>>) -> bool {
+    let mut tally = Tally::new(configs, d.me);
     if let Some(decided) = tally.outcome() {
         return decided;
     }
+    let mine = {
+        use openraft::storage::RaftLogStorage;
+        let mut log = (*d.log).clone();
+        match log.get_log_state().await {
+            Ok(state) => state.last_log_id,
+            // No reading of its own log: no campaign this round.
+            Err(_) => return false,
+        }
+    };
     let mut asks = tokio::task::JoinSet::new();
     for id in voters.iter().copied().filter(|id| *id != d.me) {
         let Some(member) = d.roster.get(id) else {
-            tally.refused += 1;
+            tally.refuse(id);
             continue;
         };
         let network = d.network.clone();
         let ttl = d.election_timeout_min;
         asks.spawn(async move {
             let answer = network
-                .post_empty(id, &member.raft_addr, PATH_PREVOTE, ttl)
+                .post_empty_for_body(id, &member.raft_addr, PATH_PREVOTE, ttl)
                 .await;
             (id, answer)
         });
     }
     while let Some(joined) = asks.join_next().await {
         match joined {
-            Ok((_, Ok((200, _, _)))) => tally.granted += 1,
+            Ok((id, Ok((200, body)))) if grants(&body, mine) => tally.grant(id),
             Ok((id, other)) => {
                 tracing::debug!(voter = id, answer = ?other.map(|a| a.0), "pre-vote not granted");
-                tally.refused += 1;
+                tally.refuse(id);
             }
-            Err(_) => tally.refused += 1,
+            // A task that failed: nothing says who; the round then ends
+            // undecided if it must (no grant counted).
+            Err(_) => {}
         }
         if let Some(decided) = tally.outcome() {
             tracing::debug!(?tally, "pre-vote round decided");
@@ -295,34 +368,93 @@ mod tests {
         }
     }
 
+    fn set(ids: &[NodeId]) -> BTreeSet<NodeId> {
+        ids.iter().copied().collect()
+    }
+
     #[test]
     fn a_round_needs_a_quorum_of_grants_the_candidates_own_included() {
         // A resumed follower of three: the leader and the other follower
         // both heard from the leader.
-        let mut t = Tally::new(3);
+        let mut t = Tally::new(vec![set(&[1, 2, 3])], 1);
         assert_eq!(t.outcome(), None);
-        t.refused += 1;
+        t.refuse(2);
         assert_eq!(t.outcome(), None);
-        t.refused += 1;
+        t.refuse(3);
         assert_eq!(t.outcome(), Some(false));
         // The leader died: the other follower grants, the dead leader's
         // answer is not waited for.
-        let mut t = Tally::new(3);
-        t.granted += 1;
+        let mut t = Tally::new(vec![set(&[1, 2, 3])], 1);
+        t.grant(2);
         assert_eq!(t.outcome(), Some(true));
         // The only voter campaigns at once; two voters need both.
-        assert_eq!(Tally::new(1).outcome(), Some(true));
-        let mut t = Tally::new(2);
+        assert_eq!(Tally::new(vec![set(&[1])], 1).outcome(), Some(true));
+        let mut t = Tally::new(vec![set(&[1, 2])], 1);
         assert_eq!(t.outcome(), None);
-        t.refused += 1;
+        t.refuse(2);
         assert_eq!(t.outcome(), Some(false));
         // Five voters: three grants.
-        let mut t = Tally::new(5);
-        t.granted += 1;
-        t.refused += 2;
+        let mut t = Tally::new(vec![set(&[1, 2, 3, 4, 5])], 1);
+        t.grant(2);
+        t.refuse(3);
+        t.refuse(4);
         assert_eq!(t.outcome(), None);
-        t.granted += 1;
+        t.grant(5);
         assert_eq!(t.outcome(), Some(true));
+    }
+
+    /// Seed 2000423 of the simulation: during a joint change
+    /// `[{1, 2}, {1, 2, 3}]` with node 1 refusing (its log ahead), nodes 2
+    /// and 3 made a majority of the union and campaigned in turn, though
+    /// no election without node 1 could succeed; their terms outran node
+    /// 1's, which could.
+    #[test]
+    fn a_joint_configuration_needs_a_quorum_of_each_config() {
+        let joint = vec![set(&[1, 2]), set(&[1, 2, 3])];
+        let mut t = Tally::new(joint.clone(), 2);
+        t.grant(3);
+        assert_eq!(t.outcome(), None);
+        t.refuse(1);
+        assert_eq!(t.outcome(), Some(false));
+        let mut t = Tally::new(joint, 1);
+        t.grant(2);
+        assert_eq!(t.outcome(), Some(true));
+        // A candidate in the new config only still needs the old one's
+        // majority.
+        let mut t = Tally::new(vec![set(&[1, 2, 3]), set(&[3, 4, 5])], 4);
+        t.grant(5);
+        assert_eq!(t.outcome(), None);
+        t.grant(1);
+        t.grant(2);
+        assert_eq!(t.outcome(), Some(true));
+    }
+
+    /// Seed 46 of the simulation: voters whose logs were behind granted
+    /// each other's rounds and kept raising the term past the up-to-date
+    /// voters'; a grant now counts only from a voter whose log is not
+    /// ahead of the candidate's.
+    #[test]
+    fn a_grant_from_a_voter_whose_log_is_ahead_does_not_count() {
+        let id = |term, node, index| {
+            Some(LogId::new(
+                openraft::CommittedLeaderId::new(term, node),
+                index,
+            ))
+        };
+        let mine = id(8, 100, 24);
+        assert_eq!(encode_last(id(161, 4, 26)), "161-4-26");
+        assert!(!grants(b"161-4-26", mine));
+        assert!(!grants(b"8-100-25", mine));
+        // openraft orders leader ids by term, then node id.
+        assert!(!grants(b"8-101-24", mine));
+        assert!(grants(b"8-100-24", mine));
+        assert!(grants(b"7-200-90", mine));
+        // An empty log, a build without the check, a body not understood.
+        assert!(grants(b"", mine));
+        assert!(grants(b"", None));
+        assert!(grants(b"x-1-2", mine));
+        assert!(!grants(b"1-1-1", None));
+        assert_eq!(encode_last(None), "");
     }
 
     #[test]

@@ -211,6 +211,9 @@ impl Proposer {
         let me = self.raft.metrics().borrow().id;
         let cmd = cmd.clocked(unix_ms_on(me), leader_clock(me));
         let check_version = self.dry_run(&cmd).await?;
+        // The simulation notes the stamp's true time (its dwell check).
+        #[cfg(feature = "sim")]
+        crate::sim::stamped(&cmd);
         // Until Raft has the entry nothing is written: a failure here is
         // what it says. From then on, only an answer from Raft is a fact.
         let answer = self

@@ -15,12 +15,17 @@
 //! - the monotonic leader clock: per node incarnation, on the paused clock;
 //! - randomness (election timeouts, cluster ids): one seeded generator.
 //!
-//! and, under `sim-bug-ack-before-commit` only, switch on a planted bug
-//! the safety checker must catch.
+//! Besides, a node's store can be made slow ([`set_disk_delay`]: every
+//! flush first waits that long, in simulated time); each command a leader
+//! hands to Raft is noted with the true simulated time of its stamp
+//! ([`stamps`], for the checker's dwell rule); and, under
+//! `sim-bug-ack-before-commit` only, a planted bug the safety checker must
+//! catch can be switched on.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::time::Duration;
@@ -56,6 +61,21 @@ struct Sim {
     boots: BTreeMap<NodeId, (u64, tokio::time::Instant)>,
     rng: u64,
     bug: bool,
+    /// Commands handed to Raft, with the true time of their stamp.
+    stamps: Vec<Stamp>,
+    /// Per data directory: how long each of its store's flushes waits.
+    disk: BTreeMap<PathBuf, Duration>,
+}
+
+/// A command a leader stamped and handed to Raft: what identifies its
+/// decision record (actor, reason, the leader's wall-clock stamp) and the
+/// true simulated time of the stamp, in ms since [`install`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    pub actor: String,
+    pub reason: String,
+    pub at_ms: u64,
+    pub true_ms: u64,
 }
 
 thread_local! {
@@ -80,6 +100,8 @@ pub fn install(net: std::sync::Arc<dyn Net>, seed: u64, epoch_ms: u64) {
         boots: BTreeMap::new(),
         rng: seed ^ 0x9E37_79B9_7F4A_7C15,
         bug: false,
+        stamps: Vec::new(),
+        disk: BTreeMap::new(),
     };
     SIM.with(|s| *s.borrow_mut() = Some(Rc::new(RefCell::new(sim))));
 }
@@ -104,6 +126,23 @@ pub fn restart(node: NodeId) {
 /// Switch the planted bug on (only with `sim-bug-ack-before-commit`).
 pub fn plant_bug(on: bool) {
     with(|s| s.bug = on);
+}
+
+/// Make every flush of the store under data directory `dir` wait
+/// `delay` first (a slow disk); `Duration::ZERO` makes it fast again.
+pub fn set_disk_delay(dir: &Path, delay: Duration) {
+    with(|s| {
+        if delay.is_zero() {
+            s.disk.remove(dir);
+        } else {
+            s.disk.insert(dir.to_path_buf(), delay);
+        }
+    });
+}
+
+/// Every command stamped and handed to Raft so far, in order.
+pub fn stamps() -> Vec<Stamp> {
+    with(|s| s.stamps.clone()).unwrap_or_default()
 }
 
 /// splitmix64: small, seeded, good enough for timeouts and ids.
@@ -139,6 +178,25 @@ pub(crate) fn leader_clock(node: NodeId) -> Option<(u64, u64)> {
         let (boot, start) = s.boots[&node];
         (boot, crate::clock::millis(start.elapsed()))
     })
+}
+
+/// How long a flush of the store under `dir` waits (a slow disk).
+pub(crate) fn disk_delay(dir: &Path) -> Option<Duration> {
+    with(|s| s.disk.get(dir).copied()).flatten()
+}
+
+/// Note `cmd`, just stamped by its leader, as handed to Raft now.
+pub(crate) fn stamped(cmd: &crate::Command) {
+    let f = cmd.fields();
+    with(|s| {
+        let stamp = Stamp {
+            actor: f.actor.to_owned(),
+            reason: f.reason.to_owned(),
+            at_ms: f.at_ms,
+            true_ms: crate::clock::millis(s.origin.elapsed()),
+        };
+        s.stamps.push(stamp);
+    });
 }
 
 /// The next seeded random number.

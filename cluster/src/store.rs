@@ -395,6 +395,9 @@ pub struct LogStore {
 async fn flush(db: &sled::Db, durable: &Durable) -> std::io::Result<()> {
     let result = async {
         durable.fault().before_flush()?;
+        // The simulation's slow disk: the flush waits first.
+        #[cfg(feature = "sim")]
+        durable.sim_delay().await;
         flush_sled(db).await.map_err(sled_io)?;
         durable.sync().await
     }

@@ -45,11 +45,132 @@ const FIXED_SEEDS: &[u64] = &[1, 2, 3, 4, 5, 6, 7, 8, 199, 240, 1109];
 /// (`network::server::beyond_our_log`).
 #[test]
 fn a_lagging_node_follows_a_leader_added_after_its_log_ends() {
-    let r = world::run(1109, &Options::default());
+    // The faults of its day (no wiped members, no slow disks), so the
+    // seed replays the scenario that found it.
+    let r = world::run(1109, &Options::classic());
     if !r.violations.is_empty() {
         print_failure(&r);
     }
     assert!(r.violations.is_empty(), "seed 1109: {:?}", r.violations);
+}
+
+/// Seed 10 found it (and 34, 36, 40 of the first 60 with wiped members):
+/// a member wiped and restarted with `--rejoin` while node 100, added
+/// during the run, led never rejoined. It asked the leader for its next
+/// step at the address in its own `[[cluster.members]]`, which has no
+/// node 100 (nor a readdressed member's new address), so it never asked,
+/// stayed a non-voting rejoiner and the run did not converge. The rejoin
+/// loop now takes the leader's address from the applied membership first.
+#[test]
+fn a_wiped_member_rejoins_under_a_leader_added_after_its_config() {
+    let r = world::run(10, &Options::default());
+    if !r.violations.is_empty() {
+        print_failure(&r);
+    }
+    assert!(r.violations.is_empty(), "seed 10: {:?}", r.violations);
+}
+
+/// Seed 46 found it: six voters, three of them behind (node 3 wiped and
+/// rejoining, so it voted for nobody) and two ahead. The ones behind
+/// granted each other's pre-votes and campaigned in turn; openraft
+/// refuses a vote for a log that is behind without taking on its term,
+/// so the two voters ahead kept campaigning with a term already spent:
+/// term 161 and no leader that lasted, no convergence. A pre-vote grant
+/// now names the voter's last log entry and counts only for a candidate
+/// at least as up to date (`prevote::grants`).
+#[test]
+fn elections_end_when_the_voters_behind_outnumber_the_ones_ahead() {
+    let r = world::run(46, &Options::default());
+    if !r.violations.is_empty() {
+        print_failure(&r);
+    }
+    assert!(r.violations.is_empty(), "seed 46: {:?}", r.violations);
+}
+
+/// Seed 2000013 (found by the soak): node 2, wiped and restarted with
+/// `--rejoin`, took appends from node 3, which had led term 7 but not
+/// the later term 8 (a wiped node forgot the vote it had granted): with
+/// node 2 still a voter in node 3's membership its acknowledgements made
+/// a quorum, and node 3 committed entries over the ones term 8 had
+/// committed (openraft's `debug_assert` in `has_log_id` fired on a
+/// follower; configs 5 and 6, acknowledged, were lost). A rejoining node
+/// now takes appends only once a leader answered that it is a learner in
+/// that leader's committed membership, and only under that leader's vote
+/// or a later one (`Identity::admits`).
+#[test]
+fn acknowledged_writes_survive_a_stale_leader_reaching_a_wiped_voter() {
+    let r = world::run(2_000_013, &Options::default());
+    if !r.violations.is_empty() {
+        print_failure(&r);
+    }
+    assert!(r.violations.is_empty(), "seed 2000013: {:?}", r.violations);
+}
+
+/// Seed 2000423 (found by the soak): during the joint change that
+/// promoted a rejoined member back (`[{1, 2}, {1, 2, 3}]`), node 1 held
+/// the newest entry and refused the others' pre-votes; nodes 2 and 3, a
+/// majority of the union but not of `{1, 2}`, campaigned in turn for the
+/// whole 30 s bound and their terms outran node 1's. A pre-vote round now
+/// needs a majority of each config (`prevote::Tally`).
+#[test]
+fn elections_settle_during_a_joint_change() {
+    let r = world::run(2_000_423, &Options::default());
+    if !r.violations.is_empty() {
+        print_failure(&r);
+    }
+    assert!(r.violations.is_empty(), "seed 2000423: {:?}", r.violations);
+}
+
+/// Open (found by the soak, not yet understood): seed 2001565. Node 2,
+/// wiped, rejoins while node 100 (added during the run) leads and node
+/// 2's clock is 72 s off (its calls refused as stale until the heal);
+/// after the heal the run does not converge. No safety rule breaks.
+/// Replay with `RUST_LOG=openraft=info,zonegate_cluster=debug`.
+#[test]
+#[ignore = "open: no convergence after a wiped member rejoins under a later-added leader (seed 2001565)"]
+fn a_wiped_member_with_a_jumped_clock_rejoins_under_a_later_added_leader() {
+    let r = world::run(2_001_565, &Options::default());
+    if !r.violations.is_empty() {
+        print_failure(&r);
+    }
+    assert!(r.violations.is_empty(), "seed 2001565: {:?}", r.violations);
+}
+
+/// Open (found by the final soak, not yet fixed): seeds 2003425 (node 2
+/// cannot reopen its store after a crash under a slow disk: sled's lock
+/// still held), 2003428 and 3000778 (no convergence after the heal; in
+/// 3000778 the leader, node 3, was wiped, and nodes 1 and 2 refused each
+/// other's pre-votes as having heard a live leader until the end) and
+/// 2004353 and 3000553 (an
+/// automatic decision 9,998 ms after the last on its zone, dwell 10 s: the
+/// dwell clock counts a concurrent command stamped after the decision;
+/// see cluster/ARCHITECTURE.md, "Found so far").
+#[test]
+#[ignore = "open: seeds 2003425, 2003428, 3000778, 2004353, 3000553 (see cluster/ARCHITECTURE.md)"]
+fn open_findings_of_the_final_soak() {
+    for seed in [2_003_425, 2_003_428, 3_000_778, 2_004_353, 3_000_553] {
+        let run = std::panic::catch_unwind(|| world::run(seed, &Options::default()));
+        zonegate_cluster::sim::uninstall();
+        let r = run.unwrap_or_else(|_| panic!("seed {seed} panicked"));
+        if !r.violations.is_empty() {
+            print_failure(&r);
+        }
+        assert!(r.violations.is_empty(), "seed {seed}: {:?}", r.violations);
+    }
+}
+
+/// Seed 2005193: node 4 led term 10 before node 5 by openraft's own log,
+/// but its leadership was reported after node 5's (a node publishes its
+/// metrics after the new leader's first entry is written), and the
+/// checker took that for a lower leader id winning later. Reports of one
+/// term within `check::REPORT_SLACK_MS` may cross.
+#[test]
+fn leaderships_reported_out_of_order_within_the_slack_are_no_violation() {
+    let r = world::run(2_005_193, &Options::default());
+    if !r.violations.is_empty() {
+        print_failure(&r);
+    }
+    assert!(r.violations.is_empty(), "seed 2005193: {:?}", r.violations);
 }
 
 /// Seeds the planted bug runs under; the checker must flag at least one.
@@ -108,6 +229,7 @@ fn run_all(
     let mut runs = 0u64;
     let mut failed = Vec::new();
     let mut converge = Vec::new();
+    let (mut auto_zone, mut unstamped) = (0usize, 0usize);
     for seed in seeds {
         if budget.is_some_and(|b| started.elapsed() >= b) {
             eprintln!("time budget spent: stopped before seed {seed}");
@@ -129,16 +251,20 @@ fn run_all(
             }
         };
         runs += 1;
+        auto_zone += r.auto_zone;
+        unstamped += r.unstamped;
         if let Some(ms) = r.converged_ms {
             converge.push(ms);
         }
         if verbose {
             eprintln!(
-                "seed {seed}: {} | {} ops, {} acknowledged, {} messages, converged after {:?} ms, {} violations",
+                "seed {seed}: {} | {} ops, {} acknowledged, {} messages, {} automatic zone decisions ({} stamps unknown), converged after {:?} ms, {} violations",
                 r.layout,
                 r.ops,
                 r.acked,
                 r.messages,
+                r.auto_zone,
+                r.unstamped,
                 r.converged_ms,
                 r.violations.len()
             );
@@ -165,6 +291,9 @@ fn run_all(
         p(0.5),
         p(0.99),
         converge.last()
+    );
+    eprintln!(
+        "dwell rule: {auto_zone} automatic zone decisions checked; {unstamped} committed decisions with no known stamp"
     );
     if let (Some(a), Some(b)) = (cpu_start, cpu_seconds()) {
         eprintln!(

@@ -53,6 +53,10 @@ pub struct RaftService {
     /// A pre-vote is refused while this node heard from a live leader
     /// within this long (`election_timeout_max`).
     prevote_window: std::time::Duration,
+    /// This node's log, whose last entry a granted pre-vote names. Weak:
+    /// the election driver holds it, so a stopped node's store closes
+    /// while handlers still run.
+    log: std::sync::Weak<crate::store::LogStore>,
 }
 
 impl RaftService {
@@ -75,10 +79,17 @@ impl RaftService {
             identity: None,
             leader_contact: Arc::default(),
             prevote_window: std::time::Duration::from_millis(600),
+            log: std::sync::Weak::new(),
         }
     }
 
     /// Refuse pre-votes while a leader was heard from within `window`.
+    /// A granted pre-vote names this log's last entry (`crate::prevote`).
+    pub(crate) fn with_log(mut self, log: std::sync::Weak<crate::store::LogStore>) -> Self {
+        self.log = log;
+        self
+    }
+
     pub(crate) fn with_prevote_window(mut self, window: std::time::Duration) -> Self {
         self.prevote_window = window;
         self
@@ -434,6 +445,21 @@ fn beyond_our_log(call: &Received, vote: &Vote) -> Result<(), Refusal> {
     }
 }
 
+/// A rejoining node takes an append or snapshot only from a leader that
+/// made it a learner, or a later one (`Identity::admits`).
+fn rejoin_admits(service: &RaftService, vote: &Vote) -> Result<(), Refusal> {
+    let (term, node) = (vote.leader_id().term, vote.leader_id().voted_for());
+    let admits = service
+        .identity
+        .as_ref()
+        .is_none_or(|i| i.admits(term, node.unwrap_or_default()));
+    if admits {
+        Ok(())
+    } else {
+        Err(Refusal::Rejoining)
+    }
+}
+
 /// A vote names the candidate or leader that sent it; anything else is a
 /// node speaking for another.
 fn check_vote(sender: NodeId, vote: &Vote) -> Result<(), Refusal> {
@@ -518,6 +544,7 @@ async fn append(State(service): State<Arc<RaftService>>, req: Request) -> Respon
         check_vote(call.sender, &rpc.vote)?;
         beyond_our_log(call, &rpc.vote)?;
         admit(&service, call.sender, &call.headers).await?;
+        rejoin_admits(&service, &rpc.vote)?;
         let result = service.raft.append_entries(rpc).await;
         if matches!(&result, Ok(r) if !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_)))
         {
@@ -549,6 +576,7 @@ async fn snapshot(State(service): State<Arc<RaftService>>, req: Request) -> Resp
             check_vote(call.sender, &rpc.vote)?;
             beyond_our_log(call, &rpc.vote)?;
             admit(&service, call.sender, &call.headers).await?;
+            rejoin_admits(&service, &rpc.vote)?;
             Ok(reply(&service.raft.install_snapshot(rpc).await))
         },
     )
@@ -691,7 +719,18 @@ async fn prevote(State(service): State<Arc<RaftService>>, req: Request) -> Respo
         );
         (StatusCode::CONFLICT, "a live leader was heard from").into_response()
     } else {
-        StatusCode::OK.into_response()
+        // The grant names this node's last log entry: the candidate counts
+        // it only when its own log is at least as up to date (a vote would
+        // refuse it otherwise; see `crate::prevote`).
+        let log = service.log.upgrade().map(|log| (*log).clone());
+        let last = match log {
+            Some(mut log) => {
+                use openraft::storage::RaftLogStorage;
+                log.get_log_state().await.ok().and_then(|s| s.last_log_id)
+            }
+            None => None,
+        };
+        (StatusCode::OK, crate::prevote::encode_last(last)).into_response()
     };
     service.answer(&call, Ok(answer)).await
 }
@@ -702,7 +741,11 @@ async fn prevote(State(service): State<Arc<RaftService>>, req: Request) -> Respo
 /// promoted back to its configured role. One membership change at a time
 /// (openraft refuses a second while one is in flight; the member asks
 /// again). Answers 202 when a change was started or none is needed yet,
-/// 409 when this node does not lead.
+/// with the body `learner TERM NODE` (this leader's vote) once the member
+/// is a learner in a membership this leader committed (the member then
+/// takes its appends: `Identity::admits`); 409 when this node does not
+/// lead, naming the leader it follows (`leader ID ADDR`) when it knows
+/// one.
 async fn rejoin(State(service): State<Arc<RaftService>>, req: Request) -> Response {
     let call = match receive(&service, req, PATH_REJOIN, 0).await {
         Ok(c) => c,
@@ -715,12 +758,31 @@ async fn rejoin(State(service): State<Arc<RaftService>>, req: Request) -> Respon
 fn start_rejoin_step(service: &RaftService, sender: NodeId) -> Response {
     use openraft::ChangeMembers;
     let m = service.raft.metrics().borrow().clone();
-    if m.state != openraft::ServerState::Leader {
-        return (StatusCode::CONFLICT, "not the leader").into_response();
-    }
     let membership = m.membership_config.membership();
+    if m.state != openraft::ServerState::Leader {
+        // Name the leader this node follows, so a rejoiner that knows no
+        // leader (it takes no appends yet) asks it next.
+        let leader = m
+            .current_leader
+            .and_then(|l| membership.get_node(&l).map(|n| (l, n.raft_addr.clone())));
+        let body = match leader {
+            Some((l, addr)) => format!("leader {l} {addr}"),
+            None => "not the leader".to_owned(),
+        };
+        return (StatusCode::CONFLICT, body).into_response();
+    }
     let is_voter = membership.voter_ids().any(|id| id == sender);
     let present = membership.get_node(&sender).is_some();
+    // A learner in a membership this leader committed: the rejoiner may
+    // take this leader's appends (`Identity::admits`).
+    let committed = m.membership_config.log_id().as_ref() <= m.last_applied.as_ref();
+    let learner = (present && !is_voter && committed).then(|| {
+        format!(
+            "learner {} {}",
+            m.vote.leader_id().term,
+            m.vote.leader_id().voted_for().unwrap_or_default()
+        )
+    });
     let change = if is_voter {
         Some(ChangeMembers::RemoveVoters([sender].into()))
     } else if present {
@@ -758,5 +820,5 @@ fn start_rejoin_step(service: &RaftService, sender: NodeId) -> Response {
             }
         });
     }
-    StatusCode::ACCEPTED.into_response()
+    (StatusCode::ACCEPTED, learner.unwrap_or_default()).into_response()
 }

@@ -155,6 +155,9 @@ pub(super) const HELLO_TIMEOUT: Duration = Duration::from_millis(500);
 /// On a rejoining node: ask the leader, every half second, for the next
 /// step (made a learner, then promoted once caught up) until this node
 /// is back in its configured role; then it may vote and campaign again.
+/// It takes no append until a leader answered that it is a learner
+/// (`Identity::admits`), so it may not know the leader: then it asks
+/// every member (the leader answers, the others refuse).
 pub(super) async fn rejoin_loop(
     raft: Raft,
     identity: Arc<Identity>,
@@ -166,12 +169,33 @@ pub(super) async fn rejoin_loop(
     let configured_votes = members.get(&me).is_some_and(|m| m.role.votes());
     let mut was_learner = false;
     loop {
-        let (leader, is_voter, is_learner) = {
+        let (asked, is_voter, is_learner) = {
             let m = raft.metrics().borrow().clone();
             let membership = m.membership_config.membership();
             let is_voter = membership.voter_ids().any(|id| id == me);
             let is_learner = !is_voter && membership.get_node(&me).is_some();
-            (m.current_leader, is_voter, is_learner)
+            // Addresses as the applied membership has them (a member
+            // added, or readdressed, after this node's
+            // `[[cluster.members]]` was written), else as configured.
+            let address = |id: NodeId| {
+                membership
+                    .get_node(&id)
+                    .or_else(|| members.get(&id))
+                    .map(|m| (id, m.raft_addr.clone()))
+            };
+            let asked: Vec<(NodeId, String)> = match m.current_leader.filter(|l| *l != me) {
+                Some(leader) => address(leader).into_iter().collect(),
+                None => {
+                    let ids: BTreeSet<NodeId> = membership
+                        .nodes()
+                        .map(|(id, _)| *id)
+                        .chain(members.keys().copied())
+                        .filter(|id| *id != me)
+                        .collect();
+                    ids.into_iter().filter_map(address).collect()
+                }
+            };
+            (asked, is_voter, is_learner)
         };
         was_learner |= is_learner;
         let done = if configured_votes {
@@ -184,15 +208,46 @@ pub(super) async fn rejoin_loop(
                 tracing::info!(node_id = me, "rejoined: back in its configured role");
                 return;
             }
-        } else if let Some((to, addr)) = leader
-            .filter(|l| *l != me)
-            .and_then(|l| members.get(&l).map(|m| (l, m.raft_addr.clone())))
-        {
-            if let Err(e) = network
-                .post_empty(to, &addr, crate::network::PATH_REJOIN, HELLO_TIMEOUT)
-                .await
-            {
-                tracing::debug!(error = %e, "rejoin request failed; retrying");
+        } else {
+            let mut asked: std::collections::VecDeque<(NodeId, String)> = asked.into();
+            let mut seen: BTreeSet<NodeId> = asked.iter().map(|(id, _)| *id).collect();
+            while let Some((to, addr)) = asked.pop_front() {
+                match network
+                    .post_empty_for_body(to, &addr, crate::network::PATH_REJOIN, HELLO_TIMEOUT)
+                    .await
+                {
+                    // The leader answered; `learner TERM NODE`: a learner in
+                    // its committed membership, whose appends may come.
+                    Ok((202, body)) => {
+                        let text = String::from_utf8_lossy(&body);
+                        let mut words = text.split_whitespace();
+                        if let (Some("learner"), Some(Ok(term)), Some(Ok(node))) = (
+                            words.next(),
+                            words.next().map(str::parse::<u64>),
+                            words.next().map(str::parse::<NodeId>),
+                        ) {
+                            identity.admitted_by(term, node);
+                        }
+                        break;
+                    }
+                    // `leader ID ADDR`: not the leader, but it names one
+                    // (perhaps added after this node's config was written).
+                    Ok((409, body)) => {
+                        let text = String::from_utf8_lossy(&body);
+                        let mut words = text.split_whitespace();
+                        if let (Some("leader"), Some(Ok(id)), Some(addr)) = (
+                            words.next(),
+                            words.next().map(str::parse::<NodeId>),
+                            words.next(),
+                        ) {
+                            if id != me && seen.insert(id) {
+                                asked.push_front((id, addr.to_owned()));
+                            }
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!(error = %e, "rejoin request failed; retrying"),
+                }
             }
         }
         tokio::select! {

@@ -79,6 +79,17 @@ impl Durable {
         &self.0.failures
     }
 
+    /// Under the simulation (feature `sim`), a slow disk: wait as long
+    /// as the simulation says a flush of this store takes (the data
+    /// directory is the parent of sled's directory).
+    #[cfg(feature = "sim")]
+    pub(crate) async fn sim_delay(&self) {
+        let dir = self.0.blobs.parent().and_then(Path::parent);
+        if let Some(delay) = dir.and_then(crate::sim::disk_delay) {
+            tokio::time::sleep(delay).await;
+        }
+    }
+
     /// [`Durable::sync`] on this thread (the start-up probe).
     pub(crate) fn sync_now(&self) -> io::Result<()> {
         self.sync_blocking()

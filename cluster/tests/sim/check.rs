@@ -9,12 +9,21 @@ use std::fmt;
 pub type NodeId = u64;
 
 /// One applied decision as the checker compares it: its version and what
-/// identifies it (kind, actor, reason, the leader's stamp).
+/// identifies it (kind, actor, reason, the leader's stamp), and what the
+/// dwell and freeze rules need.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
     pub version: u64,
     pub kind: String,
     pub key: String,
+    /// Decided by the leader's automation (detector, rebalancer), not an
+    /// operator.
+    pub auto: bool,
+    /// The zones whose status it changed.
+    pub zones: Vec<String>,
+    /// When its leader stamped it, on the simulation's true clock (ms);
+    /// `None` when unknown (no stamp, or two stamps match its record).
+    pub stamp_ms: Option<u64>,
 }
 
 /// What the client was told: committed and applied as this version.
@@ -49,9 +58,15 @@ pub struct History {
     /// `(term, node)`: `node` reported itself leader in `term`, in the
     /// order the nodes reported it.
     pub leaders: Vec<(u64, NodeId)>,
+    /// When each `(term, node)` leadership was first reported, in
+    /// simulated ms.
+    pub leader_ms: BTreeMap<(u64, NodeId), u64>,
     /// `(node, incarnation, decision version)`, in the order the node
     /// applied them.
     pub versions: Vec<(NodeId, u32, u64)>,
+    /// `(node, incarnation)`: that incarnation started on a wiped data
+    /// directory (rejoining), so its versions start again from 0.
+    pub wiped: BTreeSet<(NodeId, u32)>,
     pub acks: Vec<Ack>,
     /// Each node's applied decision log at the end (both histories).
     pub finals: BTreeMap<NodeId, Vec<Entry>>,
@@ -62,6 +77,8 @@ pub struct History {
     /// and a client write committed; `None`: not within the bound.
     pub converged_ms: Option<u64>,
     pub convergence_bound_ms: u64,
+    /// The automatic decisions' dwell (`[failover] dwell`), ms.
+    pub dwell_ms: u64,
 }
 
 /// A broken rule.
@@ -101,6 +118,21 @@ pub enum Violation {
         config_version: u64,
     },
     QuotaOverGlobal(QuotaSeen),
+    /// An automatic decision committed while automation was frozen.
+    AutomaticWhileFrozen {
+        version: u64,
+        kind: String,
+        frozen_at: u64,
+    },
+    /// An automatic decision changed a zone less than the dwell after the
+    /// decision that changed it before, by the true clock at the stamps.
+    DwellCut {
+        zone: String,
+        version: u64,
+        after: u64,
+        gap_ms: u64,
+        dwell_ms: u64,
+    },
     NoConvergence {
         bound_ms: u64,
     },
@@ -155,10 +187,28 @@ impl fmt::Display for Violation {
                 "node {} at version {}: tenant {}'s {} allocations sum to {} over its global quota {}",
                 q.node, q.version, q.tenant, q.unit, q.sum, q.global
             ),
+            Violation::AutomaticWhileFrozen {
+                version,
+                kind,
+                frozen_at,
+            } => write!(
+                f,
+                "automatic {kind} committed as version {version} while automation was frozen (since version {frozen_at})"
+            ),
+            Violation::DwellCut {
+                zone,
+                version,
+                after,
+                gap_ms,
+                dwell_ms,
+            } => write!(
+                f,
+                "automatic decision {version} changed zone {zone} {gap_ms} ms after decision {after} did (dwell {dwell_ms} ms, true clock at the leaders' stamps)"
+            ),
             Violation::Panicked(what) => write!(f, "the run panicked: {what}"),
             Violation::NoConvergence { bound_ms } => write!(
                 f,
-                "the nodes did not converge (same applied log, a write committed) within {bound_ms} ms of the heal"
+                "the nodes did not converge (same applied log, a write committed, no member still rejoining) within {bound_ms} ms of the heal"
             ),
         }
     }
@@ -173,6 +223,8 @@ pub fn check(h: &History) -> Vec<Violation> {
     versions_monotonic(h, &mut out);
     cas_never_stale(h, &mut out);
     quota_within_global(h, &mut out);
+    freeze_holds(h, &mut out);
+    dwell_holds(h, &mut out);
     if h.converged_ms.is_none_or(|ms| ms > h.convergence_bound_ms) {
         out.push(Violation::NoConvergence {
             bound_ms: h.convergence_bound_ms,
@@ -188,25 +240,42 @@ pub fn check(h: &History) -> Vec<Violation> {
 /// win the same term in turn (seed 199 found it), but only in increasing
 /// node-id order, and each `(term, node)` leads once. A lower id winning
 /// a term after a higher one would mean a quorum granted a lower vote.
+/// A node's leadership is reported when its metrics are published, which
+/// may wait for a storage write (the new leader's first entry): two
+/// leaderships of one term reported within [`REPORT_SLACK_MS`] of each
+/// other may have crossed (seed 2005193: node 4 led term 10 before node 5
+/// by openraft's own log, but was reported after it).
 fn one_leader_per_vote(h: &History, out: &mut Vec<Violation>) {
     let mut highest: BTreeMap<u64, NodeId> = BTreeMap::new();
     let mut seen: BTreeSet<(u64, NodeId)> = BTreeSet::new();
+    let crossed = |term: u64, a: NodeId, b: NodeId| match (
+        h.leader_ms.get(&(term, a)),
+        h.leader_ms.get(&(term, b)),
+    ) {
+        (Some(x), Some(y)) => y.saturating_sub(*x) < REPORT_SLACK_MS,
+        _ => false,
+    };
     for (term, node) in &h.leaders {
         if !seen.insert((*term, *node)) {
             continue;
         }
         match highest.get(term) {
-            Some(earlier) if earlier > node => out.push(Violation::LeaderIdWentBack {
-                term: *term,
-                earlier: *earlier,
-                later: *node,
-            }),
+            Some(earlier) if earlier > node && !crossed(*term, *earlier, *node) => {
+                out.push(Violation::LeaderIdWentBack {
+                    term: *term,
+                    earlier: *earlier,
+                    later: *node,
+                })
+            }
             _ => {
                 highest.insert(*term, *node);
             }
         }
     }
 }
+
+/// How far apart (simulated ms) two leaderships' reports may cross.
+pub const REPORT_SLACK_MS: u64 = 1_000;
 
 fn at(log: &[Entry], version: u64) -> Option<&Entry> {
     log.iter().find(|e| e.version == version)
@@ -285,11 +354,17 @@ fn logs_agree(h: &History, out: &mut Vec<Violation>) {
 }
 
 /// A node never shows a lower decision version than it showed before,
-/// across restarts too: the store persists the applied state before it
-/// publishes the view.
+/// across restarts too (the store persists the applied state before it
+/// publishes the view), except once its data directory was wiped.
 fn versions_monotonic(h: &History, out: &mut Vec<Violation>) {
     let mut last: BTreeMap<NodeId, u64> = BTreeMap::new();
-    for (node, _, version) in &h.versions {
+    let mut lives: BTreeMap<NodeId, u32> = BTreeMap::new();
+    for (node, incarnation, version) in &h.versions {
+        // A wiped node starts over (and rejoins through the leader).
+        let new_life = lives.insert(*node, *incarnation) != Some(*incarnation);
+        if new_life && h.wiped.contains(&(*node, *incarnation)) {
+            last.remove(node);
+        }
         if let Some(prev) = last.insert(*node, *version) {
             if *version < prev {
                 out.push(Violation::VersionWentBack {
@@ -333,6 +408,77 @@ fn cas_never_stale(h: &History, out: &mut Vec<Violation>) {
     }
 }
 
+/// The committed decision history: every node's final log merged by
+/// version (where they differ, `logs_agree` reports it).
+pub fn committed(h: &History) -> BTreeMap<u64, &Entry> {
+    let mut all = BTreeMap::new();
+    for log in h.finals.values() {
+        for e in log {
+            all.entry(e.version).or_insert(e);
+        }
+    }
+    all
+}
+
+/// Automation frozen means no automatic decision commits: none between a
+/// committed freeze and the next unfreeze, and automation never freezes
+/// or unfreezes itself.
+fn freeze_holds(h: &History, out: &mut Vec<Violation>) {
+    let mut frozen_at = None;
+    for (version, e) in committed(h) {
+        match e.kind.as_str() {
+            "freeze" | "unfreeze" if e.auto => out.push(Violation::AutomaticWhileFrozen {
+                version,
+                kind: e.kind.clone(),
+                frozen_at: frozen_at.unwrap_or(version),
+            }),
+            _ if e.auto => {
+                if let Some(frozen_at) = frozen_at {
+                    out.push(Violation::AutomaticWhileFrozen {
+                        version,
+                        kind: e.kind.clone(),
+                        frozen_at,
+                    });
+                }
+            }
+            _ => {}
+        }
+        match e.kind.as_str() {
+            "freeze" => frozen_at = Some(version),
+            "unfreeze" => frozen_at = None,
+            _ => {}
+        }
+    }
+}
+
+/// An automatic decision changes a zone only the dwell after the last
+/// decision (operator's or automatic) that changed it, measured between
+/// the two leaders' stamps on the simulation's true clock: no clock skew
+/// or jump of any node, and no leader change, may shorten it. A decision
+/// whose stamp is unknown ends the comparison for its zones.
+fn dwell_holds(h: &History, out: &mut Vec<Violation>) {
+    let mut last: BTreeMap<&str, (u64, Option<u64>)> = BTreeMap::new();
+    for (version, e) in committed(h) {
+        for zone in &e.zones {
+            if let (true, Some((after, Some(then))), Some(now)) =
+                (e.auto, last.get(zone.as_str()), e.stamp_ms)
+            {
+                let gap_ms = now.saturating_sub(*then);
+                if gap_ms < h.dwell_ms {
+                    out.push(Violation::DwellCut {
+                        zone: zone.clone(),
+                        version,
+                        after: *after,
+                        gap_ms,
+                        dwell_ms: h.dwell_ms,
+                    });
+                }
+            }
+            last.insert(zone, (version, e.stamp_ms));
+        }
+    }
+}
+
 fn quota_within_global(h: &History, out: &mut Vec<Violation>) {
     for q in &h.quota {
         if q.sum > q.global {
@@ -350,6 +496,23 @@ mod tests {
             version,
             kind: kind.into(),
             key: format!("{kind}|sim|{reason}|0"),
+            auto: false,
+            zones: Vec::new(),
+            stamp_ms: Some(version * 1000),
+        }
+    }
+
+    /// `e` as an automatic decision changing `zones`, stamped at `at` ms.
+    fn auto(mut e: Entry, zones: &[&str], at: u64) -> Entry {
+        e.auto = true;
+        e.zones = zones.iter().map(|z| z.to_string()).collect();
+        e.stamp_ms = Some(at);
+        e
+    }
+
+    fn set_log(h: &mut History, log: Vec<Entry>) {
+        for l in h.finals.values_mut() {
+            *l = log.clone();
         }
     }
 
@@ -365,6 +528,7 @@ mod tests {
         let configs: BTreeMap<u64, String> = [(1, "a".to_string())].into();
         History {
             leaders: vec![(1, 1), (1, 1), (2, 2), (3, 2)],
+            leader_ms: BTreeMap::new(),
             versions: vec![(1, 0, 0), (1, 0, 1), (1, 1, 1), (1, 1, 3), (2, 0, 3)],
             acks: vec![
                 Ack::Decision {
@@ -394,6 +558,8 @@ mod tests {
             }],
             converged_ms: Some(1500),
             convergence_bound_ms: 30_000,
+            wiped: BTreeSet::new(),
+            dwell_ms: 10_000,
         }
     }
 
@@ -413,8 +579,13 @@ mod tests {
         // Node 3 after node 2 in term 2 is a higher vote: allowed.
         h.leaders.push((2, 3));
         assert_eq!(check(&h), vec![]);
-        // Node 1 after node 3 in term 2 is not.
+        // Reports within the slack may have crossed.
+        h.leader_ms.insert((2, 3), 5_000);
+        h.leader_ms.insert((2, 1), 5_000 + REPORT_SLACK_MS - 1);
         h.leaders.push((2, 1));
+        assert_eq!(check(&h), vec![]);
+        // Node 1 after node 3 in term 2, a second later, is not allowed.
+        h.leader_ms.insert((2, 1), 5_000 + REPORT_SLACK_MS);
         assert_eq!(
             check(&h),
             vec![Violation::LeaderIdWentBack {
@@ -529,5 +700,125 @@ mod tests {
             .any(|v| matches!(v, Violation::QuotaOverGlobal(q) if q.sum == 101)));
         assert!(v.contains(&Violation::NoConvergence { bound_ms: 30_000 }));
         assert_eq!(v.len(), 3, "{v:?}");
+    }
+
+    #[test]
+    fn a_wiped_node_starting_over_from_version_zero_is_no_violation() {
+        let mut h = good();
+        h.finals.insert(3, h.finals[&1].clone());
+        // Node 1 at 3, then its data directory wiped: incarnation 2 starts
+        // from 0 and catches up.
+        h.versions.extend([(1, 2, 0), (1, 2, 3)]);
+        h.wiped.insert((1, 2));
+        assert_eq!(check(&h), vec![]);
+        // Going back within the wiped incarnation still counts.
+        h.versions.push((1, 2, 1));
+        assert_eq!(
+            check(&h),
+            vec![Violation::VersionWentBack {
+                node: 1,
+                from: 3,
+                to: 1
+            }]
+        );
+    }
+
+    #[test]
+    fn an_automatic_decision_while_frozen_is_caught() {
+        let mut h = good();
+        h.acks.clear();
+        let good_log = vec![
+            entry(1, "freeze", "op-1"),
+            entry(2, "unfreeze", "op-2"),
+            auto(entry(3, "failover", "zone bad"), &["az-a"], 3_000),
+            auto(entry(4, "quota_rebalance", "drift"), &[], 4_000),
+        ];
+        set_log(&mut h, good_log.clone());
+        assert_eq!(check(&h), vec![]);
+        // The rebalance committed before the unfreeze.
+        let mut bad = good_log.clone();
+        bad[1] = auto(entry(2, "quota_rebalance", "drift"), &[], 2_000);
+        bad[3] = entry(4, "unfreeze", "op-2");
+        set_log(&mut h, bad);
+        assert_eq!(
+            check(&h),
+            vec![
+                Violation::AutomaticWhileFrozen {
+                    version: 2,
+                    kind: "quota_rebalance".into(),
+                    frozen_at: 1
+                },
+                Violation::AutomaticWhileFrozen {
+                    version: 3,
+                    kind: "failover".into(),
+                    frozen_at: 1
+                }
+            ]
+        );
+        // Automation never freezes itself.
+        let mut bad = good_log;
+        bad[0] = auto(entry(1, "freeze", "op-1"), &[], 1_000);
+        set_log(&mut h, bad);
+        assert_eq!(
+            check(&h),
+            vec![Violation::AutomaticWhileFrozen {
+                version: 1,
+                kind: "freeze".into(),
+                frozen_at: 1
+            }]
+        );
+    }
+
+    #[test]
+    fn an_automatic_decision_within_the_dwell_of_the_last_on_its_zone_is_caught() {
+        let mut h = good();
+        h.acks.clear();
+        let mut op = entry(1, "failover", "op-1");
+        op.zones = vec!["az-a".into(), "az-b".into()];
+        op.stamp_ms = Some(5_000);
+        // An operator failover, then automatic decisions: on another zone
+        // at once, on az-a a whole dwell later (a rebalance between
+        // changes no zone), then az-b only 9.999 s after the operator.
+        let log = vec![
+            op,
+            auto(entry(2, "failover", "zone bad"), &["az-c"], 5_001),
+            auto(entry(3, "quota_rebalance", "drift"), &[], 6_000),
+            auto(entry(4, "failback", "zone well"), &["az-a"], 15_000),
+            auto(entry(5, "failback", "zone well"), &["az-b"], 14_999),
+        ];
+        set_log(&mut h, log.clone());
+        assert_eq!(
+            check(&h),
+            vec![Violation::DwellCut {
+                zone: "az-b".into(),
+                version: 5,
+                after: 1,
+                gap_ms: 9_999,
+                dwell_ms: 10_000
+            }]
+        );
+        // Automatic after automatic on one zone counts too; a stamp
+        // earlier than the last one's is a gap of zero, not a wrap.
+        let mut log = log[..4].to_vec();
+        log.push(auto(entry(5, "failover", "zone bad"), &["az-c"], 4_000));
+        set_log(&mut h, log.clone());
+        assert_eq!(
+            check(&h),
+            vec![Violation::DwellCut {
+                zone: "az-c".into(),
+                version: 5,
+                after: 2,
+                gap_ms: 0,
+                dwell_ms: 10_000
+            }]
+        );
+        // An operator may act within the dwell; an unknown stamp ends the
+        // comparison for its zones.
+        log[4] = entry(5, "failover", "op-5");
+        log[4].zones = vec!["az-c".into()];
+        log[4].stamp_ms = None;
+        log.push(auto(entry(6, "failback", "zone well"), &["az-c"], 6_000));
+        set_log(&mut h, log);
+        assert_eq!(check(&h), vec![]);
     }
 }

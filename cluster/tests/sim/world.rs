@@ -14,7 +14,7 @@ use openraft::ServerState;
 use zonegate_cluster::quota::{allocate, Limits as Quota, Priority, RebalancePlan, TenantQuota};
 use zonegate_cluster::{
     sim, ClusterConfig, ClusterNode, Command, Decision, FailoverConfig, Member, MemberChange,
-    NodeId, ProposeError, RaftListen, Role, TenantDemand, Timing, ZoneId, ZoneObservation,
+    NodeId, Origin, ProposeError, RaftListen, Role, TenantDemand, Timing, ZoneId, ZoneObservation,
     HISTORY_LIMIT,
 };
 
@@ -33,15 +33,42 @@ pub struct Options {
     pub bug: bool,
     /// Inject faults (off: the client and membership changes only).
     pub faults: bool,
+    /// What the simulation gained after its first version, drawn from
+    /// their own stream (off, a seed runs the scenario it ran before):
+    /// faults that wipe a member's data directory (restarted with
+    /// `--rejoin`) or slow a member's disk down, and in half the runs a
+    /// quiet operator (no failovers or failbacks, so the detector's
+    /// automatic decisions and the dwell rule get their turn).
+    pub extended: bool,
+    /// Three voters only, and no member added: the benchmark's layout
+    /// (else 3 voters and a learner, or 4 voters, a witness and a
+    /// learner, and a voter added during the run).
+    pub three_voters: bool,
 }
 
 impl Default for Options {
+    /// 20 simulated seconds of faults. `ZONEGATE_SIM_BENCH=1`: the
+    /// benchmark's scenario instead, 3 voters and 60 simulated seconds.
     fn default() -> Self {
+        let bench = std::env::var_os("ZONEGATE_SIM_BENCH").is_some();
         Self {
-            chaos_ms: 20_000,
+            chaos_ms: if bench { 60_000 } else { 20_000 },
             converge_bound_ms: 30_000,
             bug: false,
             faults: std::env::var_os("ZONEGATE_SIM_NO_FAULTS").is_none(),
+            extended: true,
+            three_voters: bench,
+        }
+    }
+}
+
+impl Options {
+    /// The faults of the simulation's first version: no wiped members, no
+    /// slow disks (the seeds found then replay their scenario).
+    pub fn classic() -> Self {
+        Self {
+            extended: false,
+            ..Self::default()
         }
     }
 }
@@ -61,6 +88,10 @@ pub struct Report {
     pub leaders: Vec<(u64, NodeId)>,
     /// How the client's operations were answered, by kind.
     pub outcomes: BTreeMap<String, u64>,
+    /// Committed automatic decisions that changed a zone (the dwell
+    /// rule's cases), and committed decisions whose stamp was unknown.
+    pub auto_zone: usize,
+    pub unstamped: usize,
 }
 
 impl Report {
@@ -77,6 +108,8 @@ impl Report {
             messages: 0,
             leaders: Vec::new(),
             outcomes: BTreeMap::new(),
+            auto_zone: 0,
+            unstamped: 0,
         }
     }
 }
@@ -87,6 +120,8 @@ const ZONES: [&str; 3] = ["az-a", "az-b", "az-c"];
 /// The wall clock at the start of every run (2026-01-01), plus up to a day
 /// from the seed.
 const EPOCH_MS: u64 = 1_767_225_600_000;
+/// The automatic decisions' dwell (`[failover] dwell`).
+const DWELL_MS: u64 = 10_000;
 
 /// Run seed `seed` to the end on a fresh runtime; never panics on a
 /// violation (the caller decides).
@@ -110,6 +145,9 @@ struct Slot {
     node: Option<Arc<ClusterNode>>,
     incarnation: u32,
     restart_at: Option<tokio::time::Instant>,
+    /// Start with `--rejoin` (its data directory was wiped once; the flag
+    /// is ignored while the store holds the cluster).
+    rejoin: bool,
 }
 
 struct World {
@@ -134,6 +172,16 @@ struct World {
     calm_at: Option<tokio::time::Instant>,
     /// Clock jumps to undo, and when.
     unjump: Vec<(tokio::time::Instant, NodeId)>,
+    /// Wiped members and slow disks draw from their own stream.
+    disk_rng: Rng,
+    /// Slow disks to make fast again, and when.
+    unslow: Vec<(tokio::time::Instant, NodeId)>,
+    /// The operator leaves zones to the detector: its failovers and
+    /// failbacks are unfreezes instead.
+    quiet: bool,
+    opts: Options,
+    /// The run's start, for the leaderships' report times.
+    origin: tokio::time::Instant,
 }
 
 /// The id of the member the operator adds during a run.
@@ -163,7 +211,17 @@ async fn run_async(seed: u64, opts: Options) -> Report {
     let net = SimNet::new(seed);
     sim::install(net.clone(), seed, EPOCH_MS + rng.below(86_400_000));
     sim::plant_bug(opts.bug);
-    let (layout, roles): (&'static str, Vec<(&str, Role)>) = if rng.chance(70) {
+    let three = rng.chance(70);
+    let (layout, roles): (&'static str, Vec<(&str, Role)>) = if opts.three_voters {
+        (
+            "3 voters",
+            vec![
+                (ZONES[0], Role::Voter),
+                (ZONES[1], Role::Voter),
+                (ZONES[2], Role::Voter),
+            ],
+        )
+    } else if three {
         (
             "3 voters + learner",
             vec![
@@ -220,6 +278,7 @@ async fn run_async(seed: u64, opts: Options) -> Report {
                     node: None,
                     incarnation: 0,
                     restart_at: None,
+                    rejoin: false,
                 };
                 (m.id, slot)
             })
@@ -251,7 +310,17 @@ async fn run_async(seed: u64, opts: Options) -> Report {
         outcomes: Arc::default(),
         calm_at: None,
         unjump: Vec::new(),
+        disk_rng: Rng::new(seed ^ 0x6469_736B_7321),
+        unslow: Vec::new(),
+        quiet: false,
+        origin: tokio::time::Instant::now(),
+        opts: opts.clone(),
     };
+    world.quiet = opts.extended && world.disk_rng.chance(50);
+    if world.quiet {
+        let start = tokio::time::Instant::now();
+        world.fault(start, "quiet operator: zones left to the detector".into());
+    }
     let ids: Vec<NodeId> = world.slots.keys().copied().collect();
     for id in &ids {
         world.start(*id).await;
@@ -265,8 +334,15 @@ async fn run_async(seed: u64, opts: Options) -> Report {
     let mut history = lock(&world.history).clone();
     history.converged_ms = converged_ms;
     history.convergence_bound_ms = opts.converge_bound_ms;
+    history.dwell_ms = DWELL_MS;
     let violations = check::check(&history);
     let acked = history.acks.len();
+    let committed = check::committed(&history);
+    let auto_zone = committed
+        .values()
+        .filter(|e| e.auto && !e.zones.is_empty())
+        .count();
+    let unstamped = committed.values().filter(|e| e.stamp_ms.is_none()).count();
     let outcomes = lock(&world.outcomes).clone();
     let history = history;
     drop(dir);
@@ -281,6 +357,8 @@ async fn run_async(seed: u64, opts: Options) -> Report {
         messages: net.delivered(),
         leaders: history.leaders.clone(),
         outcomes,
+        auto_zone,
+        unstamped,
     }
 }
 
@@ -317,6 +395,7 @@ impl World {
         slot.incarnation += 1;
         let incarnation = slot.incarnation;
         let member = slot.member.clone();
+        let rejoin = slot.rejoin;
         let bootstrap = slot.bootstrap.clone();
         sim::restart(id);
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
@@ -324,7 +403,7 @@ impl World {
             node_id: id,
             zone: member.zone.clone(),
             members: bootstrap,
-            data_dir: self.dir.join(format!("node-{id}")),
+            data_dir: self.data_dir(id),
             secret: SECRET.into(),
             tls: None,
             limits: zonegate_net::listen::Limits::with_max(64),
@@ -334,21 +413,33 @@ impl World {
                 ..Timing::default()
             },
             faults: None,
-            rejoin: false,
+            rejoin,
         };
         let node = match ClusterNode::start(config).await {
             Ok(n) => Arc::new(n),
             Err(e) => panic!("node {id} did not start: {e}"),
         };
+        // The extended runs assess every second (not every 2 s), so the
+        // detector fails a zone over and back within a run.
+        let period = Duration::from_millis(if self.opts.extended { 1_000 } else { 2_000 });
         let failover = FailoverConfig {
             auto_failback: true,
-            dwell: Duration::from_secs(10),
+            dwell: Duration::from_millis(DWELL_MS),
+            period,
             ..FailoverConfig::default()
         };
         node.set_failover_config(failover)
             .expect("a valid failover config");
         let bad = self.zone_bad.clone();
         let zones: Vec<ZoneId> = ZONES.iter().map(|n| z(n)).collect();
+        // A sick zone scores 0.42 by the classic numbers, above the
+        // default cutoff (0.4): the detector never acted on them. The
+        // extended runs' sick zones score below it.
+        let (error, timeout, gpu) = if self.opts.extended {
+            (0.9, 0.6, 0.0)
+        } else {
+            (0.6, 0.4, 0.1)
+        };
         node.set_observation_source(Arc::new(move || {
             let bad = lock(&bad);
             zones
@@ -357,9 +448,9 @@ impl World {
                     let sick = bad.contains(zone);
                     ZoneObservation {
                         zone: zone.clone(),
-                        gw_error_rate: if sick { 0.6 } else { 0.0 },
-                        timeout_rate: if sick { 0.4 } else { 0.0 },
-                        gpu_health: if sick { 0.1 } else { 1.0 },
+                        gw_error_rate: if sick { error } else { 0.0 },
+                        timeout_rate: if sick { timeout } else { 0.0 },
+                        gpu_health: if sick { gpu } else { 1.0 },
                         requests: 200,
                     }
                 })
@@ -393,6 +484,7 @@ impl World {
     fn watch(&self, id: NodeId, incarnation: u32, node: &ClusterNode) {
         let mut metrics = node.raft_metrics();
         let history = self.history.clone();
+        let origin = self.origin;
         tokio::spawn(async move {
             let mut last = None;
             loop {
@@ -402,7 +494,10 @@ impl World {
                         let term = m.current_term;
                         if last != Some(term) {
                             last = Some(term);
-                            lock(&history).leaders.push((term, id));
+                            let mut h = lock(&history);
+                            h.leaders.push((term, id));
+                            let at = millis(origin.elapsed());
+                            h.leader_ms.entry((term, id)).or_insert(at);
                         }
                     }
                 }
@@ -457,6 +552,75 @@ impl World {
         });
     }
 
+    fn data_dir(&self, id: NodeId) -> PathBuf {
+        self.dir.join(format!("node-{id}"))
+    }
+
+    /// A fault from the extended stream (every 1–5 s): a member's data directory wiped
+    /// (crashed, the directory removed, restarted 0.3–3 s later with
+    /// `--rejoin`: it rejoins through the leader as a learner and is
+    /// promoted back), its disk slow (every flush waits 5–300 ms, for
+    /// 1–6 s), or a zone turning sick or well in every node's observations.
+    async fn disk_fault(&mut self, start: tokio::time::Instant) {
+        let draw = self.disk_rng.below(10);
+        if draw >= 5 {
+            let Some(zone) = self.disk_rng.pick(&ZONES).map(|n| z(n)) else {
+                return;
+            };
+            let sick = self.disk_rng.chance(50);
+            {
+                let mut bad = lock(&self.zone_bad);
+                if sick {
+                    bad.insert(zone.clone());
+                } else {
+                    bad.remove(&zone);
+                }
+            }
+            self.fault(start, format!("zone {zone} sick: {sick}"));
+            return;
+        }
+        let wipe = draw < 2;
+        let members: Vec<NodeId> = self.in_membership().into_iter().collect();
+        let Some(&victim) = self.disk_rng.pick(&members) else {
+            return;
+        };
+        let (a, b) = (
+            self.disk_rng.between(300, 3_000),
+            self.disk_rng.between(5, 300),
+        );
+        let lasting = self.disk_rng.between(1_000, 6_000);
+        if !wipe {
+            if self.slots.get(&victim).is_some_and(|s| s.node.is_some()) {
+                sim::set_disk_delay(&self.data_dir(victim), Duration::from_millis(b));
+                self.unslow.push((now_plus(lasting), victim));
+                self.fault(
+                    start,
+                    format!("disk of node {victim} slow: {b}ms per flush for {lasting}ms"),
+                );
+            }
+            return;
+        }
+        // One member away at a time: none down, none still rejoining.
+        let live = self.live();
+        if live.len() < self.slots.len() || live.iter().any(|(_, n)| n.rejoining()) {
+            return;
+        }
+        self.fault(
+            start,
+            format!("wipe node {victim}'s data directory, restart with --rejoin in {a}ms"),
+        );
+        self.crash(victim).await;
+        let dir = self.data_dir(victim);
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            panic!("cannot wipe {}: {e}", dir.display());
+        }
+        let slot = self.slots.get_mut(&victim).expect("a member");
+        slot.rejoin = true;
+        slot.restart_at = Some(now_plus(a));
+        let next = slot.incarnation + 1;
+        lock(&self.history).wiped.insert((victim, next));
+    }
+
     /// A crash: the node falls silent at once (no process answers, it sends
     /// nothing), then its tasks and store stop. The store made every entry
     /// durable before acknowledging it, so this is what a killed process
@@ -480,6 +644,8 @@ impl World {
         let mut next_fault = start + Duration::from_millis(self.rng.between(500, 2_000));
         let mut next_op = start + Duration::from_millis(self.rng.between(500, 1_000));
         let mut next_member = start + Duration::from_millis(self.member_rng.between(1_000, 6_000));
+        let disk_faults = faults && self.opts.extended;
+        let mut next_disk = start + Duration::from_millis(self.disk_rng.between(1_000, 5_000));
         loop {
             let now = tokio::time::Instant::now();
             if now >= end {
@@ -512,6 +678,21 @@ impl World {
                 sim::set_skew(node, 0);
                 self.fault(start, format!("clock of node {node} set right"));
             }
+            let fast: Vec<NodeId> = self
+                .unslow
+                .iter()
+                .filter(|(t, _)| *t <= now)
+                .map(|(_, n)| *n)
+                .collect();
+            self.unslow.retain(|(t, _)| *t > now);
+            for node in fast {
+                sim::set_disk_delay(&self.data_dir(node), Duration::ZERO);
+                self.fault(start, format!("disk of node {node} fast again"));
+            }
+            if disk_faults && now >= next_disk {
+                self.disk_fault(start).await;
+                next_disk = now + Duration::from_millis(self.disk_rng.between(1_000, 5_000));
+            }
             if now >= next_fault {
                 if faults {
                     self.inject(start).await;
@@ -541,6 +722,8 @@ impl World {
                 .filter_map(|s| s.restart_at)
                 .chain(self.calm_at)
                 .chain(self.unjump.iter().map(|(t, _)| *t))
+                .chain(self.unslow.iter().map(|(t, _)| *t))
+                .chain(disk_faults.then_some(next_disk))
                 .chain([next_fault, next_op, next_member, end])
                 .min()
                 .unwrap_or(end);
@@ -626,7 +809,18 @@ impl World {
                     .filter(|(_, s)| s.node.is_none())
                     .map(|(i, _)| *i)
                     .collect();
-                let down_voters = down.iter().filter(|i| voters.contains(i)).count();
+                // A rejoining member does not vote until promoted again.
+                let rejoining = self
+                    .live()
+                    .into_iter()
+                    .filter(|(_, n)| n.rejoining())
+                    .map(|(i, _)| i);
+                let down_voters = down
+                    .iter()
+                    .copied()
+                    .chain(rejoining)
+                    .filter(|i| voters.contains(i))
+                    .count();
                 let victim = if self.rng.chance(40) {
                     self.leader()
                 } else {
@@ -733,6 +927,7 @@ impl World {
             return;
         }
         let decision = match kind {
+            3..=13 if self.quiet => Decision::Unfreeze,
             3..=8 => Decision::Failover { from: a, to: b },
             9..=13 => Decision::Failback { zone: a },
             14..=16 => Decision::Freeze,
@@ -767,7 +962,7 @@ impl World {
         };
         let membership = node.raft_metrics().borrow().membership_config.clone();
         let membership = membership.membership();
-        let change = if !self.slots.contains_key(&JOINER) {
+        let change = if !self.slots.contains_key(&JOINER) && !self.opts.three_voters {
             let zone = z(ZONES[self.member_rng.below(3) as usize]);
             let member = Member {
                 id: JOINER,
@@ -784,14 +979,15 @@ impl World {
                 node: None,
                 incarnation: 0,
                 restart_at: None,
+                rejoin: false,
             };
             self.slots.insert(JOINER, slot);
             self.start(JOINER).await;
             MemberChange::Add { member }
-        } else if membership.get_node(&JOINER).is_none() {
+        } else if self.slots.contains_key(&JOINER) && membership.get_node(&JOINER).is_none() {
             let member = self.slots[&JOINER].member.clone();
             MemberChange::Add { member }
-        } else if !membership.voter_ids().any(|v| v == JOINER) {
+        } else if self.slots.contains_key(&JOINER) && !membership.voter_ids().any(|v| v == JOINER) {
             MemberChange::Promote { id: JOINER }
         } else {
             let Some(m) = self.member_rng.pick(&self.members).cloned() else {
@@ -830,7 +1026,9 @@ impl World {
         let ids: Vec<NodeId> = self.slots.keys().copied().collect();
         for id in &ids {
             sim::set_skew(*id, 0);
+            sim::set_disk_delay(&self.data_dir(*id), Duration::ZERO);
         }
+        self.unslow.clear();
         lock(&self.zone_bad).clear();
         for id in ids {
             if self.slots[&id].node.is_none() {
@@ -840,7 +1038,8 @@ impl World {
         }
     }
 
-    /// Wait until a write commits and every node applied the same log.
+    /// Wait until a write commits, every node applied the same log and no
+    /// wiped member is still rejoining.
     async fn converge(&mut self, bound_ms: u64) -> bool {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(bound_ms);
         let mut committed = false;
@@ -857,7 +1056,10 @@ impl World {
                     }
                 }
             }
-            if committed {
+            // A wiped member is back once it left rejoining (promoted
+            // back to its configured role).
+            let rejoined = live.iter().all(|(_, n)| !n.rejoining());
+            if committed && rejoined {
                 let members = self.in_membership();
                 let applied: BTreeSet<_> = live
                     .iter()
@@ -881,6 +1083,15 @@ impl World {
     async fn finish(&mut self) {
         let live = self.live();
         let members = self.in_membership();
+        // Each decision record's stamp, on the true clock: by actor,
+        // reason and wall-clock stamp (unknown when two stamps match).
+        let mut stamps: BTreeMap<(String, String, u64), BTreeSet<u64>> = BTreeMap::new();
+        for s in sim::stamps() {
+            stamps
+                .entry((s.actor, s.reason, s.at_ms))
+                .or_default()
+                .insert(s.true_ms);
+        }
         {
             let mut h = lock(&self.history);
             for (id, node) in live.iter().filter(|(id, _)| members.contains(id)) {
@@ -888,10 +1099,18 @@ impl World {
                 let log: Vec<Entry> = state
                     .all_decisions(HISTORY_LIMIT * 2)
                     .into_iter()
-                    .map(|r| Entry {
-                        version: r.version,
-                        kind: r.kind.clone(),
-                        key: format!("{}|{}|{}|{}", r.kind, r.actor, r.reason, r.at_ms),
+                    .map(|r| {
+                        let found = stamps.get(&(r.actor.clone(), r.reason.clone(), r.at_ms));
+                        Entry {
+                            version: r.version,
+                            kind: r.kind.clone(),
+                            key: format!("{}|{}|{}|{}", r.kind, r.actor, r.reason, r.at_ms),
+                            auto: r.origin == Origin::Automatic,
+                            zones: r.zones.iter().map(|z| z.as_str().to_owned()).collect(),
+                            stamp_ms: found
+                                .filter(|t| t.len() == 1)
+                                .and_then(|t| t.first().copied()),
+                        }
                     })
                     .collect();
                 h.finals.insert(*id, log);
