@@ -106,6 +106,20 @@ fn telemetry(endpoint: &str, sampling: f64) -> String {
     format!("[telemetry]\notlp_endpoint = \"{endpoint}\"\nsampling = {sampling}\n\n")
 }
 
+/// A collector, a mock backend of `MODEL` and a node that traces to the
+/// collector at `sampling`.
+async fn traced(sampling: f64) -> (Collector, Mock, NodeProcess) {
+    let collector = Collector::start().await;
+    let mock = Mock::start("m1", "az-a", &[MODEL]).await;
+    let rest = format!(
+        "{}{}",
+        mock.backend_toml(&[MODEL]),
+        telemetry(&format!("http://{}", collector.addr), sampling)
+    );
+    let gw = NodeProcess::start("az-a", &rest).await;
+    (collector, mock, gw)
+}
+
 /// The server spans seen so far.
 fn servers(spans: &[Span]) -> Vec<Span> {
     spans
@@ -226,15 +240,8 @@ async fn one_trace_per_request_with_genai_attributes_and_a_span_per_attempt() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clients_traceparent_is_continued_and_reaches_the_backend() {
-    let collector = Collector::start().await;
-    let mock = Mock::start("m1", "az-a", &[MODEL]).await;
     // Sampling 0: only the client's decision traces.
-    let rest = format!(
-        "{}{}",
-        mock.backend_toml(&[MODEL]),
-        telemetry(&format!("http://{}", collector.addr), 0.0)
-    );
-    let gw = NodeProcess::start("az-a", &rest).await;
+    let (collector, mock, gw) = traced(0.0).await;
 
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let client_span = "00f067aa0ba902b7";
@@ -332,14 +339,7 @@ async fn a_collector_that_is_down_fails_no_request_and_its_drops_are_counted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sampling_zero_exports_nothing_but_a_clients_sampled_trace() {
-    let collector = Collector::start().await;
-    let mock = Mock::start("m1", "az-a", &[MODEL]).await;
-    let rest = format!(
-        "{}{}",
-        mock.backend_toml(&[MODEL]),
-        telemetry(&format!("http://{}", collector.addr), 0.0)
-    );
-    let gw = NodeProcess::start("az-a", &rest).await;
+    let (collector, mock, gw) = traced(0.0).await;
     for _ in 0..10 {
         let resp = chat_ok(&gw, None).await;
         assert!(resp.headers().get("traceparent").is_none());
