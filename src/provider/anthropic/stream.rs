@@ -71,9 +71,12 @@ struct MessageDelta<'a> {
 const TAIL_NULL: &[u8] = b",\"logprobs\":null,\"finish_reason\":null}]}";
 
 /// An SSE event's name and its data (its `data:` lines joined by line
-/// feeds; borrowed when there is one); `None` for an event without data
-/// (a comment, a keep-alive).
-fn fields(raw: &[u8]) -> Result<Option<(&str, Cow<'_, [u8]>)>, TranslateError> {
+/// feeds; borrowed when there is one).
+type Fields<'a> = (&'a str, Cow<'a, [u8]>);
+
+/// The [`Fields`] of an event; `None` for an event without data (a
+/// comment, a keep-alive).
+fn fields(raw: &[u8]) -> Result<Option<Fields<'_>>, TranslateError> {
     let mut name: &[u8] = b"";
     let mut data: Option<Cow<'_, [u8]>> = None;
     let mut start = 0;
