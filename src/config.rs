@@ -116,6 +116,11 @@ pub struct Config {
     pub config_version: u64,
     /// The replicated sections in effect, as TOML.
     pub replicated: std::sync::Arc<str>,
+    /// The node-local sections of `text`, parsed once: the base every
+    /// replicated config is merged into (a node's file may seed the
+    /// cluster with thousands of backends; they are not parsed again at
+    /// each apply).
+    pub(crate) local: std::sync::Arc<toml::Table>,
     pub node: NodeConfig,
     pub tenants: Vec<Tenant>,
     /// Each API key's digest → its tenant's index in `tenants`: a request's
@@ -532,32 +537,47 @@ impl Config {
     /// Validates config text; `file` names it in errors.
     pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {
         let raw: RawConfig = serde_path_to_error::deserialize(toml::Deserializer::new(text))
-            .map_err(|e| {
-                let key = e.path().to_string();
-                let inner = e.into_inner();
-                // Some parse errors carry no message (a control character
-                // in a comment): then where it is, from the full text.
-                let reason = match inner.message().trim() {
-                    "" => inner
-                        .to_string()
-                        .lines()
-                        .next()
-                        .unwrap_or("")
-                        .trim()
-                        .to_owned(),
-                    message => message.to_owned(),
-                };
-                ConfigError {
-                    file: file.to_owned(),
-                    key: if key == "." { "-".into() } else { key },
-                    reason,
-                }
-            })?;
+            .map_err(|e| deserialize_error(file, e))?;
         let mut cfg = Validator { file }.validate(raw)?;
         cfg.file = file.to_owned();
         cfg.text = text.into();
-        cfg.replicated = replicated::cut(file, text)?.into();
+        let (local, replicated) = replicated::split(file, text)?;
+        cfg.local = local.into();
+        cfg.replicated = replicated.into();
         Ok(cfg)
+    }
+
+    /// A config from an already parsed table (a node's local sections
+    /// merged with the cluster's): the same typed walk and validation as
+    /// [`Config::parse`], without writing the table out as text and
+    /// reading it back.
+    pub(crate) fn from_table(file: &str, table: toml::Table) -> Result<Config, ConfigError> {
+        let raw: RawConfig = serde_path_to_error::deserialize(toml::Value::Table(table))
+            .map_err(|e| deserialize_error(file, e))?;
+        Validator { file }.validate(raw)
+    }
+}
+
+/// A deserialization error as file, key (the path serde was at) and reason.
+fn deserialize_error(file: &str, e: serde_path_to_error::Error<toml::de::Error>) -> ConfigError {
+    let key = e.path().to_string();
+    let inner = e.into_inner();
+    // Some parse errors carry no message (a control character in a
+    // comment): then where it is, from the full text.
+    let reason = match inner.message().trim() {
+        "" => inner
+            .to_string()
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_owned(),
+        message => message.to_owned(),
+    };
+    ConfigError {
+        file: file.to_owned(),
+        key: if key == "." { "-".into() } else { key },
+        reason,
     }
 }
 

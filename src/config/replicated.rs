@@ -47,15 +47,25 @@ fn render(file: &str, table: &Table) -> Result<String, ConfigError> {
 
 /// The replicated sections of a config text, as TOML.
 pub fn cut(file: &str, text: &str) -> Result<String, ConfigError> {
-    let mut t = table(file, text)?;
-    t.retain(|k, _| REPLICATED.contains(&k));
-    render(file, &t)
+    split(file, text).map(|(_, replicated)| replicated)
+}
+
+/// A config text's node-local sections (parsed) and its replicated ones
+/// (as TOML), from one parse.
+pub(super) fn split(file: &str, text: &str) -> Result<(Table, String), ConfigError> {
+    let (replicated, local): (Table, Table) = table(file, text)?
+        .into_iter()
+        .partition(|(k, _)| REPLICATED.contains(&k.as_str()));
+    Ok((local, render(file, &replicated)?))
 }
 
 /// A submitted replicated config: only replicated sections are allowed (a
 /// node-local section in it is an error naming the key).
 pub fn check_sections(file: &str, text: &str) -> Result<(), ConfigError> {
-    let t = table(file, text)?;
+    only_replicated(file, &table(file, text)?)
+}
+
+fn only_replicated(file: &str, t: &Table) -> Result<(), ConfigError> {
     match t.keys().find(|k| !REPLICATED.contains(&k.as_str())) {
         Some(k) => Err(ConfigError {
             file: file.to_owned(),
@@ -93,20 +103,24 @@ impl Config {
         version: u64,
         source: &str,
     ) -> Result<Config, ConfigError> {
-        check_sections(source, replicated)?;
-        let mut merged = table(&self.file, &self.text)?;
-        merged.retain(|k, _| !REPLICATED.contains(&k));
-        merged.extend(table(source, replicated)?);
-        let text = render(&self.file, &merged)?;
-        let mut cfg = Config::parse(&self.file, &text).map_err(|mut e| {
+        // One parse of the cluster's text; the node's own sections were
+        // parsed when its file was read. The merged table goes to the
+        // typed walk as it is, never written out and read back.
+        let cluster = table(source, replicated)?;
+        only_replicated(source, &cluster)?;
+        let mut merged = Table::clone(&self.local);
+        merged.extend(cluster);
+        let mut cfg = Config::from_table(&self.file, merged).map_err(|mut e| {
             let section = e.key.split(['.', '[']).next().unwrap_or_default();
             if REPLICATED.contains(&section) {
                 e.file = source.to_owned();
             }
             e
         })?;
+        cfg.file.clone_from(&self.file);
         // The node's own text stays the base for the next merge.
         cfg.text = std::sync::Arc::clone(&self.text);
+        cfg.local = std::sync::Arc::clone(&self.local);
         cfg.config_version = version;
         cfg.replicated = replicated.into();
         Ok(cfg)

@@ -172,6 +172,7 @@ impl Validator<'_> {
             text: "".into(),
             config_version: 0,
             replicated: "".into(),
+            local: Default::default(),
             quotas,
             tenant_quotas,
             tenant_bursts,
