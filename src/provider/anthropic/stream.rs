@@ -88,6 +88,10 @@ fn push_quoted(out: &mut String, s: &str) {
     }
 }
 
+/// A content chunk's end after its text: the delta's brace, the chunk's
+/// end without a finish reason ([`TAIL_NULL`]) and the blank line.
+const CONTENT_TAIL: &[u8] = b"},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
+
 /// A chunk's end after its delta when it has no finish reason (what
 /// `Stream::tail` writes for `None`).
 const TAIL_NULL: &[u8] = b",\"logprobs\":null,\"finish_reason\":null}]}";
@@ -179,6 +183,9 @@ pub struct Stream {
     /// is known at `message_start`): a chunk is this, its delta and a
     /// constant tail, not a `Value` built and written per event.
     prefix: String,
+    /// A content chunk's `data:` event up to its text: `data: `, the
+    /// prefix and `{"content":`, one copy per delta.
+    content_head: String,
     /// The chunk's fields before `choices`, without the closing brace.
     head: String,
 }
@@ -204,6 +211,7 @@ impl Stream {
             tools: 0,
             finish: None,
             prefix: String::new(),
+            content_head: String::new(),
             head: String::new(),
         };
         stream.write_prefix();
@@ -227,6 +235,10 @@ impl Stream {
         self.prefix.push_str(&self.head);
         self.prefix
             .push_str(",\"choices\":[{\"index\":0,\"delta\":");
+        self.content_head.clear();
+        self.content_head.push_str("data: ");
+        self.content_head.push_str(&self.prefix);
+        self.content_head.push_str("{\"content\":");
     }
 
     /// The token counts seen so far (final after `message_stop`).
@@ -538,14 +550,10 @@ impl Stream {
     /// A content chunk as a `data:` event: `text` writes its JSON string
     /// (about `len` bytes).
     fn put_content(&self, out: &mut Vec<u8>, len: usize, text: impl FnOnce(&mut Vec<u8>)) {
-        out.reserve(self.prefix.len() + len + 80);
-        out.extend_from_slice(b"data: ");
-        out.extend_from_slice(self.prefix.as_bytes());
-        out.extend_from_slice(b"{\"content\":");
+        out.reserve(self.content_head.len() + len + CONTENT_TAIL.len());
+        out.extend_from_slice(self.content_head.as_bytes());
         text(out);
-        out.push(b'}');
-        out.extend_from_slice(TAIL_NULL);
-        out.extend_from_slice(b"\n\n");
+        out.extend_from_slice(CONTENT_TAIL);
     }
 
     /// A chunk of `delta` (its JSON) and `finish` as a `data:` event.
