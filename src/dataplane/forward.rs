@@ -207,6 +207,10 @@ pub struct Committed {
     /// A provider said its allowance is used up: cool the backend this
     /// long (`provider::exhausted_for`). `None` for a plain backend.
     pub cool_for: Option<Duration>,
+    /// The answer's usage when whoever made its body knew it (a
+    /// translated provider answer): not read from the body again. `None`:
+    /// the body says it, if anything does.
+    pub usage: Option<crate::dataplane::sse::Usage>,
 }
 
 /// zonegate's own headers, parsed once (a name given as `&str` is parsed
@@ -444,6 +448,7 @@ async fn first_chunk(
         first_byte: arrived.saturating_duration_since(started),
         arrived,
         cool_for,
+        usage: None,
     })
 }
 
@@ -466,6 +471,7 @@ fn whole(
         first_byte: arrived.saturating_duration_since(started),
         arrived,
         cool_for,
+        usage: None,
     }
 }
 
@@ -494,13 +500,12 @@ async fn provider_answer(
         body: mut rest,
     } = resp;
     let started = limits.started;
-    let now = std::time::SystemTime::now();
     if provider::is_credentials(status) {
         rest.drain_in_background();
         return Err(AttemptError::Credentials(status));
     }
     if status == StatusCode::TOO_MANY_REQUESTS || provider::is_overloaded(status) {
-        let busy = AttemptError::Busy(provider::busy_for(&lines, now));
+        let busy = AttemptError::Busy(provider::busy_for(&lines, std::time::SystemTime::now()));
         rest.drain_in_background();
         return Err(busy);
     }
@@ -508,7 +513,7 @@ async fn provider_answer(
         rest.drain_in_background();
         return Err(AttemptError::Status(status));
     }
-    let cool_for = provider::exhausted_for(&lines, now);
+    let cool_for = provider::exhausted_for(&lines, std::time::SystemTime::now);
     let provider::Answer::Anthropic {
         client_model,
         stream,
@@ -527,15 +532,15 @@ async fn provider_answer(
         )));
         return first_chunk(status, lines, rest, started, cool_for).await;
     }
-    let body = Limited::new(rest, MAX_ANSWER)
-        .collect()
+    let body = read_answer(rest)
         .await
-        .map_err(|e| AttemptError::Reset(format!("reading the provider's answer: {e}")))?
-        .to_bytes();
+        .map_err(|e| AttemptError::Reset(format!("reading the provider's answer: {e}")))?;
     if status.is_success() {
-        let out =
+        let (out, usage) =
             provider::anthropic::answer(&body, client_model).map_err(AttemptError::BadAnswer)?;
-        return Ok(whole(status, json_lines(), out, started, cool_for));
+        let mut answer = whole(status, json_lines(), out, started, cool_for);
+        answer.usage = usage;
+        return Ok(answer);
     }
     let (code, out) = provider::anthropic::error(status.as_u16(), &body);
     let code = StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY);
@@ -550,6 +555,32 @@ async fn provider_answer(
 
 /// The largest whole provider answer read for translation.
 const MAX_ANSWER: usize = 16 * 1024 * 1024;
+
+/// A provider's answer read whole, at most [`MAX_ANSWER`] bytes: a body
+/// that came in one chunk (the usual small answer) is that chunk, with no
+/// buffer list or copy (`Limited` and `Collect` cost ~1.5k instructions
+/// on an answer of a few hundred bytes).
+async fn read_answer(mut rest: UpstreamBody) -> Result<Bytes, String> {
+    let mut first: Option<Bytes> = None;
+    let mut joined = bytes::BytesMut::new();
+    while let Some(frame) = rest.frame().await {
+        let Ok(data) = frame.map_err(|e| e.to_string())?.into_data() else {
+            continue;
+        };
+        if first.is_none() && joined.is_empty() {
+            first = Some(data);
+        } else {
+            if let Some(f) = first.take() {
+                joined.extend_from_slice(&f);
+            }
+            joined.extend_from_slice(&data);
+        }
+        if first.as_ref().map_or(joined.len(), Bytes::len) > MAX_ANSWER {
+            return Err(format!("the answer is over {MAX_ANSWER} bytes"));
+        }
+    }
+    Ok(first.unwrap_or_else(|| joined.freeze()))
+}
 
 /// A 400 read whole: `context_length_exceeded` (OpenAI's code, or vLLM's
 /// "maximum context length" message) becomes an error the retry loop can

@@ -293,7 +293,10 @@ const LIMITS: &[(&[u8], &[u8])] = &[
 /// for (until the latest reset of the exhausted allowances), so that the
 /// next requests go elsewhere instead of collecting 429s. One second
 /// when no reset header says how long.
-pub fn exhausted_for(lines: &HeadLines, now: std::time::SystemTime) -> Option<Duration> {
+pub fn exhausted_for(
+    lines: &HeadLines,
+    now: impl FnOnce() -> std::time::SystemTime,
+) -> Option<Duration> {
     // One pass first: an answer with allowance left (nearly every one)
     // is done after it, without a lookup per header name.
     let zero = lines
@@ -302,6 +305,8 @@ pub fn exhausted_for(lines: &HeadLines, now: std::time::SystemTime) -> Option<Du
     if !zero {
         return None;
     }
+    // The clock is read only now, for an answer that needs it.
+    let now = now();
     let mut wait: Option<Duration> = None;
     for &(remaining, reset) in LIMITS {
         if lines.get(remaining).is_some_and(|v| v.trim_ascii() == b"0") {
@@ -400,12 +405,12 @@ mod tests {
         assert_eq!(
             exhausted_for(
                 &lines("x-ratelimit-remaining-requests: 0\r\nx-ratelimit-reset-requests: 2s\r\n"),
-                now
+                || now
             ),
             Some(Duration::from_secs(2))
         );
         assert_eq!(
-            exhausted_for(&lines("x-ratelimit-remaining-requests: 12\r\n"), now),
+            exhausted_for(&lines("x-ratelimit-remaining-requests: 12\r\n"), || now),
             None
         );
         // The exhausted allowance's own reset, not a sooner one of another.
@@ -415,12 +420,15 @@ mod tests {
                     "x-ratelimit-remaining-requests: 0\r\nx-ratelimit-reset-requests: 1s\r\n\
                      x-ratelimit-remaining-tokens: 900\r\nx-ratelimit-reset-tokens: 30ms\r\n"
                 ),
-                now
+                || now
             ),
             Some(Duration::from_secs(1))
         );
         assert_eq!(
-            exhausted_for(&lines("anthropic-ratelimit-requests-remaining: 0\r\n"), now),
+            exhausted_for(
+                &lines("anthropic-ratelimit-requests-remaining: 0\r\n"),
+                || now
+            ),
             Some(Duration::from_secs(1))
         );
     }

@@ -569,6 +569,7 @@ mod tests {
             first_byte: Duration::ZERO,
             arrived: std::time::Instant::now(),
             cool_for: None,
+            usage: None,
         }
     }
 

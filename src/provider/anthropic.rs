@@ -64,7 +64,7 @@ mod stream;
 mod verbatim;
 
 pub use super::TranslateError;
-pub use fast::{request_bytes, response_bytes, Translated};
+pub use fast::{answer_bytes, request_bytes, response_bytes, Translated};
 pub use response::{response_at, Usage};
 pub use stream::{sse, Stream};
 

@@ -437,10 +437,12 @@ impl Answer<'_> {
             ));
             out.push(event("ping", &json!({"type": "ping"})));
             for w in self.words {
-                out.push(event(
-                    "content_block_delta",
-                    &json!({"type": "content_block_delta", "index": index,
-                        "delta": {"type": "text_delta", "text": w}}),
+                // In the API's own key order, `type` first (a `Value`
+                // writes its keys sorted), as clients and the adapter see
+                // a text delta from Anthropic.
+                let text = serde_json::to_string(w).unwrap_or_default();
+                out.push(format!(
+                    "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":{index},\"delta\":{{\"type\":\"text_delta\",\"text\":{text}}}}}\n\n"
                 ));
             }
             out.push(event(

@@ -4,10 +4,11 @@
 
 use std::borrow::Cow;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use super::{Answer, Call, Refused};
 use crate::config::ProviderConfig;
+use crate::dataplane::sse::Usage;
 use crate::dataplane::upstream::Translate;
 use crate::provider::anthropic;
 
@@ -38,11 +39,18 @@ pub(super) fn prepare<'a>(
     })
 }
 
-/// A whole Anthropic answer as OpenAI's `chat.completion`; `Err` when the
-/// answer is not one (the attempt fails as a broken backend's would).
-pub fn answer(body: &[u8], client_model: &str) -> Result<Bytes, String> {
-    anthropic::response_bytes(body, client_model, crate::clock::unix_s())
-        .map(Bytes::from)
+/// A whole Anthropic answer as OpenAI's `chat.completion`, and its usage
+/// when the translation read it (`None`: the body says it); `Err` when
+/// the answer is not one (the attempt fails as a broken backend's would).
+pub fn answer(body: &[u8], client_model: &str) -> Result<(Bytes, Option<Usage>), String> {
+    anthropic::answer_bytes(body, client_model, crate::clock::unix_s())
+        .map(|(out, usage)| {
+            let usage = usage.map(|u| Usage {
+                prompt_tokens: u.prompt_tokens(),
+                completion_tokens: u.output_tokens,
+            });
+            (Bytes::from(out), usage)
+        })
         .map_err(|e| format!("the provider's answer: {e}"))
 }
 
@@ -61,6 +69,14 @@ const MAX_EVENT: usize = 1024 * 1024;
 /// `data:` events (`upstream::UpstreamBody` calls it per chunk).
 pub struct Events {
     buf: Vec<u8>,
+    /// The client's bytes of the chunk being translated (kept: no
+    /// allocation per chunk).
+    out: Vec<u8>,
+    /// Where the chunks given on are cut from: once the client's
+    /// connection has written and dropped a chunk, its room is used again
+    /// for the next one (`BytesMut::reserve`), instead of a `malloc` and
+    /// `free` per chunk.
+    given: BytesMut,
     /// How much of `buf` was searched for an event's end already: a long
     /// event trickled in small chunks is searched once, not once per chunk.
     searched: usize,
@@ -71,6 +87,8 @@ impl Events {
     pub fn new(client_model: &str, include_usage: bool) -> Self {
         Self {
             buf: Vec::new(),
+            out: Vec::new(),
+            given: BytesMut::new(),
             searched: 0,
             stream: anthropic::Stream::new(client_model, include_usage),
         }
@@ -83,6 +101,51 @@ fn event(stream: &mut anthropic::Stream, raw: &[u8], out: &mut Vec<u8>) -> Resul
     stream
         .sse_event_into(raw, out)
         .map_err(|e| format!("the provider's stream: {e}"))
+}
+
+/// The first event in `buf` when it has Anthropic's two lines and no
+/// more (`event: NAME\ndata: DATA\n\n`, line feeds only): its name, its
+/// data and the length with the blank line after it. Two line searches
+/// instead of [`event_end`]'s and `Stream::sse_event_into`'s; any other
+/// shape, or an event not yet whole, is theirs.
+fn two_lines(buf: &[u8]) -> Option<(&str, &[u8], usize)> {
+    const EVENT: &[u8] = b"event: ";
+    const DATA: &[u8] = b"data: ";
+    let rest = buf.strip_prefix(EVENT)?;
+    // The hot event's name is compared, not searched for (a line search
+    // costs ~90 instructions on a short line).
+    const DELTA: &[u8] = b"content_block_delta\n";
+    let name_end = if rest.starts_with(DELTA) {
+        DELTA.len() - 1
+    } else {
+        memchr::memchr(b'\n', rest)?
+    };
+    let name = &rest[..name_end];
+    if name.last() == Some(&b'\r') {
+        return None;
+    }
+    let rest = rest[name_end + 1..].strip_prefix(DATA)?;
+    let data_end = memchr::memchr(b'\n', rest)?;
+    let data = &rest[..data_end];
+    if data.last() == Some(&b'\r') || rest.get(data_end + 1) != Some(&b'\n') {
+        return None;
+    }
+    let name = match name {
+        // Anthropic's events by their constant names (no UTF-8 check).
+        b"content_block_delta" => "content_block_delta",
+        b"message_start" => "message_start",
+        b"content_block_start" => "content_block_start",
+        b"content_block_stop" => "content_block_stop",
+        b"message_delta" => "message_delta",
+        b"message_stop" => "message_stop",
+        b"ping" => "ping",
+        other => std::str::from_utf8(other).ok()?,
+    };
+    Some((
+        name,
+        data,
+        EVENT.len() + name_end + 1 + DATA.len() + data_end + 2,
+    ))
 }
 
 /// Where the first event in `buf` ends: (its length, the length with the
@@ -106,38 +169,12 @@ fn event_end(buf: &[u8], from: usize) -> Option<(usize, usize)> {
 
 impl Translate for Events {
     fn data(&mut self, data: &[u8]) -> Result<Bytes, String> {
-        // An OpenAI chunk is about one and a half times the Anthropic
-        // event it comes from: room for all of them at once.
-        let mut out = Vec::with_capacity(data.len().saturating_mul(2));
-        if self.buf.is_empty() {
-            // The usual chunk, whole events: read where it lies, and only
-            // an unfinished last event is kept.
-            let mut start = 0;
-            while let Some((len, next)) = event_end(&data[start..], 0) {
-                event(&mut self.stream, &data[start..start + len], &mut out)?;
-                start += next;
-            }
-            self.buf.extend_from_slice(&data[start..]);
-        } else {
-            // An event's end ("\n\n" or "\n\r\n") may straddle the old
-            // bytes and the new: the search resumes two bytes back.
-            let mut from = self.searched.saturating_sub(2);
-            self.buf.extend_from_slice(data);
-            let mut start = 0;
-            while let Some((len, next)) = event_end(&self.buf[start..], from) {
-                event(&mut self.stream, &self.buf[start..start + len], &mut out)?;
-                start += next;
-                from = 0;
-            }
-            self.buf.drain(..start);
-        }
-        self.searched = self.buf.len();
-        if self.buf.len() > MAX_EVENT {
-            return Err(format!(
-                "the provider's stream sent an event over {MAX_EVENT} bytes"
-            ));
-        }
-        Ok(Bytes::from(out))
+        let mut out = std::mem::take(&mut self.out);
+        out.clear();
+        let translated = self.translate(data, &mut out);
+        let given = self.give(&out);
+        self.out = out;
+        translated.map(|()| given)
     }
 
     fn end(&mut self) -> Result<Bytes, String> {
@@ -151,6 +188,64 @@ impl Translate for Events {
     }
 }
 
+impl Events {
+    /// The client's bytes as a chunk of their own (see `given`).
+    fn give(&mut self, out: &[u8]) -> Bytes {
+        if out.is_empty() {
+            return Bytes::new();
+        }
+        self.given.extend_from_slice(out);
+        self.given.split().freeze()
+    }
+
+    /// The whole events of `data` (and of what was kept before it)
+    /// translated into `out`; an unfinished last event is kept.
+    fn translate(&mut self, data: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+        // An OpenAI chunk is about one and a half times the Anthropic
+        // event it comes from: room for all of them at once.
+        out.reserve(data.len().saturating_mul(2));
+        if self.buf.is_empty() {
+            // The usual chunk, whole events: read where it lies, and only
+            // an unfinished last event is kept.
+            let mut start = 0;
+            loop {
+                if let Some((name, body, next)) = two_lines(&data[start..]) {
+                    self.stream
+                        .event_into(name, body, out)
+                        .map_err(|e| format!("the provider's stream: {e}"))?;
+                    start += next;
+                    continue;
+                }
+                let Some((len, next)) = event_end(&data[start..], 0) else {
+                    break;
+                };
+                event(&mut self.stream, &data[start..start + len], out)?;
+                start += next;
+            }
+            self.buf.extend_from_slice(&data[start..]);
+        } else {
+            // An event's end ("\n\n" or "\n\r\n") may straddle the old
+            // bytes and the new: the search resumes two bytes back.
+            let mut from = self.searched.saturating_sub(2);
+            self.buf.extend_from_slice(data);
+            let mut start = 0;
+            while let Some((len, next)) = event_end(&self.buf[start..], from) {
+                event(&mut self.stream, &self.buf[start..start + len], out)?;
+                start += next;
+                from = 0;
+            }
+            self.buf.drain(..start);
+        }
+        self.searched = self.buf.len();
+        if self.buf.len() > MAX_EVENT {
+            return Err(format!(
+                "the provider's stream sent an event over {MAX_EVENT} bytes"
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +256,29 @@ mod tests {
         assert_eq!(event_end(b"event: a\r\ndata: 1\r\n\r\n", 0), Some((18, 21)));
         assert_eq!(event_end(b"event: a\ndata: 1\n", 0), None);
         assert_eq!(event_end(b"event: a\ndata: 1\n\n", 15), Some((16, 18)));
+    }
+
+    #[test]
+    fn two_line_events_are_framed_in_one_pass_and_anything_else_is_left() {
+        assert_eq!(
+            two_lines(b"event: ping\ndata: {}\n\nrest"),
+            Some(("ping", &b"{}"[..], 22))
+        );
+        for odd in [
+            &b"event: ping\r\ndata: {}\r\n\r\n"[..],
+            b"event: ping\ndata: {}\n",
+            b"event: ping\ndata: {}",
+            b"event: ping\ndata: {}\r\n\n",
+            b"event: ping\ndata: {}\n\r\n",
+            b": c\nevent: ping\ndata: {}\n\n",
+            b"event: ping\nid: 1\ndata: {}\n\n",
+            b"event: ping\ndata: a\ndata: b\n\n",
+            b"data: {}\n\n",
+            b"event:ping\ndata: {}\n\n",
+            b"event: p\xffng\ndata: {}\n\n",
+        ] {
+            assert_eq!(two_lines(odd), None, "{}", String::from_utf8_lossy(odd));
+        }
     }
 
     #[test]

@@ -241,7 +241,7 @@ pub(super) fn respond(
             &mut admission,
             StreamEnd::Complete,
             0,
-            sse::body_usage(&body),
+            committed.usage.or_else(|| sse::body_usage(&body)),
             delivered,
         );
         drop((admission, guards));

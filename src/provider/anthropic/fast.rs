@@ -66,17 +66,28 @@ pub fn response_bytes(
     client_model: &str,
     created: u64,
 ) -> Result<Vec<u8>, TranslateError> {
-    if let Some(out) = super::verbatim::response(body, client_model, created) {
-        return Ok(out);
+    answer_bytes(body, client_model, created).map(|(out, _)| out)
+}
+
+/// [`response_bytes`], and the answer's usage when the one-pass path
+/// read it (the counts the translated body's `usage` says; `None`: read
+/// them from the body), so that nobody reads them again.
+pub fn answer_bytes(
+    body: &[u8],
+    client_model: &str,
+    created: u64,
+) -> Result<(Vec<u8>, Option<Usage>), TranslateError> {
+    if let Some((out, usage)) = super::verbatim::response(body, client_model, created) {
+        return Ok((out, Some(usage)));
     }
     if let Some(out) = simple_response(body, client_model, created) {
-        return Ok(out);
+        return Ok((out, None));
     }
     let v: Value = serde_json::from_slice(body).map_err(|e| {
         TranslateError::new("body", format!("the provider's answer is not JSON: {e}"))
     })?;
     let out = super::response_at(&v, client_model, created)?;
-    serde_json::to_vec(&out).map_err(not_json)
+    Ok((serde_json::to_vec(&out).map_err(not_json)?, None))
 }
 
 /// The request shapes the fast path takes; any other field, or a value

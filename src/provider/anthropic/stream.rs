@@ -1,12 +1,14 @@
 //! Anthropic's stream events → OpenAI `chat.completion.chunk` payloads.
 
 use std::borrow::Cow;
+use std::fmt::Write as _;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::fast::UsageIn;
 use super::response::{finish_reason, Usage};
+use super::verbatim::events;
 use crate::provider::TranslateError;
 
 fn malformed(field: impl Into<String>, reason: impl Into<String>) -> TranslateError {
@@ -65,6 +67,30 @@ struct MessageDelta<'a> {
     #[serde(borrow)]
     stop_reason: Option<Cow<'a, str>>,
 }
+
+/// The payloads of whole `data: <payload>\n\n` events (a payload is
+/// JSON written without line breaks, or `[DONE]`).
+fn payloads(out: &[u8]) -> Vec<String> {
+    out.split(|b| *b == b'\n')
+        .filter_map(|line| line.strip_prefix(b"data: "))
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect()
+}
+
+/// `s` as a JSON string, escaped as serde_json escapes it.
+fn push_quoted(out: &mut String, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+    } else {
+        out.push_str(&serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned()));
+    }
+}
+
+/// A content chunk's end after its text: the delta's brace, the chunk's
+/// end without a finish reason ([`TAIL_NULL`]) and the blank line.
+const CONTENT_TAIL: &[u8] = b"},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
 
 /// A chunk's end after its delta when it has no finish reason (what
 /// `Stream::tail` writes for `None`).
@@ -157,6 +183,9 @@ pub struct Stream {
     /// is known at `message_start`): a chunk is this, its delta and a
     /// constant tail, not a `Value` built and written per event.
     prefix: String,
+    /// A content chunk's `data:` event up to its text: `data: `, the
+    /// prefix and `{"content":`, one copy per delta.
+    content_head: String,
     /// The chunk's fields before `choices`, without the closing brace.
     head: String,
 }
@@ -182,6 +211,7 @@ impl Stream {
             tools: 0,
             finish: None,
             prefix: String::new(),
+            content_head: String::new(),
             head: String::new(),
         };
         stream.write_prefix();
@@ -189,16 +219,26 @@ impl Stream {
     }
 
     fn write_prefix(&mut self) {
-        // Written by hand, not through `Value`'s `Display` (several times
-        // slower); the strings are escaped by serde_json all the same.
-        let quoted = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned());
-        self.head = format!(
-            "{{\"id\":{},\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{}",
-            quoted(&self.id),
-            self.created,
-            quoted(&self.model),
-        );
-        self.prefix = format!("{},\"choices\":[{{\"index\":0,\"delta\":", self.head);
+        // Written by hand, not through `Value`'s `Display` or `format!`
+        // (several times slower), into the strings of the last prefix;
+        // the strings are escaped as serde_json escapes them.
+        self.head.clear();
+        self.head.push_str("{\"id\":");
+        push_quoted(&mut self.head, &self.id);
+        self.head
+            .push_str(",\"object\":\"chat.completion.chunk\",\"created\":");
+        // Writing to a `String` cannot fail.
+        let _ = write!(self.head, "{}", self.created);
+        self.head.push_str(",\"model\":");
+        push_quoted(&mut self.head, &self.model);
+        self.prefix.clear();
+        self.prefix.push_str(&self.head);
+        self.prefix
+            .push_str(",\"choices\":[{\"index\":0,\"delta\":");
+        self.content_head.clear();
+        self.content_head.push_str("data: ");
+        self.content_head.push_str(&self.prefix);
+        self.content_head.push_str("{\"content\":");
     }
 
     /// The token counts seen so far (final after `message_stop`).
@@ -265,8 +305,23 @@ impl Stream {
         if self.finished() {
             return Ok(Vec::new());
         }
-        if let Some(out) = self.text_delta(event, data) {
-            return Ok(vec![out]);
+        let mut out = Vec::new();
+        if self.fast_into(event, data, &mut out) {
+            return Ok(payloads(&out));
+        }
+        self.general(event, data)
+    }
+
+    /// [`Stream::event`] the typed way, then the `Value` way: what the
+    /// one-pass readers (`Stream::fast_into`) must agree with, and what
+    /// reads whatever they do not take.
+    pub(super) fn general(
+        &mut self,
+        event: &str,
+        data: &[u8],
+    ) -> Result<Vec<String>, TranslateError> {
+        if self.finished() {
+            return Ok(Vec::new());
         }
         if let Some(out) = self.typed(event, data) {
             return out;
@@ -349,17 +404,27 @@ impl Stream {
     }
 
     /// [`Stream::sse_event`] written as the client's `data: <payload>\n\n`
-    /// events at the end of `out` (what [`sse`] makes of the payloads),
-    /// with no allocation for the hot event (a text block's delta: its
-    /// text goes from the event's bytes to `out` in one pass).
+    /// events at the end of `out` (what [`sse`] makes of the payloads).
     pub fn sse_event_into(&mut self, raw: &[u8], out: &mut Vec<u8>) -> Result<(), TranslateError> {
         let Some((name, data)) = fields(raw)? else {
             return Ok(());
         };
-        if !self.finished() && self.text_delta_into(name, &data, out) {
+        self.event_into(name, &data, out)
+    }
+
+    /// [`Stream::event`] written as [`Stream::sse_event_into`] writes it:
+    /// with no allocation for the events of an ordinary stream (their
+    /// bytes go to `out` in one pass; see `Stream::fast_into`).
+    pub fn event_into(
+        &mut self,
+        event: &str,
+        data: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), TranslateError> {
+        if self.finished() || self.fast_into(event, data, out) {
             return Ok(());
         }
-        for p in self.event(name, &data)? {
+        for p in self.general(event, data)? {
             out.extend_from_slice(b"data: ");
             out.extend_from_slice(p.as_bytes());
             out.extend_from_slice(b"\n\n");
@@ -367,27 +432,90 @@ impl Stream {
         Ok(())
     }
 
-    /// The hot event, a `text_delta` of a text block, read and written
-    /// through typed borrowing structs (no `Value`, ~1/3 of the
-    /// instructions); anything else goes the general way, which gives
-    /// the same chunk (the stream tests take this path).
-    fn text_delta(&self, event: &str, data: &[u8]) -> Option<String> {
-        let mut out = Vec::new();
-        if !self.text_delta_into(event, data, &mut out) {
-            return None;
+    /// The events of an ordinary stream, read in one pass
+    /// (`verbatim::events`) and written as whole `data:` events at the end
+    /// of `out`: `false` (`out` and the stream untouched) for an event
+    /// they do not take, which [`Stream::general`] then reads and answers
+    /// the same way.
+    fn fast_into(&mut self, event: &str, data: &[u8], out: &mut Vec<u8>) -> bool {
+        match (event, self.phase) {
+            ("content_block_delta", Phase::Open) => self.text_delta_into(data, out),
+            ("message_start", Phase::Waiting) => {
+                let Some((id, usage)) = events::message_start(data) else {
+                    return false;
+                };
+                self.id.clear();
+                self.id.push_str(id);
+                if let Some(u) = &usage {
+                    self.usage.merge(u);
+                }
+                self.write_prefix();
+                self.phase = Phase::Open;
+                self.put_chunk(out, b"{\"role\":\"assistant\",\"content\":\"\"}", None);
+                true
+            }
+            ("content_block_start", Phase::Open) => {
+                let Some((index, text)) = events::text_block_start(data) else {
+                    return false;
+                };
+                if self.blocks.iter().any(|(i, _)| *i == index) {
+                    return false;
+                }
+                self.blocks.push((index, Block::Text));
+                if !text.is_empty() {
+                    self.put_content(out, text.len(), |out| {
+                        out.push(b'"');
+                        out.extend_from_slice(text);
+                        out.push(b'"');
+                    });
+                }
+                true
+            }
+            ("ping" | "content_block_stop", Phase::Open) => events::plain_json(data),
+            ("message_delta", Phase::Open) => {
+                let Some((stop, usage)) = events::message_delta(data) else {
+                    return false;
+                };
+                let finish = match stop.map(|s| std::str::from_utf8(s).map(finish_reason)) {
+                    None => None,
+                    Some(Ok(Ok(f))) => Some(f),
+                    // Not a reason OpenAI has: the general way names it.
+                    Some(_) => return false,
+                };
+                if let Some(u) = &usage {
+                    self.usage.merge(u);
+                }
+                if let Some(f) = finish {
+                    self.finish = Some(f);
+                    self.put_chunk(out, b"{}", Some(f));
+                }
+                true
+            }
+            ("message_stop", Phase::Open) => {
+                if !events::plain_json(data) {
+                    return false;
+                }
+                self.phase = Phase::Done;
+                if self.include_usage {
+                    out.extend_from_slice(b"data: ");
+                    out.extend_from_slice(self.head.as_bytes());
+                    out.extend_from_slice(b",\"choices\":[],\"usage\":");
+                    super::verbatim::push_usage(out, &self.usage);
+                    out.extend_from_slice(b"}\n\n");
+                }
+                out.extend_from_slice(b"data: [DONE]\n\n");
+                true
+            }
+            _ => false,
         }
-        // `data: ` and the blank line are the caller's to write.
-        let payload = out.get(6..out.len().saturating_sub(2))?;
-        String::from_utf8(payload.to_vec()).ok()
     }
 
-    /// [`Stream::text_delta`] as a whole `data:` event at the end of `out`;
-    /// `false` (and `out` untouched) when the event is not a text block's
-    /// delta of the expected shape.
-    fn text_delta_into(&self, event: &str, data: &[u8], out: &mut Vec<u8>) -> bool {
-        if event != "content_block_delta" {
-            return false;
-        }
+    /// A text block's `text_delta` as a whole `data:` event at the end of
+    /// `out`: matched against Anthropic's exact bytes, else read field by
+    /// field (`verbatim`), else through typed borrowing structs; `false`
+    /// (and `out` untouched) when the event is not a text block's delta of
+    /// an expected shape.
+    fn text_delta_into(&self, data: &[u8], out: &mut Vec<u8>) -> bool {
         if let Some((index, text)) = super::verbatim::text_delta(data) {
             // The text's bytes as they came: the same JSON string.
             if !self.is_text_block(index) {
@@ -422,13 +550,26 @@ impl Stream {
     /// A content chunk as a `data:` event: `text` writes its JSON string
     /// (about `len` bytes).
     fn put_content(&self, out: &mut Vec<u8>, len: usize, text: impl FnOnce(&mut Vec<u8>)) {
-        out.reserve(self.prefix.len() + len + 80);
+        out.reserve(self.content_head.len() + len + CONTENT_TAIL.len());
+        out.extend_from_slice(self.content_head.as_bytes());
+        text(out);
+        out.extend_from_slice(CONTENT_TAIL);
+    }
+
+    /// A chunk of `delta` (its JSON) and `finish` as a `data:` event.
+    fn put_chunk(&self, out: &mut Vec<u8>, delta: &[u8], finish: Option<&str>) {
+        out.reserve(self.prefix.len() + delta.len() + 80);
         out.extend_from_slice(b"data: ");
         out.extend_from_slice(self.prefix.as_bytes());
-        out.extend_from_slice(b"{\"content\":");
-        text(out);
-        out.push(b'}');
-        out.extend_from_slice(TAIL_NULL);
+        out.extend_from_slice(delta);
+        match finish {
+            None => out.extend_from_slice(TAIL_NULL),
+            Some(f) => {
+                out.extend_from_slice(b",\"logprobs\":null,\"finish_reason\":\"");
+                out.extend_from_slice(f.as_bytes());
+                out.extend_from_slice(b"\"}]}");
+            }
+        }
         out.extend_from_slice(b"\n\n");
     }
 

@@ -1,6 +1,7 @@
 //! The hottest shapes translated in one pass over the bytes, strings
 //! copied as they were written: a request of plain text turns, an answer
-//! of text blocks, a stream's text delta. JSON strings are not unescaped
+//! of text blocks, a stream's text delta (and, in [`events`], the other
+//! events of an ordinary stream). JSON strings are not unescaped
 //! and escaped again (serde's typed path spent most of its instructions
 //! there and in matching field names); a string is checked instead (no
 //! control character, only the escapes `\" \\ \/ \b \f \n \r \t`, the
@@ -16,6 +17,8 @@
 use smallvec::SmallVec;
 
 use super::fast::{Translated, UsageIn};
+
+pub(super) mod events;
 use super::response::{finish_reason, Usage};
 
 /// serde_json's nesting limit: deeper values are not skipped here.
@@ -272,6 +275,14 @@ impl<'a> Json<'a> {
     }
 }
 
+/// Whether `b` is UTF-8: ASCII (the usual JSON, checked a word at a
+/// time with less setup than `from_utf8`'s) or not. For a stream's short
+/// events; a whole request or answer is checked by `from_utf8` itself
+/// (as fast on a few hundred bytes, measured).
+fn utf8(b: &[u8]) -> bool {
+    b.is_ascii() || std::str::from_utf8(b).is_ok()
+}
+
 /// A field seen twice: serde refuses it, so this path does not guess.
 fn once(seen: &mut u32, bit: u32) -> Option<()> {
     (*seen & bit == 0).then(|| *seen |= bit)
@@ -297,8 +308,13 @@ fn push_str(out: &mut Vec<u8>, raw: &[u8]) {
     out.push(b'"');
 }
 
-/// A string of ours (a model name), escaped by serde_json.
+/// A string of ours (a model name), escaped as serde_json escapes it:
+/// one with nothing to escape (every model name in practice) is copied.
 fn push_escaped(out: &mut Vec<u8>, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        push_str(out, s.as_bytes());
+        return;
+    }
     // Writing to a `Vec` cannot fail.
     let _ = serde_json::to_writer(&mut *out, s);
 }
@@ -511,8 +527,8 @@ fn messages<'a>(
 }
 
 /// The answer of `super::fast::simple_response` for a message of text
-/// (and thinking) blocks.
-pub(super) fn response(body: &[u8], client_model: &str, created: u64) -> Option<Vec<u8>> {
+/// (and thinking) blocks, and the usage it reports.
+pub(super) fn response(body: &[u8], client_model: &str, created: u64) -> Option<(Vec<u8>, Usage)> {
     std::str::from_utf8(body).ok()?;
     let mut j = Json::new(body);
     let mut seen = 0u32;
@@ -572,20 +588,27 @@ pub(super) fn response(body: &[u8], client_model: &str, created: u64) -> Option<
     }
     out.extend_from_slice(b"\",\"refusal\":null},\"logprobs\":null,\"finish_reason\":\"");
     out.extend_from_slice(finish.as_bytes());
-    out.extend_from_slice(b"\"}],\"usage\":{\"prompt_tokens\":");
+    out.extend_from_slice(b"\"}],\"usage\":");
+    push_usage(&mut out, &usage);
+    out.push(b'}');
+    Some((out, usage))
+}
+
+/// OpenAI's `usage` object for `usage` (what [`Usage::openai`] gives).
+pub(super) fn push_usage(out: &mut Vec<u8>, usage: &Usage) {
+    out.extend_from_slice(b"{\"prompt_tokens\":");
     let prompt = usage.prompt_tokens();
-    push_u64(&mut out, prompt);
+    push_u64(out, prompt);
     out.extend_from_slice(b",\"completion_tokens\":");
-    push_u64(&mut out, usage.output_tokens);
+    push_u64(out, usage.output_tokens);
     out.extend_from_slice(b",\"total_tokens\":");
-    push_u64(&mut out, prompt.saturating_add(usage.output_tokens));
+    push_u64(out, prompt.saturating_add(usage.output_tokens));
     if usage.cache_creation_input_tokens.is_some() || usage.cache_read_input_tokens.is_some() {
         out.extend_from_slice(b",\"prompt_tokens_details\":{\"cached_tokens\":");
-        push_u64(&mut out, usage.cache_read_input_tokens.unwrap_or(0));
+        push_u64(out, usage.cache_read_input_tokens.unwrap_or(0));
         out.push(b'}');
     }
-    out.extend_from_slice(b"}}");
-    Some(out)
+    out.push(b'}');
 }
 
 /// `content`: text blocks (their texts, in order) and thinking blocks
@@ -657,7 +680,10 @@ fn usage_in(j: &mut Json<'_>) -> Option<UsageIn> {
 /// A `content_block_delta` event's data when its delta is a
 /// `text_delta`: the block's index and the text's raw bytes.
 pub(super) fn text_delta(data: &[u8]) -> Option<(u64, &[u8])> {
-    std::str::from_utf8(data).ok()?;
+    if let Some(found) = events::exact_text_delta(data) {
+        return Some(found);
+    }
+    utf8(data).then_some(())?;
     let mut j = Json::new(data);
     let mut seen = 0u32;
     let (mut index, mut text) = (None, None);

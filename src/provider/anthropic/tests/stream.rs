@@ -382,3 +382,192 @@ fn whole_sse_events_are_read_off_the_wire() {
         "data: {}\n\ndata: [DONE]\n\n"
     );
 }
+
+/// One stream's events through [`Stream::event`] (the one-pass readers
+/// first) and through `Stream::general` (typed, then `Value`): the same
+/// payloads (as JSON), the same errors and the same final state.
+fn same_both_ways(events: &[(&str, &str)]) {
+    let mut fast = Stream::new_at("claude", true, 1_700_000_000);
+    let mut general = Stream::new_at("claude", true, 1_700_000_000);
+    let parse = |payloads: Vec<String>| -> Vec<Value> {
+        payloads
+            .iter()
+            .map(|p| serde_json::from_str(p).unwrap_or_else(|_| json!(p)))
+            .collect()
+    };
+    for (event, data) in events {
+        let a = fast.event(event, data.as_bytes()).map(parse);
+        let b = general.general(event, data.as_bytes()).map(parse);
+        assert_eq!(a, b, "{event} {data}");
+        // The wire path writes the same payloads.
+    }
+    assert_eq!(fast.usage(), general.usage());
+    assert_eq!(fast.finish_reason(), general.finish_reason());
+    assert_eq!(
+        (fast.finished(), fast.failed()),
+        (general.finished(), general.failed())
+    );
+}
+
+/// Anthropic's events as the API writes them (`type` first), with `text`
+/// as the delta's JSON string.
+fn anthropic_order(text: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("message_start", r#"{"type":"message_start","message":{"id":"msg_01","type":"message","role":"assistant","content":[],"model":"claude-x","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":25,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1,"service_tier":"standard"}}}"#.to_owned()),
+        ("content_block_start", r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#.to_owned()),
+        ("ping", r#"{"type": "ping"}"#.to_owned()),
+        ("content_block_delta", format!(r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":{text}}}}}"#)),
+        ("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" more"}}"#.to_owned()),
+        ("content_block_stop", r#"{"type":"content_block_stop","index":0}"#.to_owned()),
+        ("message_delta", r#"{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":15}}"#.to_owned()),
+        ("message_stop", r#"{"type":"message_stop"}"#.to_owned()),
+    ]
+}
+
+fn borrow<'a>(v: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    v.iter().map(|(e, d)| (*e, d.as_str())).collect()
+}
+
+#[test]
+fn the_one_pass_readers_agree_with_the_typed_and_value_ways() {
+    let owned = |v: &[(&'static str, Value)]| -> Vec<(&'static str, String)> {
+        v.iter().map(|(e, d)| (*e, d.to_string())).collect()
+    };
+    // serde_json's sorted keys (another order), with a tool block.
+    let sorted = owned(&text_then_tool());
+    same_both_ways(&borrow(&sorted));
+    // Anthropic's order; odd escapes, unicode, `\u` (the typed way's).
+    for text in [
+        r#""Hi""#,
+        r#""""#,
+        r#""a \"quoted\" \\ back\/slash\n\t\r\b\f""#,
+        "\"h\u{e9}llo \u{65e5}\u{672c} \u{1f600}\"",
+        r#""\u00e9 and \ud83d\ude00""#,
+        r#""\u0000""#,
+    ] {
+        same_both_ways(&borrow(&anthropic_order(text)));
+    }
+    // Each event changed in a way one reader may not take: extra and
+    // reordered fields, whitespace, nulls, escapes in ids, unknown stop
+    // reasons, a block that does not exist, things after the end.
+    let edits: Vec<(usize, &str)> = vec![
+        (
+            0,
+            r#"{"message":{"usage":{"output_tokens":1,"input_tokens":3},"id":"msg_01"},"type":"message_start"}"#,
+        ),
+        (
+            0,
+            r#"{"type":"message_start","message":{"id":"msg\/01","usage":{"input_tokens":3}}}"#,
+        ),
+        (
+            0,
+            r#"{"type":"message_start","message":{"id":"msg_\u0041","usage":{"input_tokens":3}}}"#,
+        ),
+        (
+            0,
+            r#"{"type":"message_start","message":{"id":"m","usage":{"input_tokens":null,"cache_read_input_tokens":7}}}"#,
+        ),
+        (
+            0,
+            r#"{"type":"message_start","message":{"id":"m","usage":null}}"#,
+        ),
+        (
+            0,
+            r#"{"type":"message_start","message":{"id":"m"},"extra":{"a":[1,{"b":null}]}}"#,
+        ),
+        (
+            0,
+            r#" { "type" : "message_start" , "message" : { "id" : "m" } } "#,
+        ),
+        (
+            1,
+            r#"{"index":0,"content_block":{"text":"Start \"q\" é","type":"text"},"type":"content_block_start"}"#,
+        ),
+        (
+            1,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":"\u00e9"}}"#,
+        ),
+        (
+            1,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","citations":[]}}"#,
+        ),
+        (
+            1,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#,
+        ),
+        (2, r#"{"type":"ping","extra":"\u0041"}"#),
+        (
+            3,
+            r#"{"index":0,"type":"content_block_delta","delta":{"text":"x","type":"text_delta"}}"#,
+        ),
+        (
+            3,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x","citations":null}}"#,
+        ),
+        (
+            3,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"x"}}"#,
+        ),
+        (
+            3,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}} "#,
+        ),
+        (5, r#"{"type":"content_block_stop","index":0,"x":"\u00e9"}"#),
+        (
+            6,
+            r#"{"usage":{"output_tokens":15},"delta":{"stop_sequence":null,"stop_reason":"max_tokens"},"type":"message_delta"}"#,
+        ),
+        (
+            6,
+            r#"{"type":"message_delta","delta":{"stop_reason":null},"usage":{"output_tokens":15}}"#,
+        ),
+        (
+            6,
+            r#"{"type":"message_delta","delta":{"stop_reason":"pause_turn"},"usage":{"output_tokens":15}}"#,
+        ),
+        (
+            6,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end\/turn"}}"#,
+        ),
+        (
+            6,
+            r#"{"type":"message_delta","delta":{"stop_reason":"refusal"},"usage":{"output_tokens":"15"}}"#,
+        ),
+        (
+            6,
+            r#"{"type":"message_delta","usage":{"output_tokens":15,"cache_read_input_tokens":2}}"#,
+        ),
+        (7, r#"{"type":"message_stop","x":[]}"#),
+        (7, r#"{"type":"message_stop","x":"\ud800"}"#),
+        (7, "{not json"),
+    ];
+    for (at, data) in edits {
+        let mut events = anthropic_order(r#""Hi""#);
+        events[at].1 = data.to_owned();
+        same_both_ways(&borrow(&events));
+    }
+    // Out of order: a delta before its block, a second start, after the end.
+    let events = anthropic_order(r#""Hi""#);
+    let mut wrong = vec![events[3].clone()];
+    wrong.extend(events.iter().cloned());
+    wrong.push(events[0].clone());
+    wrong.push(events[3].clone());
+    same_both_ways(&borrow(&wrong));
+    let mut twice = events.clone();
+    twice.insert(2, events[1].clone());
+    same_both_ways(&borrow(&twice));
+}
+
+#[test]
+fn the_wire_path_writes_what_the_payloads_say() {
+    let events = anthropic_order(r#""a \"b\" \u00e9 é""#);
+    let mut by_payload = Stream::new_at("claude", true, 1_700_000_000);
+    let mut by_wire = Stream::new_at("claude", true, 1_700_000_000);
+    let (mut expect, mut got) = (Vec::new(), Vec::new());
+    for (event, data) in &events {
+        expect.extend(by_payload.event(event, data.as_bytes()).unwrap());
+        let raw = format!("event: {event}\ndata: {data}");
+        by_wire.sse_event_into(raw.as_bytes(), &mut got).unwrap();
+    }
+    assert_eq!(String::from_utf8(got).unwrap(), sse(&expect));
+}
