@@ -247,7 +247,7 @@ async fn members_are_added_promoted_removed_and_readdressed_while_decisions_comm
         .map(|n| cluster.mocks[n].backend_toml(&[MODEL]))
         .collect();
     let mut node4 = Some(NodeProcess::start_member(&spec4, &everyone, &rest).await);
-    ctl_json(&ask, &args(&add(&spec4, "learner"))).await;
+    ctl_json_led(&ask, &args(&add(&spec4, "learner"))).await;
     member_becomes(&ask, 4, "a caught-up learner", |m| {
         m["role"] == "learner" && m["lag"].as_u64().is_some_and(|l| l <= 8)
     })
@@ -257,7 +257,7 @@ async fn members_are_added_promoted_removed_and_readdressed_while_decisions_comm
     poll_differs(&ask, "member 4 (az-a, learner)").await;
 
     // 2. Promoted to a voter.
-    ctl_json(&ask, &["members", "promote", "--id", "4"]).await;
+    ctl_json_led(&ask, &["members", "promote", "--id", "4"]).await;
     member_becomes(&ask, 4, "a voter", |m| m["role"] == "voter").await;
     // Its record says voter too (a rejoin restores that role).
     poll_differs(&ask, "member 4 (az-a, voter)").await;
@@ -267,7 +267,7 @@ async fn members_are_added_promoted_removed_and_readdressed_while_decisions_comm
     let leader = cluster.leader().await;
     let victim = if leader == 1 { 4 } else { 1 };
     let victim_arg = victim.to_string();
-    ctl_json(&ask, &["members", "remove", "--id", &victim_arg]).await;
+    ctl_json_led(&ask, &["members", "remove", "--id", &victim_arg]).await;
     let list = ctl_json(&ask, &["members"]).await;
     assert!(member(&list, victim).is_none(), "{list}");
     if victim == 4 {
@@ -331,7 +331,7 @@ async fn members_are_added_promoted_removed_and_readdressed_while_decisions_comm
             .await
     };
     let moved_arg = moved.to_string();
-    ctl_json(
+    ctl_json_led(
         &asker,
         &[
             "members",

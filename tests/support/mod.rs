@@ -640,6 +640,27 @@ pub async fn ctl_ok(admin: &str, args: &[&str]) -> String {
     out
 }
 
+/// `ctl --json ARGS…` for a write, which must exit 0; a `no_leader`
+/// refusal (no leader with a quorum for a moment, as on a loaded host:
+/// "nothing was changed; retry shortly") is retried for up to 60 s, as
+/// an operator would.
+pub async fn ctl_json_led(admin: &str, args: &[&str]) -> Value {
+    let args = [&["--json"], args].concat();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (code, out, err) = ctl(admin, &args).await;
+        if code == 0 {
+            return serde_json::from_str(out.trim())
+                .unwrap_or_else(|e| panic!("ctl {args:?}: no JSON ({e}): {out}"));
+        }
+        assert!(
+            err.contains("no_leader") && tokio::time::Instant::now() < deadline,
+            "ctl {args:?} failed: {err}\n{out}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// `ctl --json ARGS…`, which must exit 0; returns the JSON it printed.
 pub async fn ctl_json(admin: &str, args: &[&str]) -> Value {
     let out = ctl_ok(admin, &[&["--json"], args].concat()).await;
