@@ -67,11 +67,15 @@ struct Sim {
     disk: BTreeMap<PathBuf, Duration>,
 }
 
-/// A command a leader stamped and handed to Raft: what identifies its
-/// decision record (actor, reason, the leader's wall-clock stamp) and the
-/// true simulated time of the stamp, in ms since [`install`].
+/// A command a leader stamped and handed to Raft: the leader process,
+/// what identifies its decision record (actor, reason, the leader's
+/// wall-clock stamp) and the true simulated time of the stamp, in ms
+/// since [`install`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stamp {
+    /// The stamping leader and its process (`LeaderClock`'s node, boot).
+    pub node: NodeId,
+    pub boot: u64,
     pub actor: String,
     pub reason: String,
     pub at_ms: u64,
@@ -189,7 +193,10 @@ pub(crate) fn disk_delay(dir: &Path) -> Option<Duration> {
 pub(crate) fn stamped(cmd: &crate::Command) {
     let f = cmd.fields();
     with(|s| {
+        let (node, boot) = f.clock.map_or((0, 0), |c| (c.node, c.boot));
         let stamp = Stamp {
+            node,
+            boot,
             actor: f.actor.to_owned(),
             reason: f.reason.to_owned(),
             at_ms: f.at_ms,

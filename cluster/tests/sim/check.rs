@@ -24,6 +24,9 @@ pub struct Entry {
     /// When its leader stamped it, on the simulation's true clock (ms);
     /// `None` when unknown (no stamp, or two stamps match its record).
     pub stamp_ms: Option<u64>,
+    /// The leader process that stamped it, `(node, boot)`, when known
+    /// with `stamp_ms`.
+    pub leader: Option<(NodeId, u64)>,
 }
 
 /// What the client was told: committed and applied as this version.
@@ -133,6 +136,15 @@ pub enum Violation {
         gap_ms: u64,
         dwell_ms: u64,
     },
+    /// A leader process's entries committed out of the order it stamped
+    /// them: `version` was stamped before `earlier`, which it follows.
+    StampOrder {
+        node: NodeId,
+        version: u64,
+        earlier: u64,
+        stamp_ms: u64,
+        earlier_stamp_ms: u64,
+    },
     NoConvergence {
         bound_ms: u64,
     },
@@ -205,6 +217,16 @@ impl fmt::Display for Violation {
                 f,
                 "automatic decision {version} changed zone {zone} {gap_ms} ms after decision {after} did (dwell {dwell_ms} ms, true clock at the leaders' stamps)"
             ),
+            Violation::StampOrder {
+                node,
+                version,
+                earlier,
+                stamp_ms,
+                earlier_stamp_ms,
+            } => write!(
+                f,
+                "node {node}'s decision {version} (stamped at {stamp_ms} ms) committed after its decision {earlier} (stamped later, at {earlier_stamp_ms} ms)"
+            ),
             Violation::Panicked(what) => write!(f, "the run panicked: {what}"),
             Violation::NoConvergence { bound_ms } => write!(
                 f,
@@ -225,6 +247,7 @@ pub fn check(h: &History) -> Vec<Violation> {
     quota_within_global(h, &mut out);
     freeze_holds(h, &mut out);
     dwell_holds(h, &mut out);
+    stamp_order(h, &mut out);
     if h.converged_ms.is_none_or(|ms| ms > h.convergence_bound_ms) {
         out.push(Violation::NoConvergence {
             bound_ms: h.convergence_bound_ms,
@@ -479,6 +502,34 @@ fn dwell_holds(h: &History, out: &mut Vec<Violation>) {
     }
 }
 
+/// A leader process's entries commit in the order it stamped them. The
+/// dwell clock reads each entry at the newest stamp of its leader applied
+/// so far (`state::DwellClock`): an entry committed after a later-stamped
+/// one of the same leader is measured at that later stamp, and its dwell
+/// may pass early (seeds 2004353 and 3000553 before `Proposer::write`
+/// stamped under its append-order lock).
+fn stamp_order(h: &History, out: &mut Vec<Violation>) {
+    let mut last: BTreeMap<(NodeId, u64), (u64, u64)> = BTreeMap::new();
+    for (version, e) in committed(h) {
+        let (Some(leader), Some(stamp)) = (e.leader, e.stamp_ms) else {
+            continue;
+        };
+        if let Some(&(earlier, earlier_stamp)) = last.get(&leader) {
+            if stamp < earlier_stamp {
+                out.push(Violation::StampOrder {
+                    node: leader.0,
+                    version,
+                    earlier,
+                    stamp_ms: stamp,
+                    earlier_stamp_ms: earlier_stamp,
+                });
+                continue;
+            }
+        }
+        last.insert(leader, (version, stamp));
+    }
+}
+
 fn quota_within_global(h: &History, out: &mut Vec<Violation>) {
     for q in &h.quota {
         if q.sum > q.global {
@@ -499,6 +550,7 @@ mod tests {
             auto: false,
             zones: Vec::new(),
             stamp_ms: Some(version * 1000),
+            leader: None,
         }
     }
 
@@ -820,5 +872,41 @@ mod tests {
         log.push(auto(entry(6, "failback", "zone well"), &["az-c"], 6_000));
         set_log(&mut h, log);
         assert_eq!(check(&h), vec![]);
+    }
+
+    #[test]
+    fn a_leader_s_entries_committed_out_of_stamp_order_are_caught() {
+        let mut h = good();
+        h.acks.clear();
+        let by = |mut e: Entry, leader: (NodeId, u64), at: u64| {
+            e.leader = Some(leader);
+            e.stamp_ms = Some(at);
+            e
+        };
+        // Node 1's process 7 in order, then node 2 (another clock: its
+        // stamps may be anything), then node 1's process 7 again, stamped
+        // before its last: caught. Another process of node 1 is another
+        // clock; an entry without a known leader is skipped.
+        let mut unknown = entry(6, "freeze", "op-6");
+        unknown.stamp_ms = Some(1);
+        let log = vec![
+            by(entry(1, "failover", "op-1"), (1, 7), 1_000),
+            by(entry(2, "failback", "op-2"), (1, 7), 1_000),
+            by(entry(3, "freeze", "op-3"), (2, 9), 500),
+            by(entry(4, "unfreeze", "op-4"), (1, 7), 999),
+            by(entry(5, "freeze", "op-5"), (1, 8), 10),
+            unknown,
+        ];
+        set_log(&mut h, log);
+        assert_eq!(
+            check(&h),
+            vec![Violation::StampOrder {
+                node: 1,
+                version: 4,
+                earlier: 2,
+                stamp_ms: 999,
+                earlier_stamp_ms: 1_000
+            }]
+        );
     }
 }
