@@ -220,12 +220,13 @@ impl Proposer {
         // Raft before the lock is released: this leader's entries reach
         // the log in the order of their stamps. The dwell clock reads an
         // entry at the newest stamp of its leader applied so far
-        // (`state::DwellClock`); with a command stamped before the dry run
-        // (a quorum round trip) a concurrent one stamped later could be
-        // appended first, so a decision was measured at the other's later
-        // stamp and could pass its dwell up to that round trip early (the
-        // simulation's seeds 2004353 and 3000553: 9,998 ms of a 10 s
-        // dwell). A later stamp than the dry run's only lengthens a dwell.
+        // (`state::DwellClock`): were a command stamped before the dry run
+        // (a quorum round trip) appended after a concurrent one stamped
+        // later, it would be measured at the later stamp and could pass
+        // its dwell up to that round trip early. A later stamp than the
+        // dry run's only lengthens a dwell. (The simulation checks the
+        // order, `check::stamp_order`; it has not yet seen it broken
+        // without the lock, whose case is this argument.)
         let order = self.append_order.lock().await;
         let cmd = cmd.clocked(unix_ms_on(me), leader_clock(me));
         // The simulation notes the stamp's true time (its dwell check).

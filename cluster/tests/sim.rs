@@ -150,12 +150,11 @@ fn a_rejoining_member_stays_a_member_when_a_voter_is_promoted_meanwhile() {
 /// holding its directory's lock; a crash now waits for sled to let go,
 /// as a process exit would (`world::wait_for_store_lock`). Seeds 2004353
 /// and 3000553: an automatic decision 9,998 and 9,999 ms after the last
-/// on its zone (dwell 10 s): a concurrent command stamped after it was
-/// appended before it, and the dwell clock read the decision at that
-/// later stamp; a leader now appends in the order of its stamps
-/// (`Proposer::write`), which the checker asserts
-/// (`check::stamp_order`). Their schedules changed with the fixes; they
-/// stay as regression cases.
+/// on its zone (dwell 10 s) by the simulation's true clock: the harness
+/// noted a stamp's true time after the dry run that follows the stamp (a
+/// quorum round trip), not at the stamp; noted at the stamp, the same
+/// schedule keeps the dwell (a harness fault, not the product's). Their
+/// schedules changed with the fixes; they stay as regression cases.
 #[test]
 fn the_final_soak_s_findings_stay_fixed() {
     for seed in [2_003_428, 3_000_778, 2_003_425, 2_004_353, 3_000_553] {

@@ -24,9 +24,6 @@ pub struct Entry {
     /// When its leader stamped it, on the simulation's true clock (ms);
     /// `None` when unknown (no stamp, or two stamps match its record).
     pub stamp_ms: Option<u64>,
-    /// The leader process that stamped it, `(node, boot)`, when known
-    /// with `stamp_ms`.
-    pub leader: Option<(NodeId, u64)>,
 }
 
 /// What the client was told: committed and applied as this version.
@@ -82,6 +79,10 @@ pub struct History {
     pub convergence_bound_ms: u64,
     /// The automatic decisions' dwell (`[failover] dwell`), ms.
     pub dwell_ms: u64,
+    /// `(log index, node, boot, mono ms)`: the leader clock of every
+    /// applied command that carried one (decisions, configs, ticks), in
+    /// log order.
+    pub applied: Vec<(u64, NodeId, u64, u64)>,
 }
 
 /// A broken rule.
@@ -136,14 +137,15 @@ pub enum Violation {
         gap_ms: u64,
         dwell_ms: u64,
     },
-    /// A leader process's entries committed out of the order it stamped
-    /// them: `version` was stamped before `earlier`, which it follows.
+    /// A leader process's commands applied out of the order it stamped
+    /// them: the one at log `index` was stamped before the one at
+    /// `earlier`, which it follows.
     StampOrder {
         node: NodeId,
-        version: u64,
+        index: u64,
         earlier: u64,
-        stamp_ms: u64,
-        earlier_stamp_ms: u64,
+        mono_ms: u64,
+        earlier_mono_ms: u64,
     },
     NoConvergence {
         bound_ms: u64,
@@ -219,13 +221,13 @@ impl fmt::Display for Violation {
             ),
             Violation::StampOrder {
                 node,
-                version,
+                index,
                 earlier,
-                stamp_ms,
-                earlier_stamp_ms,
+                mono_ms,
+                earlier_mono_ms,
             } => write!(
                 f,
-                "node {node}'s decision {version} (stamped at {stamp_ms} ms) committed after its decision {earlier} (stamped later, at {earlier_stamp_ms} ms)"
+                "node {node}'s command at log index {index} (stamped at {mono_ms} ms on its clock) applied after its command at index {earlier} (stamped later, at {earlier_mono_ms} ms)"
             ),
             Violation::Panicked(what) => write!(f, "the run panicked: {what}"),
             Violation::NoConvergence { bound_ms } => write!(
@@ -502,31 +504,29 @@ fn dwell_holds(h: &History, out: &mut Vec<Violation>) {
     }
 }
 
-/// A leader process's entries commit in the order it stamped them. The
-/// dwell clock reads each entry at the newest stamp of its leader applied
-/// so far (`state::DwellClock`): an entry committed after a later-stamped
-/// one of the same leader is measured at that later stamp, and its dwell
-/// may pass early (seeds 2004353 and 3000553 before `Proposer::write`
-/// stamped under its append-order lock).
+/// A leader process's commands apply in the order it stamped them
+/// (decisions, configs and ticks alike). The dwell clock reads each
+/// command at the newest stamp of its leader applied so far
+/// (`state::DwellClock`): one applied after a later-stamped one of the
+/// same leader is measured at that later stamp, and its dwell may pass
+/// early. `Proposer::write` stamps under a lock held until Raft has the
+/// entry so that this holds.
 fn stamp_order(h: &History, out: &mut Vec<Violation>) {
     let mut last: BTreeMap<(NodeId, u64), (u64, u64)> = BTreeMap::new();
-    for (version, e) in committed(h) {
-        let (Some(leader), Some(stamp)) = (e.leader, e.stamp_ms) else {
-            continue;
-        };
-        if let Some(&(earlier, earlier_stamp)) = last.get(&leader) {
-            if stamp < earlier_stamp {
+    for &(index, node, boot, mono) in &h.applied {
+        if let Some(&(earlier, earlier_mono)) = last.get(&(node, boot)) {
+            if mono < earlier_mono {
                 out.push(Violation::StampOrder {
-                    node: leader.0,
-                    version,
+                    node,
+                    index,
                     earlier,
-                    stamp_ms: stamp,
-                    earlier_stamp_ms: earlier_stamp,
+                    mono_ms: mono,
+                    earlier_mono_ms: earlier_mono,
                 });
                 continue;
             }
         }
-        last.insert(leader, (version, stamp));
+        last.insert((node, boot), (index, mono));
     }
 }
 
@@ -550,7 +550,6 @@ mod tests {
             auto: false,
             zones: Vec::new(),
             stamp_ms: Some(version * 1000),
-            leader: None,
         }
     }
 
@@ -610,6 +609,8 @@ mod tests {
             }],
             converged_ms: Some(1500),
             convergence_bound_ms: 30_000,
+            // Node 1's stamps in order, then node 2's.
+            applied: vec![(2, 1, 5, 100), (3, 1, 5, 150), (4, 2, 6, 20)],
             wiped: BTreeSet::new(),
             dwell_ms: 10_000,
         }
@@ -875,37 +876,29 @@ mod tests {
     }
 
     #[test]
-    fn a_leader_s_entries_committed_out_of_stamp_order_are_caught() {
+    fn a_leader_s_commands_applied_out_of_stamp_order_are_caught() {
         let mut h = good();
         h.acks.clear();
-        let by = |mut e: Entry, leader: (NodeId, u64), at: u64| {
-            e.leader = Some(leader);
-            e.stamp_ms = Some(at);
-            e
-        };
-        // Node 1's process 7 in order, then node 2 (another clock: its
-        // stamps may be anything), then node 1's process 7 again, stamped
-        // before its last: caught. Another process of node 1 is another
-        // clock; an entry without a known leader is skipped.
-        let mut unknown = entry(6, "freeze", "op-6");
-        unknown.stamp_ms = Some(1);
-        let log = vec![
-            by(entry(1, "failover", "op-1"), (1, 7), 1_000),
-            by(entry(2, "failback", "op-2"), (1, 7), 1_000),
-            by(entry(3, "freeze", "op-3"), (2, 9), 500),
-            by(entry(4, "unfreeze", "op-4"), (1, 7), 999),
-            by(entry(5, "freeze", "op-5"), (1, 8), 10),
-            unknown,
+        // Node 1's process 7 in order (a repeated reading is in order),
+        // then node 2 (another clock: its stamps may be anything), then
+        // node 1's process 7 again, stamped before its last: caught.
+        // Another process of node 1 is another clock.
+        h.applied = vec![
+            (3, 1, 7, 1_000),
+            (4, 1, 7, 1_000),
+            (5, 2, 9, 500),
+            (6, 1, 7, 999),
+            (7, 1, 8, 10),
+            (8, 1, 7, 1_001),
         ];
-        set_log(&mut h, log);
         assert_eq!(
             check(&h),
             vec![Violation::StampOrder {
                 node: 1,
-                version: 4,
-                earlier: 2,
-                stamp_ms: 999,
-                earlier_stamp_ms: 1_000
+                index: 6,
+                earlier: 4,
+                mono_ms: 999,
+                earlier_mono_ms: 1_000
             }]
         );
     }

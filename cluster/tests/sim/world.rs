@@ -1122,17 +1122,16 @@ impl World {
         let members = self.in_membership();
         // Each decision record's stamp, on the true clock: by actor,
         // reason and wall-clock stamp (unknown when two stamps match).
-        // With the stamping leader process, for the stamp-order rule.
-        type Stamped = (u64, (NodeId, u64));
-        let mut stamps: BTreeMap<(String, String, u64), BTreeSet<Stamped>> = BTreeMap::new();
+        let mut stamps: BTreeMap<(String, String, u64), BTreeSet<u64>> = BTreeMap::new();
         for s in sim::stamps() {
             stamps
                 .entry((s.actor, s.reason, s.at_ms))
                 .or_default()
-                .insert((s.true_ms, (s.node, s.boot)));
+                .insert(s.true_ms);
         }
         {
             let mut h = lock(&self.history);
+            h.applied = sim::applied_clocks();
             for (id, node) in live.iter().filter(|(id, _)| members.contains(id)) {
                 let state = node.state_snapshot();
                 let log: Vec<Entry> = state
@@ -1149,8 +1148,7 @@ impl World {
                             key: format!("{}|{}|{}|{}", r.kind, r.actor, r.reason, r.at_ms),
                             auto: r.origin == Origin::Automatic,
                             zones: r.zones.iter().map(|z| z.as_str().to_owned()).collect(),
-                            stamp_ms: found.map(|(ms, _)| ms),
-                            leader: found.map(|(_, leader)| leader),
+                            stamp_ms: found,
                         }
                     })
                     .collect();
