@@ -285,6 +285,7 @@ impl ClusterNode {
             election_timeout_max: timing.election_timeout_max,
             members: roster.clone(),
             state_rx: state_rx.clone(),
+            append_order: Arc::default(),
         };
         let reporter = ReportLoop {
             failover: failover.clone(),
@@ -746,10 +747,33 @@ impl ClusterNode {
                     ChangeMembers::AddVoterIds([id].into()),
                 )
             }
-            Step::RemoveVoter(id) => (
-                format!("removing voter {id}"),
-                ChangeMembers::RemoveVoters([id].into()),
-            ),
+            Step::RemoveVoter(id) => {
+                // Removing without `retain` drops every voter the new
+                // config leaves out: atop another change's joint config
+                // (a rejoin's), that member too. Refused then, as at the
+                // start of the change.
+                let joint = self
+                    .raft
+                    .metrics()
+                    .borrow()
+                    .membership_config
+                    .membership()
+                    .get_joint_config()
+                    .len()
+                    > 1;
+                if joint {
+                    return Err(MemberChangeError::Refused(MemberRefusal {
+                        rule: crate::members::MemberRule::ChangeInProgress,
+                        message:
+                            "another membership change is still being committed; retry shortly"
+                                .into(),
+                    }));
+                }
+                (
+                    format!("removing voter {id}"),
+                    ChangeMembers::RemoveVoters([id].into()),
+                )
+            }
             Step::RemoveLearner(id) => (
                 format!("removing learner {id}"),
                 ChangeMembers::RemoveNodes([id].into()),
@@ -759,7 +783,15 @@ impl ClusterNode {
                 ChangeMembers::SetNodes([(member.id, member)].into()),
             ),
         };
-        match tokio::time::timeout(timeout, self.raft.change_membership(change, false)).await {
+        // Only a removed voter leaves the membership: any other step keeps
+        // every voter the new config leaves out as a learner (`retain`).
+        // A step may land on another change's joint config: a member's
+        // rejoin runs its own changes (`network::server`), and with
+        // `retain` off, promoting a voter atop the joint config of a
+        // rejoiner's demotion dropped the rejoiner from the membership for
+        // good (the simulation's seed 2001565: node 2 rejoined forever).
+        let retain = !matches!(change, ChangeMembers::RemoveVoters(_));
+        match tokio::time::timeout(timeout, self.raft.change_membership(change, retain)).await {
             Err(_) => Err(unknown(what)),
             Ok(r) => r.map(|_| ()).map_err(raft_err),
         }

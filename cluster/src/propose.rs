@@ -115,6 +115,10 @@ pub(crate) struct Proposer {
     pub members: crate::roster::Roster,
     /// The applied state, for the dry run before proposing.
     pub state_rx: watch::Receiver<Arc<ClusterState>>,
+    /// Held from the final stamp until Raft has the entry, so this
+    /// process hands its commands to Raft in the order of their stamps
+    /// (see [`Proposer::write`]).
+    pub append_order: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl From<Rejection> for ProposeError {
@@ -209,18 +213,35 @@ impl Proposer {
         // The leader's wall clock (for the history and the wall-clock dwell
         // rule) and its monotonic clock (for the dwell clock).
         let me = self.raft.metrics().borrow().id;
+        let check_version = self
+            .dry_run(&cmd.clone().clocked(unix_ms_on(me), leader_clock(me)))
+            .await?;
+        // Stamped again, for good, under `append_order`, and handed to
+        // Raft before the lock is released: this leader's entries reach
+        // the log in the order of their stamps. The dwell clock reads an
+        // entry at the newest stamp of its leader applied so far
+        // (`state::DwellClock`): were a command stamped before the dry run
+        // (a quorum round trip) appended after a concurrent one stamped
+        // later, it would be measured at the later stamp and could pass
+        // its dwell up to that round trip early. A later stamp than the
+        // dry run's only lengthens a dwell. (The simulation checks the
+        // order, `check::stamp_order`; it has not yet seen it broken
+        // without the lock, whose case is this argument.)
+        let order = self.append_order.lock().await;
         let cmd = cmd.clocked(unix_ms_on(me), leader_clock(me));
-        let check_version = self.dry_run(&cmd).await?;
         // The simulation notes the stamp's true time (its dwell check).
         #[cfg(feature = "sim")]
         crate::sim::stamped(&cmd);
         // Until Raft has the entry nothing is written: a failure here is
         // what it says. From then on, only an answer from Raft is a fact.
+        // `client_write_ff` returns once the entry is queued to Raft's
+        // core, which appends in the order it receives.
         let answer = self
             .raft
             .client_write_ff(cmd)
             .await
             .map_err(|e| ProposeError::Fatal(e.to_string()))?;
+        drop(order);
         let started = tokio::time::Instant::now();
         // The planted bug (feature `sim-bug-ack-before-commit`, switched
         // on by the simulation's test of its checker): acknowledge once

@@ -65,6 +65,9 @@ struct Sim {
     stamps: Vec<Stamp>,
     /// Per data directory: how long each of its store's flushes waits.
     disk: BTreeMap<PathBuf, Duration>,
+    /// By log index, the leader clock of each applied command that
+    /// carried one (every node applies the same entry at an index).
+    applied: BTreeMap<u64, crate::command::LeaderClock>,
 }
 
 /// A command a leader stamped and handed to Raft: what identifies its
@@ -102,6 +105,7 @@ pub fn install(net: std::sync::Arc<dyn Net>, seed: u64, epoch_ms: u64) {
         bug: false,
         stamps: Vec::new(),
         disk: BTreeMap::new(),
+        applied: BTreeMap::new(),
     };
     SIM.with(|s| *s.borrow_mut() = Some(Rc::new(RefCell::new(sim))));
 }
@@ -143,6 +147,26 @@ pub fn set_disk_delay(dir: &Path, delay: Duration) {
 /// Every command stamped and handed to Raft so far, in order.
 pub fn stamps() -> Vec<Stamp> {
     with(|s| s.stamps.clone()).unwrap_or_default()
+}
+
+/// Every applied command's leader clock (`node`, `boot`, `mono_ms`), by
+/// log index, in log order.
+pub fn applied_clocks() -> Vec<(u64, NodeId, u64, u64)> {
+    with(|s| {
+        s.applied
+            .iter()
+            .map(|(index, c)| (*index, c.node, c.boot, c.mono_ms))
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// Note that the command at log `index` applied (a refused one changes
+/// nothing, the dwell clock included).
+pub(crate) fn applied(index: u64, cmd: &crate::Command) {
+    if let Some(clock) = cmd.fields().clock {
+        with(|s| s.applied.insert(index, clock));
+    }
 }
 
 /// splitmix64: small, seeded, good enough for timeouts and ids.

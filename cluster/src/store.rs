@@ -771,6 +771,12 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 EntryPayload::Blank => responses.push(Response::default()),
                 EntryPayload::Normal(cmd) => {
                     let outcome = self.data.state.apply(&cmd);
+                    // The simulation notes what moved the dwell clock, in
+                    // log order (its stamp-order check).
+                    #[cfg(feature = "sim")]
+                    if matches!(outcome, Outcome::Applied { .. }) {
+                        crate::sim::applied(entry.log_id.index, &cmd);
+                    }
                     match &outcome {
                         Outcome::Applied { version } => tracing::info!(
                             version,

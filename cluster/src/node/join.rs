@@ -245,7 +245,12 @@ pub(super) async fn rejoin_loop(
                             }
                         }
                     }
-                    Ok(_) => {}
+                    Ok((status, body)) => tracing::debug!(
+                        to,
+                        status,
+                        answer = %String::from_utf8_lossy(&body),
+                        "rejoin request not taken; retrying"
+                    ),
                     Err(e) => tracing::debug!(error = %e, "rejoin request failed; retrying"),
                 }
             }

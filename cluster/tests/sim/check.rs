@@ -79,6 +79,10 @@ pub struct History {
     pub convergence_bound_ms: u64,
     /// The automatic decisions' dwell (`[failover] dwell`), ms.
     pub dwell_ms: u64,
+    /// `(log index, node, boot, mono ms)`: the leader clock of every
+    /// applied command that carried one (decisions, configs, ticks), in
+    /// log order.
+    pub applied: Vec<(u64, NodeId, u64, u64)>,
 }
 
 /// A broken rule.
@@ -132,6 +136,16 @@ pub enum Violation {
         after: u64,
         gap_ms: u64,
         dwell_ms: u64,
+    },
+    /// A leader process's commands applied out of the order it stamped
+    /// them: the one at log `index` was stamped before the one at
+    /// `earlier`, which it follows.
+    StampOrder {
+        node: NodeId,
+        index: u64,
+        earlier: u64,
+        mono_ms: u64,
+        earlier_mono_ms: u64,
     },
     NoConvergence {
         bound_ms: u64,
@@ -205,6 +219,16 @@ impl fmt::Display for Violation {
                 f,
                 "automatic decision {version} changed zone {zone} {gap_ms} ms after decision {after} did (dwell {dwell_ms} ms, true clock at the leaders' stamps)"
             ),
+            Violation::StampOrder {
+                node,
+                index,
+                earlier,
+                mono_ms,
+                earlier_mono_ms,
+            } => write!(
+                f,
+                "node {node}'s command at log index {index} (stamped at {mono_ms} ms on its clock) applied after its command at index {earlier} (stamped later, at {earlier_mono_ms} ms)"
+            ),
             Violation::Panicked(what) => write!(f, "the run panicked: {what}"),
             Violation::NoConvergence { bound_ms } => write!(
                 f,
@@ -225,6 +249,7 @@ pub fn check(h: &History) -> Vec<Violation> {
     quota_within_global(h, &mut out);
     freeze_holds(h, &mut out);
     dwell_holds(h, &mut out);
+    stamp_order(h, &mut out);
     if h.converged_ms.is_none_or(|ms| ms > h.convergence_bound_ms) {
         out.push(Violation::NoConvergence {
             bound_ms: h.convergence_bound_ms,
@@ -479,6 +504,32 @@ fn dwell_holds(h: &History, out: &mut Vec<Violation>) {
     }
 }
 
+/// A leader process's commands apply in the order it stamped them
+/// (decisions, configs and ticks alike). The dwell clock reads each
+/// command at the newest stamp of its leader applied so far
+/// (`state::DwellClock`): one applied after a later-stamped one of the
+/// same leader is measured at that later stamp, and its dwell may pass
+/// early. `Proposer::write` stamps under a lock held until Raft has the
+/// entry so that this holds.
+fn stamp_order(h: &History, out: &mut Vec<Violation>) {
+    let mut last: BTreeMap<(NodeId, u64), (u64, u64)> = BTreeMap::new();
+    for &(index, node, boot, mono) in &h.applied {
+        if let Some(&(earlier, earlier_mono)) = last.get(&(node, boot)) {
+            if mono < earlier_mono {
+                out.push(Violation::StampOrder {
+                    node,
+                    index,
+                    earlier,
+                    mono_ms: mono,
+                    earlier_mono_ms: earlier_mono,
+                });
+                continue;
+            }
+        }
+        last.insert((node, boot), (index, mono));
+    }
+}
+
 fn quota_within_global(h: &History, out: &mut Vec<Violation>) {
     for q in &h.quota {
         if q.sum > q.global {
@@ -558,6 +609,8 @@ mod tests {
             }],
             converged_ms: Some(1500),
             convergence_bound_ms: 30_000,
+            // Node 1's stamps in order, then node 2's.
+            applied: vec![(2, 1, 5, 100), (3, 1, 5, 150), (4, 2, 6, 20)],
             wiped: BTreeSet::new(),
             dwell_ms: 10_000,
         }
@@ -820,5 +873,33 @@ mod tests {
         log.push(auto(entry(6, "failback", "zone well"), &["az-c"], 6_000));
         set_log(&mut h, log);
         assert_eq!(check(&h), vec![]);
+    }
+
+    #[test]
+    fn a_leader_s_commands_applied_out_of_stamp_order_are_caught() {
+        let mut h = good();
+        h.acks.clear();
+        // Node 1's process 7 in order (a repeated reading is in order),
+        // then node 2 (another clock: its stamps may be anything), then
+        // node 1's process 7 again, stamped before its last: caught.
+        // Another process of node 1 is another clock.
+        h.applied = vec![
+            (3, 1, 7, 1_000),
+            (4, 1, 7, 1_000),
+            (5, 2, 9, 500),
+            (6, 1, 7, 999),
+            (7, 1, 8, 10),
+            (8, 1, 7, 1_001),
+        ];
+        assert_eq!(
+            check(&h),
+            vec![Violation::StampOrder {
+                node: 1,
+                index: 6,
+                earlier: 4,
+                mono_ms: 999,
+                earlier_mono_ms: 1_000
+            }]
+        );
     }
 }
