@@ -350,6 +350,16 @@ mod never_panics {
             let _ = stream.event("message_start", &bytes);
             let _ = stream.event("content_block_delta", &bytes);
             let _ = stream.sse_event(&bytes);
+            // Every event the one-pass readers take (verbatim/events.rs),
+            // after a good start, so the bytes reach them.
+            for name in ["content_block_start", "content_block_delta", "content_block_stop",
+                "message_delta", "ping", "message_stop"] {
+                let mut stream = Stream::new_at("m", true, 0);
+                let start = json!({"type": "message_start", "message": {"id": "x",
+                    "usage": {"input_tokens": 1, "output_tokens": 0}}}).to_string();
+                let _ = stream.event("message_start", start.as_bytes());
+                let _ = stream.event(name, &bytes);
+            }
         }
     }
 }
@@ -570,4 +580,29 @@ fn the_wire_path_writes_what_the_payloads_say() {
         by_wire.sse_event_into(raw.as_bytes(), &mut got).unwrap();
     }
     assert_eq!(String::from_utf8(got).unwrap(), sse(&expect));
+}
+
+/// A backend that stops mid-event (a cut connection, a truncated write)
+/// never has the piece taken for a whole event: every proper prefix of
+/// every event of a real stream is refused, by the one-pass readers and
+/// the typed way alike, and none panics.
+#[test]
+fn every_truncated_event_is_refused_never_taken_for_a_whole_one() {
+    let events = text_then_tool();
+    for (i, (name, data)) in events.iter().enumerate() {
+        let whole = data.to_string();
+        for cut in 0..whole.len() {
+            let mut stream = Stream::new_at("claude", true, 1_700_000_000);
+            for (before, data) in &events[..i] {
+                stream.event(before, data.to_string().as_bytes()).unwrap();
+            }
+            let piece = &whole.as_bytes()[..cut];
+            assert!(
+                stream.event(name, piece).is_err(),
+                "{name} cut at {cut} of {} was taken: {:?}",
+                whole.len(),
+                String::from_utf8_lossy(piece)
+            );
+        }
+    }
 }
