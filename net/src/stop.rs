@@ -10,7 +10,7 @@ use std::task::{Context, Poll, Waker};
 use futures_util::task::AtomicWaker;
 use tokio::sync::watch;
 
-use crate::slots::Slots;
+use crate::slots::{Slot, Slots};
 
 /// Resolves once `stop` is true (or its sender is gone).
 pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
@@ -51,7 +51,7 @@ impl Stop {
 /// One connection's wait for its listener's stop.
 pub(crate) struct StopWait {
     pub(crate) stop: Arc<Stop>,
-    pub(crate) slot: Arc<AtomicWaker>,
+    pub(crate) slot: Slot<AtomicWaker>,
     /// The waker in `slot`: registering it again at every wake of the
     /// connection took two atomic read-modify-writes each time, and a
     /// connection's task keeps one waker. The slot keeps it until the

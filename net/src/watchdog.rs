@@ -211,7 +211,7 @@ impl ConnState {
     }
 
     /// A new response body's slot (see `handed`).
-    pub(crate) fn track_body(&self) -> Arc<AtomicU64> {
+    pub(crate) fn track_body(&self) -> crate::slots::Slot<AtomicU64> {
         self.handed.add(AtomicU64::new(0))
     }
 

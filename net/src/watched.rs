@@ -24,7 +24,7 @@ use crate::watchdog::{ConnState, InFlight};
 /// reading; a body waiting for its backend (`Pending`) is not marked.
 pub(crate) struct Tracked {
     pub(crate) body: Body,
-    pub(crate) handed: Arc<AtomicU64>,
+    pub(crate) handed: crate::slots::Slot<AtomicU64>,
     pub(crate) guard: InFlight,
 }
 

@@ -226,7 +226,7 @@ struct DrainBody {
     inner: Body,
     /// An event stream's waker slot (see `Inner::streams`) and the cut
     /// streams' counter.
-    cut: Option<(Arc<AtomicWaker>, IntCounter)>,
+    cut: Option<(zonegate_net::slots::Slot<AtomicWaker>, IntCounter)>,
     state: CutState,
     guard: InFlight,
 }
