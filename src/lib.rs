@@ -80,6 +80,32 @@ mod source_files {
         );
     }
 
+    /// The workspace denies `unsafe` (Cargo.toml's lints); one call is
+    /// let through, glibc's `malloc_trim` in `node/heap.rs`, and no other
+    /// may join it unseen.
+    #[test]
+    fn the_only_unsafe_is_the_heap_trim() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = Vec::new();
+        for dir in ROOTS {
+            sources(&root.join(dir), &mut files);
+        }
+        let allowed: Vec<String> = files
+            .iter()
+            .flat_map(|path| {
+                let text = std::fs::read_to_string(path).unwrap_or_default();
+                let rel = path
+                    .strip_prefix(root)
+                    .unwrap_or(path)
+                    .display()
+                    .to_string();
+                let n = text.matches(concat!("allow(", "unsafe_code)")).count();
+                std::iter::repeat_n(rel, n)
+            })
+            .collect();
+        assert_eq!(allowed, ["src/node/heap.rs"]);
+    }
+
     #[test]
     fn non_test_lines_stop_at_the_first_test_module() {
         assert_eq!(non_test_lines("a\nb\n#[cfg(test)]\nmod tests {}\n"), 2);

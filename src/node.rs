@@ -6,6 +6,7 @@
 pub mod drain;
 pub mod front;
 pub mod gateway;
+pub mod heap;
 pub mod lifecycle;
 pub mod reconfigure;
 pub mod sched;

@@ -357,6 +357,10 @@ pub async fn start_with(cfg: Config, opts: ServeOptions) -> anyhow::Result<Runni
             None => tracing::warn!("the config reloads only on restart"),
         }
     }
+    tasks.spawn(super::heap::watch_floods(
+        Arc::downgrade(&gateway),
+        stop.subscribe(),
+    ));
     let mut probes = health::spawn_probes(&gateway);
     let mut stopped = stop.subscribe();
     tasks.spawn(async move {

@@ -276,6 +276,8 @@ metrics! {
     listener_refused: IntCounterVec = "zonegate_listener_refused_total", "Connections closed at accept because the listener's budget was full", ["listener"];
     listener_closed: IntCounterVec = "zonegate_listener_closed_total", "Connections closed by the listener, by reason (idle, header_timeout, send_timeout, tls_failed, per_ip_limit: at accept, its source address at max_connections_per_ip)", ["listener", "reason"];
     listener_thread_connections: IntGaugeVec = "zonegate_listener_thread_connections", "Open connections per data-plane thread (a thread two or more over the least busy hands new ones to it)", ["listener", "thread"];
+    heap_trims: IntCounter = "zonegate_heap_trims_total", "Times the node gave the allocator's free memory back to the system after a flood of connections or streams ended", [];
+    heap_released: IntCounter = "zonegate_heap_released_bytes_total", "Resident memory given back to the system by those trims (the fall in RSS across each)", [];
     listener_handed_over: IntCounterVec = "zonegate_listener_handed_over_total", "Connections a data-plane thread accepted and handed to a less busy one", ["listener"];
     cluster_view_age: Gauge = "zonegate_cluster_view_age_seconds", "Time since this node last heard from a leader with a quorum (-1 before it ever did)", [];
     cluster_leader_contact: IntGauge = "zonegate_cluster_leader_contact", "1 while this node heard from a leader with a quorum within three election timeouts", [];
