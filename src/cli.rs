@@ -4,6 +4,7 @@
 pub mod check;
 pub mod config;
 pub mod ctl;
+pub mod entry;
 pub mod members;
 pub mod policy;
 pub mod spend;

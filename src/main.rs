@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use zonegate::config::Config;
+use zonegate::cli::entry;
 use zonegate::telemetry::{self, LogFormat};
 
 #[derive(Parser)]
@@ -187,28 +187,28 @@ fn main() -> ExitCode {
                 return ExitCode::from(zonegate_chaos::exit::NOT_RUN);
             }
         };
-        return ExitCode::from(
-            runtime.block_on(zonegate_chaos::run(zonegate_chaos::Options {
+        return ExitCode::from(runtime.block_on(zonegate::cli::entry::drill(
+            zonegate_chaos::Options {
                 file,
                 report_dir: report,
                 dry_run,
                 overrides,
                 exe,
-            })),
-        );
+            },
+        )));
     }
     let result = runtime.block_on(async {
         match cli.command {
             Command::Serve { config, rejoin } => {
                 let opts = zonegate::node::start::ServeOptions { rejoin };
-                zonegate::node::start::run_with(Config::load(&config)?, opts).await
+                entry::serve(&config, opts).await
             }
             Command::CheckConfig { file } => zonegate::cli::check_config(&file),
             Command::Demo {
                 listen,
                 admin_listen,
             } => {
-                zonegate::tools::demo::run(zonegate::tools::demo::DemoOptions {
+                entry::demo(zonegate::tools::demo::DemoOptions {
                     listen,
                     admin_listen,
                 })
@@ -220,7 +220,7 @@ fn main() -> ExitCode {
                 json,
                 verb,
             } => match admin {
-                Some(admin) => zonegate::cli::ctl::run(&admin, token.as_deref(), json, verb).await,
+                Some(admin) => entry::ctl(admin, token, json, verb).await,
                 // Global arguments cannot be required in clap: checked here,
                 // with clap's exit code for bad usage.
                 None => Err(anyhow::Error::new(zonegate::cli::ctl::CtlFailure {
@@ -238,7 +238,7 @@ fn main() -> ExitCode {
                 expect_key,
             } => {
                 let name = name.unwrap_or_else(|| listen.to_string());
-                zonegate::tools::mock::run(zonegate::tools::mock::MockOptions {
+                entry::mock(zonegate::tools::mock::MockOptions {
                     listen,
                     name,
                     zone,
