@@ -502,6 +502,12 @@ pub(crate) mod tests {
         assert!(ring.points.contains(&(0x5a41_48b2_9a59_d688, 0)));
         assert!(ring.points.contains(&(0x8f35_5659_fe7d_f55e, 0)));
         assert_eq!(ring.points.len(), 160);
+        let names = names(300);
+        let ring = ring_of(&names);
+        assert!(
+            ring.points.windows(2).all(|w| w[0] <= w[1]),
+            "sorted as the pairs sort: by hash, then by index"
+        );
     }
 
     #[test]
