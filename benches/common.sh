@@ -49,7 +49,7 @@ release_binary() {
 # start_nginx NAME WORKERS SERVER-BLOCK-BODY [UPSTREAM]: starts an nginx,
 # prints its port.
 start_nginx() {
-  local name=$1 workers=$2 server=$3 upstream=${4:-} port
+  local name=$1 workers=$2 server=$3 upstream=${4:-} listen=${5:-} port
   port=$(free_port)
   mkdir -p "$WORK/$name"
   cat >"$WORK/$name.conf" <<CONF
@@ -64,7 +64,7 @@ http {
   keepalive_requests 1000000;
   $upstream
   server {
-    listen 127.0.0.1:$port reuseport;
+    listen 127.0.0.1:$port reuseport $listen;
     $server
   }
 }

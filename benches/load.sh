@@ -40,7 +40,7 @@
 #   CLUSTER=1 benches/load.sh          # zonegate as a Raft member (control plane running)
 #   APPLY=1 benches/load.sh            # also zonegate (a Raft member) while a replicated
 #                                      # config is applied every 0.2 s (zg-applying)
-#   TLS=1 benches/load.sh              # also zonegate over HTTPS: HTTP/1.1 keep-alive (wrk),
+#   TLS=1 benches/load.sh              # also zonegate and nginx over HTTPS: HTTP/1.1 keep-alive (wrk),
 #                                      # HTTP/2 (h2load, if installed), and new connections
 #                                      # per request (wrk, Connection: close)
 #   QUOTA=1 benches/load.sh            # the tenant has rpm/tpm/concurrency quotas far above the
@@ -161,6 +161,13 @@ if [ "${TLS:-0}" = 1 ]; then
   RUST_LOG=warn setsid "$BIN" serve --config "$WORK/zonegate-tls.toml" >"$WORK/zonegate-tls.log" 2>&1 &
   TLS_PID=$!
   PIDS+=($TLS_PID)
+  # nginx over TLS, the same certificate, TLS 1.3 only (zonegate's
+  # rustls prefers it), session resumption on (tickets, as rustls).
+  NGINX_TLS_PORT=$(start_nginx proxy-tls 2 "
+    ssl_certificate $WORK/tls.crt; ssl_certificate_key $WORK/tls.key;
+    ssl_protocols TLSv1.3; ssl_session_tickets on; ssl_session_cache shared:tls:10m;
+    location / { proxy_pass http://static; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; }" \
+    "$(proxy_to static "$STATIC_PORT")" "ssl http2")
   for _ in $(seq 100); do
     curl -sk -o /dev/null "https://127.0.0.1:$TLS_PORT/healthz" && break
     sleep 0.1
@@ -202,6 +209,7 @@ accepts() { curl -s "http://127.0.0.1:$STATIC_PORT/status" | awk 'NR==3{print $1
 cpu_pids() {
   case $1 in
     nginx) nginx_workers proxy ;;
+    nginx-tls*) nginx_workers proxy-tls ;;
     zg-tls*) echo "${TLS_PID:-}" ;;
     zg-base) echo "${BASE_PID:-}" ;;
     floor) echo "${FLOOR_PID:-}" ;;
@@ -371,20 +379,40 @@ if [ "${APPLY:-0}" = 1 ] || [ "${TLS:-0}" = 1 ]; then
     echo "(zg-applying: $(wc -l <"$WORK/applies" 2>/dev/null || echo 0) configs applied during the run)"
   fi
   if [ "${TLS:-0}" = 1 ]; then
-    row $(run zg-tls "https://127.0.0.1:$TLS_PORT/v1/chat/completions" 2 32) 2 32
-    if command -v h2load >/dev/null; then
-      printf '%s' "$CHAT" >"$WORK/body.json"
-      # h2load prints "finished in Xs, N req/s"; 1 stream per connection.
+    printf '%s' "$CHAT" >"$WORK/body.json"
+    # h2 NAME PORT: h2load's line ("finished in Xs, N req/s"), one stream
+    # per connection, as a row.
+    h2() {
       h2load -t2 -c32 -m1 -D"$DURATION" \
         -H "Authorization: Bearer $KEY" -H "Content-Type: application/json" \
-        -d "$WORK/body.json" "https://127.0.0.1:$TLS_PORT/v1/chat/completions" 2>/dev/null | awk '
+        -d "$WORK/body.json" "https://127.0.0.1:$2/v1/chat/completions" 2>/dev/null | awk -v name="$1" '
           /finished in/ { rps = $4 }
           /^requests:/ { failed = $10 }
-          END { printf "%-12s %4s %5s %10s %8s %8s %7s %9s\n", "zg-h2", "h2", 32, rps, "-", "-", failed, "-" }'
-    fi
-    row $(run zg-tls-new "https://127.0.0.1:$TLS_PORT/v1/chat/completions" 2 32 close) 2 32
+          END { printf "%-12s %4s %5s %10s %8s %8s %7s %9s\n", name, "h2", 32, rps, "-", "-", failed, "-" }'
+    }
+    # Each pair ROUNDS times, which goes first alternating round by round.
+    tls_url() { echo "https://127.0.0.1:$1/v1/chat/completions"; }
+    for r in $(seq "$ROUNDS"); do
+      pairs=("nginx-tls $NGINX_TLS_PORT" "zg-tls $TLS_PORT")
+      [ $((r % 2)) = 0 ] && pairs=("zg-tls $TLS_PORT" "nginx-tls $NGINX_TLS_PORT")
+      for p in "${pairs[@]}"; do
+        set -- $p
+        row $(run "$1" "$(tls_url "$2")" 2 32) 2 32
+      done
+      if command -v h2load >/dev/null; then
+        for p in "${pairs[@]}"; do
+          set -- $p
+          h2 "${1/tls/h2}" "$2"
+        done
+      fi
+      for p in "${pairs[@]}"; do
+        set -- $p
+        row $(run "$1-new" "$(tls_url "$2")" 2 32 close) 2 32
+      done
+    done
     row $(run zg-new "http://127.0.0.1:$ZG_PORT/v1/chat/completions" 2 32 close) 2 32
-    echo "(zg-tls: HTTPS keep-alive; zg-h2: HTTP/2 over TLS; *-new: a new connection per request)"
+    echo "(*-tls: HTTPS keep-alive; *-h2: HTTP/2 over TLS; *-new: a new connection per request;"
+    echo " nginx-tls: nginx with the same certificate, TLS 1.3, tickets; ROUNDS pairs, order alternating)"
   fi
 fi
 
