@@ -9,8 +9,8 @@
 //! every arena. It walks and locks each arena in turn, so it runs only
 //! when the load has fallen to half of its peak (and by at least
 //! [`FLOOD`]), and once more when the backend connections the flood left
-//! in the pool have aged out ([`POOL_AGED`]); at most once a tick, on a
-//! blocking thread.
+//! in the pool have aged out ([`POOL_AGED`]); at most once per
+//! [`MIN_GAP`], on a blocking thread.
 
 use crate::node::gateway::Gateway;
 use std::sync::atomic::Ordering::Relaxed;
@@ -24,6 +24,12 @@ pub const FLOOD: u64 = 512;
 
 /// How often the load is looked at.
 const TICK: Duration = Duration::from_secs(1);
+
+/// The least time between two trims: a client that opens and closes a
+/// flood's worth of connections over and over costs a trim (a walk of
+/// every arena, under each arena's lock in turn) once per this, not once
+/// per swing.
+pub const MIN_GAP: Duration = Duration::from_secs(10);
 
 /// After a flood's trim, the connections it opened to backends still
 /// idle in the pool (`dataplane::upstream`, closed after 60 to 90 s
@@ -46,6 +52,8 @@ pub struct Watch {
     peak: u64,
     /// When the late trim is due, after a flood's.
     late: Option<Duration>,
+    /// When the last trim was.
+    last: Option<Duration>,
 }
 
 impl Watch {
@@ -54,17 +62,24 @@ impl Watch {
     /// now (the peak then starts again here).
     pub fn trim_now(&mut self, load: u64, now: Duration) -> Option<Trim> {
         self.peak = self.peak.max(load);
+        // Within the gap the peak is kept: a flood that ended is trimmed
+        // once the gap has passed.
+        if self.last.is_some_and(|last| now < last + MIN_GAP) {
+            return None;
+        }
         let fell = self.peak - load;
-        if fell >= FLOOD && load <= self.peak / 2 {
+        let why = if fell >= FLOOD && load <= self.peak / 2 {
             self.peak = load;
             self.late = Some(now + POOL_AGED);
-            return Some(Trim::FloodOver);
-        }
-        if self.late.is_some_and(|due| now >= due) {
+            Trim::FloodOver
+        } else if self.late.is_some_and(|due| now >= due) {
             self.late = None;
-            return Some(Trim::PoolAged);
-        }
-        None
+            Trim::PoolAged
+        } else {
+            return None;
+        };
+        self.last = Some(now);
+        Some(why)
     }
 }
 
@@ -87,9 +102,11 @@ pub async fn watch_floods(gw: Weak<Gateway>, mut stop: watch::Receiver<bool>) {
             continue;
         };
         let before = resident_bytes();
+        let started = std::time::Instant::now();
         let Ok(trimmed) = tokio::task::spawn_blocking(trim).await else {
             continue;
         };
+        let took_ms = started.elapsed().as_millis();
         let released = before.saturating_sub(resident_bytes());
         gw.metrics.heap_trims.inc();
         gw.metrics.heap_released.inc_by(released);
@@ -99,6 +116,7 @@ pub async fn watch_floods(gw: Weak<Gateway>, mut stop: watch::Receiver<bool>) {
             load,
             trimmed,
             released_mib = released >> 20,
+            took_ms,
             "gave the allocator's free memory back to the system"
         );
     }
@@ -149,7 +167,7 @@ mod tests {
 
     #[test]
     fn trims_once_when_a_flood_falls_to_half_and_not_on_ordinary_swings() {
-        // (load, trim?) in order, a second apart: one watch across the table.
+        // (load, trim?) in order, MIN_GAP apart: one watch across the table.
         let readings = [
             (10, None),
             (400, None),
@@ -167,9 +185,24 @@ mod tests {
         ];
         let mut w = Watch::default();
         for (i, (load, want)) in readings.into_iter().enumerate() {
-            let now = Duration::from_secs(i as u64);
+            let now = MIN_GAP * u32::try_from(i).unwrap();
             assert_eq!(w.trim_now(load, now), want, "reading {i}: load {load}");
         }
+    }
+
+    #[test]
+    fn a_client_swinging_floods_gets_one_trim_per_gap() {
+        let mut w = Watch::default();
+        let mut trims = 0;
+        // 600 connections opened and closed every other second for a minute.
+        for s in 0..60u64 {
+            let load = if s % 2 == 0 { 600 } else { 0 };
+            if w.trim_now(load, Duration::from_secs(s)).is_some() {
+                trims += 1;
+            }
+        }
+        let most = 60 / MIN_GAP.as_secs() + 1;
+        assert!((1..=most).contains(&trims), "{trims} trims in 60 s");
     }
 
     #[test]
@@ -178,10 +211,16 @@ mod tests {
         let at = Duration::from_secs;
         assert_eq!(w.trim_now(2_000, at(0)), None);
         assert_eq!(w.trim_now(0, at(1)), Some(Trim::FloodOver));
-        // A second flood restarts the wait for its pool.
-        assert_eq!(w.trim_now(2_000, at(50)), None);
-        assert_eq!(w.trim_now(0, at(51)), Some(Trim::FloodOver));
-        let due = at(51) + POOL_AGED;
+        // A second flood restarts the wait for its pool; within the gap
+        // its end waits for the gap.
+        assert_eq!(w.trim_now(2_000, at(5)), None);
+        assert_eq!(
+            w.trim_now(0, at(6)),
+            None,
+            "within MIN_GAP of the last trim"
+        );
+        assert_eq!(w.trim_now(0, at(11)), Some(Trim::FloodOver));
+        let due = at(11) + POOL_AGED;
         assert_eq!(w.trim_now(0, due - at(1)), None);
         assert_eq!(w.trim_now(0, due), Some(Trim::PoolAged));
         assert_eq!(w.trim_now(0, due + at(600)), None, "once, not every tick");
