@@ -1,6 +1,6 @@
 //! Black-box tests of one gateway node in front of mock backends: the OpenAI
 //! endpoints, streaming, bad input, request-level retry, 429 cooldown,
-//! stream cuts and the model fallback chain.
+//! stream cuts, the model fallback chain and the heap given back after a flood.
 
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
@@ -893,4 +893,43 @@ async fn data_plane_threads_run_under_sched_batch_unless_configured_normal() {
         assert_eq!(policies, vec![want; 2], "{node_extra}");
         gw.kill().await;
     }
+}
+
+/// A flood's end gives its memory back (`node::heap`): 600 connections
+/// held open, then closed, make the node trim its heap once, counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_end_of_a_flood_of_connections_trims_the_heap() {
+    let mock = Mock::start("m1", "az-a", &[MODEL]).await;
+    let gw = NodeProcess::start("az-a", &mock.backend_toml(&[MODEL])).await;
+    let addr = gw.data.trim_start_matches("http://").to_owned();
+    let trims = |text: &str| metric_sum(text, "zonegate_heap_trims_total", &[]);
+    assert_eq!(trims(&gw.metrics().await), 0.0, "no flood yet");
+    let mut held = Vec::new();
+    for _ in 0..600 {
+        held.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    }
+    eventually(Duration::from_secs(30), "600 connections open", || async {
+        let text = gw.metrics().await;
+        metric_sum(
+            &text,
+            "zonegate_listener_connections",
+            &["listener=\"data\""],
+        ) >= 600.0
+    })
+    .await;
+    // The node samples its load once a second: let it see the peak.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    drop(held);
+    eventually(
+        Duration::from_secs(60),
+        "a trim after the flood",
+        || async { trims(&gw.metrics().await) >= 1.0 },
+    )
+    .await;
+    let text = gw.metrics().await;
+    assert!(
+        text.contains("zonegate_heap_released_bytes_total"),
+        "{text}"
+    );
+    gw.kill().await;
 }
