@@ -162,9 +162,12 @@ async fn sh(dir: &Path, script: &str, run_for: Option<Duration>) -> (i32, String
             )
         }
         Err(_) => {
-            // The whole group: `sh` and the command it runs.
+            // The whole group: `sh` and the command it runs. The `--` is
+            // load-bearing: without it procps' kill(1) reads `-1234` as
+            // options and sends kill(-1, SIGKILL), every process on the
+            // machine (it took a CI run down when `sh` had pid 1xxxx).
             let _ = std::process::Command::new("kill")
-                .args(["-KILL", &format!("-{pid}")])
+                .args(["-s", "KILL", "--", &format!("-{pid}")])
                 .status();
             assert!(run_for.is_some(), "`{script}` did not end within {limit:?}");
             (0, String::new(), String::new())
