@@ -1,4 +1,4 @@
-# Sourced by the loopback benchmarks (load.sh, split.sh, ab.sh, whole.sh,
+# Sourced by the loopback benchmarks (load.sh, streams.sh, split.sh, ab.sh, whole.sh,
 # stalls.sh, pool.sh): a work directory removed on exit with every process
 # started, free ports, the tools they need, nginx, the static backend they
 # measure against, a zonegate node in front of it, and the statistics of
@@ -145,6 +145,13 @@ start_proxies() {
   zonegate_node z "$BIN" "${NODE:-}"
   ZP=$z_PORT
   ZPID=$z_PID
+}
+
+# User + system CPU of the given processes, in clock ticks.
+cpu_ticks() {
+  local t=0 p
+  for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
+  echo "$t"
 }
 
 # nginx_workers NAME: the worker pids of the nginx started as NAME.

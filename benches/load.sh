@@ -216,13 +216,6 @@ cpu_pids() {
     zonegate|zg-*) echo "$ZG_PID" ;;
   esac
 }
-# User + system CPU of the given processes, in clock ticks.
-cpu_ticks() {
-  local t=0 p
-  for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
-  echo "$t"
-}
-
 # The machine's idle and total CPU ticks so far (/proc/stat: idle + iowait).
 machine_ticks() { awk '$1 == "cpu" { t = 0; for (i = 2; i <= NF; i++) t += $i; print $5 + $6, t; exit }' /proc/stat; }
 
