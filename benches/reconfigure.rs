@@ -57,6 +57,20 @@ fn bench(c: &mut Criterion) {
                 black_box(Routes::build(&cfg, Some(&old)))
             })
         });
+        // Its two halves: the config read (TOML, merge, validation) and
+        // the route table built from it.
+        group.bench_function(BenchmarkId::new("read", backends), |b| {
+            b.iter(|| {
+                base.with_replicated(black_box(&next), 2, "cluster config v2")
+                    .expect("valid")
+            })
+        });
+        let cfg = base
+            .with_replicated(&next, 2, "cluster config v2")
+            .expect("valid");
+        group.bench_function(BenchmarkId::new("routes", backends), |b| {
+            b.iter(|| black_box(Routes::build(black_box(&cfg), Some(&old))))
+        });
     }
     group.finish();
 }

@@ -191,18 +191,12 @@ impl Ring {
         load_factor: f64,
     ) -> Self {
         let members: Vec<(&str, u32)> = members.into_iter().collect();
-        let owned = |weight: u32| vnodes.saturating_mul(weight.max(1));
-        let total: usize = members.iter().map(|&(_, w)| owned(w) as usize).sum();
+        let total: usize = members.iter().map(|&(_, w)| owned(vnodes, w)).sum();
         // Room for every point at once: a pool of 3,333 backends has 533k
         // (8.5 MB), and growing by doubling copied twice that.
         let mut points = Vec::with_capacity(total);
         for (idx, &(name, weight)) in members.iter().enumerate() {
-            let idx = u32::try_from(idx).unwrap_or(u32::MAX);
-            // The name's part of each point's hash, taken once.
-            let named = fnv(FNV_OFFSET, name.as_bytes());
-            for v in 0..owned(weight) {
-                points.push((finish(fnv(named, &v.to_le_bytes())), idx));
-            }
+            push_points(&mut points, name, weight, vnodes, idx);
         }
         points.sort_unstable();
         Self {
@@ -210,6 +204,75 @@ impl Ring {
             members: members.len(),
             vnodes,
             load_factor,
+        }
+    }
+
+    /// The ring of `members`, from this ring of `before` (the members it
+    /// was built of, in their order) and the same settings: the points of
+    /// the members that stayed (same name and weight) are kept in their
+    /// order and renumbered, the newcomers' are sorted and merged in. The
+    /// same ring as [`Ring::new`] of `members` builds, for a pool that
+    /// changed by a few backends in O(points) instead of a sort of them all
+    /// (a 533k-point pool: ~2 ms instead of ~20).
+    pub fn rebuilt<'a>(
+        &self,
+        before: impl IntoIterator<Item = (&'a str, u32)>,
+        members: impl IntoIterator<Item = (&'a str, u32)>,
+    ) -> Self {
+        let members: Vec<(&str, u32)> = members.into_iter().collect();
+        let index: std::collections::HashMap<(&str, u32), u32> = members
+            .iter()
+            .enumerate()
+            .map(|(i, &m)| (m, u32::try_from(i).unwrap_or(u32::MAX)))
+            .collect();
+        // Each old index's new one; `None`: gone, or its weight changed.
+        let renumber: Vec<Option<u32>> =
+            before.into_iter().map(|m| index.get(&m).copied()).collect();
+        let mut stayed = vec![false; members.len()];
+        for &i in renumber.iter().flatten() {
+            stayed[i as usize] = true;
+        }
+        let mut added = Vec::new();
+        for (idx, &(name, weight)) in members.iter().enumerate() {
+            if !stayed[idx] {
+                push_points(&mut added, name, weight, self.vnodes, idx);
+            }
+        }
+        added.sort_unstable();
+        let total: usize = members.iter().map(|&(_, w)| owned(self.vnodes, w)).sum();
+        let mut points = Vec::with_capacity(total);
+        // Renumbering can reorder the members of a hash tie (two points of
+        // one hash, one in 2^64 per pair): then the pairs are sorted again.
+        let mut tie_reordered = false;
+        let mut kept = self.points.iter().filter_map(|&(hash, old)| {
+            renumber
+                .get(old as usize)
+                .copied()
+                .flatten()
+                .map(|new| (hash, new))
+        });
+        let mut next_kept = kept.next();
+        for point in added {
+            while let Some(k) = next_kept.filter(|k| *k < point) {
+                tie_reordered |= points.last().is_some_and(|p| *p > k);
+                points.push(k);
+                next_kept = kept.next();
+            }
+            points.push(point);
+        }
+        while let Some(k) = next_kept {
+            tie_reordered |= points.last().is_some_and(|p| *p > k);
+            points.push(k);
+            next_kept = kept.next();
+        }
+        if tie_reordered {
+            points.sort_unstable();
+        }
+        Self {
+            points,
+            members: members.len(),
+            vnodes: self.vnodes,
+            load_factor: self.load_factor,
         }
     }
 
@@ -247,6 +310,21 @@ impl Ring {
             first_eligible.get_or_insert(i);
         }
         first_eligible
+    }
+}
+
+/// The points a member of `weight` owns.
+fn owned(vnodes: u32, weight: u32) -> usize {
+    vnodes.saturating_mul(weight.max(1)) as usize
+}
+
+/// Appends member `idx`'s points (unsorted).
+fn push_points(points: &mut Vec<(u64, u32)>, name: &str, weight: u32, vnodes: u32, idx: usize) {
+    let idx = u32::try_from(idx).unwrap_or(u32::MAX);
+    // The name's part of each point's hash, taken once.
+    let named = fnv(FNV_OFFSET, name.as_bytes());
+    for v in 0..owned(vnodes, weight) as u32 {
+        points.push((finish(fnv(named, &v.to_le_bytes())), idx));
     }
 }
 
@@ -478,6 +556,47 @@ pub(crate) mod tests {
 
     fn ring_of(names: &[String]) -> Ring {
         Ring::new(names.iter().map(|n| (n.as_str(), 1)), 160, 1.25)
+    }
+
+    /// A member list drawn from 12 names: each present or not, with a
+    /// weight of 1 to 3, in a shuffled order.
+    fn members() -> impl proptest::strategy::Strategy<Value = Vec<(String, u32)>> {
+        use proptest::prelude::*;
+        proptest::collection::vec(proptest::option::of(1u32..=3), 12)
+            .prop_map(|slots| {
+                slots
+                    .into_iter()
+                    .enumerate()
+                    .filter_map(|(i, w)| w.map(|w| (format!("backend-{i}"), w)))
+                    .collect::<Vec<_>>()
+            })
+            .prop_shuffle()
+    }
+
+    proptest::proptest! {
+        /// However the members changed (came, went, reweighted,
+        /// reordered), the ring rebuilt from the old one is the ring built
+        /// afresh: every node routes a key alike, whatever its history.
+        #[test]
+        fn a_rebuilt_ring_is_the_ring_built_afresh(before in members(), after in members()) {
+            fn view(m: &[(String, u32)]) -> Vec<(&str, u32)> {
+                m.iter().map(|(n, w)| (n.as_str(), *w)).collect()
+            }
+            let old = Ring::new(view(&before), 16, 1.25);
+            let rebuilt = old.rebuilt(view(&before), view(&after));
+            proptest::prop_assert_eq!(rebuilt, Ring::new(view(&after), 16, 1.25));
+        }
+    }
+
+    #[test]
+    fn a_ring_rebuilt_with_one_more_backend_is_the_fresh_one() {
+        let (old, new) = (names(300), names(301));
+        let rebuilt = ring_of(&old).rebuilt(
+            old.iter().map(|n| (n.as_str(), 1)),
+            new.iter().map(|n| (n.as_str(), 1)),
+        );
+        assert_eq!(rebuilt, ring_of(&new));
+        assert_eq!(rebuilt.points.len(), 301 * 160);
     }
 
     #[test]

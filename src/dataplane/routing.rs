@@ -251,24 +251,25 @@ impl ZonePool {
         // are on, so every pool needs one then.
         let ring = (balance == Balance::Ring || cfg.affinity.zone_pin).then(|| {
             let (vnodes, load_factor) = (cfg.balance.vnodes, cfg.balance.load_factor);
-            previous
-                .filter(|p| {
-                    p.backends.len() == backends.len()
-                        && p.backends
-                            .iter()
-                            .zip(&backends)
-                            .all(|(a, b)| Arc::ptr_eq(a, b))
-                })
-                .and_then(|p| p.ring.as_ref())
-                .filter(|r| r.built_with(vnodes, load_factor))
-                .map(Arc::clone)
-                .unwrap_or_else(|| {
-                    Arc::new(Ring::new(
-                        backends.iter().map(|b| (b.name.as_str(), b.weight)),
-                        vnodes,
-                        load_factor,
-                    ))
-                })
+            let members = || backends.iter().map(|b| (b.name.as_str(), b.weight));
+            let Some((before, ring)) = previous.and_then(|p| {
+                let ring = p
+                    .ring
+                    .as_ref()
+                    .filter(|r| r.built_with(vnodes, load_factor))?;
+                Some((&p.backends, ring))
+            }) else {
+                return Arc::new(Ring::new(members(), vnodes, load_factor));
+            };
+            let same = before.len() == backends.len()
+                && before.iter().zip(&backends).all(|(a, b)| Arc::ptr_eq(a, b));
+            if same {
+                Arc::clone(ring)
+            } else {
+                // A few backends came or went: the old points are kept.
+                let before = before.iter().map(|b| (b.name.as_str(), b.weight));
+                Arc::new(ring.rebuilt(before, members()))
+            }
         });
         Self {
             zone,
