@@ -536,8 +536,9 @@ impl Config {
 
     /// Validates config text; `file` names it in errors.
     pub fn parse(file: &str, text: &str) -> Result<Config, ConfigError> {
-        let raw: RawConfig = serde_path_to_error::deserialize(toml::Deserializer::new(text))
-            .map_err(|e| deserialize_error(file, e))?;
+        let de = toml::Deserializer::parse(text).map_err(|e| syntax_error(file, text, &e))?;
+        let raw: RawConfig =
+            serde_path_to_error::deserialize(de).map_err(|e| deserialize_error(file, e))?;
         let mut cfg = Validator { file }.validate(raw)?;
         cfg.file = file.to_owned();
         cfg.text = text.into();
@@ -561,23 +562,43 @@ impl Config {
 /// A deserialization error as file, key (the path serde was at) and reason.
 fn deserialize_error(file: &str, e: serde_path_to_error::Error<toml::de::Error>) -> ConfigError {
     let key = e.path().to_string();
-    let inner = e.into_inner();
-    // Some parse errors carry no message (a control character in a
-    // comment): then where it is, from the full text.
-    let reason = match inner.message().trim() {
-        "" => inner
-            .to_string()
-            .lines()
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_owned(),
-        message => message.to_owned(),
-    };
+    let reason = toml_reason(e.inner());
     ConfigError {
         file: file.to_owned(),
         key: if key == "." { "-".into() } else { key },
         reason,
+    }
+}
+
+/// Text that is not TOML: where (line and column, from 1) and why.
+pub(crate) fn syntax_error(file: &str, text: &str, e: &toml::de::Error) -> ConfigError {
+    let reason = match e.span() {
+        Some(span) => {
+            // A span from the parser, never trusted to fall on a character.
+            let start = (0..=span.start.min(text.len()))
+                .rev()
+                .find(|&i| text.is_char_boundary(i))
+                .unwrap_or(0);
+            let before = &text[..start];
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!("line {line}, column {column}: {}", toml_reason(e))
+        }
+        None => toml_reason(e),
+    };
+    ConfigError {
+        file: file.to_owned(),
+        key: "-".into(),
+        reason,
+    }
+}
+
+/// What a TOML error says. Some parse errors carry no message (a control
+/// character in a comment): then where it is, from the full text.
+fn toml_reason(e: &toml::de::Error) -> String {
+    match e.message().trim() {
+        "" => e.to_string().lines().next().unwrap_or("").trim().to_owned(),
+        message => message.to_owned(),
     }
 }
 

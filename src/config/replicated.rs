@@ -30,11 +30,8 @@ pub const REPLICATED: &[&str] = &[
 ];
 
 fn table(file: &str, text: &str) -> Result<Table, ConfigError> {
-    text.parse::<Table>().map_err(|e| ConfigError {
-        file: file.to_owned(),
-        key: "-".into(),
-        reason: e.message().trim().to_owned(),
-    })
+    text.parse::<Table>()
+        .map_err(|e| super::syntax_error(file, text, &e))
 }
 
 fn render(file: &str, table: &Table) -> Result<String, ConfigError> {
