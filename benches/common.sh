@@ -1,8 +1,8 @@
-# Sourced by the loopback benchmarks (load.sh, streams.sh, split.sh, ab.sh, whole.sh,
-# stalls.sh, pool.sh): a work directory removed on exit with every process
-# started, free ports, the tools they need, nginx, the static backend they
-# measure against, a zonegate node in front of it, and the statistics of
-# paired rounds. Not a benchmark by itself.
+# Sourced by the loopback benchmarks (load.sh, streams.sh, overload.sh,
+# split.sh, ab.sh, whole.sh, stalls.sh, pool.sh): a work directory removed
+# on exit with every process started, free ports, the tools they need,
+# nginx, the static backend they measure against, a zonegate node in front
+# of it, and the statistics of paired rounds. Not a benchmark by itself.
 #
 # Every server a benchmark starts runs in a session of its own (`setsid`):
 # with the kernel's autogroup scheduling (/proc/sys/kernel/

@@ -61,6 +61,7 @@ fn main() {
                     models: vec!["m".into()],
                     provider: Default::default(),
                     expect_key: None,
+                    capacity: None,
                 })
                 .await
                 .expect("mock starts");

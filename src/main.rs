@@ -117,6 +117,10 @@ enum Command {
         /// else gets the provider's 401.
         #[arg(long)]
         expect_key: Option<String>,
+        /// At most N requests generate (`generation_ms`) at once; the
+        /// rest wait their turn, as a server's batch does.
+        #[arg(long, value_name = "N")]
+        capacity: Option<u32>,
     },
     /// Run a fault-injection drill from a scenario (chaos/scenarios/*.toml);
     /// exits 0 PASS, 1 FAIL, 2 could not run.
@@ -236,6 +240,7 @@ fn main() -> ExitCode {
                 models,
                 provider,
                 expect_key,
+                capacity,
             } => {
                 let name = name.unwrap_or_else(|| listen.to_string());
                 entry::mock(zonegate::tools::mock::MockOptions {
@@ -245,6 +250,7 @@ fn main() -> ExitCode {
                     models,
                     provider,
                     expect_key,
+                    capacity,
                 })
                 .await
             }

@@ -218,6 +218,10 @@ pub struct MockOptions {
     /// The credential it expects in that provider's header
     /// (`--expect-key`); anything else gets the provider's 401.
     pub expect_key: Option<String>,
+    /// At most this many inference requests in their generation
+    /// (`generation_ms`) at once; the rest wait their turn, first come
+    /// first served, as a server's batch does (`--capacity`).
+    pub capacity: Option<u32>,
 }
 
 struct Mock {
@@ -234,6 +238,8 @@ struct Mock {
     auth_failures: AtomicU64,
     /// The headers of the last inference request.
     last_headers: Mutex<serde_json::Map<String, serde_json::Value>>,
+    /// `MockOptions::capacity`'s slots.
+    generating: Option<tokio::sync::Semaphore>,
 }
 
 /// Distinct `x-tenant` values counted; later ones count as `(other)`.
@@ -278,7 +284,11 @@ pub async fn start(opts: MockOptions) -> std::io::Result<MockHandle> {
     socket.bind(opts.listen)?;
     let listener = socket.listen(1024)?;
     let addr = listener.local_addr()?;
+    let generating = opts
+        .capacity
+        .map(|n| tokio::sync::Semaphore::new(n.max(1) as usize));
     let mock = Arc::new(Mock {
+        generating,
         opts,
         faults: Mutex::new(Faults::default()),
         requests: AtomicU64::new(0),
@@ -632,6 +642,10 @@ impl Mock {
             return resp;
         }
         if faults.generation_ms > 0 {
+            let _slot = match &self.generating {
+                Some(slots) => slots.acquire().await.ok(),
+                None => None,
+            };
             tokio::time::sleep(Duration::from_millis(faults.generation_ms)).await;
         }
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
@@ -980,6 +994,47 @@ mod tests {
         let p: FaultsPatch = serde_json::from_str(r#"{"stream_cut_after": null}"#).unwrap();
         f.apply(p).unwrap();
         assert_eq!(f.stream_cut_after, None);
+    }
+
+    /// `--capacity 1`: a second request starts its generation only when
+    /// the first's has ended, so the later answer comes two whole
+    /// generations after both were sent (a lower bound however slow the
+    /// machine; without the limit it would be one).
+    #[tokio::test]
+    async fn a_mock_of_capacity_one_generates_one_request_at_a_time() {
+        let mock = start(MockOptions {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            name: "m".into(),
+            zone: None,
+            models: Vec::new(),
+            provider: Default::default(),
+            expect_key: None,
+            capacity: Some(1),
+        })
+        .await
+        .unwrap();
+        mock.set_faults(Faults {
+            generation_ms: 1_500,
+            ..Faults::default()
+        });
+        let url = format!("http://{}/v1/chat/completions", mock.addr);
+        let ask = || {
+            let (client, url) = (reqwest::Client::new(), url.clone());
+            tokio::spawn(async move {
+                let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+                let r = client.post(url).body(body).send().await.unwrap();
+                assert_eq!(r.status(), 200);
+                tokio::time::Instant::now()
+            })
+        };
+        let sent = tokio::time::Instant::now();
+        let (a, b) = (ask(), ask());
+        let last = a.await.unwrap().max(b.await.unwrap());
+        let took = last - sent;
+        assert!(
+            took >= Duration::from_millis(2_900),
+            "the later answer after {took:?}"
+        );
     }
 
     #[test]
