@@ -46,6 +46,14 @@ release_binary() {
   BIN=${CARGO_TARGET_DIR:-$ROOT/target}/dist/zonegate
 }
 
+# example_client NAME: builds examples/NAME.rs (a benchmark's client,
+# `--release`) and prints its path.
+example_client() {
+  echo "building the client..." >&2
+  (cd "$ROOT" && cargo build --release --quiet --example "$1")
+  echo "${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/$1"
+}
+
 # start_nginx NAME WORKERS SERVER-BLOCK-BODY [UPSTREAM]: starts an nginx,
 # prints its port.
 start_nginx() {

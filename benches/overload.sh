@@ -37,9 +37,7 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 needs nginx curl
 
 release_binary
-echo "building the client..." >&2
-(cd "$ROOT" && cargo build --release --quiet --example open_loop)
-CLIENT=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/open_loop
+CLIENT=$(example_client open_loop)
 BODY='{"model":"bench","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}'
 # The backend's rate at capacity, and the tenants' offered rates.
 FULL=$((CAPACITY * 1000 / GENERATION_MS))

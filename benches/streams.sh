@@ -34,9 +34,7 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 needs nginx curl
 
 release_binary
-echo "building the client..." >&2
-(cd "$ROOT" && cargo build --release --quiet --example sse_clients)
-CLIENT=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/sse_clients
+CLIENT=$(example_client sse_clients)
 BODY="{\"model\":\"bench\",\"max_tokens\":$TOKENS,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}"
 
 SP=$(start_mock_backend "$BIN" "$PACE")
