@@ -70,6 +70,23 @@ fn a_wiped_member_rejoins_under_a_leader_added_after_its_config() {
     assert!(r.violations.is_empty(), "seed 10: {:?}", r.violations);
 }
 
+/// Seed 5001005 (found by the soak): the joiner (node 100) was added as a
+/// learner by a leader that was then cut off, wiped while that entry was
+/// in the leader's log, and restarted with `--rejoin`; the next leaders
+/// never had the entry, so node 100 is in no membership and waits, as it
+/// should, for an operator to add it. The harness counted it among the
+/// members still rejoining and the run never converged; a harness fault,
+/// not the product's: only members of the membership must finish a
+/// rejoin (`World::converge`).
+#[test]
+fn a_wiped_joiner_whose_add_was_lost_is_not_a_member_to_wait_for() {
+    let r = world::run(5_001_005, &Options::default());
+    if !r.violations.is_empty() {
+        print_failure(&r);
+    }
+    assert!(r.violations.is_empty(), "seed 5001005: {:?}", r.violations);
+}
+
 /// Seed 46 found it: six voters, three of them behind (node 3 wiped and
 /// rejoining, so it voted for nobody) and two ahead. The ones behind
 /// granted each other's pre-votes and campaigned in turn; openraft

@@ -1094,10 +1094,16 @@ impl World {
                 }
             }
             // A wiped member is back once it left rejoining (promoted
-            // back to its configured role).
-            let rejoined = live.iter().all(|(_, n)| !n.rejoining());
+            // back to its configured role). A wiped node the membership
+            // does not hold (the joiner, whose add a leader change undid)
+            // waits for an operator's add, as it should: not a member's
+            // repair (seed 5001005).
+            let members = self.in_membership();
+            let rejoined = live
+                .iter()
+                .filter(|(id, _)| members.contains(id))
+                .all(|(_, n)| !n.rejoining());
             if committed && rejoined {
-                let members = self.in_membership();
                 let applied: BTreeSet<_> = live
                     .iter()
                     .filter(|(id, _)| members.contains(id))
@@ -1112,6 +1118,28 @@ impl World {
                 }
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if std::env::var_os("ZONEGATE_SIM_SEED").is_some() {
+            // A replay says where each node stands when convergence failed.
+            eprintln!(
+                "  not converged: committed {committed}, leader {:?}",
+                self.leader()
+            );
+            for (id, n) in self.live() {
+                let m = n.raft_metrics().borrow().clone();
+                let v = n.view().borrow().clone();
+                eprintln!(
+                    "    node {id}: rejoining {}, state {:?}, term {}, leader {:?}, applied {:?}, decision v{}, config v{}, membership {:?}",
+                    n.rejoining(),
+                    m.state,
+                    m.current_term,
+                    m.current_leader,
+                    m.last_applied,
+                    v.decision_version,
+                    v.config_version(),
+                    m.membership_config.membership(),
+                );
+            }
         }
         false
     }
