@@ -73,11 +73,13 @@ fn a_wiped_member_rejoins_under_a_leader_added_after_its_config() {
 /// Seed 5001005 (found by the soak): the joiner (node 100) was added as a
 /// learner by a leader that was then cut off, wiped while that entry was
 /// in the leader's log, and restarted with `--rejoin`; the next leaders
-/// never had the entry, so node 100 is in no membership and waits, as it
-/// should, for an operator to add it. The harness counted it among the
-/// members still rejoining and the run never converged; a harness fault,
-/// not the product's: only members of the membership must finish a
-/// rejoin (`World::converge`).
+/// never had the entry, so node 100 is in no membership; the operator's
+/// later adds are refused (`NodeIdReused`: it held the cluster's state,
+/// and ids are never reused, so an operator starts it under a new id).
+/// The harness counted it among the members still rejoining and the run
+/// never converged; a harness fault, not the product's: only members of
+/// the membership must finish a rejoin (`World::converge`). Seed 5005150
+/// is the same case.
 #[test]
 fn a_wiped_joiner_whose_add_was_lost_is_not_a_member_to_wait_for() {
     let r = world::run(5_001_005, &Options::default());
