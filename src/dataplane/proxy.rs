@@ -256,7 +256,8 @@ async fn serve(
     // own name is kept (the body carries it, the backend's copy is
     // rewritten from it) only when one replaced it.
     let mut aliased = None;
-    if routes.model(&meta.model).is_none() {
+    let as_named = routes.model(&meta.model);
+    if as_named.is_none() {
         if let Some(m) = cfg.model_of_alias(&meta.model) {
             aliased = Some(std::mem::replace(&mut meta.model, m.to_owned()));
         }
@@ -278,7 +279,13 @@ async fn serve(
     // what shadows match on), and the name its body carries.
     let meant: &str = before_rule.as_deref().unwrap_or(&meta.model);
     let requested: &str = aliased.as_deref().unwrap_or(meant);
-    let Some(primary) = routes.model(&meta.model).filter(|_| allowed) else {
+    // One lookup of the model's name when neither an alias nor a rule
+    // replaced it.
+    let primary = match (&aliased, &before_rule) {
+        (None, None) => as_named,
+        _ => routes.model(&meta.model),
+    };
+    let Some(primary) = primary.filter(|_| allowed) else {
         let may_use = |m: &str| policy::allows_model(cfg, caller.index, m);
         let e = unknown::unknown_model(cfg, &routes, requested, &may_use);
         return Err((Some(UNKNOWN_MODEL.to_owned()), e));

@@ -95,6 +95,10 @@ pub struct ModelHandles {
     /// instructions per tenant (2.9 × 10⁹ at 100,000 tenants) and put
     /// three series per tenant per model on `/metrics`, used or not.
     by_tenant: Vec<OnceLock<TenantHandles>>,
+    /// `zonegate_model_answers_total{link="primary"}` of this model, made
+    /// on its first answer as the model asked for (a model only ever
+    /// reached as a fallback gets no such series).
+    answered: OnceLock<IntCounter>,
 }
 
 /// One tenant's metric handles for one model.
@@ -130,6 +134,13 @@ impl ModelHandles {
                 ok: metrics.requests.with_label_values(&[&t.name, model, "ok"]),
             }
         }))
+    }
+
+    /// `zonegate_model_answers_total{model, link="primary"}`: the model
+    /// answered as the model the client asked for.
+    pub fn answered_as_asked(&self, model: &str, metrics: &Metrics) -> &IntCounter {
+        self.answered
+            .get_or_init(|| metrics.model_answers.with_label_values(&[model, "primary"]))
     }
 }
 
@@ -684,6 +695,7 @@ impl ModelRoute {
                 duration: metrics.request_duration.with_label_values(&[name]),
                 ttft: metrics.ttft.with_label_values(&[name]),
                 by_tenant: tenants.iter().map(|_| OnceLock::new()).collect(),
+                answered: OnceLock::new(),
             }
         })
     }

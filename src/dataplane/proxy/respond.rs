@@ -69,9 +69,17 @@ fn served(
             .inc();
     }
     if let Some(asked) = &req.requested {
-        m.model_answers
-            .with_label_values(&[asked, answer_link(w.link)])
-            .inc();
+        // The usual answer, by the model asked for, has its handle.
+        if w.link == Link::Primary && **asked == *model.cfg.name {
+            model
+                .handles(m, &req.cfg.tenants)
+                .answered_as_asked(asked, m)
+                .inc();
+        } else {
+            m.model_answers
+                .with_label_values(&[asked, answer_link(w.link)])
+                .inc();
+        }
     }
     if let Some(rule) = &req.rule {
         route = Cow::Owned(format!("rule:{rule}, {route}"));
