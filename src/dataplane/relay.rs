@@ -95,8 +95,15 @@ pub fn whole(committed: &mut Committed, sse: bool) -> Option<Bytes> {
 }
 
 /// The body for a committed response.
-pub fn body<H: RelayHooks>(committed: Committed, opts: RelayOptions, hooks: H) -> Body {
+pub fn body<H: RelayHooks>(mut committed: Committed, opts: RelayOptions, hooks: H) -> Body {
     let remaining = (!opts.sse).then_some(committed.content_length).flatten();
+    let transcript = (opts.sse && opts.continuable).then(Transcript::new);
+    if transcript.is_none() {
+        // A translation's notes serve the transcript only.
+        if let Some(rest) = committed.rest.as_mut() {
+            rest.stop_notes();
+        }
+    }
     let relay = Relay {
         first: committed.first,
         rest: committed.rest,
@@ -104,7 +111,7 @@ pub fn body<H: RelayHooks>(committed: Committed, opts: RelayOptions, hooks: H) -
         usage: None,
         delivered: 0,
         framer: opts.sse.then(Framer::default),
-        transcript: (opts.sse && opts.continuable).then(Transcript::new),
+        transcript,
         skimmer: Skimmer::default(),
         splice: None,
         failure: None,
@@ -394,6 +401,21 @@ impl<H: RelayHooks> Relay<H> {
             }
             return Ok(out.freeze());
         }
+        // A translation's own chunks, whole events it wrote: what they
+        // say is taken from it rather than read back.
+        if let Some(rest) = self.rest.as_mut() {
+            match rest.notes() {
+                // A translation writes whole events only; were one ever cut,
+                // the notes would not match what is passed on: every chunk
+                // is read from then on.
+                Some(_) if framer.has_partial() => rest.stop_notes(),
+                Some(notes) if notes.whole => {
+                    transcript.note(notes);
+                    return Ok(whole);
+                }
+                _ => {}
+            }
+        }
         let mut passed = 0;
         for event in sse::events(&whole) {
             // The first chunk is parsed for the answer's identity; after
@@ -467,6 +489,10 @@ impl<H: RelayHooks> Relay<H> {
         self.continuations += 1;
         self.first = resumed.committed.first;
         self.rest = resumed.committed.rest;
+        if let Some(rest) = self.rest.as_mut() {
+            // The splice reads every chunk of the continuation.
+            rest.stop_notes();
+        }
         self.held = None;
         if let Some(f) = self.framer.as_mut() {
             f.reset();

@@ -52,6 +52,7 @@ use zonegate_net::http1::HeadLines;
 use zonegate_net::tls::BackendTls;
 
 use crate::dataplane::connect::{connector, is_refused, source_chain, Connector};
+use crate::provider::Notes;
 
 /// An idle connection is closed by the sweep that makes it this many
 /// sweeps old, and not taken once it is: after 60 to 90 s of idleness.
@@ -432,12 +433,32 @@ pub trait Translate: Send {
     fn data(&mut self, data: &[u8]) -> Result<Bytes, String>;
     /// The client's bytes at the body's end.
     fn end(&mut self) -> Result<Bytes, String>;
+    /// What the client's bytes given since the last call say, when this
+    /// translation notes it (see [`Notes`]).
+    fn notes(&mut self) -> Option<Notes> {
+        None
+    }
+    /// Nobody will take the notes: stop making them.
+    fn stop_notes(&mut self) {}
 }
 
 impl UpstreamBody {
     /// The body's chunks go through `t` on their way out.
     pub fn translate(&mut self, t: Box<dyn Translate>) {
         self.translate = Some(t);
+    }
+
+    /// What the translated bytes given since the last call say (`None`:
+    /// not translated, or not noted).
+    pub fn notes(&mut self) -> Option<Notes> {
+        self.translate.as_mut()?.notes()
+    }
+
+    /// The notes are not wanted (see [`Translate::stop_notes`]).
+    pub fn stop_notes(&mut self) {
+        if let Some(t) = self.translate.as_mut() {
+            t.stop_notes();
+        }
     }
 
     /// A translated chunk, or the end's bytes; `None` when there is

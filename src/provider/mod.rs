@@ -37,3 +37,84 @@ impl TranslateError {
         }})
     }
 }
+
+/// The most text notes hold before they give up describing (the relay
+/// takes them after every chunk it reads).
+const MAX_NOTED_TEXT: usize = 1024 * 1024;
+
+/// What the OpenAI chunks a stream's translation wrote say, as a reader of
+/// those chunks finds it: the first chunk's identity, the text of its
+/// content chunks, whether one finished the answer, the usage chunk's
+/// counts. The relay takes these instead of reading back the bytes the
+/// translation just wrote (`dataplane::relay`). Noted only for chunks the
+/// one-pass writer makes (`anthropic::Stream`); a chunk written any other
+/// way leaves `whole` false, and the reader reads those chunks itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notes {
+    /// Every chunk written since the notes were last taken is described.
+    pub whole: bool,
+    /// The role chunk's `id`, `model` and `created`.
+    pub identity: Option<(String, String, u64)>,
+    /// The content chunks' text, decoded, joined.
+    pub text: String,
+    /// Content chunks with text (one token each, about).
+    pub deltas: u64,
+    /// A chunk with a `finish_reason`, or `[DONE]`, was written.
+    pub finished: bool,
+    /// The usage chunk's `prompt_tokens` and `completion_tokens`.
+    pub usage: Option<(u64, u64)>,
+}
+
+impl Default for Notes {
+    fn default() -> Self {
+        Self {
+            whole: true,
+            identity: None,
+            text: String::new(),
+            deltas: 0,
+            finished: false,
+            usage: None,
+        }
+    }
+}
+
+impl Notes {
+    /// A content chunk's text, as the JSON string's bytes between its
+    /// quotes: decoded as a JSON reader decodes it (not described when it
+    /// cannot be, which a reader of the chunk then finds out itself).
+    pub fn content(&mut self, quoted: &[u8]) {
+        if quoted.is_empty() || !self.whole {
+            return;
+        }
+        if self.text.len() + quoted.len() > MAX_NOTED_TEXT {
+            // Nobody took the notes: let them go.
+            self.whole = false;
+            self.text = String::new();
+            return;
+        }
+        if !quoted.contains(&b'\\') {
+            match std::str::from_utf8(quoted) {
+                Ok(text) => self.text(text),
+                Err(_) => self.whole = false,
+            }
+            return;
+        }
+        let mut json = Vec::with_capacity(quoted.len() + 2);
+        json.push(b'"');
+        json.extend_from_slice(quoted);
+        json.push(b'"');
+        match serde_json::from_slice::<String>(&json) {
+            Ok(text) => self.text(&text),
+            Err(_) => self.whole = false,
+        }
+    }
+
+    /// A content chunk's text, decoded.
+    pub fn text(&mut self, text: &str) {
+        if text.is_empty() || !self.whole {
+            return;
+        }
+        self.deltas += 1;
+        self.text.push_str(text);
+    }
+}

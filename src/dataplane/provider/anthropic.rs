@@ -10,7 +10,7 @@ use super::{Answer, Call, Refused};
 use crate::config::ProviderConfig;
 use crate::dataplane::sse::Usage;
 use crate::dataplane::upstream::Translate;
-use crate::provider::anthropic;
+use crate::provider::{anthropic, Notes};
 
 /// The Messages API request for an OpenAI chat request (the translator's
 /// byte-level fast path, which falls back to the full translation).
@@ -84,13 +84,17 @@ pub struct Events {
 }
 
 impl Events {
+    /// What the client's chunks say is noted from the start (the relay
+    /// takes the notes, or stops them: `Translate::notes`).
     pub fn new(client_model: &str, include_usage: bool) -> Self {
+        let mut stream = anthropic::Stream::new(client_model, include_usage);
+        stream.note();
         Self {
             buf: Vec::new(),
             out: Vec::new(),
             given: BytesMut::new(),
             searched: 0,
-            stream: anthropic::Stream::new(client_model, include_usage),
+            stream,
         }
     }
 }
@@ -175,6 +179,14 @@ impl Translate for Events {
         let given = self.give(&out);
         self.out = out;
         translated.map(|()| given)
+    }
+
+    fn notes(&mut self) -> Option<Notes> {
+        self.stream.take_notes()
+    }
+
+    fn stop_notes(&mut self) {
+        self.stream.stop_notes();
     }
 
     fn end(&mut self) -> Result<Bytes, String> {
@@ -317,6 +329,124 @@ mod tests {
                 "{size}"
             );
         }
+    }
+
+    /// The transcripts a relay keeps of one stream cut in pieces of
+    /// `size`: by reading every chunk the translation gives, and by taking
+    /// its notes (reading only the chunks they do not describe); and how
+    /// many chunks the notes described. Both stop at an error event, as
+    /// the relay stops reading there.
+    fn transcripts(stream: &str, size: usize, include_usage: bool) -> (String, String, usize) {
+        use crate::dataplane::sse::{self, Event, Transcript};
+        let read = |t: &mut Transcript, out: &Bytes| {
+            for event in sse::events(out) {
+                match sse::parse(&event) {
+                    Event::Error | Event::Malformed => return false,
+                    e => t.observe(&e),
+                }
+            }
+            true
+        };
+        let mut e = Events::new("m\u{e9}", include_usage);
+        let (mut reading, mut noting, mut noted) = (Transcript::new(), Transcript::new(), 0);
+        let pieces = stream.as_bytes().chunks(size).map(Some);
+        for piece in pieces.chain([None]) {
+            let out = match piece {
+                Some(p) => e.data(p),
+                None => e.end(),
+            };
+            let Ok(out) = out else {
+                break;
+            };
+            let read_on = read(&mut reading, &out);
+            match e.notes() {
+                Some(n) if n.whole => {
+                    noting.note(n);
+                    noted += usize::from(!out.is_empty());
+                }
+                _ => {
+                    read(&mut noting, &out);
+                }
+            }
+            if !read_on {
+                break;
+            }
+        }
+        (format!("{reading:?}"), format!("{noting:?}"), noted)
+    }
+
+    const START: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":5,\"output_tokens\":1,\"cache_read_input_tokens\":2}}}\n\n";
+    const STOP: &str = "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":7}}\n\n\
+                        event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+
+    fn text_block(index: u64, first: &str, deltas: &[&str]) -> String {
+        let mut s = format!("event: content_block_start\ndata: {{\"type\":\"content_block_start\",\"index\":{index},\"content_block\":{{\"type\":\"text\",\"text\":\"{first}\"}}}}\n\nevent: ping\ndata: {{\"type\":\"ping\"}}\n\n");
+        for d in deltas {
+            s.push_str(&format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":{index},\"delta\":{{\"type\":\"text_delta\",\"text\":\"{d}\"}}}}\n\n"));
+        }
+        s.push_str(&format!("event: content_block_stop\ndata: {{\"type\":\"content_block_stop\",\"index\":{index}}}\n\n"));
+        s
+    }
+
+    #[test]
+    fn the_notes_of_a_translation_say_what_reading_its_chunks_finds() {
+        let plain = format!("{START}{}{STOP}", text_block(0, "", &["Hi", " there", ""]));
+        let escaped = format!(
+            "{START}{}{STOP}",
+            text_block(
+                0,
+                "So: ",
+                &[
+                    "a\\nb",
+                    "\\\"q\\\" \\u00e9\\ud83d\\ude00",
+                    "h\u{e9}llo \u{2713}",
+                    "\\\\"
+                ]
+            )
+        );
+        let tool = "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"f\",\"input\":{}}}\n\n\
+                    event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{}\"}}\n\n\
+                    event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n";
+        let with_tool = format!("{START}{}{tool}{STOP}", text_block(0, "", &["Let me see."]));
+        let thinking = "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\"}}\n\n\
+                        event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"hmm\"}}\n\n\
+                        event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n";
+        let with_thinking = format!("{START}{thinking}{}{STOP}", text_block(1, "", &["Yes."]));
+        let error = format!(
+            "{START}{}event: error\ndata: {{\"type\":\"error\",\"error\":{{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}}}\n\n",
+            text_block(0, "", &["Hal"])
+        );
+        // Another key order: the field reader's and the typed ways.
+        let reordered = format!(
+            "{START}{}event: content_block_delta\ndata: {{\"delta\":{{\"text\":\"f\\u00fcr\",\"type\":\"text_delta\"}},\"index\":0,\"type\":\"content_block_delta\"}}\n\n\
+             event: content_block_delta\ndata: {{\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"x\",\"extra\":[1,{{\"a\":null}}]}},\"type\":\"content_block_delta\"}}\n\n{STOP}",
+            text_block(0, "", &["a"])
+        );
+        let no_end = format!("{START}{}", text_block(0, "", &["cut"]));
+        for stream in [
+            &plain,
+            &escaped,
+            &with_tool,
+            &with_thinking,
+            &error,
+            &reordered,
+            &no_end,
+        ] {
+            for size in [1, 3, 7, 64, 100_000] {
+                for usage in [false, true] {
+                    let (reading, noting, _) = transcripts(stream, size, usage);
+                    assert_eq!(noting, reading, "{size} {usage}\n{stream}");
+                }
+            }
+        }
+        // The plain stream, whole: every chunk described by the notes.
+        let (reading, _, noted) = transcripts(&plain, 100_000, true);
+        assert_eq!(noted, 1, "{reading}");
+        assert!(reading.contains("text: \"Hi there\""), "{reading}");
+        assert!(
+            reading.contains("usage: Some(Usage { prompt_tokens: 7, completion_tokens: 7 })"),
+            "{reading}"
+        );
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! text so far (bounded), and what a continuation must keep.
 
 use super::*;
+use crate::provider::Notes;
 
 /// The most answer text a transcript keeps for a continuation; a longer
 /// answer is no longer continuable (its text is let go), so a backend that
@@ -59,6 +60,29 @@ impl Transcript {
         Self {
             plain: true,
             ..Self::default()
+        }
+    }
+
+    /// Notes chunks a translation wrote and the client was given, from
+    /// what the translation says they say ([`Notes`], `whole`): what
+    /// [`Transcript::observe`] finds reading them.
+    pub fn note(&mut self, notes: Notes) {
+        if let (None, Some((id, model, created))) = (&self.id, notes.identity) {
+            self.id = Some(id);
+            self.model = Some(model);
+            self.created = Some(created);
+        }
+        // One append of the joined text ends (or keeps) the transcript as
+        // the appends of its parts would: past the limit, no text is kept.
+        let deltas = self.deltas + notes.deltas;
+        self.append(&notes.text);
+        self.deltas = deltas;
+        self.finished |= notes.finished;
+        if let Some((prompt_tokens, completion_tokens)) = notes.usage {
+            self.usage = Some(Usage {
+                prompt_tokens,
+                completion_tokens,
+            });
         }
     }
 

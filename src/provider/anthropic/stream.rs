@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use super::fast::UsageIn;
 use super::response::{finish_reason, Usage};
 use super::verbatim::events;
-use crate::provider::TranslateError;
+use crate::provider::{Notes, TranslateError};
 
 fn malformed(field: impl Into<String>, reason: impl Into<String>) -> TranslateError {
     TranslateError::new(field, reason)
@@ -188,6 +188,9 @@ pub struct Stream {
     content_head: String,
     /// The chunk's fields before `choices`, without the closing brace.
     head: String,
+    /// What the chunks written since the last [`Stream::take_notes`] say,
+    /// once [`Stream::note`] asked for it.
+    notes: Option<Notes>,
 }
 
 impl Stream {
@@ -200,7 +203,10 @@ impl Stream {
     /// [`Stream::new`] at `created`, the Unix time in seconds every chunk
     /// carries.
     pub fn new_at(client_model: &str, include_usage: bool, created: u64) -> Self {
-        let mut stream = Self {
+        // The chunks' prefix is written at `message_start`, with the id:
+        // no chunk is written before it (an `error` event's payload has
+        // none).
+        Self {
             id: String::new(),
             created,
             model: client_model.to_owned(),
@@ -213,9 +219,8 @@ impl Stream {
             prefix: String::new(),
             content_head: String::new(),
             head: String::new(),
-        };
-        stream.write_prefix();
-        stream
+            notes: None,
+        }
     }
 
     fn write_prefix(&mut self) {
@@ -239,6 +244,22 @@ impl Stream {
         self.content_head.push_str("data: ");
         self.content_head.push_str(&self.prefix);
         self.content_head.push_str("{\"content\":");
+    }
+
+    /// From now on, note what the chunks written say (see [`Notes`]).
+    pub fn note(&mut self) {
+        self.notes.get_or_insert_with(Notes::default);
+    }
+
+    /// What the chunks written since the last call say (`None`: nothing
+    /// is noted); noting goes on.
+    pub fn take_notes(&mut self) -> Option<Notes> {
+        self.notes.as_mut().map(std::mem::take)
+    }
+
+    /// Stop noting.
+    pub fn stop_notes(&mut self) {
+        self.notes = None;
     }
 
     /// The token counts seen so far (final after `message_stop`).
@@ -424,6 +445,9 @@ impl Stream {
         if self.finished() || self.fast_into(event, data, out) {
             return Ok(());
         }
+        if let Some(n) = self.notes.as_mut() {
+            n.whole = false;
+        }
         for p in self.general(event, data)? {
             out.extend_from_slice(b"data: ");
             out.extend_from_slice(p.as_bytes());
@@ -452,6 +476,9 @@ impl Stream {
                 self.write_prefix();
                 self.phase = Phase::Open;
                 self.put_chunk(out, b"{\"role\":\"assistant\",\"content\":\"\"}", None);
+                if let Some(n) = self.notes.as_mut() {
+                    n.identity = Some((self.id.clone(), self.model.clone(), self.created));
+                }
                 true
             }
             ("content_block_start", Phase::Open) => {
@@ -468,6 +495,9 @@ impl Stream {
                         out.extend_from_slice(text);
                         out.push(b'"');
                     });
+                    if let Some(n) = self.notes.as_mut() {
+                        n.content(text);
+                    }
                 }
                 true
             }
@@ -488,6 +518,9 @@ impl Stream {
                 if let Some(f) = finish {
                     self.finish = Some(f);
                     self.put_chunk(out, b"{}", Some(f));
+                    if let Some(n) = self.notes.as_mut() {
+                        n.finished = true;
+                    }
                 }
                 true
             }
@@ -504,6 +537,12 @@ impl Stream {
                     out.extend_from_slice(b"}\n\n");
                 }
                 out.extend_from_slice(b"data: [DONE]\n\n");
+                if let Some(n) = self.notes.as_mut() {
+                    if self.include_usage {
+                        n.usage = Some((self.usage.prompt_tokens(), self.usage.output_tokens));
+                    }
+                    n.finished = true;
+                }
                 true
             }
             _ => false,
@@ -515,7 +554,7 @@ impl Stream {
     /// field (`verbatim`), else through typed borrowing structs; `false`
     /// (and `out` untouched) when the event is not a text block's delta of
     /// an expected shape.
-    fn text_delta_into(&self, data: &[u8], out: &mut Vec<u8>) -> bool {
+    fn text_delta_into(&mut self, data: &[u8], out: &mut Vec<u8>) -> bool {
         if let Some((index, text)) = super::verbatim::text_delta(data) {
             // The text's bytes as they came: the same JSON string.
             if !self.is_text_block(index) {
@@ -526,6 +565,9 @@ impl Stream {
                 out.extend_from_slice(text);
                 out.push(b'"');
             });
+            if let Some(n) = self.notes.as_mut() {
+                n.content(text);
+            }
             return true;
         }
         let Ok(d) = serde_json::from_slice::<TextDelta<'_>>(data) else {
@@ -538,6 +580,9 @@ impl Stream {
             // Writing a string to a `Vec` cannot fail.
             let _ = serde_json::to_writer(&mut *out, d.delta.text.as_ref());
         });
+        if let Some(n) = self.notes.as_mut() {
+            n.text(&d.delta.text);
+        }
         true
     }
 
