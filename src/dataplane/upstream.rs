@@ -365,6 +365,7 @@ pub async fn send(
             decoder: head.decoder,
             keep_alive: head.keep_alive,
             translate: None,
+            translated_all: None,
         },
     })
 }
@@ -424,6 +425,9 @@ pub struct UpstreamBody {
     /// A provider's stream in another format, translated chunk by chunk
     /// (`dataplane::provider`); `None` for an OpenAI-format answer.
     translate: Option<Box<dyn Translate>>,
+    /// The translation once the body ended: kept for the notes of its
+    /// last chunks, which the relay may take after the end was read.
+    translated_all: Option<Box<dyn Translate>>,
 }
 
 /// Turns a provider's body, chunk by chunk, into the one the client gets.
@@ -451,7 +455,10 @@ impl UpstreamBody {
     /// What the translated bytes given since the last call say (`None`:
     /// not translated, or not noted).
     pub fn notes(&mut self) -> Option<Notes> {
-        self.translate.as_mut()?.notes()
+        self.translate
+            .as_mut()
+            .or(self.translated_all.as_mut())?
+            .notes()
     }
 
     /// The notes are not wanted (see [`Translate::stop_notes`]).
@@ -459,6 +466,7 @@ impl UpstreamBody {
         if let Some(t) = self.translate.as_mut() {
             t.stop_notes();
         }
+        self.translated_all = None;
     }
 
     /// A translated chunk, or the end's bytes; `None` when there is
@@ -472,7 +480,7 @@ impl UpstreamBody {
             Some(d) => t.data(&d),
             None => {
                 let out = t.end();
-                self.translate = None;
+                self.translated_all = self.translate.take();
                 out
             }
         };
