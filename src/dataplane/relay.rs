@@ -404,15 +404,21 @@ impl<H: RelayHooks> Relay<H> {
         // A translation's own chunks, whole events it wrote: what they
         // say is taken from it rather than read back.
         if let Some(rest) = self.rest.as_mut() {
-            match rest.notes() {
-                // A translation writes whole events only; were one ever cut,
-                // the notes would not match what is passed on: every chunk
-                // is read from then on.
-                Some(_) if framer.has_partial() => rest.stop_notes(),
-                Some(notes) if notes.whole => {
+            // A translation writes whole events only; were one ever cut, the
+            // notes would not match what is passed on: every chunk is read
+            // from then on.
+            let cut = framer.has_partial();
+            let noted = rest.notes().map(|notes| {
+                let whole = notes.whole && !cut;
+                if whole {
                     transcript.note(notes);
-                    return Ok(whole);
                 }
+                notes.clear();
+                whole
+            });
+            match noted {
+                Some(true) => return Ok(whole),
+                Some(false) if cut => rest.stop_notes(),
                 _ => {}
             }
         }

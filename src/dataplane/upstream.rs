@@ -437,9 +437,10 @@ pub trait Translate: Send {
     fn data(&mut self, data: &[u8]) -> Result<Bytes, String>;
     /// The client's bytes at the body's end.
     fn end(&mut self) -> Result<Bytes, String>;
-    /// What the client's bytes given since the last call say, when this
-    /// translation notes it (see [`Notes`]).
-    fn notes(&mut self) -> Option<Notes> {
+    /// What the client's bytes given since the notes were last cleared
+    /// say, when this translation notes it (see [`Notes`]); the reader
+    /// clears them.
+    fn notes(&mut self) -> Option<&mut Notes> {
         None
     }
     /// Nobody will take the notes: stop making them.
@@ -452,9 +453,9 @@ impl UpstreamBody {
         self.translate = Some(t);
     }
 
-    /// What the translated bytes given since the last call say (`None`:
-    /// not translated, or not noted).
-    pub fn notes(&mut self) -> Option<Notes> {
+    /// What the translated bytes given since the notes were last cleared
+    /// say (`None`: not translated, or not noted).
+    pub fn notes(&mut self) -> Option<&mut Notes> {
         self.translate
             .as_mut()
             .or(self.translated_all.as_mut())?

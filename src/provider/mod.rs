@@ -39,7 +39,7 @@ impl TranslateError {
 }
 
 /// The most text notes hold before they give up describing (the relay
-/// takes them after every chunk it reads).
+/// takes them after every chunk it reads, and clears them).
 const MAX_NOTED_TEXT: usize = 1024 * 1024;
 
 /// What the OpenAI chunks a stream's translation wrote say, as a reader of
@@ -79,6 +79,16 @@ impl Default for Notes {
 }
 
 impl Notes {
+    /// Taken: the next chunks' notes start afresh (the text's room kept).
+    pub fn clear(&mut self) {
+        self.whole = true;
+        self.identity = None;
+        self.text.clear();
+        self.deltas = 0;
+        self.finished = false;
+        self.usage = None;
+    }
+
     /// A content chunk's text, as the JSON string's bytes between its
     /// quotes: decoded as a JSON reader decodes it (not described when it
     /// cannot be, which a reader of the chunk then finds out itself).

@@ -181,8 +181,8 @@ impl Translate for Events {
         translated.map(|()| given)
     }
 
-    fn notes(&mut self) -> Option<Notes> {
-        self.stream.take_notes()
+    fn notes(&mut self) -> Option<&mut Notes> {
+        self.stream.notes()
     }
 
     fn stop_notes(&mut self) {
@@ -362,9 +362,13 @@ mod tests {
             match e.notes() {
                 Some(n) if n.whole => {
                     noting.note(n);
+                    n.clear();
                     noted += usize::from(!out.is_empty());
                 }
-                _ => {
+                n => {
+                    if let Some(n) = n {
+                        n.clear();
+                    }
                     read(&mut noting, &out);
                 }
             }

@@ -66,11 +66,11 @@ impl Transcript {
     /// Notes chunks a translation wrote and the client was given, from
     /// what the translation says they say ([`Notes`], `whole`): what
     /// [`Transcript::observe`] finds reading them.
-    pub fn note(&mut self, notes: Notes) {
-        if let (None, Some((id, model, created))) = (&self.id, notes.identity) {
-            self.id = Some(id);
-            self.model = Some(model);
-            self.created = Some(created);
+    pub fn note(&mut self, notes: &Notes) {
+        if let (None, Some((id, model, created))) = (&self.id, &notes.identity) {
+            self.id = Some(id.clone());
+            self.model = Some(model.clone());
+            self.created = Some(*created);
         }
         // One append of the joined text ends (or keeps) the transcript as
         // the appends of its parts would: past the limit, no text is kept.

@@ -188,7 +188,7 @@ pub struct Stream {
     content_head: String,
     /// The chunk's fields before `choices`, without the closing brace.
     head: String,
-    /// What the chunks written since the last [`Stream::take_notes`] say,
+    /// What the chunks written since the notes were last cleared say,
     /// once [`Stream::note`] asked for it.
     notes: Option<Notes>,
 }
@@ -251,10 +251,11 @@ impl Stream {
         self.notes.get_or_insert_with(Notes::default);
     }
 
-    /// What the chunks written since the last call say (`None`: nothing
-    /// is noted); noting goes on.
-    pub fn take_notes(&mut self) -> Option<Notes> {
-        self.notes.as_mut().map(std::mem::take)
+    /// What the chunks written since the notes were last cleared say
+    /// (`None`: nothing is noted); the reader clears them
+    /// ([`Notes::clear`]).
+    pub fn notes(&mut self) -> Option<&mut Notes> {
+        self.notes.as_mut()
     }
 
     /// Stop noting.
