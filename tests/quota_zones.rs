@@ -94,14 +94,22 @@ async fn a_global_quota_is_admitted_whole_when_demand_is_uneven_across_zones() {
     // The leader's table follows demand across zones: the hot zone's node
     // holds more than its third. (Waited for, beyond the warm-up, only on
     // a machine too busy to have got there in 10 s.)
+    // Each table seen is printed once (the test's output shows on a
+    // failure only): a run that never got there says where it stood.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     eventually(
         Duration::from_secs(60),
         "an allocation that follows demand across zones",
         || {
-            let admin = admin.clone();
+            let (admin, seen) = (admin.clone(), seen.clone());
             async move {
                 let q = get_json(&format!("{admin}/admin/v1/quotas"), Some(ADMIN_TOKEN)).await;
                 let rpm = rpm_by_node(&q);
+                let mut last = seen.lock().unwrap();
+                if *last != rpm {
+                    eprintln!("{:?} rpm by node: {rpm:?}", started.elapsed());
+                    *last = rpm.clone();
+                }
                 rpm.len() == 3 && rpm[0].1 > RPM / 2 && rpm[0].1 > rpm[1].1 && rpm[1].1 > rpm[2].1
             }
         },
