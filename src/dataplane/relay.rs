@@ -403,22 +403,23 @@ impl<H: RelayHooks> Relay<H> {
         }
         // A translation's own chunks, whole events it wrote: what they
         // say is taken from it rather than read back.
+        // (A backend's own stream has no notes: nothing more is looked at.)
         if let Some(rest) = self.rest.as_mut() {
             // A translation writes whole events only; were one ever cut, the
             // notes would not match what is passed on: every chunk is read
             // from then on.
-            let cut = framer.has_partial();
             let noted = rest.notes().map(|notes| {
-                let whole = notes.whole && !cut;
-                if whole {
+                let cut = framer.has_partial();
+                let taken = notes.whole && !cut;
+                if taken {
                     transcript.note(notes);
                 }
                 notes.clear();
-                whole
+                (taken, cut)
             });
             match noted {
-                Some(true) => return Ok(whole),
-                Some(false) if cut => rest.stop_notes(),
+                Some((true, _)) => return Ok(whole),
+                Some((false, true)) => rest.stop_notes(),
                 _ => {}
             }
         }
