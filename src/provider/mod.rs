@@ -96,12 +96,6 @@ impl Notes {
         if quoted.is_empty() || !self.whole {
             return;
         }
-        if self.text.len() + quoted.len() > MAX_NOTED_TEXT {
-            // Nobody took the notes: let them go.
-            self.whole = false;
-            self.text = String::new();
-            return;
-        }
         if !quoted.contains(&b'\\') {
             match std::str::from_utf8(quoted) {
                 Ok(text) => self.text(text),
@@ -124,7 +118,38 @@ impl Notes {
         if text.is_empty() || !self.whole {
             return;
         }
+        if self.text.len() + text.len() > MAX_NOTED_TEXT {
+            // Nobody took the notes: let them go.
+            self.whole = false;
+            self.text = String::new();
+            return;
+        }
         self.deltas += 1;
         self.text.push_str(text);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notes_nobody_takes_give_up_past_their_limit_whichever_way_the_text_came() {
+        let big = "x".repeat(MAX_NOTED_TEXT / 2 + 1);
+        for quoted in [false, true] {
+            let mut n = Notes::default();
+            for _ in 0..2 {
+                if quoted {
+                    n.content(format!("{big}\\n").as_bytes());
+                } else {
+                    n.text(&big);
+                }
+            }
+            assert!(!n.whole, "{quoted}");
+            assert!(n.text.is_empty() && n.deltas == 1, "{quoted}");
+            n.clear();
+            n.text("a");
+            assert!(n.whole && n.text == "a" && n.deltas == 1);
+        }
     }
 }

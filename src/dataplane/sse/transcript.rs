@@ -45,6 +45,11 @@ impl Transcript {
             return;
         }
         self.deltas += 1;
+        self.keep(text);
+    }
+
+    /// Keeps delivered text while the answer is continuable.
+    fn keep(&mut self, text: &str) {
         if !self.plain {
             return;
         }
@@ -72,11 +77,10 @@ impl Transcript {
             self.model = Some(model.clone());
             self.created = Some(*created);
         }
-        // One append of the joined text ends (or keeps) the transcript as
-        // the appends of its parts would: past the limit, no text is kept.
-        let deltas = self.deltas + notes.deltas;
-        self.append(&notes.text);
-        self.deltas = deltas;
+        // The joined text kept at once ends (or keeps) the transcript as
+        // its parts kept one by one would: past the limit, no text is kept.
+        self.deltas += notes.deltas;
+        self.keep(&notes.text);
         self.finished |= notes.finished;
         if let Some((prompt_tokens, completion_tokens)) = notes.usage {
             self.usage = Some(Usage {
