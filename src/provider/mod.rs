@@ -42,6 +42,9 @@ impl TranslateError {
 /// takes them after every chunk it reads, and clears them).
 const MAX_NOTED_TEXT: usize = 1024 * 1024;
 
+/// The room the notes' text starts with.
+const NOTES_FIRST_ROOM: usize = 512;
+
 /// What the OpenAI chunks a stream's translation wrote say, as a reader of
 /// those chunks finds it: the first chunk's identity, the text of its
 /// content chunks, whether one finished the answer, the usage chunk's
@@ -125,6 +128,11 @@ impl Notes {
             return;
         }
         self.deltas += 1;
+        if self.text.capacity() == 0 {
+            // Room for a chunk's worth of tokens at once: grown from
+            // empty, a stream's notes were reallocated five times.
+            self.text.reserve(text.len().max(NOTES_FIRST_ROOM));
+        }
         self.text.push_str(text);
     }
 }

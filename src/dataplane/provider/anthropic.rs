@@ -65,6 +65,10 @@ pub fn error(status: u16, body: &[u8]) -> (u16, Bytes) {
 /// input arrives in deltas, so events stay small).
 const MAX_EVENT: usize = 1024 * 1024;
 
+/// The room the client's chunks are cut from, at least (a few chunks of a
+/// paced stream, or one read's worth).
+const GIVEN_ROOM: usize = 4096;
+
 /// An Anthropic event stream, read as it arrives and given on as OpenAI
 /// `data:` events (`upstream::UpstreamBody` calls it per chunk).
 pub struct Events {
@@ -73,9 +77,9 @@ pub struct Events {
     /// allocation per chunk).
     out: Vec<u8>,
     /// Where the chunks given on are cut from: once the client's
-    /// connection has written and dropped a chunk, its room is used again
-    /// for the next one (`BytesMut::reserve`), instead of a `malloc` and
-    /// `free` per chunk.
+    /// connection has written and dropped the chunks cut from it, its
+    /// room is used again (`BytesMut::try_reclaim`), instead of a `malloc`
+    /// and `free` per chunk.
     given: BytesMut,
     /// How much of `buf` was searched for an event's end already: a long
     /// event trickled in small chunks is searched once, not once per chunk.
@@ -205,6 +209,12 @@ impl Events {
     fn give(&mut self, out: &[u8]) -> Bytes {
         if out.is_empty() {
             return Bytes::new();
+        }
+        if self.given.capacity() < out.len() && !self.given.try_reclaim(out.len()) {
+            // Chunks still in flight hold the old room: a new one, which
+            // the next chunks are cut from too (grown a chunk at a time,
+            // the room was copied and reallocated for each).
+            self.given = BytesMut::with_capacity(out.len().max(GIVEN_ROOM));
         }
         self.given.extend_from_slice(out);
         self.given.split().freeze()

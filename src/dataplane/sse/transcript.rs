@@ -70,12 +70,14 @@ impl Transcript {
 
     /// Notes chunks a translation wrote and the client was given, from
     /// what the translation says they say ([`Notes`], `whole`): what
-    /// [`Transcript::observe`] finds reading them.
-    pub fn note(&mut self, notes: &Notes) {
-        if let (None, Some((id, model, created))) = (&self.id, &notes.identity) {
-            self.id = Some(id.clone());
-            self.model = Some(model.clone());
-            self.created = Some(*created);
+    /// [`Transcript::observe`] finds reading them. The identity is taken from the notes (they are cleared after).
+    pub fn note(&mut self, notes: &mut Notes) {
+        if self.id.is_none() {
+            if let Some((id, model, created)) = notes.identity.take() {
+                self.id = Some(id);
+                self.model = Some(model);
+                self.created = Some(created);
+            }
         }
         // The joined text kept at once ends (or keeps) the transcript as
         // its parts kept one by one would: past the limit, no text is kept.

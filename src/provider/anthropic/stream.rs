@@ -1,7 +1,6 @@
 //! Anthropic's stream events → OpenAI `chat.completion.chunk` payloads.
 
 use std::borrow::Cow;
-use std::fmt::Write as _;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -169,7 +168,6 @@ enum Block {
 /// `error` event becomes OpenAI's error object and ends the stream.
 #[derive(Debug, Clone)]
 pub struct Stream {
-    id: String,
     created: u64,
     model: String,
     include_usage: bool,
@@ -207,7 +205,6 @@ impl Stream {
         // no chunk is written before it (an `error` event's payload has
         // none).
         Self {
-            id: String::new(),
             created,
             model: client_model.to_owned(),
             include_usage,
@@ -223,24 +220,28 @@ impl Stream {
         }
     }
 
-    fn write_prefix(&mut self) {
+    /// The chunks' prefixes for the message `id`, each string sized once
+    /// (grown from empty they were reallocated eight times a stream).
+    fn write_prefix(&mut self, id: &str) {
         // Written by hand, not through `Value`'s `Display` or `format!`
         // (several times slower), into the strings of the last prefix;
         // the strings are escaped as serde_json escapes them.
         self.head.clear();
+        self.head.reserve(80 + id.len() + self.model.len());
         self.head.push_str("{\"id\":");
-        push_quoted(&mut self.head, &self.id);
+        push_quoted(&mut self.head, id);
         self.head
             .push_str(",\"object\":\"chat.completion.chunk\",\"created\":");
-        // Writing to a `String` cannot fail.
-        let _ = write!(self.head, "{}", self.created);
+        self.head.push_str(itoa::Buffer::new().format(self.created));
         self.head.push_str(",\"model\":");
         push_quoted(&mut self.head, &self.model);
+        const CHOICES: &str = ",\"choices\":[{\"index\":0,\"delta\":";
         self.prefix.clear();
+        self.prefix.reserve(self.head.len() + CHOICES.len());
         self.prefix.push_str(&self.head);
-        self.prefix
-            .push_str(",\"choices\":[{\"index\":0,\"delta\":");
+        self.prefix.push_str(CHOICES);
         self.content_head.clear();
+        self.content_head.reserve(self.prefix.len() + 20);
         self.content_head.push_str("data: ");
         self.content_head.push_str(&self.prefix);
         self.content_head.push_str("{\"content\":");
@@ -469,16 +470,14 @@ impl Stream {
                 let Some((id, usage)) = events::message_start(data) else {
                     return false;
                 };
-                self.id.clear();
-                self.id.push_str(id);
                 if let Some(u) = &usage {
                     self.usage.merge(u);
                 }
-                self.write_prefix();
+                self.write_prefix(id);
                 self.phase = Phase::Open;
                 self.put_chunk(out, b"{\"role\":\"assistant\",\"content\":\"\"}", None);
                 if let Some(n) = self.notes.as_mut() {
-                    n.identity = Some((self.id.clone(), self.model.clone(), self.created));
+                    n.identity = Some((id.to_owned(), self.model.clone(), self.created));
                 }
                 true
             }
@@ -647,11 +646,10 @@ impl Stream {
     }
 
     fn start(&mut self, id: &str, usage: Option<&UsageIn>) -> Vec<String> {
-        id.clone_into(&mut self.id);
         if let Some(u) = usage {
             self.usage.merge(u);
         }
-        self.write_prefix();
+        self.write_prefix(id);
         self.phase = Phase::Open;
         vec![self.chunk(json!({"role": "assistant", "content": ""}), None)]
     }
@@ -663,15 +661,14 @@ impl Stream {
         let message = data
             .get("message")
             .ok_or_else(|| malformed("message", "missing"))?;
-        self.id = message
+        let id = message
             .get("id")
             .and_then(Value::as_str)
-            .ok_or_else(|| malformed("message.id", "missing"))?
-            .to_owned();
+            .ok_or_else(|| malformed("message.id", "missing"))?;
         if let Some(u) = message.get("usage") {
             self.usage.update(u);
         }
-        self.write_prefix();
+        self.write_prefix(id);
         self.phase = Phase::Open;
         Ok(vec![
             self.chunk(json!({"role": "assistant", "content": ""}), None)
