@@ -61,13 +61,21 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
+    /// The endpoint a request's path (and query) names: compared in
+    /// place, not split at `?` (a char search per call).
     pub fn of(path: &str) -> Self {
-        let path = path.split('?').next().unwrap_or(path);
-        match path {
-            "/v1/chat/completions" => Endpoint::Chat,
-            "/v1/completions" => Endpoint::Completions,
-            "/v1/embeddings" => Endpoint::Embeddings,
-            _ => Endpoint::Other,
+        let is = |endpoint: &str| {
+            path.strip_prefix(endpoint)
+                .is_some_and(|query| query.is_empty() || query.starts_with('?'))
+        };
+        if is("/v1/chat/completions") {
+            Endpoint::Chat
+        } else if is("/v1/completions") {
+            Endpoint::Completions
+        } else if is("/v1/embeddings") {
+            Endpoint::Embeddings
+        } else {
+            Endpoint::Other
         }
     }
 }
@@ -359,6 +367,22 @@ mod tests {
             azure_path("a b/c", "embeddings", "v"),
             "/openai/deployments/a%20b%2Fc/embeddings?api-version=v"
         );
+    }
+
+    #[test]
+    fn an_endpoint_is_its_whole_path_with_or_without_a_query() {
+        for (path, want) in [
+            ("/v1/chat/completions", Endpoint::Chat),
+            ("/v1/chat/completions?api-version=1", Endpoint::Chat),
+            ("/v1/chat/completionsx", Endpoint::Other),
+            ("/v1/chat/completions/", Endpoint::Other),
+            ("/v1/completions", Endpoint::Completions),
+            ("/v1/embeddings?", Endpoint::Embeddings),
+            ("/v1/embedding", Endpoint::Other),
+            ("", Endpoint::Other),
+        ] {
+            assert_eq!(Endpoint::of(path), want, "{path}");
+        }
     }
 
     #[test]

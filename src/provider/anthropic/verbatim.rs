@@ -83,7 +83,27 @@ impl<'a> Json<'a> {
     }
 
     /// A member's name (its raw bytes) and the colon after it.
+    #[inline]
     fn key(&mut self) -> Option<&'a [u8]> {
+        // The usual name, compact JSON's `"name":` without escapes: its
+        // colon follows its closing quote at once (no whitespace or colon
+        // search); [`Json::key_any`] takes any other.
+        if self.b.get(self.i) == Some(&b'"') {
+            let start = self.i + 1;
+            self.i = start;
+            self.plain_run();
+            if self.b.get(self.i) == Some(&b'"') && self.b.get(self.i + 1) == Some(&b':') {
+                let k = &self.b[start..self.i];
+                self.i += 2;
+                return Some(k);
+            }
+            self.i = start - 1;
+        }
+        self.key_any()
+    }
+
+    #[cold]
+    fn key_any(&mut self) -> Option<&'a [u8]> {
         let k = self.string()?;
         self.eat(b':')?;
         Some(k)
@@ -114,6 +134,7 @@ impl<'a> Json<'a> {
 
     /// Past the bytes a string may hold as they are (no quote, backslash
     /// or control character), eight at a time.
+    #[inline]
     fn plain_run(&mut self) {
         const ONES: u64 = 0x0101_0101_0101_0101;
         const HIGH: u64 = 0x8080_8080_8080_8080;
@@ -200,15 +221,26 @@ impl<'a> Json<'a> {
         Some(&self.b[start..self.i])
     }
 
-    /// A non-negative integer that fits a `u64` (what serde reads as one).
+    /// A number that is a `u64`: digits without a sign, fraction or
+    /// exponent (read once, not scanned by [`Json::number`] first).
     fn u64(&mut self) -> Option<u64> {
-        let text = self.number()?;
+        self.ws();
+        let start = self.i;
         let mut n: u64 = 0;
-        for &d in text {
+        while let Some(&d) = self.b.get(self.i) {
             if !d.is_ascii_digit() {
-                return None;
+                break;
             }
             n = n.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+            self.i += 1;
+        }
+        let digits = self.i - start;
+        // No digit, a leading zero (not JSON), or a number that goes on.
+        if digits == 0
+            || (digits > 1 && self.b[start] == b'0')
+            || matches!(self.b.get(self.i), Some(b'.' | b'e' | b'E'))
+        {
+            return None;
         }
         Some(n)
     }
@@ -288,18 +320,8 @@ fn once(seen: &mut u32, bit: u32) -> Option<()> {
     (*seen & bit == 0).then(|| *seen |= bit)
 }
 
-fn push_u64(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
+fn push_u64(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 fn push_str(out: &mut Vec<u8>, raw: &[u8]) {
