@@ -523,6 +523,35 @@ fn same_request(openai: &Value) {
     }
 }
 
+/// The one-pass reader's edges, as JSON text other writers send: spaces
+/// around keys and colons, an escaped key, numbers that are not a `u64`.
+#[test]
+fn the_bytes_path_agrees_on_spacing_escaped_keys_and_odd_numbers() {
+    let turns = r#""messages": [ {"role" :"user", "content": "hi"} ]"#;
+    for text in [
+        format!(r#"{{ "model": "m", {turns} }}"#),
+        format!("{{\n\t\"model\"\n:\"m\",\r\n{turns}}}"),
+        format!(r#"{{"mod\u0065l":"m",{turns}}}"#),
+        format!(r#"{{"model":"m",{turns},"us\"er":"u"}}"#),
+        format!(r#"{{"model":"m",{turns},"max_tokens": 7 }}"#),
+        format!(r#"{{"model":"m",{turns},"max_tokens":07}}"#),
+        format!(r#"{{"model":"m",{turns},"max_tokens":7.0}}"#),
+        format!(r#"{{"model":"m",{turns},"max_tokens":7e1}}"#),
+        format!(r#"{{"model":"m",{turns},"max_tokens":-7}}"#),
+        format!(r#"{{"model":"m",{turns},"max_tokens":18446744073709551616}}"#),
+        format!(r#"{{"model":"m",{turns},"max_tokens":18446744073709551615}}"#),
+        format!(r#"{{"model":"m",{turns},"stream":true}}"#),
+        format!(r#"{{"model":"m",{turns},"stream":true,"a":1"#),
+    ] {
+        let fast = request_bytes(text.as_bytes(), "claude-up", 1024)
+            .map(|t| serde_json::from_slice::<Value>(&t.body).unwrap());
+        match serde_json::from_str::<Value>(&text) {
+            Ok(v) => assert_eq!(fast, request(&v, "claude-up", 1024), "{text}"),
+            Err(_) => assert_eq!(fast.unwrap_err().field, "body", "{text}"),
+        }
+    }
+}
+
 fn same_response(anthropic: &Value) {
     let slow = response_at(anthropic, "claude", 7);
     let fast = response_bytes(anthropic.to_string().as_bytes(), "claude", 7)

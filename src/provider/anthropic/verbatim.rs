@@ -83,11 +83,12 @@ impl<'a> Json<'a> {
     }
 
     /// A member's name (its raw bytes) and the colon after it.
-    #[inline]
+    #[inline(always)]
     fn key(&mut self) -> Option<&'a [u8]> {
-        // The usual name, compact JSON's `"name":` without escapes: its
-        // colon follows its closing quote at once (no whitespace or colon
-        // search); [`Json::key_any`] takes any other.
+        // The usual name, without escapes: one run to its closing quote,
+        // its colon right after it (as JSON writers put it); [`Json::key_any`]
+        // takes any other.
+        self.ws();
         if self.b.get(self.i) == Some(&b'"') {
             let start = self.i + 1;
             self.i = start;
@@ -111,9 +112,22 @@ impl<'a> Json<'a> {
 
     /// A string's bytes between its quotes, escapes as written: only the
     /// escapes copied verbatim mean what they say (no `\u`).
+    #[inline(always)]
     fn string(&mut self) -> Option<&'a [u8]> {
         self.eat(b'"')?;
         let start = self.i;
+        // The usual string, no escape: one run to its closing quote.
+        self.plain_run();
+        if self.b.get(self.i) == Some(&b'"') {
+            self.i += 1;
+            return Some(&self.b[start..self.i - 1]);
+        }
+        self.string_rest(start)
+    }
+
+    /// The rest of a string that started at `start` (after its quote).
+    #[cold]
+    fn string_rest(&mut self, start: usize) -> Option<&'a [u8]> {
         loop {
             self.plain_run();
             match *self.b.get(self.i)? {
@@ -134,7 +148,7 @@ impl<'a> Json<'a> {
 
     /// Past the bytes a string may hold as they are (no quote, backslash
     /// or control character), eight at a time.
-    #[inline]
+    #[inline(always)]
     fn plain_run(&mut self) {
         const ONES: u64 = 0x0101_0101_0101_0101;
         const HIGH: u64 = 0x8080_8080_8080_8080;
@@ -158,8 +172,19 @@ impl<'a> Json<'a> {
     }
 
     /// A string skipped: any valid escape, `\u` with four hex digits.
+    #[inline(always)]
     fn skip_string(&mut self) -> Option<()> {
         self.eat(b'"')?;
+        self.plain_run();
+        if self.b.get(self.i) == Some(&b'"') {
+            self.i += 1;
+            return Some(());
+        }
+        self.skip_string_rest()
+    }
+
+    #[cold]
+    fn skip_string_rest(&mut self) -> Option<()> {
         loop {
             self.plain_run();
             match *self.b.get(self.i)? {
@@ -223,6 +248,7 @@ impl<'a> Json<'a> {
 
     /// A number that is a `u64`: digits without a sign, fraction or
     /// exponent (read once, not scanned by [`Json::number`] first).
+    #[inline(always)]
     fn u64(&mut self) -> Option<u64> {
         self.ws();
         let start = self.i;
