@@ -146,10 +146,12 @@ impl Credential {
         &self.source
     }
 
-    /// The key for a request at `now_ms`: a file's is looked at again when
-    /// [`RECHECK_MS`] passed since the last look.
-    pub fn value(&self, now_ms: u64) -> Arc<String> {
+    /// The key for a request at `now_ms` (read only for a file): a file's
+    /// is looked at again when [`RECHECK_MS`] passed since the last look.
+    pub fn value(&self, now_ms: impl FnOnce() -> u64) -> Arc<String> {
         if let Source::File(_) = self.source {
+            // The clock is read only for a file (a variable never changes).
+            let now_ms = now_ms();
             let last = self.checked_ms.load(Ordering::Relaxed);
             if now_ms.saturating_sub(last) >= RECHECK_MS
                 && self
@@ -255,15 +257,15 @@ mod tests {
         let path = dir.path().join("key");
         std::fs::write(&path, "sk-first\n").expect("write");
         let c = Credential::load(Source::File(path.clone())).expect("load");
-        assert_eq!(*c.value(0), "sk-first");
+        assert_eq!(*c.value(|| 0), "sk-first");
         std::fs::write(&path, "sk-second-and-longer\n").expect("write");
         // Within the recheck time the old key stays; after it, the new one.
         let t = c.checked_ms.load(Ordering::Relaxed);
-        assert_eq!(*c.value(t + 1), "sk-first");
-        assert_eq!(*c.value(t + RECHECK_MS), "sk-second-and-longer");
+        assert_eq!(*c.value(|| t + 1), "sk-first");
+        assert_eq!(*c.value(|| t + RECHECK_MS), "sk-second-and-longer");
         std::fs::remove_file(&path).expect("rm");
         assert!(!c.reload(true));
-        assert_eq!(*c.value(t + 10 * RECHECK_MS), "sk-second-and-longer");
+        assert_eq!(*c.value(|| t + 10 * RECHECK_MS), "sk-second-and-longer");
         assert_eq!(
             format!("{c:?}"),
             format!("{{ file = {:?} }}", path.display().to_string())

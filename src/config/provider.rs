@@ -204,7 +204,7 @@ mod tests {
         assert_eq!(b.health_path, "/v1/models");
         assert_eq!(b.probe_interval, Some(super::PROVIDER_PROBE_INTERVAL));
         let key = p.key.as_ref().expect("key");
-        assert_eq!(*key.value(0), "sk-ant-secret-value");
+        assert_eq!(*key.value(|| 0), "sk-ant-secret-value");
         for shown in [format!("{cfg:?}"), cfg.replicated_toml().to_owned()] {
             assert!(!shown.contains("sk-ant-secret-value"), "{shown}");
         }

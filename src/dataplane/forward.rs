@@ -252,7 +252,11 @@ const DROP_REQUEST: &[&str] = &[
 /// Whether a client header goes to the backend (see `DROP_REQUEST`).
 pub fn forwarded(name: &[u8]) -> bool {
     const OURS: &[u8] = b"x-zonegate-";
-    !(DROP_REQUEST.iter().any(|d| name_is(name, d.as_bytes()))
+    // The lengths first, in place: a name is compared with the few of its
+    // length only (a call per dropped name cost ~30 instructions a header).
+    !(DROP_REQUEST
+        .iter()
+        .any(|d| d.len() == name.len() && name_is(name, d.as_bytes()))
         || name.get(..OURS.len()).is_some_and(|p| name_is(p, OURS)))
 }
 
@@ -362,7 +366,7 @@ pub async fn attempt(
                         provider::forwarded(name) && not_traceparent(name)
                     }),
                 }
-                provider::put_credentials(out, c.cfg, crate::clock::now_ms());
+                provider::put_credentials(out, c.cfg, crate::clock::now_ms);
             }
         }
         if let Some(tp) = traceparent {
@@ -373,7 +377,7 @@ pub async fn attempt(
         }
         put_header(out, b"x-request-id", request_id);
     };
-    let (path, body) = match call {
+    let (path, body): (&str, &[u8]) = match call {
         None => (path, &body),
         Some(c) => (c.path.as_ref(), &c.body),
     };

@@ -34,18 +34,38 @@ pub struct Call<'a> {
     pub cfg: &'a ProviderConfig,
     /// The origin-form target at the provider.
     pub path: Cow<'a, str>,
-    pub body: Bytes,
-    pub answer: Answer,
+    pub body: CallBody,
+    pub answer: Answer<'a>,
+}
+
+/// The body an attempt sends: the client's, shared, or a translation's,
+/// owned (it is copied into the request's write buffer, so it never needs
+/// to become `Bytes`, which would allocate again for a `Vec` with spare
+/// room).
+pub enum CallBody {
+    Shared(Bytes),
+    Translated(Vec<u8>),
+}
+
+impl std::ops::Deref for CallBody {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            CallBody::Shared(b) => b,
+            CallBody::Translated(v) => v,
+        }
+    }
 }
 
 /// How a provider's answer becomes the client's.
-pub enum Answer {
+pub enum Answer<'a> {
     /// Already OpenAI's format (OpenAI, Azure OpenAI, Together, Groq…).
     Openai,
     /// Anthropic's Messages API, translated back; the chunks and the
     /// answer name the model the client asked for.
     Anthropic {
-        client_model: String,
+        client_model: &'a str,
         stream: bool,
         include_usage: bool,
     },
@@ -119,14 +139,14 @@ pub fn prepare<'a>(
     client_path: &'a str,
     body: Bytes,
     upstream_model: &str,
-    client_model: &str,
+    client_model: &'a str,
 ) -> Result<Call<'a>, Refused> {
     let endpoint = Endpoint::of(client_path);
     match cfg.kind {
         Provider::Openai => Ok(Call {
             cfg,
             path: Cow::Borrowed(client_path),
-            body,
+            body: CallBody::Shared(body),
             answer: Answer::Openai,
         }),
         Provider::Azure => {
@@ -144,7 +164,7 @@ pub fn prepare<'a>(
             Ok(Call {
                 cfg,
                 path: Cow::Owned(azure_path(upstream_model, op, &cfg.api_version)),
-                body,
+                body: CallBody::Shared(body),
                 answer: Answer::Openai,
             })
         }
@@ -181,15 +201,16 @@ const DROP_FOR_PROVIDERS: &[&str] = &["api-key", "x-api-key", "anthropic-version
 
 /// Whether a client header goes to a provider backend.
 pub fn forwarded(name: &[u8]) -> bool {
+    // The lengths first, in place: most names differ in length from all.
     !DROP_FOR_PROVIDERS
         .iter()
-        .any(|d| name_is(name, d.as_bytes()))
+        .any(|d| d.len() == name.len() && name_is(name, d.as_bytes()))
 }
 
 /// Writes the provider's credential in its form, then the configured
 /// headers. `now_ms` lets a key file be looked at again (see
 /// `config::credential`).
-pub fn put_credentials(out: &mut Vec<u8>, cfg: &ProviderConfig, now_ms: u64) {
+pub fn put_credentials(out: &mut Vec<u8>, cfg: &ProviderConfig, now_ms: impl FnOnce() -> u64) {
     if let Some(key) = &cfg.key {
         let key = key.value(now_ms);
         match cfg.kind {
@@ -218,7 +239,7 @@ pub fn probe_headers(
 ) -> Vec<(http::HeaderName, http::HeaderValue)> {
     let mut out = Vec::new();
     if let Some(key) = &cfg.key {
-        let key = key.value(now_ms);
+        let key = key.value(|| now_ms);
         let (name, value) = match cfg.kind {
             Provider::Openai => (http::header::AUTHORIZATION, format!("Bearer {key}")),
             Provider::Azure => (http::HeaderName::from_static("api-key"), key.to_string()),
@@ -305,8 +326,13 @@ pub fn exhausted_for(
     lines: &HeadLines,
     now: impl FnOnce() -> std::time::SystemTime,
 ) -> Option<Duration> {
-    // One pass first: an answer with allowance left (nearly every one)
-    // is done after it, without a lookup per header name.
+    // Only a header whose value is `0` says an allowance is used up: an
+    // answer without one (nearly every one) is done after a byte search.
+    if !has_zero_value(&lines.lines) {
+        return None;
+    }
+    // Then one pass: which of those is a limit's, without a lookup per
+    // header name.
     let zero = lines
         .iter()
         .any(|(name, value)| value == b"0" && LIMITS.iter().any(|(r, _)| name_is(name, r)));
@@ -326,6 +352,18 @@ pub fn exhausted_for(
         }
     }
     wait.map(|d| d.min(MAX_RETRY_AFTER))
+}
+
+/// Whether some header line of `head` may have the value `0`: a `0` with
+/// the colon or whitespace before it and whitespace or the line's end
+/// after it (every line whose trimmed value is `0` has one).
+fn has_zero_value(head: &[u8]) -> bool {
+    memchr::memchr_iter(b'0', head).any(|at| {
+        let before = at.checked_sub(1).map(|i| head[i]);
+        let after = head.get(at + 1);
+        matches!(before, Some(b':' | b' ' | b'\t'))
+            && matches!(after, None | Some(b'\r' | b'\n' | b' ' | b'\t'))
+    })
 }
 
 /// A reset header's time from `now`: OpenAI's duration (`6m0s`, `20ms`)
@@ -455,5 +493,33 @@ mod tests {
             ),
             Some(Duration::from_secs(1))
         );
+    }
+
+    #[test]
+    fn a_zero_allowance_is_found_however_its_line_is_spaced_and_nothing_else_is() {
+        let now = SystemTime::UNIX_EPOCH;
+        for head in [
+            "x-ratelimit-remaining-tokens:0\r\n",
+            "x-ratelimit-remaining-tokens: \t0 \r\n",
+            "date: Mon, 07 Dec 2026 00:00:00 GMT\r\nanthropic-ratelimit-tokens-remaining: 0\r\n",
+            "Anthropic-RateLimit-Tokens-Remaining:\t0\n",
+        ] {
+            assert!(has_zero_value(head.as_bytes()), "{head:?}");
+            assert_eq!(
+                exhausted_for(&lines(head), || now),
+                Some(Duration::from_secs(1)),
+                "{head:?}"
+            );
+        }
+        for head in [
+            "content-length: 370\r\ndate: Mon, 07 Dec 2026 03:10:58 GMT\r\nrequest-id: req_0\r\n",
+            "x-ratelimit-remaining-tokens: 10\r\nx-ratelimit-remaining-requests: 01\r\n",
+            "",
+        ] {
+            assert!(!has_zero_value(head.as_bytes()), "{head:?}");
+            assert_eq!(exhausted_for(&lines(head), || now), None, "{head:?}");
+        }
+        // A `0` value of another header passes the first look, not the second.
+        assert_eq!(exhausted_for(&lines("x-other: 0\r\n"), || now), None);
     }
 }

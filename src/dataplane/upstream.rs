@@ -311,7 +311,7 @@ pub async fn send(
     target: Target<'_>,
     path: &str,
     headers: impl FnOnce(&mut Vec<u8>),
-    body: &Bytes,
+    body: &[u8],
 ) -> Result<BackendResponse, SendError> {
     let mut out = OUT.take();
     out.clear();

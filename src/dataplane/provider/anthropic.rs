@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use bytes::{Bytes, BytesMut};
 
-use super::{Answer, Call, Refused};
+use super::{Answer, Call, CallBody, Refused};
 use crate::config::ProviderConfig;
 use crate::dataplane::sse::Usage;
 use crate::dataplane::upstream::Translate;
@@ -18,7 +18,7 @@ pub(super) fn prepare<'a>(
     cfg: &'a ProviderConfig,
     body: Bytes,
     upstream_model: &str,
-    client_model: &str,
+    client_model: &'a str,
 ) -> Result<Call<'a>, Refused> {
     let t =
         anthropic::request_bytes(&body, upstream_model, cfg.default_max_tokens).map_err(|e| {
@@ -30,9 +30,9 @@ pub(super) fn prepare<'a>(
     Ok(Call {
         cfg,
         path: Cow::Borrowed("/v1/messages"),
-        body: Bytes::from(t.body),
+        body: CallBody::Translated(t.body),
         answer: Answer::Anthropic {
-            client_model: client_model.to_owned(),
+            client_model,
             stream: t.stream,
             include_usage: t.include_usage,
         },
