@@ -250,6 +250,7 @@ const DROP_REQUEST: &[&str] = &[
 ];
 
 /// Whether a client header goes to the backend (see `DROP_REQUEST`).
+#[inline]
 pub fn forwarded(name: &[u8]) -> bool {
     const OURS: &[u8] = b"x-zonegate-";
     // The lengths first, in place: a name is compared with the few of its

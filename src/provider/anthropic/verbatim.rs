@@ -272,6 +272,7 @@ impl<'a> Json<'a> {
     }
 
     /// `null` (then `None`) or a [`Json::u64`].
+    #[inline(always)]
     fn u64_or_null(&mut self) -> Option<Option<u64>> {
         if self.peek()? == b'n' {
             self.literal(b"null")?;
