@@ -107,12 +107,18 @@ pub fn name_is(name: &[u8], lower: &[u8]) -> bool {
             .zip(lower)
             .all(|(n, l)| n.to_ascii_lowercase() == *l);
     }
-    let words = name.chunks_exact(8).zip(lower.chunks_exact(8));
-    // The last eight bytes, overlapping the last whole word.
-    let at = name.len() - 8;
-    words
-        .chain([(&name[at..], &lower[at..])])
-        .all(|(n, l)| folds_to(word(n), word(l)))
+    // Whole words, then the last eight bytes (overlapping the last whole
+    // word): a plain loop, which every caller inlines the same way (an
+    // iterator chain here was a call per comparison in some callers).
+    let mut at = 0;
+    while at + 8 <= name.len() {
+        if !folds_to(word(&name[at..]), word(&lower[at..])) {
+            return false;
+        }
+        at += 8;
+    }
+    let last = name.len() - 8;
+    at == name.len() || folds_to(word(&name[last..]), word(&lower[last..]))
 }
 
 /// The first eight bytes of `b` (which has eight or more) as a word.

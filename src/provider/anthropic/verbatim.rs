@@ -110,6 +110,29 @@ impl<'a> Json<'a> {
         Some(k)
     }
 
+    /// The member name at the cursor as its index in `names` (`None`:
+    /// another name), the cursor past its colon. A name written as JSON
+    /// writers write one, `"name":`, is compared in place with each of
+    /// `names` (no scan, no second comparison); any other is read by
+    /// [`Json::key`].
+    #[inline(always)]
+    fn member<const N: usize>(&mut self, names: [&[u8]; N]) -> Option<Option<usize>> {
+        self.ws();
+        if let Some(rest) = self.b.get(self.i..).and_then(|r| r.strip_prefix(b"\"")) {
+            for (k, name) in names.iter().enumerate() {
+                if rest
+                    .strip_prefix(*name)
+                    .is_some_and(|after| after.starts_with(b"\":"))
+                {
+                    self.i += name.len() + 3;
+                    return Some(Some(k));
+                }
+            }
+        }
+        let key = self.key()?;
+        Some(names.iter().position(|n| *n == key))
+    }
+
     /// A string's bytes between its quotes, escapes as written: only the
     /// escapes copied verbatim mean what they say (no `\u`).
     #[inline(always)]
@@ -397,36 +420,48 @@ pub(super) fn request(
     let mut user = None;
     if j.open(b'{', b'}')? {
         loop {
-            match j.key()? {
-                b"model" => {
+            let member = j.member([
+                b"model",
+                b"messages",
+                b"max_tokens",
+                b"max_completion_tokens",
+                b"temperature",
+                b"top_p",
+                b"stream",
+                b"stream_options",
+                b"stop",
+                b"user",
+            ])?;
+            match member {
+                Some(0) => {
                     once(&mut seen, 1)?;
                     j.string()?;
                 }
-                b"messages" => {
+                Some(1) => {
                     once(&mut seen, 2)?;
                     messages(&mut j, &mut system, &mut turns)?;
                 }
-                b"max_tokens" => {
+                Some(2) => {
                     once(&mut seen, 4)?;
                     max_tokens = Some(j.u64().filter(|n| *n >= 1)?);
                 }
-                b"max_completion_tokens" => {
+                Some(3) => {
                     once(&mut seen, 8)?;
                     max_completion_tokens = Some(j.u64().filter(|n| *n >= 1)?);
                 }
-                b"temperature" => {
+                Some(4) => {
                     once(&mut seen, 16)?;
                     temperature = Some(unit(&mut j)?);
                 }
-                b"top_p" => {
+                Some(5) => {
                     once(&mut seen, 32)?;
                     top_p = Some(unit(&mut j)?);
                 }
-                b"stream" => {
+                Some(6) => {
                     once(&mut seen, 64)?;
                     stream = Some(j.bool()?);
                 }
-                b"stream_options" => {
+                Some(7) => {
                     once(&mut seen, 128)?;
                     if j.open(b'{', b'}')? {
                         if j.key()? != b"include_usage" {
@@ -436,7 +471,7 @@ pub(super) fn request(
                         j.eat(b'}')?;
                     }
                 }
-                b"stop" => {
+                Some(8) => {
                     once(&mut seen, 256)?;
                     let mut list = SmallVec::new();
                     if j.peek()? == b'"' {
@@ -452,7 +487,7 @@ pub(super) fn request(
                     // An empty list is no stop sequence at all.
                     stop = (!list.is_empty()).then_some(list);
                 }
-                b"user" => {
+                Some(9) => {
                     once(&mut seen, 512)?;
                     user = Some(j.string()?);
                 }
@@ -543,9 +578,9 @@ fn messages<'a>(
         let (mut role, mut content) = (None, None);
         if j.open(b'{', b'}')? {
             loop {
-                match j.key()? {
-                    b"role" if role.is_none() => role = Some(j.string()?),
-                    b"content" if content.is_none() => content = Some(j.string()?),
+                match j.member([b"role", b"content"])? {
+                    Some(0) if role.is_none() => role = Some(j.string()?),
+                    Some(1) if content.is_none() => content = Some(j.string()?),
                     _ => return None,
                 }
                 if !j.more(b'}')? {
@@ -587,26 +622,27 @@ pub(super) fn response(body: &[u8], client_model: &str, created: u64) -> Option<
     let mut usage = Usage::default();
     if j.open(b'{', b'}')? {
         loop {
-            match j.key()? {
-                b"type" => {
+            let member = j.member([b"type", b"id", b"content", b"stop_reason", b"usage"])?;
+            match member {
+                Some(0) => {
                     once(&mut seen, 1)?;
                     if j.string()? != b"message" {
                         return None;
                     }
                 }
-                b"id" => {
+                Some(1) => {
                     once(&mut seen, 2)?;
                     id = Some(j.string()?);
                 }
-                b"content" => {
+                Some(2) => {
                     once(&mut seen, 4)?;
                     blocks(&mut j, &mut texts)?;
                 }
-                b"stop_reason" => {
+                Some(3) => {
                     once(&mut seen, 8)?;
                     stop = Some(j.string()?);
                 }
-                b"usage" => {
+                Some(4) => {
                     once(&mut seen, 16)?;
                     usage.merge(&usage_in(&mut j)?);
                 }
@@ -699,20 +735,26 @@ fn usage_in(j: &mut Json<'_>) -> Option<UsageIn> {
     let mut seen = 0u32;
     if j.open(b'{', b'}')? {
         loop {
-            match j.key()? {
-                b"input_tokens" => {
+            let member = j.member([
+                b"input_tokens",
+                b"output_tokens",
+                b"cache_creation_input_tokens",
+                b"cache_read_input_tokens",
+            ])?;
+            match member {
+                Some(0) => {
                     once(&mut seen, 1)?;
                     u.input_tokens = j.u64_or_null()?;
                 }
-                b"output_tokens" => {
+                Some(1) => {
                     once(&mut seen, 2)?;
                     u.output_tokens = j.u64_or_null()?;
                 }
-                b"cache_creation_input_tokens" => {
+                Some(2) => {
                     once(&mut seen, 4)?;
                     u.cache_creation_input_tokens = j.u64_or_null()?;
                 }
-                b"cache_read_input_tokens" => {
+                Some(3) => {
                     once(&mut seen, 8)?;
                     u.cache_read_input_tokens = j.u64_or_null()?;
                 }
