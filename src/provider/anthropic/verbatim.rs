@@ -706,12 +706,12 @@ fn blocks<'a>(j: &mut Json<'a>, texts: &mut SmallVec<[&'a [u8]; 4]>) -> Option<(
         let (mut kind, mut text) = (None, None);
         if j.open(b'{', b'}')? {
             loop {
-                match j.key()? {
-                    b"type" if kind.is_none() => kind = Some(j.string()?),
-                    b"text" if text.is_none() => text = Some(j.string()?),
+                match j.member([b"type", b"text", b"id", b"name", b"input"])? {
+                    Some(0) if kind.is_none() => kind = Some(j.string()?),
+                    Some(1) if text.is_none() => text = Some(j.string()?),
                     // A tool call's fields, or a field twice.
-                    b"type" | b"text" | b"id" | b"name" | b"input" => return None,
-                    _ => j.skip(2)?,
+                    Some(_) => return None,
+                    None => j.skip(2)?,
                 }
                 if !j.more(b'}')? {
                     break;
