@@ -402,8 +402,8 @@ impl<H: RelayHooks> Relay<H> {
             return Ok(out.freeze());
         }
         // A translation's own chunks, whole events it wrote: what they
-        // say is taken from it rather than read back.
-        // (A backend's own stream has no notes: nothing more is looked at.)
+        // say is taken from it rather than read back (a backend's own
+        // stream has no notes, and nothing more is looked at).
         if let Some(rest) = self.rest.as_mut() {
             // A translation writes whole events only; were one ever cut, the
             // notes would not match what is passed on: every chunk is read

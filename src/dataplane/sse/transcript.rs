@@ -70,7 +70,8 @@ impl Transcript {
 
     /// Notes chunks a translation wrote and the client was given, from
     /// what the translation says they say ([`Notes`], `whole`): what
-    /// [`Transcript::observe`] finds reading them. The identity is taken from the notes (they are cleared after).
+    /// [`Transcript::observe`] finds reading them. The identity is taken
+    /// from the notes (they are cleared after).
     pub fn note(&mut self, notes: &mut Notes) {
         if self.id.is_none() {
             if let Some((id, model, created)) = notes.identity.take() {
