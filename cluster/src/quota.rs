@@ -720,28 +720,56 @@ pub enum Shed {
     Full,
 }
 
-/// The priority shedding rule. A zone's capacity `total` (units); `used`
-/// units in flight; a request costing `cost`. P0 may use all of it; P1 stops
-/// at `1 − reserve` (so P0 keeps the reserve); P2 stops at `1 − 2 × reserve`
-/// (shed first). `reserve` is in [0, 0.5) (validated by config). A zone with
-/// no declared capacity (`total == 0`) sheds nothing.
-pub fn shed(priority: Priority, used: u64, cost: u64, total: u64, reserve: f64) -> Option<Shed> {
+/// Capacity units in flight, by the priority of the requests holding them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    pub p0: u64,
+    pub p1: u64,
+    pub p2: u64,
+}
+
+impl Held {
+    pub fn total(&self) -> u64 {
+        self.p0.saturating_add(self.p1).saturating_add(self.p2)
+    }
+
+    pub fn of(&mut self, priority: Priority) -> &mut u64 {
+        match priority {
+            Priority::P0 => &mut self.p0,
+            Priority::P1 => &mut self.p1,
+            Priority::P2 => &mut self.p2,
+        }
+    }
+}
+
+/// The priority shedding rule. A zone's capacity `total` (units); `held`
+/// units in flight; a request costing `cost`. P0 may use all of it. P1
+/// leaves free `reserve × total` for P0, less what P0 already holds; P2
+/// leaves free `2 × reserve × total` for P0 and P1, less what they hold.
+/// With nothing of P0's or P1's in flight that is P1 stopping at
+/// `1 − reserve` and P2 at `1 − 2 × reserve` of the units; once the higher
+/// priorities hold their reserve, the rest is anybody's (no unit idles
+/// while a lower priority waits for it). `reserve` is in [0, 0.5)
+/// (validated by config). A zone with no declared capacity (`total == 0`)
+/// sheds nothing.
+pub fn shed(priority: Priority, held: Held, cost: u64, total: u64, reserve: f64) -> Option<Shed> {
     if total == 0 {
         return None;
     }
-    let after = used.saturating_add(cost) as f64;
-    let cap = total as f64;
-    let threshold = match priority {
-        Priority::P0 => 1.0,
-        Priority::P1 => 1.0 - reserve,
-        Priority::P2 => 1.0 - 2.0 * reserve,
+    let after = held.total().saturating_add(cost);
+    if after > total {
+        return Some(Shed::Full);
+    }
+    let (kept, above) = match priority {
+        Priority::P0 => return None,
+        Priority::P1 => (reserve, held.p0),
+        Priority::P2 => (2.0 * reserve, held.p0.saturating_add(held.p1)),
     };
-    if after <= cap * threshold {
+    let free_for_above = (kept * total as f64 - above as f64).max(0.0);
+    if after as f64 + free_for_above <= total as f64 {
         None
-    } else if after <= cap {
-        Some(Shed::Priority(priority))
     } else {
-        Some(Shed::Full)
+        Some(Shed::Priority(priority))
     }
 }
 

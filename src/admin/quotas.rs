@@ -124,11 +124,14 @@ pub fn report(gw: &Gateway) -> Value {
         .zones
         .iter()
         .map(|(zone, c)| {
+            let held = c.held();
             json!({
                 "zone": zone,
                 "total_units": c.total,
                 "node_share_units": c.share.load(std::sync::atomic::Ordering::Relaxed),
-                "used_units": c.used.used(),
+                "used_units": held.total(),
+                "used_units_by_priority": {"P0": held.p0, "P1": held.p1, "P2": held.p2},
+                "waiting": c.waiting(),
             })
         })
         .collect();
@@ -139,6 +142,7 @@ pub fn report(gw: &Gateway) -> Value {
         "settings": {
             "long_request_units": gw.cfg().quotas.long_request_units,
             "p0_reserve": gw.cfg().quotas.p0_reserve,
+            "queue_timeout_ms": gw.cfg().quotas.queue_timeout.as_millis() as u64,
             "rebalance_interval_ms": gw.cfg().quotas.rebalance_interval.as_millis() as u64,
             "drift_threshold": gw.cfg().quotas.drift_threshold,
             "node_floor": gw.cfg().quotas.node_floor,

@@ -107,6 +107,12 @@ pub(super) const REBALANCE_INTERVAL: Bound<Duration> = Bound {
     max: secs(HOUR),
     why: "the leader commits a rebalance at most this often",
 };
+/// How long a request waits for a zone's capacity units.
+pub(super) const QUEUE_TIMEOUT: Bound<Duration> = Bound {
+    min: ms(1),
+    max: secs(60),
+    why: "a request waiting for capacity holds its connection and body; \"0s\" turns the queue off",
+};
 /// Drain grace and timeout.
 pub(super) const DRAIN_TIME: Bound<Duration> = Bound {
     min: ms(1),

@@ -35,6 +35,7 @@ pub(super) struct RawModelLimits {
 pub(super) struct RawQuotas {
     long_request_units: Option<u32>,
     p0_reserve: Option<f64>,
+    queue_timeout: Option<String>,
     rebalance_interval: Option<String>,
     drift_threshold: Option<f64>,
     node_floor: Option<f64>,
@@ -45,9 +46,13 @@ pub(super) struct RawQuotas {
 pub struct QuotaConfig {
     /// Capacity units a long request costs (a short one costs 1).
     pub long_request_units: u32,
-    /// The share of a zone's capacity kept for P0 tenants: P1 is shed past
-    /// `1 − p0_reserve`, P2 past `1 − 2 × p0_reserve`. In [0, 0.5).
+    /// The share of a zone's capacity kept for P0 tenants: P1 leaves
+    /// `p0_reserve` of the units free for P0, P2 twice that for P0 and P1,
+    /// less what those already hold. In [0, 0.5).
     pub p0_reserve: f64,
+    /// How long a request short of zone capacity waits for units (in
+    /// priority order) before it is refused; zero: refused at once.
+    pub queue_timeout: Duration,
     /// The leader issues a `QuotaRebalance` at most this often.
     pub rebalance_interval: Duration,
     /// A rebalance is issued only when some node's weight moved by more
@@ -70,6 +75,7 @@ impl Default for QuotaConfig {
         Self {
             long_request_units: 4,
             p0_reserve: 0.2,
+            queue_timeout: Duration::from_millis(100),
             rebalance_interval: Duration::from_secs(5),
             drift_threshold: 0.1,
             node_floor: 0.05,
@@ -112,6 +118,18 @@ impl Validator<'_> {
                 bounds::LONG_UNITS,
             )?,
             p0_reserve,
+            queue_timeout: match raw.queue_timeout.as_deref() {
+                // `0s`: no queue (the duration reader refuses zero).
+                Some(s) if humantime::parse_duration(s).is_ok_and(|d| d.is_zero()) => {
+                    Duration::ZERO
+                }
+                s => self.duration(
+                    "quotas.queue_timeout",
+                    s,
+                    d.queue_timeout,
+                    bounds::QUEUE_TIMEOUT,
+                )?,
+            },
             rebalance_interval: self.duration(
                 "quotas.rebalance_interval",
                 raw.rebalance_interval.as_deref(),
@@ -296,6 +314,20 @@ mod tests {
         .unwrap();
         assert_eq!(c.tenant_bursts, [Duration::from_millis(2500)]);
         assert_eq!(c.quotas, QuotaConfig::default());
+        for (text, want) in [
+            ("0s", Duration::ZERO),
+            ("250ms", Duration::from_millis(250)),
+        ] {
+            let c = Config::parse(
+                "t.toml",
+                &format!(
+                    "{}\n[quotas]\nqueue_timeout = \"{text}\"",
+                    with_tenant_line("")
+                ),
+            )
+            .unwrap();
+            assert_eq!(c.quotas.queue_timeout, want, "{text}");
+        }
         assert!(c.models[0].limits.is_unlimited());
         let c = Config::parse(
             "t.toml",
@@ -382,6 +414,16 @@ mod tests {
                 "at least one zone",
             ),
             (q("p0_reserve = 0.5"), "quotas.p0_reserve", "below 0.5"),
+            (
+                q("queue_timeout = \"2m\""),
+                "quotas.queue_timeout",
+                "between 1ms and 1m",
+            ),
+            (
+                q("queue_timeout = \"soon\""),
+                "quotas.queue_timeout",
+                "not a duration",
+            ),
             (q("p0_reserve = -0.1"), "quotas.p0_reserve", "at least 0"),
             (
                 q("drift_threshold = 0.0"),

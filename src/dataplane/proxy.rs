@@ -308,7 +308,9 @@ async fn serve(
     // One reading for the quota stage and the first pick.
     let admitted_at = Instant::now();
     let now_ns = crate::clock::ns_at(admitted_at);
-    let mut admission = admit(gw, &facts, &meta, body.len(), now_ns).map_err(failed)?;
+    let mut admission = admit(gw, &facts, &meta, body.len(), now_ns)
+        .await
+        .map_err(failed)?;
     let min_tier = chain::min_tier(headers, body.len(), &cfg.prompt_tiers).map_err(failed)?;
     let (mut models, skipped) = chain::model_chain(cfg, &routes, primary, min_tier);
     // A fallback the tenant may not use is skipped.
@@ -438,7 +440,9 @@ fn start_shadows(
 /// The quota stage: the tenant's allocation on this node, the model's
 /// limits and the zone's capacity, from local memory (the allocations
 /// follow the view the request holds), at `now_ns` ([`crate::clock::now_ns`]).
-fn admit(
+/// A request short of the zone's units may wait for them (`[quotas]
+/// queue_timeout`).
+async fn admit(
     gw: &Gateway,
     facts: &RequestFacts,
     meta: &RequestMeta,
@@ -457,7 +461,7 @@ fn admit(
         max_tokens: meta.max_tokens,
         zone: facts.view.effective_zone(&facts.home),
     };
-    quotas.admit(&ask, now_ns)
+    quotas.admit_or_wait(&ask, now_ns).await
 }
 
 /// The whole body, at most `limit` bytes, within `[node.limits]

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use parking_lot::Mutex;
-use prometheus::{Gauge, IntCounter};
+use prometheus::IntCounter;
 use zonegate_cluster::quota::RebalancePlan;
 use zonegate_cluster::quota::{self as arith, Shed};
 use zonegate_cluster::{
@@ -37,11 +37,13 @@ use crate::telemetry::metrics::Metrics;
 mod gcra;
 pub mod headers;
 mod occupancy;
+pub mod zone;
 
 pub use gcra::{Charge, Gcra, Wait};
 use headers::{push_reset, push_u64, REQUEST_HEADERS, TOKEN_HEADERS};
 pub use headers::{reset_text, set_headers, RateHeaders};
 pub use occupancy::Occupancy;
+pub use zone::{Units, ZoneCapacity};
 
 /// Output tokens assumed for a request that names no maximum.
 pub const DEFAULT_OUTPUT_TOKENS: u64 = 256;
@@ -156,25 +158,6 @@ struct ModelLimiter {
     tpm: Gcra,
 }
 
-/// This node's share of one zone's capacity units.
-pub struct ZoneCapacity {
-    /// Sum of the zone's backends' `capacity` (0: undeclared, no shedding).
-    pub total: u64,
-    /// This node's share of `total` (its group shares the zone's units).
-    pub share: AtomicU64,
-    pub used: Occupancy,
-    ratio: Gauge,
-}
-
-impl ZoneCapacity {
-    fn publish(&self) {
-        let share = self.share.load(Ordering::Relaxed);
-        if share > 0 {
-            self.ratio.set(self.used.used() as f64 / share as f64);
-        }
-    }
-}
-
 /// Everything this node enforces, rebuilt in place when the view changes.
 pub struct Quotas {
     node: NodeId,
@@ -182,7 +165,8 @@ pub struct Quotas {
     /// Serving members and their home zones (standalone: this node alone).
     nodes: Vec<(NodeId, ZoneId)>,
     long_units: u64,
-    p0_reserve: f64,
+    /// How long a request may wait for a zone's units (`[quotas] queue_timeout`).
+    queue_timeout: std::time::Duration,
     /// By tenant index in config order.
     pub tenants: Vec<Arc<TenantLimiter>>,
     models: BTreeMap<String, Arc<ModelLimiter>>,
@@ -211,7 +195,8 @@ pub struct Table {
 pub struct Admission {
     tenant: Arc<TenantLimiter>,
     model: Option<Arc<ModelLimiter>>,
-    zone: Option<(Arc<ZoneCapacity>, u64)>,
+    /// The zone's capacity units it holds, given back when it is dropped.
+    _units: Option<Units>,
     concurrency: bool,
     /// Tokens estimated at admission, and their prompt part.
     estimate: u64,
@@ -277,10 +262,6 @@ impl Drop for Admission {
         self.settle(0);
         if self.concurrency {
             self.tenant.concurrency.release(1);
-        }
-        if let Some((zone, units)) = &self.zone {
-            zone.used.release(*units);
-            zone.publish();
         }
     }
 }
@@ -357,15 +338,8 @@ impl Quotas {
         let zones = totals
             .into_iter()
             .map(|(zone, total)| {
-                let c = Arc::new(ZoneCapacity {
-                    total,
-                    share: AtomicU64::new(total),
-                    used: Occupancy::unlimited(),
-                    ratio: metrics
-                        .zone_capacity_used
-                        .with_label_values(&[zone.as_str()]),
-                });
-                (zone, c)
+                let c = ZoneCapacity::new(&zone, total, cfg.quotas.p0_reserve, metrics);
+                (zone, Arc::new(c))
             })
             .collect();
         let q = Self {
@@ -373,7 +347,7 @@ impl Quotas {
             zone: cfg.node.zone.clone(),
             nodes,
             long_units: u64::from(cfg.quotas.long_request_units),
-            p0_reserve: cfg.quotas.p0_reserve,
+            queue_timeout: cfg.quotas.queue_timeout,
             tenants,
             models,
             zones,
@@ -491,7 +465,7 @@ impl Quotas {
                 None => c.total,
             };
             c.share.store(share, Ordering::Relaxed);
-            c.publish();
+            c.share_changed();
         }
         self.table.store(Arc::new(table));
         self.applied.store(view.decision_version, Ordering::Release);
@@ -514,19 +488,101 @@ impl Quotas {
     }
 
     /// The quota stage (after [`count_request`](Self::count_request)):
-    /// admits a request or says why not. Order: zone capacity (priority
-    /// shedding), concurrency, tokens, then the model's limits; a refusal
-    /// undoes what earlier checks took (but the request's rpm count).
+    /// admits a request or says why not, at once. Order: zone capacity
+    /// (priority shedding), concurrency, tokens, then the model's limits; a
+    /// refusal undoes what earlier checks took (but the request's rpm count).
     pub fn admit(&self, ask: &Ask<'_>, now: u64) -> Result<Admission, ApiError> {
-        let Some(t) = self.tenants.get(ask.tenant_index) else {
-            return Err(ApiError::Internal("tenant without quota state".into()));
+        let t = self.tenant(ask)?;
+        let units = match self.zone_units(ask) {
+            None => None,
+            Some((zone, n)) => match zone.take(t.quota.priority, n) {
+                Ok(units) => Some(units),
+                Err(shed) => return Err(self.shed(t, shed, ask.zone, now)),
+            },
         };
+        self.admit_holding(t, ask, now, units)
+    }
+
+    /// [`admit`](Self::admit), but a request short of zone capacity waits
+    /// up to `[quotas] queue_timeout` for units, in priority order
+    /// ([`zone`]); `now` is read again after a wait.
+    pub async fn admit_or_wait(&self, ask: &Ask<'_>, now: u64) -> Result<Admission, ApiError> {
+        let t = self.tenant(ask)?;
+        let Some((zone, n)) = self.zone_units(ask) else {
+            return self.admit_holding(t, ask, now, None);
+        };
+        let p = t.quota.priority;
+        let units = match zone.take(p, n) {
+            Ok(units) => units,
+            Err(shed) if self.queue_timeout.is_zero() => {
+                return Err(self.shed(t, shed, ask.zone, now))
+            }
+            Err(_) => match Box::pin(zone.take_or_wait(p, n, self.queue_timeout)).await {
+                Ok(units) => units,
+                Err(shed) => return Err(self.shed(t, shed, ask.zone, crate::clock::now_ns())),
+            },
+        };
+        self.admit_holding(t, ask, crate::clock::now_ns().max(now), Some(units))
+    }
+
+    fn tenant(&self, ask: &Ask<'_>) -> Result<&Arc<TenantLimiter>, ApiError> {
+        self.tenants
+            .get(ask.tenant_index)
+            .ok_or_else(|| ApiError::Internal("tenant without quota state".into()))
+    }
+
+    /// The zone whose units the request takes, and how many (none when
+    /// the zone declares no capacity).
+    fn zone_units(&self, ask: &Ask<'_>) -> Option<(&Arc<ZoneCapacity>, u64)> {
+        let zone = self.zones.get(ask.zone).filter(|z| z.total > 0)?;
+        let units = match ask.class {
+            RequestClass::Short => 1,
+            RequestClass::Long => self.long_units,
+        };
+        Some((zone, units))
+    }
+
+    /// The refusal for zone capacity, counted under its reason.
+    fn shed(&self, t: &TenantLimiter, shed: Shed, zone: &ZoneId, now: u64) -> ApiError {
+        t.offered_now.fetch_add(1, Ordering::Relaxed);
+        let reason = match shed {
+            Shed::Priority(Priority::P2) => "shed_p2",
+            Shed::Priority(Priority::P1) => "shed_p1",
+            _ => "capacity_full",
+        };
+        t.reject(reason);
+        let message = match shed {
+            Shed::Full => format!("zone {zone} is at capacity; please retry shortly"),
+            Shed::Priority(p) => format!(
+                "zone {zone} is short of capacity: {p} requests are shed first; please retry shortly"
+            ),
+        };
+        self.refusal(
+            t,
+            ApiError::CapacityExceeded {
+                message,
+                full: shed == Shed::Full,
+                retry_after_s: 1,
+                headers: Box::default(),
+            },
+            now,
+        )
+    }
+
+    /// The stages after zone capacity, for a request holding `units`.
+    fn admit_holding(
+        &self,
+        t: &Arc<TenantLimiter>,
+        ask: &Ask<'_>,
+        now: u64,
+        units: Option<Units>,
+    ) -> Result<Admission, ApiError> {
         let estimate = estimate_tokens(ask.body_len, ask.max_tokens);
         t.offered_now.fetch_add(1, Ordering::Relaxed);
         let mut adm = Admission {
             tenant: Arc::clone(t),
             model: self.models.get(ask.model).cloned(),
-            zone: None,
+            _units: units,
             concurrency: false,
             estimate,
             prompt: ask.body_len as u64 / BYTES_PER_TOKEN,
@@ -534,46 +590,6 @@ impl Quotas {
             at: now,
             budget: None,
         };
-        if let Some(zone) = self.zones.get(ask.zone).filter(|z| z.total > 0) {
-            let units = match ask.class {
-                RequestClass::Short => 1,
-                RequestClass::Long => self.long_units,
-            };
-            let share = zone.share.load(Ordering::Relaxed);
-            let priority = t.quota.priority;
-            let shed = zone.used.acquire_unless(units, |used| {
-                arith::shed(priority, used, units, share, self.p0_reserve)
-            });
-            if let Some(shed) = shed {
-                let reason = match shed {
-                    Shed::Priority(Priority::P2) => "shed_p2",
-                    Shed::Priority(Priority::P1) => "shed_p1",
-                    _ => "capacity_full",
-                };
-                t.reject(reason);
-                return Err(self.refusal(
-                    t,
-                    ApiError::CapacityExceeded {
-                        message: match shed {
-                            Shed::Full => format!(
-                                "zone {} is at capacity; please retry shortly",
-                                ask.zone
-                            ),
-                            Shed::Priority(p) => format!(
-                                "zone {} is short of capacity: {p} requests are shed first; please retry shortly",
-                                ask.zone
-                            ),
-                        },
-                        full: shed == Shed::Full,
-                        retry_after_s: 1,
-                        headers: Box::default(),
-                    },
-                    now,
-                ));
-            }
-            zone.publish();
-            adm.zone = Some((Arc::clone(zone), units));
-        }
         if !t.concurrency.acquire(1) {
             t.reject("concurrency");
             return Err(self.limited(t, "concurrency", "requests", 1, now));

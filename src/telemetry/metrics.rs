@@ -211,6 +211,8 @@ metrics! {
     quota_allocation: IntGaugeVec = "zonegate_quota_allocation", "A node's allocation of a tenant's quota in its effective zone, by unit (rpm, tpm, concurrency)", ["tenant", "zone", "node", "unit"];
     /// Capacity units in flight over this node's share of a zone's units.
     zone_capacity_used: GaugeVec = "zonegate_zone_capacity_used_ratio", "Capacity units in flight from this node over its share of the zone's units (0-1)", ["zone"];
+    /// Requests that waited for a zone's units, by how the wait ended.
+    zone_queued: IntCounterVec = "zonegate_zone_queued_total", "Requests that waited for a zone's capacity units on this node, by how the wait ended (granted, timeout, displaced by a higher priority)", ["zone", "outcome"];
     /// Each attempt on a backend, by outcome.
     forward_attempts: IntCounterVec = "zonegate_forward_attempts_total", "Attempts on backends by outcome", ["model", "backend", "zone", "outcome"];
     /// Time from sending to a backend until its first body byte.

@@ -212,28 +212,187 @@ fn drift_is_measured_against_the_group() {
 #[test]
 fn shedding_takes_p2_first_then_p1_and_keeps_the_reserve_for_p0() {
     use Priority::*;
-    // (priority, used, cost, total, reserve) → decision.
-    type Case = (Priority, u64, u64, u64, f64, Option<Shed>);
+    let lower = |n| Held {
+        p2: n,
+        ..Held::default()
+    };
+    // (priority, held, cost, total, reserve) → decision.
+    type Case = (Priority, Held, u64, u64, f64, Option<Shed>);
     let cases: &[Case] = &[
-        (P2, 50, 1, 100, 0.2, None),
-        (P2, 60, 1, 100, 0.2, Some(Shed::Priority(P2))),
-        (P1, 60, 1, 100, 0.2, None),
-        (P1, 79, 1, 100, 0.2, None),
-        (P1, 80, 1, 100, 0.2, Some(Shed::Priority(P1))),
-        (P0, 80, 1, 100, 0.2, None),
-        (P0, 99, 1, 100, 0.2, None),
-        (P0, 100, 1, 100, 0.2, Some(Shed::Full)),
-        (P2, 100, 1, 100, 0.2, Some(Shed::Full)),
-        (P1, 77, 4, 100, 0.2, Some(Shed::Priority(P1))),
-        (P2, 0, 1, 0, 0.2, None),
-        (P2, 99, 1, 100, 0.0, None),
+        (P2, lower(50), 1, 100, 0.2, None),
+        (P2, lower(59), 1, 100, 0.2, None),
+        (P2, lower(60), 1, 100, 0.2, Some(Shed::Priority(P2))),
+        (P1, lower(60), 1, 100, 0.2, None),
+        (P1, lower(79), 1, 100, 0.2, None),
+        (P1, lower(80), 1, 100, 0.2, Some(Shed::Priority(P1))),
+        (P0, lower(80), 1, 100, 0.2, None),
+        (P0, lower(99), 1, 100, 0.2, None),
+        (P0, lower(100), 1, 100, 0.2, Some(Shed::Full)),
+        (P2, lower(100), 1, 100, 0.2, Some(Shed::Full)),
+        (P1, lower(77), 4, 100, 0.2, Some(Shed::Priority(P1))),
+        (P2, lower(0), 1, 0, 0.2, None),
+        (P2, lower(99), 1, 100, 0.0, None),
+        // P0 holding its reserve: what is left is anybody's.
+        (
+            P2,
+            Held {
+                p0: 40,
+                p1: 0,
+                p2: 59,
+            },
+            1,
+            100,
+            0.2,
+            None,
+        ),
+        (
+            P2,
+            Held {
+                p0: 40,
+                p1: 0,
+                p2: 60,
+            },
+            1,
+            100,
+            0.2,
+            Some(Shed::Full),
+        ),
+        // P0 holding half of it: P2 leaves the other half free.
+        (
+            P2,
+            Held {
+                p0: 20,
+                p1: 0,
+                p2: 59,
+            },
+            1,
+            100,
+            0.2,
+            None,
+        ),
+        (
+            P2,
+            Held {
+                p0: 20,
+                p1: 0,
+                p2: 60,
+            },
+            1,
+            100,
+            0.2,
+            Some(Shed::Priority(P2)),
+        ),
+        // P1's units count for P2's reserve, not for P1's own.
+        (
+            P2,
+            Held {
+                p0: 0,
+                p1: 40,
+                p2: 59,
+            },
+            1,
+            100,
+            0.2,
+            None,
+        ),
+        (
+            P1,
+            Held {
+                p0: 0,
+                p1: 60,
+                p2: 19,
+            },
+            1,
+            100,
+            0.2,
+            None,
+        ),
+        (
+            P1,
+            Held {
+                p0: 0,
+                p1: 60,
+                p2: 20,
+            },
+            1,
+            100,
+            0.2,
+            Some(Shed::Priority(P1)),
+        ),
+        (
+            P1,
+            Held {
+                p0: 20,
+                p1: 60,
+                p2: 19,
+            },
+            1,
+            100,
+            0.2,
+            None,
+        ),
+        (
+            P1,
+            Held {
+                p0: 10,
+                p1: 60,
+                p2: 19,
+            },
+            1,
+            100,
+            0.2,
+            None,
+        ),
+        (
+            P1,
+            Held {
+                p0: 10,
+                p1: 60,
+                p2: 20,
+            },
+            1,
+            100,
+            0.2,
+            Some(Shed::Priority(P1)),
+        ),
     ];
-    for (p, used, cost, total, reserve, want) in cases {
+    for (p, held, cost, total, reserve, want) in cases {
         assert_eq!(
-            shed(*p, *used, *cost, *total, *reserve),
+            shed(*p, *held, *cost, *total, *reserve),
             *want,
-            "{p} used {used} cost {cost} of {total} reserve {reserve}"
+            "{p} held {held:?} cost {cost} of {total} reserve {reserve}"
         );
+    }
+}
+
+/// Whatever is in flight, a unit taken by the rule never leaves a higher
+/// priority less free room than its reserve minus what it holds, and
+/// never puts the zone past its total.
+#[test]
+fn a_lower_priority_never_takes_what_the_reserve_keeps() {
+    use Priority::*;
+    let total = 20;
+    let reserve = 0.2;
+    for p0 in 0..=total {
+        for p1 in 0..=total - p0 {
+            for p2 in 0..=total - p0 - p1 {
+                let held = Held { p0, p1, p2 };
+                for (p, kept, above) in [(P1, 4, p0), (P2, 8, p0 + p1)] {
+                    if shed(p, held, 1, total, reserve).is_none() {
+                        let free = total - held.total() - 1;
+                        assert!(
+                            free + above >= kept,
+                            "{p} took a unit of {held:?}: {free} free"
+                        );
+                    }
+                }
+                assert_eq!(
+                    shed(P0, held, 1, total, reserve).is_none(),
+                    held.total() < total,
+                    "{held:?}"
+                );
+            }
+        }
     }
 }
 

@@ -33,21 +33,6 @@ impl Occupancy {
             .is_ok()
     }
 
-    /// Takes `n` unless `refuse` finds a reason not to in the count it
-    /// would add to; the decision and the taking are one atomic step, so
-    /// threads admitting at once never decide on a count that another has
-    /// already changed. Returns the reason when refused.
-    pub(super) fn acquire_unless<R>(&self, n: u64, refuse: impl Fn(u64) -> Option<R>) -> Option<R> {
-        let mut refused = None;
-        let _ = self
-            .used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-                refused = refuse(u);
-                refused.is_none().then(|| u.saturating_add(n))
-            });
-        refused
-    }
-
     pub(super) fn release(&self, n: u64) {
         let _ = self
             .used
