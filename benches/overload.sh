@@ -9,16 +9,18 @@
 #   nginx     limit_conn of CAPACITY on the backend's location (503 past
 #             it; nginx has no notion of the tenants' priorities);
 #   zonegate  the backend's `capacity = CAPACITY` units, the tenants'
-#             priorities (P2 shed past 60 % of the units, P0 keeps the
-#             reserve).
+#             priorities (P2 leaves 40 % of the units free for P0, less
+#             what P0 holds; a request short of units waits up to
+#             `queue_timeout`, P0 first).
 # First each target unloaded (p0 alone), then overloaded; per tenant:
 # sent, answered 200, refused (429/503), errors (other, or no answer in
 # 10 s), goodput and the 200s' latency from when each was due.
 #
 #   benches/overload.sh                      # 20 s per run
 #   DURATION=30 CAPACITY=64 benches/overload.sh
-#   RESERVE=0.05 benches/overload.sh         # zonegate's [quotas] p0_reserve (default 0.2:
-#                                            # P2 shed past 60 % of the units, P1 past 80 %)
+#   RESERVE=0.05 benches/overload.sh         # zonegate's [quotas] p0_reserve (default 0.2)
+#   QUEUE=0s benches/overload.sh             # zonegate's [quotas] queue_timeout (default 100ms;
+#                                            # 0s: refused at once, no wait)
 #   LONG=300 benches/overload.sh             # also zonegate overloaded for 300 s,
 #                                            # its RSS every 30 s (memory flat?)
 #   BIN=target/release/zonegate benches/overload.sh
@@ -79,7 +81,11 @@ url = "http://127.0.0.1:$SP"
 models = ["bench"]
 capacity = $CAPACITY
 CONF
-[ -n "${RESERVE:-}" ] && printf '[quotas]\np0_reserve = %s\n' "$RESERVE" >>"$WORK/zonegate.toml"
+{
+  echo "[quotas]"
+  if [ -n "${RESERVE:-}" ]; then echo "p0_reserve = $RESERVE"; fi
+  if [ -n "${QUEUE:-}" ]; then echo "queue_timeout = \"$QUEUE\""; fi
+} >>"$WORK/zonegate.toml"
 RUST_LOG=warn setsid "$BIN" serve --config "$WORK/zonegate.toml" >"$WORK/zonegate.log" 2>&1 &
 ZPID=$!
 PIDS+=($ZPID)
@@ -114,7 +120,7 @@ for target in direct nginx zonegate; do
 done
 
 echo
-echo "== overload: a backend of $CAPACITY at once x ${GENERATION_MS} ms (${FULL} req/s), p0 (P0) $P0_RATE req/s, p2 (P2) $P2_RATE req/s; zonegate's p0_reserve ${RESERVE:-0.2}; $DURATION s per run, $(nproc) cores"
+echo "== overload: a backend of $CAPACITY at once x ${GENERATION_MS} ms (${FULL} req/s), p0 (P0) $P0_RATE req/s, p2 (P2) $P2_RATE req/s; zonegate's p0_reserve ${RESERVE:-0.2}, queue_timeout ${QUEUE:-100ms}; $DURATION s per run, $(nproc) cores"
 printf '%-9s %-9s %-6s %7s %7s %8s %7s %9s %8s %8s %8s %9s\n' target load tenant sent ok refused errors "goodput/s" "p50 ms" "p99 ms" "p99.9" "success"
 printf '%s' "$ROWS" | awk 'NF {
   printf "%-9s %-9s %-6s %7d %7d %8d %7d %9d %8.2f %8.2f %8.2f %8.2f%%\n", $1, $2, $3, $4, $5, $6, $7, $8, $9 / 1000, $10 / 1000, $11 / 1000, $4 ? 100 * $5 / $4 : 0 }'

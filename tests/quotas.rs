@@ -1,8 +1,8 @@
 //! Black-box tests of quotas: OpenAI's 429 and rate-limit headers, a
 //! tenant's burst, unknown models counted (one label, against rpm), token
 //! charges corrected by a stream's usage, three nodes sharing one tenant's
-//! limit by demand, and a failover with a P0 and a P2 tenant (overflow,
-//! shedding, failback).
+//! limit by demand, a failover with a P0 and a P2 tenant (overflow,
+//! shedding, failback), and the priority wait for a zone's units.
 
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
@@ -690,4 +690,88 @@ async fn failover_overflows_into_the_target_p0_keeps_its_rate_and_p2_is_shed_fir
         "no shedding after the failback"
     );
     drop(mocks);
+}
+
+/// A request short of zone capacity waits for a unit instead of being
+/// refused, and a P0 request that finds the queue full takes the place of
+/// the P2 waiter: one unit, a backend taking 600 ms an answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_of_capacity_a_request_waits_for_a_unit_and_p0_waits_first() {
+    let mock = Mock::start("a1", "az-a", &[MODEL]).await;
+    mock.faults(json!({"latency_ms": 600})).await;
+    let rest = format!(
+        "{}{}[quotas]\np0_reserve = 0.0\nqueue_timeout = \"30s\"\n",
+        mock.backend_toml(&[MODEL]).replace(
+            "metrics_path = \"/metrics\"\n",
+            "metrics_path = \"/metrics\"\ncapacity = 1\n",
+        ),
+        tenant_toml("bulk", BULK_KEY, "P2", ""),
+    );
+    let node = Arc::new(start("az-a", None, "", &rest).await);
+    let waiting = |n: u64| {
+        let node = Arc::clone(&node);
+        async move {
+            eventually(Duration::from_secs(20), "waiters", || {
+                let node = Arc::clone(&node);
+                async move {
+                    let q = node.admin_get("/admin/v1/quotas").await;
+                    q["capacity"][0]["waiting"] == n
+                }
+            })
+            .await
+        }
+    };
+    let send = |key: &'static str| {
+        let node = Arc::clone(&node);
+        tokio::spawn(async move {
+            let resp = post(&node, key, &chat_body(8, false)).send().await.unwrap();
+            let status = resp.status().as_u16();
+            let v: Value = resp.json().await.unwrap();
+            (status, v["error"]["code"].as_str().unwrap_or("").to_owned())
+        })
+    };
+
+    // P2 holds the unit; a second P2 waits (it would be a 503 at once
+    // without the queue), and is served when the unit comes back.
+    let holder = send(BULK_KEY);
+    eventually(Duration::from_secs(20), "the unit held", || {
+        let node = Arc::clone(&node);
+        async move {
+            let q = node.admin_get("/admin/v1/quotas").await;
+            q["capacity"][0]["used_units_by_priority"]["P2"] == 1
+        }
+    })
+    .await;
+    let patient = send(BULK_KEY);
+    waiting(1).await;
+    assert_eq!(holder.await.unwrap().0, 200);
+    assert_eq!(patient.await.unwrap().0, 200);
+
+    // Again, but now a P0 arrives while the P2 waits: the queue (one
+    // request per unit) is full, so the P2 gives way at once and the P0
+    // is served when the unit comes back.
+    let holder = send(BULK_KEY);
+    eventually(Duration::from_secs(20), "the unit held", || {
+        let node = Arc::clone(&node);
+        async move {
+            let q = node.admin_get("/admin/v1/quotas").await;
+            q["capacity"][0]["used_units_by_priority"]["P2"] == 1
+        }
+    })
+    .await;
+    let displaced = send(BULK_KEY);
+    waiting(1).await;
+    let p0 = send(API_KEY);
+    let (status, code) = displaced.await.unwrap();
+    assert_eq!((status, code.as_str()), (503, "capacity_exceeded"));
+    assert_eq!(holder.await.unwrap().0, 200);
+    assert_eq!(p0.await.unwrap().0, 200);
+
+    let metrics = node.metrics().await;
+    for line in [
+        "zonegate_zone_queued_total{outcome=\"granted\",zone=\"az-a\"} 2",
+        "zonegate_zone_queued_total{outcome=\"displaced\",zone=\"az-a\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
 }

@@ -745,7 +745,8 @@ impl Held {
 /// The priority shedding rule. A zone's capacity `total` (units); `held`
 /// units in flight; a request costing `cost`. P0 may use all of it. P1
 /// leaves free `reserve × total` for P0, less what P0 already holds; P2
-/// leaves free `2 × reserve × total` for P0 and P1, less what they hold.
+/// leaves that too, and `2 × reserve × total` for P0 and P1 together,
+/// less what they hold.
 /// With nothing of P0's or P1's in flight that is P1 stopping at
 /// `1 − reserve` and P2 at `1 − 2 × reserve` of the units; once the higher
 /// priorities hold their reserve, the rest is anybody's (no unit idles
@@ -760,13 +761,16 @@ pub fn shed(priority: Priority, held: Held, cost: u64, total: u64, reserve: f64)
     if after > total {
         return Some(Shed::Full);
     }
-    let (kept, above) = match priority {
+    let room = reserve * total as f64;
+    // P0's reserve, less what P0 holds: kept by P1 and P2 alike.
+    let for_p0 = room - held.p0 as f64;
+    let kept = match priority {
         Priority::P0 => return None,
-        Priority::P1 => (reserve, held.p0),
-        Priority::P2 => (2.0 * reserve, held.p0.saturating_add(held.p1)),
+        Priority::P1 => for_p0,
+        // And P0's and P1's together, less what they hold.
+        Priority::P2 => for_p0.max(2.0 * room - held.p0.saturating_add(held.p1) as f64),
     };
-    let free_for_above = (kept * total as f64 - above as f64).max(0.0);
-    if after as f64 + free_for_above <= total as f64 {
+    if after as f64 + kept.max(0.0) <= total as f64 {
         None
     } else {
         Some(Shed::Priority(priority))

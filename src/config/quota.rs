@@ -46,9 +46,9 @@ pub(super) struct RawQuotas {
 pub struct QuotaConfig {
     /// Capacity units a long request costs (a short one costs 1).
     pub long_request_units: u32,
-    /// The share of a zone's capacity kept for P0 tenants: P1 leaves
-    /// `p0_reserve` of the units free for P0, P2 twice that for P0 and P1,
-    /// less what those already hold. In [0, 0.5).
+    /// The share of a zone's capacity kept for P0 tenants: P1 and P2 leave
+    /// `p0_reserve` of the units free for P0, P2 twice that for P0 and P1
+    /// together, less what those already hold. In [0, 0.5).
     pub p0_reserve: f64,
     /// How long a request short of zone capacity waits for units (in
     /// priority order) before it is refused; zero: refused at once.

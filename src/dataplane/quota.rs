@@ -338,7 +338,8 @@ impl Quotas {
         let zones = totals
             .into_iter()
             .map(|(zone, total)| {
-                let c = ZoneCapacity::new(&zone, total, cfg.quotas.p0_reserve, metrics);
+                let queued = !cfg.quotas.queue_timeout.is_zero();
+                let c = ZoneCapacity::new(&zone, total, cfg.quotas.p0_reserve, queued, metrics);
                 (zone, Arc::new(c))
             })
             .collect();

@@ -282,13 +282,38 @@ fn shedding_takes_p2_first_then_p1_and_keeps_the_reserve_for_p0() {
             0.2,
             Some(Shed::Priority(P2)),
         ),
-        // P1's units count for P2's reserve, not for P1's own.
+        // P1's units count for P2's reserve, not for P1's own, and
+        // never eat into P0's: P2 still leaves P0 its 20.
         (
             P2,
             Held {
                 p0: 0,
                 p1: 40,
-                p2: 59,
+                p2: 39,
+            },
+            1,
+            100,
+            0.2,
+            None,
+        ),
+        (
+            P2,
+            Held {
+                p0: 0,
+                p1: 40,
+                p2: 40,
+            },
+            1,
+            100,
+            0.2,
+            Some(Shed::Priority(P2)),
+        ),
+        (
+            P2,
+            Held {
+                p0: 10,
+                p1: 40,
+                p2: 39,
             },
             1,
             100,
@@ -377,7 +402,7 @@ fn a_lower_priority_never_takes_what_the_reserve_keeps() {
         for p1 in 0..=total - p0 {
             for p2 in 0..=total - p0 - p1 {
                 let held = Held { p0, p1, p2 };
-                for (p, kept, above) in [(P1, 4, p0), (P2, 8, p0 + p1)] {
+                for (p, kept, above) in [(P1, 4, p0), (P2, 4, p0), (P2, 8, p0 + p1)] {
                     if shed(p, held, 1, total, reserve).is_none() {
                         let free = total - held.total() - 1;
                         assert!(

@@ -38,6 +38,8 @@ pub struct ZoneCapacity {
     /// This node's share of `total` (its group shares the zone's units).
     pub share: AtomicU64,
     reserve: f64,
+    /// Whether requests may wait for units (`queue_timeout` above zero).
+    queued: bool,
     state: Mutex<State>,
     ratio: Gauge,
     granted: IntCounter,
@@ -93,8 +95,8 @@ impl State {
 }
 
 impl ZoneCapacity {
-    pub fn new(zone: &ZoneId, total: u64, reserve: f64, metrics: &Metrics) -> Self {
-        let queued = |outcome| {
+    pub fn new(zone: &ZoneId, total: u64, reserve: f64, queued: bool, metrics: &Metrics) -> Self {
+        let waits = |outcome| {
             metrics
                 .zone_queued
                 .with_label_values(&[zone.as_str(), outcome])
@@ -103,13 +105,14 @@ impl ZoneCapacity {
             total,
             share: AtomicU64::new(total),
             reserve,
+            queued,
             state: Mutex::new(State::default()),
             ratio: metrics
                 .zone_capacity_used
                 .with_label_values(&[zone.as_str()]),
-            granted: queued("granted"),
-            timed_out: queued("timeout"),
-            displaced: queued("displaced"),
+            granted: waits("granted"),
+            timed_out: waits("timeout"),
+            displaced: waits("displaced"),
         }
     }
 
@@ -125,7 +128,18 @@ impl ZoneCapacity {
 
     fn rule(&self, state: &State, p: Priority, units: u64) -> Option<Shed> {
         let share = self.share.load(Ordering::Relaxed);
-        arith::shed(p, state.held, units, share, self.reserve)
+        // Without the queue a P0 past its reserve could not wait for the
+        // next unit, so the reserve stays free whatever P0 holds (P2 stops
+        // at 1 − 2 × reserve of the units, P1 at 1 − reserve).
+        let held = if self.queued {
+            state.held
+        } else {
+            Held {
+                p2: state.held.total(),
+                ..Held::default()
+            }
+        };
+        arith::shed(p, held, units, share, self.reserve)
     }
 
     /// Takes `units` at once, or says why not: the rule's reason, or (when

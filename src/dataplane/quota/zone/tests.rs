@@ -18,6 +18,7 @@ fn zone(total: u64, reserve: f64) -> Arc<ZoneCapacity> {
         &ZoneId::new("az-a"),
         total,
         reserve,
+        true,
         &Metrics::new(),
     ))
 }
@@ -199,4 +200,19 @@ async fn concurrent_waiters_never_overfill_the_zone_or_lose_a_unit() {
     let peak = peak.load(std::sync::atomic::Ordering::Relaxed);
     assert!((1..=8).contains(&peak), "peak {peak} of 8");
     assert_eq!((z.held().total(), z.waiting()), (0, 0));
+}
+
+#[test]
+fn without_the_queue_the_reserve_stays_free_whatever_p0_holds() {
+    for (queued, p2_may_take) in [(true, 6), (false, 2)] {
+        let z = ZoneCapacity::new(&ZoneId::new("az-a"), 10, 0.2, queued, &Metrics::new());
+        let z = Arc::new(z);
+        // P0 holds its 40 %: with the queue the rest is anybody's; without
+        // it P2 still stops at 60 % of the units.
+        let _p0: Vec<_> = (0..4).map(|_| z.take(Priority::P0, 1).unwrap()).collect();
+        let p2: Vec<_> = (0..10)
+            .map_while(|_| z.take(Priority::P2, 1).ok())
+            .collect();
+        assert_eq!(p2.len(), p2_may_take, "queued {queued}");
+    }
 }
