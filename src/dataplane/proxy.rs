@@ -461,7 +461,7 @@ async fn admit(
         max_tokens: meta.max_tokens,
         zone: facts.view.effective_zone(&facts.home),
     };
-    quotas.admit_or_wait(&ask, now_ns).await
+    quotas.admit_or_wait(&ask, now_ns, facts.deadline).await
 }
 
 /// The whole body, at most `limit` bytes, within `[node.limits]

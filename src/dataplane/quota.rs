@@ -505,25 +505,38 @@ impl Quotas {
     }
 
     /// [`admit`](Self::admit), but a request short of zone capacity waits
-    /// up to `[quotas] queue_timeout` for units, in priority order
-    /// ([`zone`]); `now` is read again after a wait.
-    pub async fn admit_or_wait(&self, ask: &Ask<'_>, now: u64) -> Result<Admission, ApiError> {
+    /// up to `[quotas] queue_timeout` for units (never past `deadline`, its
+    /// own), in priority order ([`zone`]); `now` is read again after a wait.
+    pub async fn admit_or_wait(
+        &self,
+        ask: &Ask<'_>,
+        now: u64,
+        deadline: tokio::time::Instant,
+    ) -> Result<Admission, ApiError> {
         let t = self.tenant(ask)?;
         let Some((zone, n)) = self.zone_units(ask) else {
             return self.admit_holding(t, ask, now, None);
         };
         let p = t.quota.priority;
-        let units = match zone.take(p, n) {
-            Ok(units) => units,
+        let wait = || {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            self.queue_timeout.min(left)
+        };
+        let (units, now) = match zone.take(p, n) {
+            Ok(units) => (units, now),
             Err(shed) if self.queue_timeout.is_zero() => {
                 return Err(self.shed(t, shed, ask.zone, now))
             }
-            Err(_) => match Box::pin(zone.take_or_wait(p, n, self.queue_timeout)).await {
-                Ok(units) => units,
-                Err(shed) => return Err(self.shed(t, shed, ask.zone, crate::clock::now_ns())),
-            },
+            Err(_) => {
+                let waited = Box::pin(zone.take_or_wait(p, n, wait())).await;
+                let now = crate::clock::now_ns().max(now);
+                match waited {
+                    Ok(units) => (units, now),
+                    Err(shed) => return Err(self.shed(t, shed, ask.zone, now)),
+                }
+            }
         };
-        self.admit_holding(t, ask, crate::clock::now_ns().max(now), Some(units))
+        self.admit_holding(t, ask, now, Some(units))
     }
 
     fn tenant(&self, ask: &Ask<'_>) -> Result<&Arc<TenantLimiter>, ApiError> {
