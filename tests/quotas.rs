@@ -708,19 +708,6 @@ async fn short_of_capacity_a_request_waits_for_a_unit_and_p0_waits_first() {
         tenant_toml("bulk", BULK_KEY, "P2", ""),
     );
     let node = Arc::new(start("az-a", None, "", &rest).await);
-    let waiting = |n: u64| {
-        let node = Arc::clone(&node);
-        async move {
-            eventually(Duration::from_secs(20), "waiters", || {
-                let node = Arc::clone(&node);
-                async move {
-                    let q = node.admin_get("/admin/v1/quotas").await;
-                    q["capacity"][0]["waiting"] == n
-                }
-            })
-            .await
-        }
-    };
     let send = |key: &'static str| {
         let node = Arc::clone(&node);
         tokio::spawn(async move {
@@ -730,20 +717,15 @@ async fn short_of_capacity_a_request_waits_for_a_unit_and_p0_waits_first() {
             (status, v["error"]["code"].as_str().unwrap_or("").to_owned())
         })
     };
+    let held_by_p2 = |z: &Value| z["used_units_by_priority"]["P2"] == 1;
+    let one_waits = |z: &Value| z["waiting"] == 1;
 
     // P2 holds the unit; a second P2 waits (it would be a 503 at once
     // without the queue), and is served when the unit comes back.
     let holder = send(BULK_KEY);
-    eventually(Duration::from_secs(20), "the unit held", || {
-        let node = Arc::clone(&node);
-        async move {
-            let q = node.admin_get("/admin/v1/quotas").await;
-            q["capacity"][0]["used_units_by_priority"]["P2"] == 1
-        }
-    })
-    .await;
+    until_capacity(&node, "the unit held", held_by_p2).await;
     let patient = send(BULK_KEY);
-    waiting(1).await;
+    until_capacity(&node, "a waiter", one_waits).await;
     assert_eq!(holder.await.unwrap().0, 200);
     assert_eq!(patient.await.unwrap().0, 200);
 
@@ -751,16 +733,9 @@ async fn short_of_capacity_a_request_waits_for_a_unit_and_p0_waits_first() {
     // request per unit) is full, so the P2 gives way at once and the P0
     // is served when the unit comes back.
     let holder = send(BULK_KEY);
-    eventually(Duration::from_secs(20), "the unit held", || {
-        let node = Arc::clone(&node);
-        async move {
-            let q = node.admin_get("/admin/v1/quotas").await;
-            q["capacity"][0]["used_units_by_priority"]["P2"] == 1
-        }
-    })
-    .await;
+    until_capacity(&node, "the unit held", held_by_p2).await;
     let displaced = send(BULK_KEY);
-    waiting(1).await;
+    until_capacity(&node, "a waiter", one_waits).await;
     let p0 = send(API_KEY);
     let (status, code) = displaced.await.unwrap();
     assert_eq!((status, code.as_str()), (503, "capacity_exceeded"));
@@ -774,4 +749,14 @@ async fn short_of_capacity_a_request_waits_for_a_unit_and_p0_waits_first() {
     ] {
         assert!(metrics.contains(line), "{line} in {metrics}");
     }
+}
+
+/// Polls `/admin/v1/quotas` until `check` holds for its first zone's capacity.
+async fn until_capacity(node: &NodeProcess, what: &str, check: impl Fn(&Value) -> bool) {
+    let check = &check;
+    eventually(Duration::from_secs(20), what, || async move {
+        let q = node.admin_get("/admin/v1/quotas").await;
+        check(&q["capacity"][0])
+    })
+    .await;
 }

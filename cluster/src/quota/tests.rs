@@ -212,10 +212,8 @@ fn drift_is_measured_against_the_group() {
 #[test]
 fn shedding_takes_p2_first_then_p1_and_keeps_the_reserve_for_p0() {
     use Priority::*;
-    let lower = |n| Held {
-        p2: n,
-        ..Held::default()
-    };
+    let h = |p0, p1, p2| Held { p0, p1, p2 };
+    let lower = |n| h(0, 0, n);
     // (priority, held, cost, total, reserve) → decision.
     type Case = (Priority, Held, u64, u64, f64, Option<Shed>);
     let cases: &[Case] = &[
@@ -233,153 +231,21 @@ fn shedding_takes_p2_first_then_p1_and_keeps_the_reserve_for_p0() {
         (P2, lower(0), 1, 0, 0.2, None),
         (P2, lower(99), 1, 100, 0.0, None),
         // P0 holding its reserve: what is left is anybody's.
-        (
-            P2,
-            Held {
-                p0: 40,
-                p1: 0,
-                p2: 59,
-            },
-            1,
-            100,
-            0.2,
-            None,
-        ),
-        (
-            P2,
-            Held {
-                p0: 40,
-                p1: 0,
-                p2: 60,
-            },
-            1,
-            100,
-            0.2,
-            Some(Shed::Full),
-        ),
+        (P2, h(40, 0, 59), 1, 100, 0.2, None),
+        (P2, h(40, 0, 60), 1, 100, 0.2, Some(Shed::Full)),
         // P0 holding half of it: P2 leaves the other half free.
-        (
-            P2,
-            Held {
-                p0: 20,
-                p1: 0,
-                p2: 59,
-            },
-            1,
-            100,
-            0.2,
-            None,
-        ),
-        (
-            P2,
-            Held {
-                p0: 20,
-                p1: 0,
-                p2: 60,
-            },
-            1,
-            100,
-            0.2,
-            Some(Shed::Priority(P2)),
-        ),
+        (P2, h(20, 0, 59), 1, 100, 0.2, None),
+        (P2, h(20, 0, 60), 1, 100, 0.2, Some(Shed::Priority(P2))),
         // P1's units count for P2's reserve, not for P1's own, and
         // never eat into P0's: P2 still leaves P0 its 20.
-        (
-            P2,
-            Held {
-                p0: 0,
-                p1: 40,
-                p2: 39,
-            },
-            1,
-            100,
-            0.2,
-            None,
-        ),
-        (
-            P2,
-            Held {
-                p0: 0,
-                p1: 40,
-                p2: 40,
-            },
-            1,
-            100,
-            0.2,
-            Some(Shed::Priority(P2)),
-        ),
-        (
-            P2,
-            Held {
-                p0: 10,
-                p1: 40,
-                p2: 39,
-            },
-            1,
-            100,
-            0.2,
-            None,
-        ),
-        (
-            P1,
-            Held {
-                p0: 0,
-                p1: 60,
-                p2: 19,
-            },
-            1,
-            100,
-            0.2,
-            None,
-        ),
-        (
-            P1,
-            Held {
-                p0: 0,
-                p1: 60,
-                p2: 20,
-            },
-            1,
-            100,
-            0.2,
-            Some(Shed::Priority(P1)),
-        ),
-        (
-            P1,
-            Held {
-                p0: 20,
-                p1: 60,
-                p2: 19,
-            },
-            1,
-            100,
-            0.2,
-            None,
-        ),
-        (
-            P1,
-            Held {
-                p0: 10,
-                p1: 60,
-                p2: 19,
-            },
-            1,
-            100,
-            0.2,
-            None,
-        ),
-        (
-            P1,
-            Held {
-                p0: 10,
-                p1: 60,
-                p2: 20,
-            },
-            1,
-            100,
-            0.2,
-            Some(Shed::Priority(P1)),
-        ),
+        (P2, h(0, 40, 39), 1, 100, 0.2, None),
+        (P2, h(0, 40, 40), 1, 100, 0.2, Some(Shed::Priority(P2))),
+        (P2, h(10, 40, 39), 1, 100, 0.2, None),
+        (P1, h(0, 60, 19), 1, 100, 0.2, None),
+        (P1, h(0, 60, 20), 1, 100, 0.2, Some(Shed::Priority(P1))),
+        (P1, h(20, 60, 19), 1, 100, 0.2, None),
+        (P1, h(10, 60, 19), 1, 100, 0.2, None),
+        (P1, h(10, 60, 20), 1, 100, 0.2, Some(Shed::Priority(P1))),
     ];
     for (p, held, cost, total, reserve, want) in cases {
         assert_eq!(

@@ -23,6 +23,17 @@ fn zone(total: u64, reserve: f64) -> Arc<ZoneCapacity> {
     ))
 }
 
+/// A request of `p` waiting (up to 30 s) for `units` in a task of its own;
+/// its units are given back at once.
+fn waiter(
+    z: &Arc<ZoneCapacity>,
+    p: Priority,
+    units: u64,
+) -> tokio::task::JoinHandle<Result<(), Shed>> {
+    let z = Arc::clone(z);
+    tokio::spawn(async move { z.take_or_wait(p, units, LONG).await.map(drop) })
+}
+
 /// Polls until `n` requests wait (generous: a busy machine).
 async fn until_waiting(z: &ZoneCapacity, n: usize) {
     for _ in 0..3000 {
@@ -76,10 +87,7 @@ async fn a_lower_priority_never_takes_units_a_higher_one_waits_for() {
     let first = z.take(Priority::P2, 2).unwrap();
     let _second = z.take(Priority::P2, 2).unwrap();
     // A P0 request of 4 units waits for the whole zone.
-    let big = tokio::spawn({
-        let z = Arc::clone(&z);
-        async move { z.take_or_wait(Priority::P0, 4, LONG).await.map(drop) }
-    });
+    let big = waiter(&z, Priority::P0, 4);
     until_waiting(&z, 1).await;
     drop(first);
     // Two units free, but the P0 at the head needs four: a P2 of one
@@ -127,15 +135,9 @@ async fn a_full_queue_displaces_its_newest_lower_priority_waiter() {
     // One unit: one waiter at most.
     let z = zone(1, 0.0);
     let held = z.take(Priority::P2, 1).unwrap();
-    let low = tokio::spawn({
-        let z = Arc::clone(&z);
-        async move { z.take_or_wait(Priority::P2, 1, LONG).await.map(drop) }
-    });
+    let low = waiter(&z, Priority::P2, 1);
     until_waiting(&z, 1).await;
-    let high = tokio::spawn({
-        let z = Arc::clone(&z);
-        async move { z.take_or_wait(Priority::P0, 1, LONG).await.map(drop) }
-    });
+    let high = waiter(&z, Priority::P0, 1);
     // The P2 waiter gives way (refused long before its 30 s).
     assert_eq!(low.await.unwrap().err(), Some(Shed::Full));
     until_waiting(&z, 1).await;
