@@ -4,15 +4,83 @@
 //! causes). Shared by the attempts (`forward`), the client (`upstream`)
 //! and the health probes.
 
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
+use hyper_rustls::{
+    FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder, MaybeHttpsStream,
+};
 use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
 use zonegate_net::tls::BackendTls;
 
 /// Dials `http://` backends in the clear and `https://` ones with rustls.
 pub type Connector = HttpsConnector<HttpConnector>;
+
+/// A dialled connection, read and written with tokio's traits. The
+/// connector hands out hyper's I/O traits over tokio's; a clear-text
+/// connection is unwrapped back to its `TcpStream` here, so each read and
+/// write of a backend's answer is the socket's own, not two conversions
+/// around it (TLS keeps them: its own work dwarfs theirs).
+pub enum Dialled {
+    Tcp(TcpStream),
+    /// Boxed: a TLS session is a few kilobytes, a socket a word.
+    Tls(Box<TokioIo<MaybeHttpsStream<TokioIo<TcpStream>>>>),
+}
+
+impl From<MaybeHttpsStream<TokioIo<TcpStream>>> for Dialled {
+    fn from(io: MaybeHttpsStream<TokioIo<TcpStream>>) -> Self {
+        match io {
+            MaybeHttpsStream::Http(tcp) => Dialled::Tcp(tcp.into_inner()),
+            tls => Dialled::Tls(Box::new(TokioIo::new(tls))),
+        }
+    }
+}
+
+impl AsyncRead for Dialled {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Dialled::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Dialled::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Dialled {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Dialled::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Dialled::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Dialled::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Dialled::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Dialled::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Dialled::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+        }
+    }
+}
 
 /// A connector for backends reached with `tls` (its CA, server name, or
 /// no verification). One per distinct setting: `http://` backends share

@@ -41,7 +41,6 @@ use bytes::{Bytes, BytesMut};
 use http::uri::{Authority, Scheme};
 use http::{StatusCode, Uri};
 use http_body::{Body, Frame, SizeHint};
-use hyper_util::rt::TokioIo;
 use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
@@ -51,7 +50,7 @@ use tower::{Service, ServiceExt};
 use zonegate_net::http1::HeadLines;
 use zonegate_net::tls::BackendTls;
 
-use crate::dataplane::connect::{connector, is_refused, source_chain, Connector};
+use crate::dataplane::connect::{connector, is_refused, source_chain, Connector, Dialled};
 use crate::provider::Notes;
 
 /// An idle connection is closed by the sweep that makes it this many
@@ -126,7 +125,7 @@ impl Setting {
 }
 
 /// A dialled stream: TCP, or TLS over TCP for `https://` backends.
-type Stream = TokioIo<<Connector as Service<Uri>>::Response>;
+type Stream = Dialled;
 
 /// One HTTP/1.1 connection.
 pub struct Conn {
@@ -395,7 +394,7 @@ async fn connect(target: Target<'_>) -> Result<Box<Conn>, SendError> {
         .await
         .map_err(|e| connect_error(&*e))?;
     Ok(Box::new(Conn {
-        io: TokioIo::new(io),
+        io: Dialled::from(io),
         buf: BytesMut::new(),
         spans: Vec::new(),
         authority: target.authority.clone(),
