@@ -317,16 +317,18 @@ impl<H: RelayHooks> Relay<H> {
     /// `data` joined with the event-stream chunks already read from the
     /// backend, so that a burst of events (a backend that got ahead of the
     /// relay) goes out in one write instead of one each. The upstream body
-    /// is read inline by this task: a chunk it does not have at once is
-    /// not on its way yet, so gathering stops at the first that is
-    /// pending (or at `GATHER_MAX` bytes) and never waits for the network.
-    /// A paced stream pays nothing for it: no extra task poll per chunk.
+    /// is read inline by this task: gathering takes what the last read
+    /// brought (the socket's whole backlog, up to the buffer) and stops
+    /// when that is used up (or at `GATHER_MAX` bytes), never reading the
+    /// socket again: a paced stream's chunk is one read, and asking the
+    /// socket once more would only find it empty (a registration per
+    /// chunk, for nothing), and it never waits for the network.
     async fn gather(&mut self, data: Bytes) -> Bytes {
         let Some(rest) = self.rest.as_mut() else {
             return data;
         };
         let mut joined: Option<BytesMut> = None;
-        while joined.as_ref().map_or(data.len(), BytesMut::len) < GATHER_MAX {
+        while joined.as_ref().map_or(data.len(), BytesMut::len) < GATHER_MAX && rest.buffered() {
             let polled = poll_fn(|cx| match Pin::new(&mut *rest).poll_frame(cx) {
                 Poll::Ready(frame) => Poll::Ready(Some(frame)),
                 Poll::Pending => Poll::Ready(None),

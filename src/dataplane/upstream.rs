@@ -461,6 +461,12 @@ impl UpstreamBody {
             .notes()
     }
 
+    /// Whether a poll may give something without reading the socket: bytes
+    /// read and not yet decoded, or a translation (which may hold output).
+    pub fn buffered(&self) -> bool {
+        self.translate.is_some() || self.conn.as_ref().is_some_and(|c| !c.buf.is_empty())
+    }
+
     /// The notes are not wanted (see [`Translate::stop_notes`]).
     pub fn stop_notes(&mut self) {
         if let Some(t) = self.translate.as_mut() {

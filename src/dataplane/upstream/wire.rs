@@ -345,7 +345,15 @@ impl Decoder {
                 Chunk::Data(left) => {
                     let step = take(buf, left);
                     if *left == 0 {
-                        *chunk = Chunk::DataEnd;
+                        // The data's CRLF, taken with it when it is in:
+                        // a buffer emptied by a whole chunk tells the relay
+                        // that nothing more was read (`UpstreamBody::buffered`).
+                        *chunk = if buf.starts_with(b"\r\n") {
+                            buf.advance(2);
+                            Chunk::Size(0)
+                        } else {
+                            Chunk::DataEnd
+                        };
                     }
                     return Ok(step);
                 }
@@ -477,6 +485,30 @@ mod tests {
                 assert_eq!(decoder, Decoder::Done);
                 assert_eq!(left, 0);
             }
+        }
+    }
+
+    /// A whole chunk leaves nothing behind it in the buffer (its CRLF goes
+    /// with its data), so an empty buffer means nothing more was read; a
+    /// chunk's data followed by anything but CRLF is refused, however the
+    /// bytes arrive.
+    #[test]
+    fn a_whole_chunk_takes_its_crlf_and_a_wrong_one_is_refused() {
+        let mut decoder = Decoder::Chunked(Chunk::Size(0));
+        let mut buf = BytesMut::from(&b"5\r\nhello\r\n"[..]);
+        assert_eq!(
+            decoder.step(&mut buf),
+            Ok(Step::Data(Bytes::from_static(b"hello")))
+        );
+        assert!(buf.is_empty(), "{buf:?}");
+        assert_eq!(decoder.step(&mut buf), Ok(Step::NeedMore));
+        let wire = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhelloXY0\r\n\r\n";
+        for piece in [1, 2, 3, 7, wire.len()] {
+            assert_eq!(
+                decode(wire, piece).err(),
+                Some("a chunk's data not followed by CRLF".to_owned()),
+                "by {piece}"
+            );
         }
     }
 
