@@ -25,6 +25,9 @@ pub enum Priority {
 }
 
 impl Priority {
+    /// Highest first; a priority's place here is `priority as usize`.
+    pub const ALL: [Priority; 3] = [Priority::P0, Priority::P1, Priority::P2];
+
     /// The stable name (`P0`, `P1`, `P2`).
     pub fn name(self) -> &'static str {
         match self {

@@ -518,17 +518,15 @@ impl Quotas {
             return self.admit_holding(t, ask, now, None);
         };
         let p = t.quota.priority;
-        let wait = || {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            self.queue_timeout.min(left)
-        };
         let (units, now) = match zone.take(p, n) {
             Ok(units) => (units, now),
             Err(shed) if self.queue_timeout.is_zero() => {
                 return Err(self.shed(t, shed, ask.zone, now))
             }
             Err(_) => {
-                let waited = Box::pin(zone.take_or_wait(p, n, wait())).await;
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let wait = self.queue_timeout.min(left);
+                let waited = Box::pin(zone.take_or_wait(p, n, wait)).await;
                 let now = crate::clock::now_ns().max(now);
                 match waited {
                     Ok(units) => (units, now),

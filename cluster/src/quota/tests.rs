@@ -534,3 +534,11 @@ proptest! {
         prop_assert!(admitted as f64 >= 0.95 * rpm as f64 - n as f64, "admitted {} of {} (offered {:?}, allocations {:?})", admitted, rpm, offered, allocs);
     }
 }
+
+#[test]
+fn a_prioritys_place_in_all_is_its_number_highest_first() {
+    for (i, p) in Priority::ALL.into_iter().enumerate() {
+        assert_eq!(p as usize, i);
+        assert_eq!(p.name(), format!("P{i}"));
+    }
+}

@@ -75,14 +75,6 @@ impl Drop for Units {
     }
 }
 
-fn rank(p: Priority) -> usize {
-    match p {
-        Priority::P0 => 0,
-        Priority::P1 => 1,
-        Priority::P2 => 2,
-    }
-}
-
 impl State {
     fn waiting(&self) -> usize {
         self.queues.iter().map(VecDeque::len).sum()
@@ -90,7 +82,7 @@ impl State {
 
     /// Whether a request of `p` must queue behind somebody already waiting.
     fn behind(&self, p: Priority) -> bool {
-        self.queues[..=rank(p)].iter().any(|q| !q.is_empty())
+        self.queues[..=p as usize].iter().any(|q| !q.is_empty())
     }
 }
 
@@ -200,7 +192,7 @@ impl ZoneCapacity {
             if state.waiting() >= room {
                 // Full: the newest of the lowest priority below this one
                 // gives way, else this one does.
-                let Some(lower) = state.queues[rank(p) + 1..]
+                let Some(lower) = state.queues[p as usize + 1..]
                     .iter_mut()
                     .rev()
                     .find(|q| !q.is_empty())
@@ -213,7 +205,7 @@ impl ZoneCapacity {
             let (tx, rx) = oneshot::channel();
             let id = state.next_id;
             state.next_id += 1;
-            state.queues[rank(p)].push_back(Waiter {
+            state.queues[p as usize].push_back(Waiter {
                 id,
                 units,
                 grant: tx,
@@ -268,7 +260,7 @@ impl ZoneCapacity {
     /// what a higher one is waiting for.
     fn grant(&self, state: &mut State) {
         while let Some(r) = state.queues.iter().position(|q| !q.is_empty()) {
-            let p = [Priority::P0, Priority::P1, Priority::P2][r];
+            let p = Priority::ALL[r];
             let units = state.queues[r][0].units;
             if self.rule(state, p, units).is_some() {
                 return;
@@ -323,7 +315,7 @@ impl Waiting<'_> {
             return false;
         }
         let mut state = self.zone.state.lock();
-        let queue = &mut state.queues[rank(self.priority)];
+        let queue = &mut state.queues[self.priority as usize];
         if let Some(i) = queue.iter().position(|w| w.id == id) {
             queue.remove(i);
             return false;
