@@ -3,13 +3,14 @@
 # benches/callgrind.sh counts zonegate's: nginx as one process (no master,
 # one worker) in front of zonegate's mock backend, a Python client sending
 # N1 then N2 sequential keep-alive requests, the marginal instructions
-# per request printed. With a third argument 1 the answers are 16-delta
-# event streams; PACE=ms spaces the mock's events (every event its own read,
+# per request printed. With a third argument 1 the answers are event
+# streams of TOKENS deltas (16); PACE=ms spaces the mock's events (every event its own read,
 # write and wake-up, as a generation's are).
 #
 #   benches/callgrind-nginx.sh 200 1200             # plain answers
 #   PACE=2 benches/callgrind-nginx.sh 50 250 1      # paced streams
 #   BIN=target/dist/zonegate ...                    # the mock's binary
+#   TOKENS=64 ...                                   # deltas per answer (16)
 #
 # Needs valgrind, nginx and python3; a benchmark, never part of the tests.
 set -euo pipefail
@@ -43,10 +44,10 @@ run() {
   valgrind --tool=callgrind --callgrind-out-file=$out nginx -c $WORK/nginx.conf -g 'daemon off; master_process off;' >/dev/null 2>$WORK/vg.$n &
   local pid=$!
   for _ in $(seq 300); do curl -s -o /dev/null -X POST http://127.0.0.1:$NP/v1/chat/completions -d '{}' && break; sleep 0.2; done
-  python3 - "$NP" "$n" "$STREAM" <<'PY'
+  python3 - "$NP" "$n" "$STREAM" "${TOKENS:-16}" <<'PY'
 import http.client, sys, json
-port, n, stream = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
-body = json.dumps({"model":"bench","max_tokens":16,"stream":stream,"messages":[{"role":"user","content":"hello"}]})
+port, n, stream, tokens = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4])
+body = json.dumps({"model":"bench","max_tokens":tokens,"stream":stream,"messages":[{"role":"user","content":"hello"}]})
 c = http.client.HTTPConnection("127.0.0.1", port)
 headers = {"Authorization":"Bearer bench-key","Content-Type":"application/json"}
 for _ in range(n):

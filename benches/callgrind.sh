@@ -9,6 +9,8 @@
 #   PACE=2 benches/callgrind.sh target/dist/zonegate 50 250 1  # streaming, 2 ms between
 #                                      # events (a paced generation: every event its own read,
 #                                      # write and wake-up; runs vary by a few percent)
+#   TOKENS=64 benches/callgrind.sh ... # each answer this many deltas (16): two runs that differ
+#                                      # only here give the cost of one more event of a stream
 #   QUOTA=1 benches/callgrind.sh ...   # the tenant has quotas far above the load: every request
 #                                      # pays the whole quota stage and its headers
 #   ATOMICS=1 benches/callgrind.sh ... # also atomic read-modify-writes per request, by
@@ -161,10 +163,10 @@ run() {
   local pid=$!
   # A config of 10,000 backends or 100,000 tenants takes minutes to load under valgrind.
   for _ in $(seq 3000); do curl -s -o /dev/null http://127.0.0.1:$ZP/healthz && break; sleep 0.2; done
-  python3 - "$ZP" "$n" "$STREAM" "$CONNS" <<'PY'
+  python3 - "$ZP" "$n" "$STREAM" "$CONNS" "${TOKENS:-16}" <<'PY'
 import http.client, sys, json
-port, n, stream, conns = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4])
-body = json.dumps({"model":"bench","max_tokens":16,"stream":stream,"messages":[{"role":"user","content":"hello"}]})
+port, n, stream, conns, tokens = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4]), int(sys.argv[5])
+body = json.dumps({"model":"bench","max_tokens":tokens,"stream":stream,"messages":[{"role":"user","content":"hello"}]})
 cs = [http.client.HTTPConnection("127.0.0.1", port) for _ in range(conns)]
 headers = {"Authorization":"Bearer bench-key","Content-Type":"application/json"}
 for _ in range(n):

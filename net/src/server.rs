@@ -606,13 +606,19 @@ async fn write_body<I: AsyncRead + AsyncWrite + Unpin>(
         let frame = match polled {
             Poll::Ready(frame) => frame,
             Poll::Pending => {
+                // The poll that said "pending" registered this task with
+                // everything the body waits on; a write that goes out
+                // without waiting leaves those registrations standing, so
+                // the body is not asked again until the task is woken.
+                let mut registered = true;
                 if !out.is_empty() {
-                    if io.write_all(out).await.is_err() {
-                        return false;
+                    match write_out(io, out).await {
+                        Ok(waited) => registered = !waited,
+                        Err(_) => return false,
                     }
                     out.clear();
                 }
-                match next_frame(io, buf, body, &mut watching).await {
+                match next_frame(io, buf, body, &mut watching, registered).await {
                     Some(frame) => frame,
                     None => return false,
                 }
@@ -679,16 +685,44 @@ async fn write_body<I: AsyncRead + AsyncWrite + Unpin>(
 
 type Frame = Option<Result<http_body::Frame<Bytes>, axum::Error>>;
 
+/// Writes all of `out`, as `write_all` does; `Ok(true)` when the socket
+/// was full at some point and the task waited for it (a wake-up meant for
+/// something else may have been taken meanwhile).
+async fn write_out<I: AsyncWrite + Unpin>(io: &mut I, out: &[u8]) -> io::Result<bool> {
+    let mut written = 0;
+    let mut waited = false;
+    poll_fn(|cx| {
+        while written < out.len() {
+            match Pin::new(&mut *io).poll_write(cx, &out[written..]) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => written += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => {
+                    waited = true;
+                    return Poll::Pending;
+                }
+            }
+        }
+        Poll::Ready(Ok(waited))
+    })
+    .await
+}
+
 /// The body's next frame, or `None` when the client hung up first.
+/// `registered`: the body said "pending" to this task since it last woke,
+/// so its first poll here is skipped (it would only register again).
 async fn next_frame<I: AsyncRead + Unpin>(
     io: &mut I,
     buf: &mut BytesMut,
     body: &mut Body,
     watching: &mut bool,
+    mut registered: bool,
 ) -> Option<Frame> {
     poll_fn(|cx| {
-        if let Poll::Ready(frame) = Pin::new(&mut *body).poll_frame(cx) {
-            return Poll::Ready(Some(frame));
+        if !std::mem::take(&mut registered) {
+            if let Poll::Ready(frame) = Pin::new(&mut *body).poll_frame(cx) {
+                return Poll::Ready(Some(frame));
+            }
         }
         if hung_up(io, buf, watching, cx) {
             return Poll::Ready(None);

@@ -11,7 +11,7 @@
 
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -121,6 +121,7 @@ pub fn body<H: RelayHooks>(mut committed: Committed, opts: RelayOptions, hooks: 
         continuations: 0,
         hooks,
         idle_timer: None,
+        timer_waker: None,
         ended: false,
         phase: Phase::Streaming,
     };
@@ -216,6 +217,8 @@ struct Relay<H: RelayHooks> {
     hooks: H,
     /// The idle (and overall) timer, armed at the first wait (see `read`).
     idle_timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The waker the idle timer last registered.
+    timer_waker: Option<Waker>,
     ended: bool,
     phase: Phase,
 }
@@ -284,19 +287,25 @@ impl<H: RelayHooks> Relay<H> {
         };
         // Non-decreasing from read to read, so the timer is never later.
         let due = (Instant::now() + self.opts.idle).min(self.opts.deadline);
-        let timer = &mut self.idle_timer;
+        let (timer, armed) = (&mut self.idle_timer, &mut self.timer_waker);
         loop {
             let polled = poll_fn(|cx| {
                 if let Poll::Ready(frame) = Pin::new(&mut *rest).poll_frame(cx) {
                     return Poll::Ready(Some(frame));
                 }
                 let t = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+                // A timer polled with this task's waker keeps it until it
+                // fires: asked again, it would only register it again.
+                if armed.as_ref().is_some_and(|w| w.will_wake(cx.waker())) && !t.is_elapsed() {
+                    return Poll::Pending;
+                }
                 while t.as_mut().poll(cx).is_ready() {
                     if t.deadline() >= due {
                         return Poll::Ready(None);
                     }
                     t.as_mut().reset(due);
                 }
+                *armed = Some(cx.waker().clone());
                 Poll::Pending
             })
             .await;

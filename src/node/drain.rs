@@ -14,7 +14,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -204,6 +204,7 @@ pub fn finish(gw: &Gateway, Entered(guard): Entered, mut answer: Answer) -> Answ
         cut,
         state: CutState::Streaming,
         guard,
+        registered: None,
     });
     answer
 }
@@ -229,6 +230,8 @@ struct DrainBody {
     cut: Option<(zonegate_net::slots::Slot<AtomicWaker>, IntCounter)>,
     state: CutState,
     guard: InFlight,
+    /// The waker last registered in the stream's slot.
+    registered: Option<Waker>,
 }
 
 impl DrainBody {
@@ -286,7 +289,18 @@ impl HttpBody for DrainBody {
                 let Some((slot, _)) = &this.cut else {
                     return Poll::Pending;
                 };
+                // Registered once per task: only a cut takes the waker out
+                // of the slot, and after a cut the flag above ends the
+                // stream before it waits again.
+                if this
+                    .registered
+                    .as_ref()
+                    .is_some_and(|w| w.will_wake(cx.waker()))
+                {
+                    return Poll::Pending;
+                }
                 slot.register(cx.waker());
+                this.registered = Some(cx.waker().clone());
                 // A cut between the check above and the registration woke
                 // no one: look again now that a cut would wake this stream.
                 if this.guard.drain.0.cut_now.load(Ordering::SeqCst) {
@@ -347,6 +361,7 @@ mod tests {
             )),
             state: CutState::Streaming,
             guard: drain.enter(),
+            registered: None,
         };
         let reader = tokio::spawn(async move {
             let event = body.frame().await;

@@ -385,6 +385,72 @@ async fn large_frames_are_framed_like_small_ones() {
     assert!(second.ends_with(&format!("\r\n\r\n{}", "z".repeat(100_000))));
 }
 
+/// A body that waits between frames is asked again only when woken: after
+/// a write that went out at once (its registration stands) and after one
+/// that waited for a slow client (a wake-up may have been taken meanwhile),
+/// every frame still arrives, in order.
+#[tokio::test]
+async fn a_body_that_waits_between_frames_is_woken_for_each_behind_a_slow_client() {
+    let frames: Vec<String> = (0..6)
+        .map(|i| format!("small {i};"))
+        // Each under the size written at once, with nothing else ready
+        // behind it: written when the body is pending, into a socket the
+        // client leaves full.
+        .chain((0..1000).map(|i| format!("{}", i % 10).repeat(8 << 10)))
+        .chain((6..12).map(|i| format!("small {i};")))
+        .collect();
+    let expected = frames.concat();
+    let app = Router::new().route(
+        "/",
+        get(move || {
+            let frames = frames.clone();
+            async move {
+                let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<String, io::Error>>(1);
+                tokio::spawn(async move {
+                    for frame in frames {
+                        // Small frames come apart: the body is pending between them.
+                        let pause = frame.len() < 64;
+                        if tx.send(Ok(frame)).await.is_err() {
+                            return;
+                        }
+                        if pause {
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                    }
+                });
+                Body::from_stream(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)))
+            }
+        }),
+    );
+    let s = server(app).await;
+    let mut c = TcpStream::connect(s.addr).await.expect("connect");
+    c.write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .expect("write");
+    // The client reads late: the 8 MB fill the socket, and the server's
+    // writes wait for it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let got = read_to_close(&mut c).await;
+    let (_, mut rest) = got.split_once("\r\n\r\n").expect("a head");
+    let mut body = String::new();
+    loop {
+        let (size, after) = rest.split_once("\r\n").expect("a chunk size");
+        let size = usize::from_str_radix(size, 16).expect("hex");
+        if size == 0 {
+            assert_eq!(after, "\r\n", "the last chunk ends the answer");
+            break;
+        }
+        body.push_str(&after[..size]);
+        rest = after[size..].strip_prefix("\r\n").expect("a chunk's CRLF");
+    }
+    assert!(
+        body == expected,
+        "{} bytes of {}",
+        body.len(),
+        expected.len()
+    );
+}
+
 #[tokio::test]
 async fn a_body_that_fails_midway_closes_without_the_last_chunk() {
     let app = Router::new()
