@@ -14,7 +14,8 @@
 #
 # The training load: zonegate's own mock backend behind a standalone node
 # with two backends, wrk POSTing chat completions (whole answers, then
-# streams) with a few clients' mistakes between (no key, a wrong key, an
+# streams), 300 streams paced 10 ms an event (examples/sse_clients.rs),
+# with a few clients' mistakes between (no key, a wrong key, an
 # unknown model, malformed JSON) and a /metrics scrape. The mock backend
 # writes no profile: only the gateway's code is trained.
 #
@@ -37,6 +38,7 @@ for tool in wrk curl; do
   command -v "$tool" >/dev/null || { echo "needs $tool: apt-get install $tool" >&2; exit 1; }
 done
 
+CLIENT=$(example_client sse_clients)
 echo "instrumented build..." >&2
 # The profiles' directory is set at run time (LLVM_PROFILE_FILE); the flag
 # stays the same from run to run, so the build after a change is incremental.
@@ -89,10 +91,25 @@ mistakes() {
   done
   curl -s -o /dev/null "http://127.0.0.1:$AP/metrics"
 }
+# Paced streams, as a generation sends them (every event its own read,
+# write and wake-up: the path long streams spend their CPU on, which wrk's
+# unpaced streams hardly take), then the mocks back to full speed.
+paced() {
+  local body='{"model":"bench","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"hello"}]}'
+  for p in "$M1" "$M2"; do
+    curl -s -o /dev/null -X POST -H 'content-type: application/json' \
+      -d "{\"stream_interval_ms\": $1}" "http://127.0.0.1:$p/mock/faults"
+  done
+  [ "$1" = 0 ] && return
+  "$CLIENT" "http://127.0.0.1:$ZP/v1/chat/completions" 300 "$SECS" "$body" bench-key |
+    grep '^RESULT' >&2
+}
 echo "training ($SECS s per load)..." >&2
 post false 32
 mistakes
 post true 64
+paced 10
+paced 0
 post false 256
 mistakes
 # SIGTERM drains and exits: the profile is written at exit.

@@ -121,12 +121,16 @@ impl<T> Member<T> {
         if to == self.index {
             return Err((conn, spread.seat(self.index)));
         }
+        // Counted before the send: once sent, the other thread may serve
+        // the connection (and its client read the answer) before this one
+        // runs again, and the count must not lag what was served.
+        spread.handed.fetch_add(1, Ordering::Relaxed);
         match spread.inboxes[to].send((conn, spread.seat(to))) {
-            Ok(()) => {
-                spread.handed.fetch_add(1, Ordering::Relaxed);
-                Ok(())
+            Ok(()) => Ok(()),
+            Err(mpsc::error::SendError((conn, _))) => {
+                spread.handed.fetch_sub(1, Ordering::Relaxed);
+                Err((conn, spread.seat(self.index)))
             }
-            Err(mpsc::error::SendError((conn, _))) => Err((conn, spread.seat(self.index))),
         }
     }
 

@@ -193,21 +193,14 @@ impl ConnState {
         )
     }
 
-    /// After a write (or flush) to the client: the send timeout runs from
-    /// the first one that found the socket full (`Pending`) until one
-    /// completes. One load on the hot path while writes flow.
-    pub(crate) fn on_write<T>(&self, polled: &Poll<T>) {
-        let blocked = self.blocked_since_ms.load(Ordering::Relaxed);
-        match polled {
-            Poll::Pending if blocked == 0 => {
-                self.blocked_since_ms
-                    .store(self.ms() + 1, Ordering::Relaxed);
-            }
-            Poll::Ready(_) if blocked != 0 => {
-                self.blocked_since_ms.store(0, Ordering::Relaxed);
-            }
-            _ => {}
-        }
+    /// A write (or flush) to the client found the socket full (`true`),
+    /// or one completed after that (`false`): the send timeout runs from
+    /// the first one that found it full until one completes. Called by
+    /// the connection's I/O ([`crate::watched::Watched`], its only writer)
+    /// at those changes only, so a write that flows touches nothing here.
+    pub(crate) fn write_blocked(&self, blocked: bool) {
+        let since = if blocked { self.ms() + 1 } else { 0 };
+        self.blocked_since_ms.store(since, Ordering::Relaxed);
     }
 
     /// A new response body's slot (see `handed`).

@@ -103,6 +103,9 @@ pub(crate) struct Watched<I> {
     /// A close that lingers (see [`UnreadMark`]): shut for writing, the
     /// rest of the request is read and dropped until this time.
     pub(crate) lingering: Option<Lingering>,
+    /// The last write or flush found the socket full (what the watchdog
+    /// was last told).
+    blocked: bool,
 }
 
 pub(crate) struct Lingering {
@@ -117,11 +120,22 @@ impl<I> Watched<I> {
             state,
             lingering: None,
             rewound: Bytes::new(),
+            blocked: false,
         }
     }
 
     pub(crate) fn rewind(&mut self, read: Bytes) {
         self.rewound = read;
+    }
+
+    /// After a write or flush: tells the watchdog when writes start or
+    /// stop finding the socket full (see [`ConnState::write_blocked`]).
+    fn on_write<T>(&mut self, polled: &Poll<T>) {
+        let blocked = polled.is_pending();
+        if blocked != self.blocked {
+            self.blocked = blocked;
+            self.state.write_blocked(blocked);
+        }
     }
 }
 
@@ -153,7 +167,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Watched<I> {
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
-        self.state.on_write(&polled);
+        self.on_write(&polled);
         polled
     }
 
@@ -161,7 +175,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Watched<I> {
         // TLS flushes its buffered records here: a flush that waits is a
         // blocked write too.
         let polled = Pin::new(&mut self.inner).poll_flush(cx);
-        self.state.on_write(&polled);
+        self.on_write(&polled);
         polled
     }
 
@@ -205,7 +219,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Watched<I> {
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        self.state.on_write(&polled);
+        self.on_write(&polled);
         polled
     }
 

@@ -121,7 +121,7 @@ pub fn body<H: RelayHooks>(mut committed: Committed, opts: RelayOptions, hooks: 
         continuations: 0,
         hooks,
         idle_timer: None,
-        timer_waker: None,
+        timer_armed: None,
         ended: false,
         phase: Phase::Streaming,
     };
@@ -217,8 +217,8 @@ struct Relay<H: RelayHooks> {
     hooks: H,
     /// The idle (and overall) timer, armed at the first wait (see `read`).
     idle_timer: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// The waker the idle timer last registered.
-    timer_waker: Option<Waker>,
+    /// The waker the idle timer was last polled with, and its deadline.
+    timer_armed: Option<(Waker, Instant)>,
     ended: bool,
     phase: Phase,
 }
@@ -277,7 +277,8 @@ impl<H: RelayHooks> Relay<H> {
     /// The next chunk of the upstream body; `None` at its end. The idle
     /// timer is armed once per stream and moved only when it fires before
     /// the current chunk's time is up (lazily, as nginx's timers are): a
-    /// chunk costs a clock read, not a timer registration and removal.
+    /// chunk costs a clock read, not a timer registration and removal, nor
+    /// a look at the timer.
     async fn read(&mut self) -> Result<Option<Bytes>, &'static str> {
         if let Some(held) = self.held.take() {
             return held;
@@ -286,26 +287,36 @@ impl<H: RelayHooks> Relay<H> {
             return Ok(None);
         };
         // Non-decreasing from read to read, so the timer is never later.
-        let due = (Instant::now() + self.opts.idle).min(self.opts.deadline);
-        let (timer, armed) = (&mut self.idle_timer, &mut self.timer_waker);
+        let now = Instant::now();
+        let due = (now + self.opts.idle).min(self.opts.deadline);
+        let timer = &mut self.idle_timer;
+        let armed = &mut self.timer_armed;
+        // The clock read above serves the first wait; a later one (after a
+        // wake-up that brought no data) reads it again.
+        let mut fresh = Some(now);
         loop {
             let polled = poll_fn(|cx| {
                 if let Poll::Ready(frame) = Pin::new(&mut *rest).poll_frame(cx) {
                     return Poll::Ready(Some(frame));
                 }
-                let t = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
                 // A timer polled with this task's waker keeps it until it
-                // fires: asked again, it would only register it again.
-                if armed.as_ref().is_some_and(|w| w.will_wake(cx.waker())) && !t.is_elapsed() {
-                    return Poll::Pending;
+                // fires, and it never fires before its deadline: until then
+                // it is not asked again (nor its memory touched).
+                if let Some((waker, until)) = armed.as_ref() {
+                    if waker.will_wake(cx.waker())
+                        && fresh.take().unwrap_or_else(Instant::now) < *until
+                    {
+                        return Poll::Pending;
+                    }
                 }
+                let t = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
                 while t.as_mut().poll(cx).is_ready() {
                     if t.deadline() >= due {
                         return Poll::Ready(None);
                     }
                     t.as_mut().reset(due);
                 }
-                *armed = Some(cx.waker().clone());
+                *armed = Some((cx.waker().clone(), t.deadline()));
                 Poll::Pending
             })
             .await;
