@@ -477,7 +477,11 @@ impl<H: RelayHooks> Relay<H> {
             self.failure = Some(why);
             break;
         }
-        Ok(whole.slice(..passed))
+        // Cut in place: a slice would take a reference on the read buffer
+        // (an atomic on its shared header) for the one dropped with `whole`.
+        let mut whole = whole;
+        whole.truncate(passed);
+        Ok(whole)
     }
 
     /// The upstream body ended: complete, unless it ended inside an event
