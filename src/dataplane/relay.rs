@@ -9,7 +9,7 @@
 //! none can be had, the stream ends with an SSE error event and an aborted
 //! connection, never `[DONE]`: a truncated answer never looks complete.
 
-use std::future::{poll_fn, Future};
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -18,7 +18,6 @@ use axum::body::Body;
 use bytes::{Bytes, BytesMut};
 use futures_util::future::BoxFuture;
 use http_body::{Body as _, Frame};
-use http_body_util::StreamBody;
 use tokio::time::Instant;
 
 use crate::dataplane::forward::{BoxError, Committed};
@@ -95,7 +94,7 @@ pub fn whole(committed: &mut Committed, sse: bool) -> Option<Bytes> {
 }
 
 /// The body for a committed response.
-pub fn body<H: RelayHooks>(mut committed: Committed, opts: RelayOptions, hooks: H) -> Body {
+pub fn body<H: RelayHooks + Unpin>(mut committed: Committed, opts: RelayOptions, hooks: H) -> Body {
     let remaining = (!opts.sse).then_some(committed.content_length).flatten();
     let transcript = (opts.sse && opts.continuable).then(Transcript::new);
     if transcript.is_none() {
@@ -120,71 +119,101 @@ pub fn body<H: RelayHooks>(mut committed: Committed, opts: RelayOptions, hooks: 
         opts,
         continuations: 0,
         hooks,
+        due: None,
         idle_timer: None,
         timer_armed: None,
         ended: false,
         phase: Phase::Streaming,
     };
-    // Boxed: `unfold` moves its state into each item's future and back
-    // out, and the relay is several hundred bytes (a pointer moves instead:
-    // ~0.8k instructions of copying per request for one allocation).
-    let frames = futures_util::stream::unfold(Box::new(relay), |mut r| async move {
-        let item = r.next().await?;
-        Some((item, r))
-    });
-    Body::new(Exact {
-        inner: StreamBody::new(frames),
-        left: remaining,
+    // The relay is the body itself, held in the one allocation `Body`
+    // makes: an event touches it and nothing between it and the server.
+    Body::new(RelayBody {
+        relay: Some(relay),
+        recovering: None,
     })
 }
 
-pin_project_lite::pin_project! {
-    /// A plain answer's body, which tells its length (the backend's
-    /// `Content-Length`; the head's own header is not passed on), so the
-    /// client's server frames it by length as the backend did, not
-    /// chunked. A body that ends short or long of it breaks the
-    /// connection there, as any server does with a declared length.
-    struct Exact<B> {
-        #[pin]
-        inner: B,
-        left: Option<u64>,
-    }
+/// The relay as a response body. Every step of it is polled in place but
+/// one: looking for a continuation after a break awaits the request's
+/// hooks, and for that (rare) while the relay moves into a future that
+/// gives it back with the frame it made.
+struct RelayBody<H: RelayHooks> {
+    /// `None` only while `recovering` holds it.
+    relay: Option<Relay<H>>,
+    /// The relay looking for a continuation, and what it hands over then
+    /// (`None`: nothing, it goes on).
+    recovering: Option<BoxFuture<'static, (Relay<H>, Option<Item>)>>,
 }
 
-impl<B: http_body::Body<Data = Bytes>> http_body::Body for Exact<B> {
+impl<H: RelayHooks + Unpin> http_body::Body for RelayBody<H> {
     type Data = Bytes;
-    type Error = B::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        let this = self.project();
-        let polled = this.inner.poll_frame(cx);
-        if let (Poll::Ready(Some(Ok(frame))), Some(left)) = (&polled, this.left.as_mut()) {
-            let n = frame.data_ref().map_or(0, Bytes::len);
-            *left = left.saturating_sub(n as u64);
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(recovering) = this.recovering.as_mut() {
+                let (relay, item) = std::task::ready!(recovering.as_mut().poll(cx));
+                this.recovering = None;
+                this.relay = Some(relay);
+                match item {
+                    Some(item) => return Poll::Ready(Some(item)),
+                    // Nothing to hand over: the relay goes on.
+                    None => continue,
+                }
+            }
+            let Some(relay) = this.relay.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match std::task::ready!(relay.poll_next(cx)) {
+                Polled::Item(item) => return Poll::Ready(item),
+                Polled::Broke(why) => {
+                    let Some(mut relay) = this.relay.take() else {
+                        return Poll::Ready(None);
+                    };
+                    this.recovering = Some(Box::pin(async move {
+                        let item = match relay.recover(why).await {
+                            Some(seam) => relay.emit(seam).map(Ok),
+                            None => relay.fail(why),
+                        };
+                        (relay, item)
+                    }));
+                }
+            }
         }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        match self.left {
+        // A plain answer tells its length (the backend's `Content-Length`;
+        // the head's own header is not passed on), so the client's server
+        // frames it by length as the backend did, not chunked; one that
+        // ends short or long of it breaks the connection there, as any
+        // server does with a declared length.
+        match self.relay.as_ref().and_then(|r| r.remaining) {
             Some(n) => http_body::SizeHint::with_exact(n),
-            None => self.inner.size_hint(),
+            None => http_body::SizeHint::default(),
         }
     }
 }
 
 enum Phase {
     Streaming,
-    /// The error event was handed to hyper; abort after it is flushed.
+    /// The error event was handed over; the server is let flush it (one
+    /// "pending" with a wake-up), then the stream aborts.
     Abort(&'static str),
+    /// Flushed: the next poll aborts.
+    Aborting(&'static str),
     Done,
+}
+
+/// What one poll of the relay came to.
+enum Polled {
+    Item(Option<Item>),
+    /// The stream broke (`why`): look for a continuation (`Relay::recover`).
+    Broke(&'static str),
 }
 
 struct Relay<H: RelayHooks> {
@@ -213,9 +242,12 @@ struct Relay<H: RelayHooks> {
     first_break: Option<&'static str>,
     opts: RelayOptions,
     continuations: u32,
-    /// Held inline: the relay is boxed whole (see `body`).
     hooks: H,
-    /// The idle (and overall) timer, armed at the first wait (see `read`).
+    /// When the read in progress times out (idle, or the overall
+    /// deadline): set at its first poll, cleared when it returns.
+    due: Option<Instant>,
+    /// The idle (and overall) timer, armed at the first wait (see
+    /// `poll_read`).
     idle_timer: Option<Pin<Box<tokio::time::Sleep>>>,
     /// The waker the idle timer was last polled with, and its deadline.
     timer_armed: Option<(Waker, Instant)>,
@@ -226,17 +258,21 @@ struct Relay<H: RelayHooks> {
 type Item = Result<Frame<Bytes>, BoxError>;
 
 impl<H: RelayHooks> Relay<H> {
-    async fn next(&mut self) -> Option<Item> {
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Polled> {
         loop {
             match self.phase {
-                Phase::Done => return None,
+                Phase::Done => return Poll::Ready(Polled::Item(None)),
                 Phase::Abort(why) => {
-                    // hyper flushes what it holds when the body is pending;
-                    // without this the error event would die with the
-                    // connection.
-                    tokio::task::yield_now().await;
+                    // hyper and the lean server flush what they hold when
+                    // the body is pending; without this the error event
+                    // would die with the connection.
+                    self.phase = Phase::Aborting(why);
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                Phase::Aborting(why) => {
                     self.phase = Phase::Done;
-                    return Some(Err(why.into()));
+                    return Poll::Ready(Polled::Item(Some(Err(why.into()))));
                 }
                 Phase::Streaming => {}
             }
@@ -244,11 +280,11 @@ impl<H: RelayHooks> Relay<H> {
                 Some(why) => Err(why),
                 None => match self.first.take() {
                     Some(first) => Ok(Some(first)),
-                    None => self.read().await,
+                    None => std::task::ready!(self.poll_read(cx)),
                 },
             };
             let step = match step {
-                Ok(Some(data)) if self.framer.is_some() => Ok(Some(self.gather(data).await)),
+                Ok(Some(data)) if self.framer.is_some() => Ok(Some(self.gather(data, cx))),
                 other => other,
             };
             let out = match step.and_then(|chunk| match chunk {
@@ -256,22 +292,27 @@ impl<H: RelayHooks> Relay<H> {
                 None => self.upstream_done().map(|()| Bytes::new()),
             }) {
                 Ok(out) => out,
-                Err(why) => match self.recover(why).await {
-                    Some(seam) => seam,
-                    None => return self.fail(why),
-                },
+                Err(why) => return Poll::Ready(Polled::Broke(why)),
             };
-            if !out.is_empty() {
-                // Plain bodies count in `pass` (their end is reported there).
-                if self.framer.is_some() {
-                    self.delivered += out.len() as u64;
-                }
-                return Some(Ok(Frame::data(out)));
+            if let Some(item) = self.emit(out) {
+                return Poll::Ready(Polled::Item(Some(Ok(item))));
             }
             if matches!(self.phase, Phase::Done) {
-                return None;
+                return Poll::Ready(Polled::Item(None));
             }
         }
+    }
+
+    /// `out` as the next frame, counted; `None` when it is empty.
+    fn emit(&mut self, out: Bytes) -> Option<Frame<Bytes>> {
+        if out.is_empty() {
+            return None;
+        }
+        // Plain bodies count in `pass` (their end is reported there).
+        if self.framer.is_some() {
+            self.delivered += out.len() as u64;
+        }
+        Some(Frame::data(out))
     }
 
     /// The next chunk of the upstream body; `None` at its end. The idle
@@ -279,54 +320,65 @@ impl<H: RelayHooks> Relay<H> {
     /// the current chunk's time is up (lazily, as nginx's timers are): a
     /// chunk costs a clock read, not a timer registration and removal, nor
     /// a look at the timer.
-    async fn read(&mut self) -> Result<Option<Bytes>, &'static str> {
+    fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, &'static str>> {
         if let Some(held) = self.held.take() {
-            return held;
+            return Poll::Ready(held);
         }
         let Some(rest) = self.rest.as_mut() else {
-            return Ok(None);
+            return Poll::Ready(Ok(None));
         };
-        // Non-decreasing from read to read, so the timer is never later.
-        let now = Instant::now();
-        let due = (now + self.opts.idle).min(self.opts.deadline);
-        let timer = &mut self.idle_timer;
-        let armed = &mut self.timer_armed;
-        // The clock read above serves the first wait; a later one (after a
-        // wake-up that brought no data) reads it again.
-        let mut fresh = Some(now);
         loop {
-            let polled = poll_fn(|cx| {
-                if let Poll::Ready(frame) = Pin::new(&mut *rest).poll_frame(cx) {
-                    return Poll::Ready(Some(frame));
+            // Set at a read's first poll: non-decreasing from read to
+            // read, so the timer is never later. That poll's clock read
+            // serves its look at the timer; a later poll (after a wake-up
+            // that brought no data) reads the clock again.
+            let (due, mut fresh) = match self.due {
+                Some(due) => (due, None),
+                None => {
+                    let now = Instant::now();
+                    let due = (now + self.opts.idle).min(self.opts.deadline);
+                    self.due = Some(due);
+                    (due, Some(now))
                 }
-                // A timer polled with this task's waker keeps it until it
-                // fires, and it never fires before its deadline: until then
-                // it is not asked again (nor its memory touched).
-                if let Some((waker, until)) = armed.as_ref() {
-                    if waker.will_wake(cx.waker())
-                        && fresh.take().unwrap_or_else(Instant::now) < *until
-                    {
-                        return Poll::Pending;
+            };
+            let frame = match Pin::new(&mut *rest).poll_frame(cx) {
+                Poll::Ready(frame) => frame,
+                Poll::Pending => {
+                    // A timer polled with this task's waker keeps it until
+                    // it fires, and it never fires before its deadline:
+                    // until then it is not asked again (nor its memory
+                    // touched).
+                    if let Some((waker, until)) = self.timer_armed.as_ref() {
+                        if waker.will_wake(cx.waker())
+                            && fresh.take().unwrap_or_else(Instant::now) < *until
+                        {
+                            return Poll::Pending;
+                        }
                     }
-                }
-                let t = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
-                while t.as_mut().poll(cx).is_ready() {
-                    if t.deadline() >= due {
-                        return Poll::Ready(None);
+                    let t = self
+                        .idle_timer
+                        .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+                    while t.as_mut().poll(cx).is_ready() {
+                        if t.deadline() >= due {
+                            self.due = None;
+                            return Poll::Ready(Err(if due == self.opts.deadline {
+                                "total_timeout"
+                            } else {
+                                "idle_timeout"
+                            }));
+                        }
+                        t.as_mut().reset(due);
                     }
-                    t.as_mut().reset(due);
+                    self.timer_armed = Some((cx.waker().clone(), t.deadline()));
+                    return Poll::Pending;
                 }
-                *armed = Some((cx.waker().clone(), t.deadline()));
-                Poll::Pending
-            })
-            .await;
-            match polled {
-                None if due == self.opts.deadline => return Err("total_timeout"),
-                None => return Err("idle_timeout"),
-                Some(None) => return Ok(None),
-                Some(Some(Err(_))) => return Err("upstream_reset"),
-                Some(Some(Ok(frame))) => match frame.into_data() {
-                    Ok(data) if !data.is_empty() => return Ok(Some(data)),
+            };
+            self.due = None;
+            match frame {
+                None => return Poll::Ready(Ok(None)),
+                Some(Err(_)) => return Poll::Ready(Err("upstream_reset")),
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) if !data.is_empty() => return Poll::Ready(Ok(Some(data))),
                     // Empty chunks and trailers: keep reading.
                     _ => continue,
                 },
@@ -343,28 +395,23 @@ impl<H: RelayHooks> Relay<H> {
     /// socket again: a paced stream's chunk is one read, and asking the
     /// socket once more would only find it empty (a registration per
     /// chunk, for nothing), and it never waits for the network.
-    async fn gather(&mut self, data: Bytes) -> Bytes {
+    fn gather(&mut self, data: Bytes, cx: &mut Context<'_>) -> Bytes {
         let Some(rest) = self.rest.as_mut() else {
             return data;
         };
         let mut joined: Option<BytesMut> = None;
         while joined.as_ref().map_or(data.len(), BytesMut::len) < GATHER_MAX && rest.buffered() {
-            let polled = poll_fn(|cx| match Pin::new(&mut *rest).poll_frame(cx) {
-                Poll::Ready(frame) => Poll::Ready(Some(frame)),
-                Poll::Pending => Poll::Ready(None),
-            })
-            .await;
-            let more = match polled {
-                None => break,
-                Some(Some(Ok(frame))) => match frame.into_data() {
+            let more = match Pin::new(&mut *rest).poll_frame(cx) {
+                Poll::Pending => break,
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                     Ok(more) => more,
                     Err(_) => continue,
                 },
-                Some(None) => {
+                Poll::Ready(None) => {
                     self.held = Some(Ok(None));
                     break;
                 }
-                Some(Some(Err(_))) => {
+                Poll::Ready(Some(Err(_))) => {
                     self.held = Some(Err("upstream_reset"));
                     break;
                 }
