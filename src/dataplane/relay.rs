@@ -122,6 +122,7 @@ pub fn body<H: RelayHooks + Unpin>(mut committed: Committed, opts: RelayOptions,
         due: None,
         idle_timer: None,
         timer_armed: None,
+        yielding: None,
         ended: false,
         phase: Phase::Streaming,
     };
@@ -201,11 +202,9 @@ impl<H: RelayHooks + Unpin> http_body::Body for RelayBody<H> {
 
 enum Phase {
     Streaming,
-    /// The error event was handed over; the server is let flush it (one
-    /// "pending" with a wake-up), then the stream aborts.
+    /// The error event was handed over; the server is let flush it (a
+    /// yield), then the stream aborts.
     Abort(&'static str),
-    /// Flushed: the next poll aborts.
-    Aborting(&'static str),
     Done,
 }
 
@@ -251,6 +250,8 @@ struct Relay<H: RelayHooks> {
     idle_timer: Option<Pin<Box<tokio::time::Sleep>>>,
     /// The waker the idle timer was last polled with, and its deadline.
     timer_armed: Option<(Waker, Instant)>,
+    /// The yield of `Phase::Abort`.
+    yielding: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     ended: bool,
     phase: Phase,
 }
@@ -265,12 +266,15 @@ impl<H: RelayHooks> Relay<H> {
                 Phase::Abort(why) => {
                     // hyper and the lean server flush what they hold when
                     // the body is pending; without this the error event
-                    // would die with the connection.
-                    self.phase = Phase::Aborting(why);
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
-                }
-                Phase::Aborting(why) => {
+                    // would die with the connection. A yield to the
+                    // runtime, as tokio's (the wake-up deferred until the
+                    // other tasks, an HTTP/2 connection's writer among
+                    // them, had their turn).
+                    let yielding = self
+                        .yielding
+                        .get_or_insert_with(|| Box::pin(tokio::task::yield_now()));
+                    std::task::ready!(yielding.as_mut().poll(cx));
+                    self.yielding = None;
                     self.phase = Phase::Done;
                     return Poll::Ready(Polled::Item(Some(Err(why.into()))));
                 }
