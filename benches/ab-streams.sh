@@ -27,12 +27,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 needs nginx curl
 
-CLIENT=$(example_client sse_clients)
-BODY="{\"model\":\"bench\",\"max_tokens\":$TOKENS,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}"
-SP=$(start_mock_backend "$BIN_A" "$PACE")
-NP=$(start_nginx proxy 2 "
-    location / { proxy_pass http://static; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; }" \
-  "$(proxy_to static "$SP")")
+stream_bench "$BIN_A"
 zonegate_node a "$BIN_A" "${A_TOML:-}"
 zonegate_node b "$BIN_B" "${B_TOML:-}"
 sleep 1

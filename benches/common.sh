@@ -142,6 +142,19 @@ zonegate_node() {
   echo "zonegate $1 ($2) does not answer" >&2; exit 1
 }
 
+# stream_bench BINARY: what streams.sh and ab-streams.sh run against: the
+# client examples/sse_clients.rs (CLIENT), a request for TOKENS deltas
+# (BODY), BINARY's mock backend sending them PACE ms apart (SP), and nginx
+# in front of it (2 workers, proxy_buffering off, keep-alive upstream: NP).
+stream_bench() {
+  CLIENT=$(example_client sse_clients)
+  BODY="{\"model\":\"bench\",\"max_tokens\":$TOKENS,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}"
+  SP=$(start_mock_backend "$1" "$PACE")
+  NP=$(start_nginx proxy 2 "
+    location / { proxy_pass http://static; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; }" \
+    "$(proxy_to static "$SP")")
+}
+
 # start_proxies: the backend (start_backend), then in front of it nginx as
 # a proxy (2 workers: sets NP) and a zonegate node of BIN (sets ZP and
 # ZPID; NODE: extra [node] lines for it).

@@ -34,13 +34,8 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 needs nginx curl
 
 release_binary
-CLIENT=$(example_client sse_clients)
-BODY="{\"model\":\"bench\",\"max_tokens\":$TOKENS,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}"
 
-SP=$(start_mock_backend "$BIN" "$PACE")
-NP=$(start_nginx proxy 2 "
-    location / { proxy_pass http://static; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; }" \
-  "$(proxy_to static "$SP")")
+stream_bench "$BIN"
 zonegate_node z "$BIN"
 sleep 1
 
