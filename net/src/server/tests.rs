@@ -451,6 +451,54 @@ async fn a_body_that_waits_between_frames_is_woken_for_each_behind_a_slow_client
     );
 }
 
+/// The case the skipped poll must not get wrong: the body's next frame
+/// comes (and its wake-up is spent) while a write waits for a full socket.
+/// The write that waited asks the body again; were its first poll skipped
+/// as after a write that went out at once, the frame would wait for a
+/// wake-up that never comes.
+#[tokio::test]
+async fn a_frame_that_comes_while_a_write_waits_is_not_missed() {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Bytes, io::Error>>(1);
+    let mut body = Body::from_stream(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)));
+    // Room for 16 bytes: the first frame's write waits for the reader.
+    let (mut client, mut server_io) = tokio::io::duplex(16);
+    tx.send(Ok(Bytes::from("a".repeat(100))))
+        .await
+        .expect("send");
+    let writer = tokio::spawn(async move {
+        let (mut out, mut buf) = (Vec::new(), BytesMut::new());
+        write_body(
+            &mut server_io,
+            &mut out,
+            &mut body,
+            Framing::Chunked,
+            &mut buf,
+        )
+        .await
+    });
+    // The writer took the first frame, found the body pending and waits
+    // for the reader; the second frame comes now.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    tx.send(Ok(Bytes::from("second"))).await.expect("send");
+    // Read until the second frame is through; the sender stays open (its
+    // close would wake the body by itself).
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 64];
+    let through = tokio::time::timeout(Duration::from_secs(30), async {
+        while !got.windows(6).any(|w| w == b"second") {
+            let n = client.read(&mut chunk).await.expect("read");
+            assert!(n > 0, "closed early");
+            got.extend_from_slice(&chunk[..n]);
+        }
+    });
+    through.await.expect("the second frame is written");
+    drop(tx);
+    client.read_to_end(&mut got).await.expect("read");
+    assert!(writer.await.expect("writer"), "the body ended whole");
+    let want = format!("64\r\n{}\r\n6\r\nsecond\r\n0\r\n\r\n", "a".repeat(100));
+    assert_eq!(String::from_utf8_lossy(&got), want);
+}
+
 #[tokio::test]
 async fn a_body_that_fails_midway_closes_without_the_last_chunk() {
     let app = Router::new()
