@@ -166,14 +166,16 @@ impl<H: RelayHooks + Unpin> http_body::Body for RelayBody<H> {
                     None => continue,
                 }
             }
+            // Never empty here (only `recovering` takes it, and gives it
+            // back); were it, an error, never an end that looks complete.
             let Some(relay) = this.relay.as_mut() else {
-                return Poll::Ready(None);
+                return Poll::Ready(Some(Err("the relay was lost".into())));
             };
             match std::task::ready!(relay.poll_next(cx)) {
                 Polled::Item(item) => return Poll::Ready(item),
                 Polled::Broke(why) => {
                     let Some(mut relay) = this.relay.take() else {
-                        return Poll::Ready(None);
+                        return Poll::Ready(Some(Err(why.into())));
                     };
                     this.recovering = Some(Box::pin(async move {
                         let item = match relay.recover(why).await {
